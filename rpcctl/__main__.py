@@ -1,0 +1,3 @@
+from rpcctl.cli import main
+
+main()

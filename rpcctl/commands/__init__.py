@@ -1,0 +1,1 @@
+"""One module per subcommand; each parses, calls the library, and renders."""

@@ -1,0 +1,141 @@
+"""``rpcctl launch CONFIG``: run a job, or show its plan with ``--dry-run``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from rpcctl.commands.common import JsonOption, RunsDirOption
+from rpcctl.config import load_config
+from rpcctl.console import Console, get_console
+from rpcctl.errors import UsageError
+from rpcctl.launcher import launch as launch_job
+from rpcctl.launcher import plan_job
+from rpcctl.plan import LaunchPlan
+from rpcctl.runs import CANCELLED, SUCCEEDED, RunRecord
+from rpcctl.supervisor import describe_duration
+
+
+def launch(
+    config: Annotated[Path, typer.Argument(help="The job's YAML config.", show_default=False)],
+    set_: Annotated[
+        Optional[list[str]],
+        typer.Option("--set", "-s", help="Override a config key: KEY.PATH=VALUE (YAML value). Repeatable.", show_default=False),
+    ] = None,
+    nproc_per_node: Annotated[Optional[int], typer.Option("--nproc-per-node", "-n", help="Ranks on this node (overrides the config).", show_default=False)] = None,
+    runs_dir: RunsDirOption = None,
+    no_live: Annotated[bool, typer.Option("--no-live", help="Plain rank-prefixed output instead of the live view (always plain when not on a terminal).")] = False,
+    ranks: Annotated[Optional[str], typer.Option("--ranks", help="Show only these ranks' output on the console, e.g. 0,2 or 0-3 (logs keep everything).", show_default=False)] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the launch plan (commands, environment, devices, logs) and start nothing.")] = False,
+    json_: JsonOption = False,
+) -> None:
+    """Launch a job: spawn its ranks, stream their output, supervise them to the end.
+
+    Exit code: 0 when every rank succeeds; 1 when the job fails (the root-cause rank is
+    named); 2 for a bad config or flag (nothing is started); 130/143 when stopped by
+    SIGINT/SIGTERM.
+    """
+    console = get_console()
+    spec = load_config(config, set_ or [], nproc_per_node=nproc_per_node)
+    shown = parse_ranks(ranks, spec.nproc_per_node) if ranks else None
+    if json_ and not dry_run:
+        raise UsageError("--json goes with --dry-run (a running job streams its output; see `rpcctl runs --json`)")
+    if dry_run:
+        plan, _ = plan_job(spec, runs_dir)
+        if json_:
+            console.json(plan.to_dict())
+        else:
+            render_plan(console, plan)
+        return
+    record = launch_job(
+        spec,
+        runs_dir=runs_dir,
+        console=console,
+        live=not no_live and console.is_terminal,
+        ranks_shown=shown,
+        config_path=config,
+    )
+    render_outcome(console, record)
+    if record.status != SUCCEEDED:
+        raise typer.Exit(record.exit_code or 1)
+
+
+def parse_ranks(text: str, world_size: int) -> set[int]:
+    ranks: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                low, high = (int(p) for p in part.split("-", 1))
+                ranks.update(range(low, high + 1))
+            else:
+                ranks.add(int(part))
+        except ValueError:
+            raise UsageError(f"--ranks: '{part}' is not a rank or a range like 0-3") from None
+    outside = sorted(r for r in ranks if not 0 <= r < world_size)
+    if outside:
+        raise UsageError(f"--ranks: rank {outside[0]} does not exist (the job has ranks 0-{world_size - 1})")
+    return ranks
+
+
+def render_plan(console: Console, plan: LaunchPlan) -> None:
+    console.print(
+        f"[bold]{escape(plan.name)}[/bold]: {plan.world_size} rank(s), start method {plan.start_method}"
+        f"{' (preload ' + ', '.join(plan.preload) + ')' if plan.preload else ''}, "
+        f"rendezvous {plan.master_addr}:{plan.master_port}\nrun directory: {escape(plan.run_dir)}\n"
+    )
+    shared = {k: v for k, v in plan.ranks[0].env.items() if all(r.env.get(k) == v for r in plan.ranks)}
+    ranks = Table(box=None, header_style="bold", pad_edge=False, title="Ranks", title_justify="left")
+    for column in ("RANK", "LOCAL", "DEVICE", "ENV (per rank)", "LOG"):
+        ranks.add_column(column)
+    for rank in plan.ranks:
+        own = " ".join(f"{k}={v}" for k, v in rank.env.items() if k not in shared)
+        ranks.add_row(str(rank.rank), str(rank.local_rank), rank.device, escape(own), escape(rank.log))
+    console.print(ranks)
+    console.print(f"\n[bold]Command[/bold] (every rank)\n  {escape(' '.join(plan.ranks[0].argv))}\n")
+    env = Table(box=None, header_style="bold", pad_edge=False, title="Environment (every rank, on top of the launcher's)", title_justify="left")
+    env.add_column("VARIABLE")
+    env.add_column("VALUE", overflow="fold")
+    for key, value in shared.items():
+        env.add_row(key, escape(value))
+    console.print(env)
+
+
+def render_outcome(console: Console, record: RunRecord) -> None:
+    took = describe_duration(record)
+    where = f"run {record.run_id}"
+    if record.status == SUCCEEDED:
+        restarts = f" after {record.restarts} restart(s)" if record.restarts else ""
+        console.info(f"rpcctl: job '{record.name}' succeeded in {took}{restarts} ({where}, logs in {record.run_dir}/logs)")
+        return
+    if record.status == CANCELLED:
+        console.info(f"rpcctl: job '{record.name}' {record.reason} after {took}; ranks stopped ({where})")
+        return
+    cause = record.root_cause
+    console.error(f"job '{record.name}' failed after {took} ({where})")
+    if cause is None:
+        return
+    if cause.rank >= 0:
+        how = f"killed by {cause.signal}" if cause.signal else f"exit code {cause.exit_code}"
+        pid = f"pid {cause.pid}, " if cause.pid else ""
+        console.err.print(f"[bold]root cause:[/bold] rank {cause.rank} ({pid}{how}): {escape(cause.message)}")
+    else:
+        console.err.print(f"[bold]root cause:[/bold] {escape(cause.message)}")
+    if cause.traceback:
+        console.err.print(escape(cause.traceback.rstrip()), style="dim")
+    elif cause.log_tail:
+        console.err.print(f"last lines of rank {cause.rank}:", style="bold")
+        console.err.print(escape("\n".join(f"  {line}" for line in cause.log_tail)), style="dim")
+    others = [s for s in record.ranks if s.rank != cause.rank]
+    if others:
+        console.err.print(
+            "other ranks: " + ", ".join(f"{s.rank} {s.state}" + (f" ({s.signal})" if s.signal else "") for s in others)
+        )
+    if cause.rank >= 0:
+        console.err.print(f"log: {record.run_dir}/logs/rank-{cause.rank}.log")
+    if record.restarts:
+        console.err.print(f"restarts: {record.restarts} of {record.max_restarts}")

@@ -1,0 +1,141 @@
+"""``rpcctl runs``, ``rpcctl logs``, ``rpcctl stop``: the run records under the runs directory."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from rpcctl.commands.common import JsonOption, RunArgument, RunsDirOption
+from rpcctl.console import Column, get_console, human_time, render_table
+from rpcctl.errors import RpcctlError, UsageError
+from rpcctl.runs import RUNNING, TERMINAL, default_runs_dir, launcher_alive, list_runs, load_record, rank_log, resolve_run
+from rpcctl.supervisor import describe_duration
+
+RUN_COLUMNS = [
+    Column("run_id", "RUN"),
+    Column("name"),
+    Column("status"),
+    Column("world_size", "RANKS", justify="right"),
+    Column("started_at", "STARTED", fmt=human_time),
+    Column("duration"),
+    Column("restarts", justify="right"),
+    Column("root_cause", "ROOT CAUSE"),
+]
+
+
+def runs(
+    runs_dir: RunsDirOption = None,
+    json_: JsonOption = False,
+    limit: Annotated[int, typer.Option("--limit", help="Show at most this many runs (0: all).")] = 20,
+) -> None:
+    """List runs, newest first."""
+    console = get_console()
+    records = list_runs(runs_dir or default_runs_dir())
+    if limit:
+        records = records[:limit]
+    if json_:
+        documents = []
+        for record in records:
+            document = record.to_dict()
+            document["status"] = record.effective_status
+            documents.append(document)
+        console.json(documents)
+        return
+    rows = [
+        {
+            "run_id": r.run_id,
+            "name": r.name,
+            "status": r.effective_status,
+            "world_size": r.world_size,
+            "started_at": r.started_at,
+            "duration": describe_duration(r),
+            "restarts": r.restarts,
+            "root_cause": _short_cause(r),
+        }
+        for r in records
+    ]
+    console.print(render_table(rows, RUN_COLUMNS, empty=f"no runs in {runs_dir or default_runs_dir()}"))
+
+
+def _short_cause(record) -> str | None:
+    cause = record.root_cause
+    if cause is None:
+        return None
+    text = f"rank {cause.rank}: {cause.message}" if cause.rank >= 0 else cause.message
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+def logs(
+    run: RunArgument = None,
+    rank: Annotated[Optional[int], typer.Option("--rank", "-r", help="Only this rank.", show_default=False)] = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new output until the run ends.")] = False,
+    runs_dir: RunsDirOption = None,
+) -> None:
+    """Print a run's rank logs, each line prefixed with its rank."""
+    run_dir = resolve_run(run, runs_dir)
+    record = load_record(run_dir)
+    ranks = [s.rank for s in record.ranks]
+    if rank is not None:
+        if rank not in ranks:
+            raise UsageError(f"--rank {rank}: run {record.run_id} has ranks 0-{len(ranks) - 1}")
+        ranks = [rank]
+    files = {r: rank_log(run_dir, r) for r in ranks}
+    offsets = {r: 0 for r in ranks}
+    out = sys.stdout
+    while True:
+        for r, path in files.items():
+            offsets[r] = _print_new(path, offsets[r], r, out)
+        if not follow:
+            return
+        record = load_record(run_dir)
+        if record.status in TERMINAL or not launcher_alive(record):
+            for r, path in files.items():  # what arrived meanwhile
+                offsets[r] = _print_new(path, offsets[r], r, out)
+            return
+        time.sleep(0.2)
+
+
+def _print_new(path: Path, offset: int, rank: int, out) -> int:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return offset
+    complete = data.rfind(b"\n") + 1  # leave a partial last line for the next round
+    for line in data[:complete].decode(errors="replace").splitlines():
+        out.write(f"[rank{rank}]: {line}\n")
+    out.flush()
+    return offset + complete
+
+
+def stop(
+    run: RunArgument = None,
+    runs_dir: RunsDirOption = None,
+    wait: Annotated[float, typer.Option("--wait", help="Seconds to wait for the run to end.")] = 60.0,
+) -> None:
+    """Cancel a live run cleanly (SIGTERM to its launcher, which tears the ranks down)."""
+    console = get_console()
+    run_dir = resolve_run(run, runs_dir)
+    record = load_record(run_dir)
+    if record.status != RUNNING:
+        raise UsageError(f"run {record.run_id} is not running (status: {record.status})")
+    if not launcher_alive(record):
+        raise RpcctlError(f"run {record.run_id} is marked running but its launcher (pid {record.launcher_pid}) is gone")
+    os.kill(record.launcher_pid, signal.SIGTERM)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        record = load_record(run_dir)
+        if record.status in TERMINAL:
+            console.info(f"rpcctl: run {record.run_id} {record.status}")
+            return
+        if not launcher_alive(record):
+            break
+        time.sleep(0.1)
+    raise RpcctlError(f"run {record.run_id} did not stop within {wait:g}s (status: {record.effective_status})")

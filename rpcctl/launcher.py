@@ -1,0 +1,87 @@
+"""The facade the CLI and ``rpcctl bench`` call: plan a job, make its run directory, supervise it.
+
+    spec ──probe_node + build_plan──▶ LaunchPlan ──(dry run: return it)
+                                          │
+        runs/<run-id>/ (config.yaml, run.json) ◀── Supervisor.run() ──▶ RunRecord
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import psutil
+
+from rpcctl.config import JobSpec, dump_spec
+from rpcctl.console import Console, get_console
+from rpcctl.plan import LaunchPlan, build_plan, probe_node
+from rpcctl.runs import RUNNING, RankState, RunRecord, default_runs_dir, hostname, new_run_id, now_iso, save_record
+from rpcctl.supervisor import Supervisor
+
+
+def plan_job(spec: JobSpec, runs_dir: Path | None = None) -> tuple[LaunchPlan, object]:
+    facts = probe_node(spec)
+    run_id = new_run_id(spec.name)
+    run_dir = (runs_dir or default_runs_dir()).resolve() / run_id
+    return build_plan(spec, facts, run_id=run_id, run_dir=run_dir), facts
+
+
+def launch(
+    spec: JobSpec,
+    *,
+    runs_dir: Path | None = None,
+    console: Console | None = None,
+    echo: bool = True,
+    live: bool = False,
+    ranks_shown: set[int] | None = None,
+    config_path: Path | None = None,
+    telemetry: bool = True,
+) -> RunRecord:
+    """Run ``spec`` to the end (blocking) and return its run record.
+
+    The job's failure is not an exception: look at ``record.status`` (``succeeded``,
+    ``failed`` or ``cancelled``) and ``record.root_cause``. Bad specs raise ``ConfigError``
+    before anything is created or spawned.
+    """
+    console = console or get_console()
+    plan, facts = plan_job(spec, runs_dir)  # may raise ConfigError: nothing exists yet
+    run_dir = Path(plan.run_dir)
+    run_dir.mkdir(parents=True)
+    try:
+        (run_dir / "config.yaml").write_text(dump_spec(spec))
+        me = psutil.Process()
+        record = RunRecord(
+            run_id=plan.run_id,
+            name=spec.name,
+            status=RUNNING,
+            run_dir=str(run_dir),
+            config_path=str(config_path.resolve()) if config_path else None,
+            script=str(spec.script),
+            world_size=plan.world_size,
+            nproc_per_node=plan.nproc_per_node,
+            start_method=plan.start_method,
+            host=hostname(),
+            launcher_pid=os.getpid(),
+            launcher_started=me.create_time(),
+            master_addr=plan.master_addr,
+            master_port=plan.master_port,
+            started_at=now_iso(),
+            max_restarts=spec.max_restarts,
+            ranks=[RankState(rank=r.rank, local_rank=r.local_rank, device=r.device, log=r.log) for r in plan.ranks],
+        )
+        save_record(record)
+    except BaseException:
+        shutil.rmtree(run_dir, ignore_errors=True)  # never leave a half-made run directory
+        raise
+    server = _telemetry_server(run_dir, spec, plan.world_size) if telemetry else None
+    supervisor = Supervisor(spec, plan, facts, record, console, echo=echo, live=live, ranks_shown=ranks_shown, telemetry=server)
+    return supervisor.run()
+
+
+def _telemetry_server(run_dir: Path, spec: JobSpec, world_size: int):
+    try:
+        from rpcctl.telemetry.server import TelemetryServer
+    except ImportError:  # TODO(lead): drop once rpcctl.telemetry lands
+        return None
+    return TelemetryServer(run_dir, spec, world_size)

@@ -1,0 +1,204 @@
+"""``JobSpec`` + node facts → ``LaunchPlan``: what each rank will run, with which environment,
+on which device, logging where. ``build_plan`` is pure; ``probe_node`` gathers the facts.
+
+The torchrun environment contract is built here and only here:
+
+=============================  ===============================================================
+RANK, LOCAL_RANK               global / node-local rank
+WORLD_SIZE, LOCAL_WORLD_SIZE   number of ranks in the job / on this node
+GROUP_RANK, ROLE_RANK, ...     node rank (0 on one node), and torchelastic's role variables
+MASTER_ADDR, MASTER_PORT       rendezvous (loopback on one node)
+TORCHELASTIC_*                 restart count, max restarts, run id, error file (torch's @record)
+TP_SOCKET_IFNAME,              TensorPipe and Gloo pinned to the loopback interface on one
+GLOO_SOCKET_IFNAME             node, so nothing listens beyond this machine
+OMP_NUM_THREADS                1 when several ranks share the node and it is not set (as torchrun)
+CUDA_VISIBLE_DEVICES           per the ``devices`` key (left alone with ``inherit``)
+RPCCTL_*                       run id and directory, error and stack files, rpc init spec
+=============================  ===============================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rpcctl.config import JobSpec
+from rpcctl.errors import ConfigError
+from rpcctl.runs import rank_error_file, rank_log, rank_stack_file
+
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    hostname: str
+    loopback_ifname: str
+    gpus: tuple[str, ...]  # the GPU ids this node lets us use (CUDA_VISIBLE_DEVICES order)
+    master_port: int
+    launcher_pid: int
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    rank: int
+    local_rank: int
+    argv: list[str]  # the command, as `python -m rpcctl.runtime SCRIPT ARGS`
+    env: dict[str, str]  # the contract: added on top of the launcher's environment
+    device: str  # "cpu", "cuda:N" (physical index) or "inherit"
+    log: str
+    error_file: str
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    run_id: str
+    run_dir: str
+    name: str
+    script: str
+    world_size: int
+    nproc_per_node: int
+    master_addr: str
+    master_port: int
+    start_method: str
+    preload: list[str]
+    restart: int
+    ranks: list[RankPlan] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def build_plan(spec: JobSpec, facts: NodeFacts, *, run_id: str, run_dir: Path, restart: int = 0) -> LaunchPlan:
+    nproc = spec.nproc_per_node
+    world_size = nproc  # one node; multi-node multiplies by nnodes
+    master_addr = LOOPBACK
+    devices = _place(spec, facts)
+    rpc = json.dumps(spec.rpc.model_dump(mode="json")) if spec.rpc.init else None
+    ranks = []
+    for local_rank in range(nproc):
+        rank = local_rank
+        env = {
+            "RANK": str(rank),
+            "LOCAL_RANK": str(local_rank),
+            "WORLD_SIZE": str(world_size),
+            "LOCAL_WORLD_SIZE": str(nproc),
+            "GROUP_RANK": "0",
+            "GROUP_WORLD_SIZE": "1",
+            "ROLE_NAME": "default",
+            "ROLE_RANK": str(rank),
+            "ROLE_WORLD_SIZE": str(world_size),
+            "MASTER_ADDR": master_addr,
+            "MASTER_PORT": str(facts.master_port),
+            "TORCHELASTIC_RUN_ID": run_id,
+            "TORCHELASTIC_RESTART_COUNT": str(restart),
+            "TORCHELASTIC_MAX_RESTARTS": str(spec.max_restarts),
+            "TORCHELASTIC_ERROR_FILE": str(rank_error_file(run_dir, rank)),
+            "TP_SOCKET_IFNAME": facts.loopback_ifname,
+            "GLOO_SOCKET_IFNAME": facts.loopback_ifname,
+            "RPCCTL_RUN_ID": run_id,
+            "RPCCTL_RUN_DIR": str(run_dir),
+            "RPCCTL_RESTART": str(restart),
+            "RPCCTL_ERROR_FILE": str(rank_error_file(run_dir, rank)),
+            "RPCCTL_STACK_FILE": str(rank_stack_file(run_dir, rank)),
+            "RPCCTL_STORE_BIND": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+        if nproc > 1 and "OMP_NUM_THREADS" not in spec.env and "OMP_NUM_THREADS" not in os.environ:
+            env["OMP_NUM_THREADS"] = "1"
+        device, visible = devices[local_rank]
+        if visible is not None:
+            env["CUDA_VISIBLE_DEVICES"] = visible
+        if rpc:
+            env["RPCCTL_RPC"] = rpc
+        ranks.append(
+            RankPlan(
+                rank=rank,
+                local_rank=local_rank,
+                argv=[sys.executable, "-m", "rpcctl.runtime", str(spec.script), *map(str, spec.args)],
+                env={**{k: str(v) for k, v in spec.env.items()}, **env},
+                device=device,
+                log=str(rank_log(run_dir, rank)),
+                error_file=str(rank_error_file(run_dir, rank)),
+            )
+        )
+    return LaunchPlan(
+        run_id=run_id,
+        run_dir=str(run_dir),
+        name=spec.name,
+        script=str(spec.script),
+        world_size=world_size,
+        nproc_per_node=nproc,
+        master_addr=master_addr,
+        master_port=facts.master_port,
+        start_method=spec.start_method,
+        preload=list(spec.preload) if spec.start_method == "fork" else [],
+        restart=restart,
+        ranks=ranks,
+    )
+
+
+def _place(spec: JobSpec, facts: NodeFacts) -> list[tuple[str, str | None]]:
+    """Per local rank: (device shown to people, CUDA_VISIBLE_DEVICES value or None to leave it)."""
+    gpus = facts.gpus
+    nproc = spec.nproc_per_node
+    if spec.devices == "inherit":
+        return [("inherit" if gpus else "cpu", None)] * nproc
+    if spec.devices == "cpu" or (spec.devices == "auto" and not gpus):
+        return [("cpu", "")] * nproc
+    if spec.devices == "auto":
+        return [(f"cuda:{gpus[i % len(gpus)]}", gpus[i % len(gpus)]) for i in range(nproc)]
+    placed = []
+    for i, entry in enumerate(spec.devices):
+        if entry == "cpu":
+            placed.append(("cpu", ""))
+        elif isinstance(entry, int) and entry < len(gpus):
+            placed.append((f"cuda:{gpus[entry]}", gpus[entry]))
+        else:
+            visible = ", ".join(gpus) if gpus else "none"
+            raise ConfigError(f"GPU {entry} does not exist on this node (visible GPUs: {visible})", key=f"devices.{i}")
+    return placed
+
+
+# ---------------------------------------------------------------------------------------------
+# Node facts (the only I/O here)
+
+
+def probe_node(spec: JobSpec) -> NodeFacts:
+    return NodeFacts(
+        hostname=socket.gethostname(),
+        loopback_ifname=loopback_interface(),
+        gpus=tuple(visible_gpus()),
+        master_port=spec.master_port or free_port(),
+        launcher_pid=os.getpid(),
+    )
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def loopback_interface() -> str:
+    import psutil
+
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == LOOPBACK for a in addrs):
+            return name
+    return "lo"
+
+
+def visible_gpus() -> list[str]:
+    """GPU ids usable here, without importing torch or initialising CUDA."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [d.strip() for d in visible.split(",") if d.strip() and d.strip() != "-1"]
+    proc = Path("/proc/driver/nvidia/gpus")
+    if proc.is_dir():
+        return [str(i) for i in range(len(list(proc.iterdir())))]
+    return []

@@ -1,0 +1,274 @@
+"""Start, poll, signal and reap ranked processes. Policy lives in ``supervisor``; this module
+only does what it is told.
+
+``RankProcesses`` is the launcher's handle on the rank server (``rpcctl.zygote``): it asks the
+server to start ranks, receives their exit statuses, signals whole process trees, and closes
+with one escalation: SIGTERM every tree, wait ``grace``, SIGKILL what is left.
+
+``LogPump`` is one thread that moves every rank's output from its pipe to its log file and to
+a line callback (console echo, loss capture).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from rpcctl.errors import RpcctlError
+from rpcctl.plan import LaunchPlan, RankPlan
+from rpcctl.zygote import MAX_MESSAGE
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    rank: int
+    pid: int
+    exit_code: int | None  # None when killed by a signal
+    signal: str | None
+    at: float
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    @classmethod
+    def from_wait_status(cls, rank: int, pid: int, status: int) -> ExitStatus:
+        if os.WIFSIGNALED(status):
+            return cls(rank, pid, None, signal_name(os.WTERMSIG(status)), time.time())
+        return cls(rank, pid, os.waitstatus_to_exitcode(status), None, time.time())
+
+    def describe(self) -> str:
+        if self.signal:
+            return f"killed by {self.signal}"
+        return f"exited with code {self.exit_code}"
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+class RankProcesses:
+    """The launcher's side of the rank server protocol (see ``rpcctl.zygote``)."""
+
+    def __init__(self, run_dir: Path, preload: list[str], env: dict[str, str] | None = None):
+        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        server_log = open(run_dir / "launcher.log", "ab")  # noqa: SIM115 - handed to the child
+        try:
+            self.server = subprocess.Popen(
+                [sys.executable, "-m", "rpcctl.zygote", str(theirs.fileno()), ",".join(preload)],
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+                stdout=server_log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,  # Ctrl-C reaches the launcher only; it decides
+            )
+        finally:
+            theirs.close()
+            server_log.close()
+        self.pids: dict[int, int] = {}  # rank → pid of the current attempt
+        self.exited: dict[int, ExitStatus] = {}
+        self.ready: dict | None = None
+        self.spawn_errors: dict[int, str] = {}
+        self._closed = False
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def start(self, rank: RankPlan, env: dict[str, str], exec_fresh: bool, output_fd: int, cwd: str) -> None:
+        message = {"op": "spawn", "rank": rank.rank, "argv": rank.argv[3:], "env": env, "cwd": cwd, "exec": exec_fresh}
+        socket.send_fds(self._sock, [json.dumps(message).encode()], [output_fd])
+
+    def poll(self, timeout: float) -> list[ExitStatus]:
+        """Wait up to ``timeout`` for news from the server; return the ranks that exited."""
+        exits: list[ExitStatus] = []
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = max(0.0, deadline - time.monotonic())
+            readable, _, _ = select.select([self._sock], [], [], remaining)
+            if not readable:
+                return exits
+            data = self._sock.recv(MAX_MESSAGE)
+            if not data:
+                raise RpcctlError(f"the rank server (pid {self.server.pid}) died unexpectedly; see launcher.log")
+            message = json.loads(data)
+            op = message["op"]
+            if op == "ready":
+                self.ready = message
+            elif op == "spawned":
+                self.pids[message["rank"]] = message["pid"]
+            elif op == "spawn_failed":
+                self.spawn_errors[message["rank"]] = message["error"]
+            elif op == "exited":
+                status = ExitStatus.from_wait_status(message["rank"], message["pid"], message["status"])
+                if self.pids.get(status.rank) == status.pid:
+                    self.exited[status.rank] = status
+                    exits.append(status)
+            # Return as soon as something happened; the caller loops.
+            timeout = 0
+            deadline = time.monotonic()
+
+    def terminate(self, grace: float, hurry: Callable[[], bool] = lambda: False) -> list[ExitStatus]:
+        """SIGTERM every live rank's process tree, wait up to ``grace`` (cut short when ``hurry()``
+        turns true), SIGKILL what is left, and return the exit statuses collected meanwhile."""
+        collected: list[ExitStatus] = []
+        live = {r: p for r, p in self.pids.items() if r not in self.exited}
+        if not live:
+            return collected
+        victims = {pid: tree(pid) for pid in live.values()}
+        for pid, procs in victims.items():
+            signal_tree(pid, procs, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and not hurry():
+            collected += self.poll(0.05)
+            if all(not _alive(p) for procs in victims.values() for p in procs):
+                break
+        for pid, procs in victims.items():
+            signal_tree(pid, procs + tree(pid), signal.SIGKILL)
+        # Collect the exit statuses of the ranks we killed.
+        deadline = time.monotonic() + 5
+        while any(r not in self.exited for r in live) and time.monotonic() < deadline:
+            collected += self.poll(0.05)
+        return collected
+
+    def reset(self) -> None:
+        """Forget the finished attempt (before a restart)."""
+        self.pids.clear()
+        self.exited.clear()
+        self.spawn_errors.clear()
+
+    def close(self) -> None:
+        """Stop the rank server; it SIGKILLs any descendant still alive."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._sock.send(json.dumps({"op": "shutdown"}).encode())
+        except OSError:
+            pass
+        try:
+            self.server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.server.kill()
+            self.server.wait()
+        self._sock.close()
+
+
+def tree(pid: int) -> list[psutil.Process]:
+    """The process and all its descendants (gathered before signalling, as children re-parent)."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def signal_tree(pid: int, procs: list[psutil.Process], sig: int) -> None:
+    try:
+        os.killpg(pid, sig)  # the rank leads its own session and process group
+    except (ProcessLookupError, PermissionError):
+        pass
+    for proc in procs:
+        try:
+            proc.send_signal(sig)  # psutil checks the pid was not reused
+        except psutil.Error:
+            pass
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+class LogPump(threading.Thread):
+    """Copies each rank's output pipe to its log file and hands complete lines to ``on_line``."""
+
+    def __init__(self, on_line: Callable[[int, str], None]):
+        super().__init__(name="rpcctl-log-pump", daemon=True)
+        self.on_line = on_line
+        self._lock = threading.Lock()
+        self._streams: dict[int, tuple[int, object, bytearray]] = {}  # fd → (rank, log file, partial line)
+        self._wake_r, self._wake_w = os.pipe()
+        self._stopping = False
+
+    def add(self, rank: int, log_path: Path, header: str | None = None) -> int:
+        """Open a pipe for ``rank``; return its write end (for the child). The log is appended to."""
+        read_fd, write_fd = os.pipe()
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(log_path, "ab", buffering=0)  # noqa: SIM115 - closed at EOF
+        if header:
+            log.write(header.encode())
+        with self._lock:
+            self._streams[read_fd] = (rank, log, bytearray())
+        os.write(self._wake_w, b"x")
+        return write_fd
+
+    def run(self) -> None:
+        while True:
+            with self._lock:
+                fds = list(self._streams)
+            if self._stopping and not fds:
+                return
+            readable, _, _ = select.select([self._wake_r, *fds], [], [], 0.5)
+            for fd in readable:
+                if fd == self._wake_r:
+                    os.read(self._wake_r, 4096)
+                    continue
+                self._read(fd)
+
+    def _read(self, fd: int) -> None:
+        rank, log, partial = self._streams[fd]
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            chunk = b""
+        if chunk:
+            log.write(chunk)
+            partial.extend(chunk)
+            *lines, rest = partial.split(b"\n")
+            partial[:] = rest
+            for line in lines:
+                self._emit(rank, line)
+            return
+        if partial:
+            self._emit(rank, bytes(partial))
+        log.close()
+        os.close(fd)
+        with self._lock:
+            del self._streams[fd]
+
+    def _emit(self, rank: int, line: bytes) -> None:
+        try:
+            self.on_line(rank, line.decode(errors="replace").rstrip("\r"))
+        except Exception as exc:  # noqa: BLE001 - a display problem must never lose output
+            print(f"rpcctl: log callback failed: {exc}", file=sys.stderr)
+
+    def idle(self) -> bool:
+        with self._lock:
+            return not self._streams
+
+    def drain(self, timeout: float) -> None:
+        """Wait until every pipe reached EOF (its rank and descendants are gone), then stop."""
+        deadline = time.monotonic() + timeout
+        while not self.idle() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self._stopping = True
+        os.write(self._wake_w, b"x")
+        self.join(timeout=2)

@@ -1,0 +1,230 @@
+"""Run directories and run records.
+
+Layout of one run (``<runs-dir>/<run-id>/``)::
+
+    run.json            the run record (RunRecord), rewritten atomically on every change
+    config.yaml         the resolved JobSpec
+    logs/rank-N.log     everything rank N wrote to stdout and stderr, across restarts
+    errors/rank-N.json  the uncaught exception of rank N (torchelastic's error-file format)
+    stacks/rank-N.txt   Python stacks dumped on request (``rpcctl stack``)
+    launcher.log        the fork server's own output (normally empty)
+
+Run status is a small state machine: ``running`` → ``succeeded`` | ``failed`` | ``cancelled``.
+A record left ``running`` by a launcher that no longer exists reads as ``lost``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import secrets
+import socket
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from rpcctl.errors import RunNotFoundError
+
+RUNNING, SUCCEEDED, FAILED, CANCELLED, LOST = "running", "succeeded", "failed", "cancelled", "lost"
+TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, LOST})
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+@dataclass
+class RankState:
+    """What was observed of one rank (the latest attempt)."""
+
+    rank: int
+    local_rank: int
+    pid: int | None = None
+    # pending → running → succeeded | failed | killed (torn down by rpcctl)
+    state: str = "pending"
+    exit_code: int | None = None
+    signal: str | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    device: str = "cpu"
+    log: str | None = None
+
+
+@dataclass
+class Failure:
+    """A rank's failure; the earliest one of an attempt is the job's root cause."""
+
+    rank: int
+    pid: int | None
+    exit_code: int | None
+    signal: str | None
+    reason: str  # "exited", "signal", "timeout", "launch"
+    message: str
+    timestamp: str
+    traceback: str | None = None
+    error_type: str | None = None
+    log_tail: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RunRecord:
+    run_id: str
+    name: str
+    status: str
+    run_dir: str
+    config_path: str | None
+    script: str
+    world_size: int
+    nproc_per_node: int
+    start_method: str
+    host: str
+    launcher_pid: int
+    launcher_started: float  # the launcher's create_time, so a reused pid is never mistaken for it
+    master_addr: str
+    master_port: int
+    started_at: str
+    ended_at: str | None = None
+    restarts: int = 0
+    max_restarts: int = 0
+    reason: str | None = None
+    exit_code: int | None = None
+    ranks: list[RankState] = field(default_factory=list)
+    root_cause: Failure | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunRecord:
+        data = dict(data)
+        data["ranks"] = [RankState(**r) for r in data.get("ranks", [])]
+        if data.get("root_cause"):
+            data["root_cause"] = Failure(**data["root_cause"])
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    @property
+    def effective_status(self) -> str:
+        """``lost`` when the record says running but its launcher is gone."""
+        if self.status == RUNNING and not launcher_alive(self):
+            return LOST
+        return self.status
+
+
+def launcher_alive(record: RunRecord) -> bool:
+    try:
+        proc = psutil.Process(record.launcher_pid)
+        return abs(proc.create_time() - record.launcher_started) < 1.0
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def default_runs_dir() -> Path:
+    return Path(os.environ.get("RPCCTL_RUNS_DIR") or "runs")
+
+
+def new_run_id(name: str) -> str:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return f"{name}-{stamp}-{secrets.token_hex(2)}"
+
+
+def hostname() -> str:
+    return socket.gethostname()
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write-then-rename, so a reader (or a crash) never sees half a file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def save_record(record: RunRecord) -> None:
+    write_json_atomic(Path(record.run_dir) / "run.json", record.to_dict())
+
+
+def load_record(run_dir: Path) -> RunRecord:
+    try:
+        return RunRecord.from_dict(json.loads((run_dir / "run.json").read_text()))
+    except FileNotFoundError:
+        raise RunNotFoundError(f"{run_dir} is not a run directory (no run.json)") from None
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise RunNotFoundError(f"{run_dir / 'run.json'} is unreadable: {exc}") from None
+
+
+def list_runs(runs_dir: Path) -> list[RunRecord]:
+    """All readable runs under ``runs_dir``, newest first."""
+    records = []
+    if not runs_dir.is_dir():
+        return records
+    for child in runs_dir.iterdir():
+        if (child / "run.json").is_file():
+            try:
+                records.append(load_record(child))
+            except RunNotFoundError:
+                continue
+    records.sort(key=lambda r: r.started_at, reverse=True)
+    return records
+
+
+def resolve_run(run: str | None, runs_dir: Path | None = None) -> Path:
+    """A RUN argument (run id, path, or None for the latest) → that run's directory."""
+    runs_dir = runs_dir or default_runs_dir()
+    if run is None:
+        runs = list_runs(runs_dir)
+        if not runs:
+            raise RunNotFoundError(f"no runs in {runs_dir} (use --runs-dir or RPCCTL_RUNS_DIR to look elsewhere)")
+        return Path(runs[0].run_dir)
+    as_path = Path(run)
+    if (as_path / "run.json").is_file():
+        return as_path
+    candidate = runs_dir / run
+    if (candidate / "run.json").is_file():
+        return candidate
+    matches = [r for r in list_runs(runs_dir) if r.run_id.startswith(run)]
+    if len(matches) == 1:
+        return Path(matches[0].run_dir)
+    if len(matches) > 1:
+        raise RunNotFoundError(f"run '{run}' is ambiguous in {runs_dir}: {', '.join(m.run_id for m in matches[:5])}")
+    raise RunNotFoundError(f"no run '{run}' in {runs_dir} (see `rpcctl runs`)")
+
+
+def rank_log(run_dir: Path, rank: int) -> Path:
+    return run_dir / "logs" / f"rank-{rank}.log"
+
+
+def rank_error_file(run_dir: Path, rank: int) -> Path:
+    return run_dir / "errors" / f"rank-{rank}.json"
+
+
+def rank_stack_file(run_dir: Path, rank: int) -> Path:
+    return run_dir / "stacks" / f"rank-{rank}.txt"
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()

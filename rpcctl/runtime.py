@@ -1,0 +1,265 @@
+"""The in-rank bootstrap: ``python -m rpcctl.runtime SCRIPT [ARGS...]``.
+
+It runs in every rank, before the user's script, and then runs the script as ``python SCRIPT
+ARGS`` would: a real ``__main__`` module that stays in ``sys.modules`` (RPC unpickles
+``__main__.fn`` references on its own threads, even after the script body returns),
+``sys.argv = [SCRIPT, *ARGS]``, and the script's folder first on ``sys.path``.
+
+Around the script it:
+
+- keeps the c10d rendezvous store on the address it was given (torch's TCPStore otherwise
+  listens on every interface, and RPC unpickles what it receives);
+- enables faulthandler (fatal signals print the Python stack to the rank's log) and dumps all
+  stacks to ``stacks/rank-N.txt`` on SIGUSR1 (``rpcctl stack``);
+- starts the rank's telemetry (RRef tracking, probes, losses), and stops it at the end;
+- calls ``init_rpc`` / ``shutdown`` when the config asks for it (``rpc.init: true``);
+- writes an uncaught exception to the rank's error file (torchelastic's format, so torch's own
+  ``@record`` decorator writes the same file), prints it, and exits 1.
+
+Environment read here (set by ``rpcctl.plan``):
+
+=========================  ==================================================================
+RPCCTL_RUN_DIR             the run directory
+RPCCTL_ERROR_FILE          where an uncaught exception is written (also TORCHELASTIC_ERROR_FILE)
+RPCCTL_STACK_FILE          where SIGUSR1 dumps the stacks
+RPCCTL_STORE_BIND          "1": bind rank 0's rendezvous store to MASTER_ADDR only
+RPCCTL_RPC                 JSON of the config's ``rpc:`` section when ``rpc.init`` is true
+=========================  ==================================================================
+"""
+
+from __future__ import annotations
+
+import builtins
+import faulthandler
+import importlib.abc
+import importlib.util
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+_stack_file = None  # kept open for faulthandler.register
+
+
+def run_rank(argv: list[str]) -> int:
+    """Run ``argv = [SCRIPT, *ARGS]`` as this rank's main program; return its exit code."""
+    if not argv:
+        print("usage: python -m rpcctl.runtime SCRIPT [ARGS...]", file=sys.stderr)
+        return 2
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(line_buffering=True)
+    _install_stack_dumps()
+    if os.environ.get("RPCCTL_STORE_BIND") == "1":
+        after_import("torch.distributed.rendezvous", bind_rendezvous_store_to_master_addr)
+
+    telemetry = _telemetry()
+    telemetry.start()
+    rpc_spec = json.loads(os.environ["RPCCTL_RPC"]) if os.environ.get("RPCCTL_RPC") else None
+    code = 0
+    try:
+        if rpc_spec:
+            _init_rpc(rpc_spec)
+        code = _run_script(argv)
+        if rpc_spec:
+            import torch.distributed.rpc as rpc
+
+            rpc.shutdown()
+    except SystemExit as exc:
+        code = _exit_code(exc)
+        if rpc_spec:
+            _shutdown_rpc_quietly()
+    except BaseException as exc:  # noqa: BLE001 - this is the rank's top level
+        _drop_own_frames(exc)
+        _write_error_file(exc)
+        traceback.print_exception(exc)
+        code = 130 if isinstance(exc, KeyboardInterrupt) else 1
+        if rpc_spec:
+            _shutdown_rpc_quietly()
+    finally:
+        telemetry.stop()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return code
+
+
+def _telemetry():
+    try:
+        from rpcctl.telemetry import worker
+    except ImportError:  # TODO(lead): drop once rpcctl.telemetry lands
+        return types.SimpleNamespace(start=lambda: None, stop=lambda: None)
+    return worker
+
+
+def _run_script(argv: list[str]) -> int:
+    script = os.path.abspath(argv[0])
+    with open(script, "rb") as f:
+        source = f.read()
+    main = types.ModuleType("__main__")
+    main.__file__ = script
+    main.__builtins__ = builtins
+    main.__spec__ = None
+    sys.modules["__main__"] = main
+    sys.argv = [argv[0], *argv[1:]]
+    # As `python SCRIPT`: the script's folder replaces the bootstrap's own sys.path[0].
+    sys.path[0] = os.path.dirname(script)
+    code = compile(source, script, "exec", dont_inherit=True)
+    try:
+        exec(code, main.__dict__)
+    except SystemExit as exc:
+        return _exit_code(exc)
+    return 0
+
+
+def _drop_own_frames(exc: BaseException) -> None:
+    """Start the traceback at the user's code, as `python SCRIPT` would show it."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    if tb is not None:
+        exc.__traceback__ = tb
+
+
+def _exit_code(exc: SystemExit) -> int:
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def _install_stack_dumps() -> None:
+    global _stack_file
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    path = os.environ.get("RPCCTL_STACK_FILE")
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        _stack_file = open(path, "a")  # noqa: SIM115 - must stay open for faulthandler
+        faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True, chain=False)
+
+
+def _write_error_file(exc: BaseException) -> None:
+    path = os.environ.get("RPCCTL_ERROR_FILE") or os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path or os.path.exists(path):  # torch's @record may already have written it
+        return
+    document = {
+        "message": {
+            "message": f"{type(exc).__name__}: {exc}",
+            "extraInfo": {
+                "py_callstack": "".join(traceback.format_exception(exc)),
+                "timestamp": str(int(time.time())),
+            },
+        },
+        "rpcctl": {"type": type(exc).__name__, "rank": os.environ.get("RANK"), "pid": os.getpid()},
+    }
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(document, f)
+        os.replace(tmp, path)
+    except OSError as err:
+        print(f"rpcctl: could not write error file {path}: {err}", file=sys.stderr)
+
+
+def after_import(name: str, callback: Callable[[types.ModuleType], None]) -> None:
+    """Call ``callback(module)`` once module ``name`` is imported: now if it already is, else
+    right after its first import. Ranks that never import torch never pay for torch."""
+    if name in sys.modules:
+        callback(sys.modules[name])
+        return
+    sys.meta_path.insert(0, _AfterImport(name, callback))
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    def __init__(self, name: str, callback: Callable[[types.ModuleType], None]):
+        self.name, self.callback = name, callback
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module, callback = spec.loader.exec_module, self.callback
+
+        def exec_then_call(module: types.ModuleType) -> None:
+            exec_module(module)
+            callback(module)
+
+        spec.loader.exec_module = exec_then_call  # type: ignore[method-assign]
+        return spec
+
+
+def bind_rendezvous_store_to_master_addr(rendezvous: types.ModuleType) -> None:
+    """Make rank 0's TCPStore listen on MASTER_ADDR only, not on every interface.
+
+    torch's env:// rendezvous creates the store through ``rendezvous._create_c10d_store``; its
+    server binds the wildcard address whatever host it is given. TCPStore accepts an already
+    listening socket (``master_listen_fd``), so the wrapper binds one to the given host.
+    """
+    import socket
+
+    from torch.distributed import TCPStore
+
+    original = rendezvous._create_c10d_store
+    if getattr(original, "_rpcctl", False):
+        return
+
+    def create_store(hostname: str, port: int, rank: int, world_size: int, timeout: Any, use_libuv: bool = True):
+        if rank != 0 or rendezvous._torchelastic_use_agent_store():
+            return original(hostname, port, rank, world_size, timeout, use_libuv)
+        listener = socket.socket(socket.AF_INET6 if ":" in hostname else socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((hostname, port))
+        listener.listen(2048)
+        store = TCPStore(
+            host_name=hostname, port=port, world_size=world_size, is_master=True, timeout=timeout,
+            multi_tenant=True, master_listen_fd=listener.detach(), use_libuv=use_libuv,
+        )
+        return store
+
+    create_store._rpcctl = True  # type: ignore[attr-defined]
+    rendezvous._create_c10d_store = create_store
+
+
+def _init_rpc(spec: dict[str, Any]) -> None:
+    import torch.distributed.rpc as rpc
+
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    name = spec["name"].format(rank=rank, local_rank=int(os.environ.get("LOCAL_RANK", 0)))
+    options = rpc.TensorPipeRpcBackendOptions(
+        num_worker_threads=spec["num_worker_threads"],
+        rpc_timeout=spec["rpc_timeout"],
+        init_method="env://",
+        devices=spec.get("devices") or None,
+    )
+    for worker, mapping in (spec.get("device_maps") or {}).items():
+        options.set_device_map(worker, mapping)
+    rpc.init_rpc(name, rank=rank, world_size=world_size, rpc_backend_options=options)
+
+
+def _shutdown_rpc_quietly() -> None:
+    try:
+        import torch.distributed.rpc as rpc
+
+        if rpc.api._is_current_rpc_agent_set():
+            rpc.shutdown(graceful=False)
+    except Exception:  # noqa: BLE001 - already failing; the original error is what matters
+        pass
+
+
+def main() -> None:
+    sys.exit(run_rank(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,285 @@
+"""The policy loop of one job: start the ranks, watch them, decide, tear down, record.
+
+Job states (``RunRecord.status``)::
+
+    running ──all ranks exit 0──────────────────────────▶ succeeded
+       │ ──a rank fails (exit ≠ 0, signal, spawn error)─▶ failed     (restart if restarts remain)
+       │ ──the job deadline (`timeout`) passes──────────▶ failed     (reason: timeout)
+       └ ──SIGINT / SIGTERM to the launcher─────────────▶ cancelled  (exit 130 / 143)
+
+Rank states (``RankState.state``): pending → running → succeeded | failed | killed.
+
+The first rank to fail is the root cause; every other rank is torn down at once (SIGTERM to
+its whole process tree, ``grace`` seconds, SIGKILL), so a rank that dies before rendezvous
+never leaves the others waiting on it. A second Ctrl-C skips the grace period.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+from rpcctl.config import JobSpec
+from rpcctl.console import Console, human_seconds
+from rpcctl.plan import LaunchPlan, NodeFacts, build_plan, free_port
+from rpcctl.procs import ExitStatus, LogPump, RankProcesses
+from rpcctl.runs import CANCELLED, FAILED, RUNNING, SUCCEEDED, Failure, RankState, RunRecord, now_iso, save_record
+
+POLL_S = 0.1
+LOG_TAIL = 20
+
+
+class Supervisor:
+    def __init__(
+        self,
+        spec: JobSpec,
+        plan: LaunchPlan,
+        facts: NodeFacts,
+        record: RunRecord,
+        console: Console,
+        *,
+        echo: bool = True,
+        live: bool = False,
+        ranks_shown: set[int] | None = None,
+        telemetry=None,
+    ):
+        self.spec, self.plan, self.facts, self.record = spec, plan, facts, record
+        self.console = console
+        self.echo, self.live, self.ranks_shown = echo, live, ranks_shown
+        self.telemetry = telemetry
+        self.run_dir = Path(record.run_dir)
+        self.cancel_signal: int | None = None
+        self.hurry = False
+        self.tails: dict[int, deque[str]] = {r.rank: deque(maxlen=LOG_TAIL) for r in plan.ranks}
+        self.recent: deque[tuple[int, str]] = deque(maxlen=8)
+        self._out_lock = threading.Lock()
+        self._view = None
+
+    # -- signals ------------------------------------------------------------------------------
+
+    def _on_signal(self, signum: int, _frame) -> None:
+        if self.cancel_signal is None:
+            self.cancel_signal = signum
+            self.console.info(
+                f"rpcctl: {signal.Signals(signum).name} received: stopping the job "
+                f"(grace {self.spec.grace:g}s; press Ctrl-C again to kill at once)"
+            )
+        else:
+            self.hurry = True
+
+    # -- output -------------------------------------------------------------------------------
+
+    def _on_line(self, rank: int, line: str) -> None:
+        self.tails[rank].append(line)
+        if self.telemetry is not None:
+            self.telemetry.log_line(rank, line)
+        if not self.echo or (self.ranks_shown is not None and rank not in self.ranks_shown):
+            return
+        if self._view is not None:
+            self.recent.append((rank, line))
+            self._view.console.print(f"[rank{rank}]: {line}", markup=False, highlight=False, soft_wrap=True)
+            return
+        with self._out_lock:
+            try:
+                sys.stdout.write(f"[rank{rank}]: {line}\n")
+                sys.stdout.flush()
+            except BrokenPipeError:  # `rpcctl launch ... | head`: keep running, stop echoing
+                self.echo = False
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def run(self) -> RunRecord:
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        telemetry_env = self.telemetry.start() if self.telemetry is not None else {}
+        # The run id in its environment marks the rank server as part of this run (leak checks).
+        procs = RankProcesses(self.run_dir, self.plan.preload, env={"RPCCTL_RUN_ID": self.record.run_id})
+        pump = LogPump(self._on_line)
+        pump.start()
+        deadline = time.monotonic() + self.spec.timeout if self.spec.timeout else None
+        try:
+            if self.live:
+                from rpcctl.live import LiveView
+
+                self._view = LiveView(self)
+                self._view.start()
+            while True:
+                outcome = self._attempt(procs, pump, telemetry_env, deadline)
+                if outcome == FAILED and self.record.restarts < self.spec.max_restarts and self.cancel_signal is None and not self._timed_out(deadline):
+                    self.record.restarts += 1
+                    self.console.warn(
+                        f"restarting the whole group ({self.record.restarts}/{self.spec.max_restarts}) "
+                        f"after: {self.record.root_cause.message if self.record.root_cause else 'failure'}"
+                    )
+                    procs.reset()
+                    self.plan = build_plan(
+                        self.spec,
+                        NodeFacts(**{**self.facts.__dict__, "master_port": self.spec.master_port or free_port()}),
+                        run_id=self.record.run_id,
+                        run_dir=self.run_dir,
+                        restart=self.record.restarts,
+                    )
+                    self.record.master_port = self.plan.master_port
+                    continue
+                self._finish(outcome)
+                return self.record
+        finally:
+            procs.close()
+            pump.drain(timeout=3)
+            if self._view is not None:
+                self._view.stop()
+                self._view = None
+            if self.telemetry is not None:
+                self.telemetry.close()
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    @staticmethod
+    def _timed_out(deadline: float | None) -> bool:
+        return deadline is not None and time.monotonic() >= deadline
+
+    def _attempt(self, procs: RankProcesses, pump: LogPump, telemetry_env: dict, deadline: float | None) -> str:
+        """Run one attempt of the whole group; return its outcome (succeeded/failed/cancelled)."""
+        header = f"--- rpcctl: restart {self.plan.restart} ---\n" if self.plan.restart else None
+        self.record.root_cause = None
+        self.record.ranks = [RankState(rank=r.rank, local_rank=r.local_rank, device=r.device, log=r.log) for r in self.plan.ranks]
+        states = {s.rank: s for s in self.record.ranks}
+        base_env = {**os.environ, **telemetry_env}
+        for rank in self.plan.ranks:
+            write_fd = pump.add(rank.rank, Path(rank.log), header)
+            try:
+                procs.start(rank, {**base_env, **rank.env}, self.plan.start_method == "spawn", write_fd, os.getcwd())
+            finally:
+                os.close(write_fd)
+        save_record(self.record)
+
+        failure: Failure | None = None
+        while True:
+            exits = procs.poll(POLL_S)
+            changed = self._note_spawned(procs, states)
+            for rank, error in list(procs.spawn_errors.items()):
+                if failure is None:
+                    failure = Failure(rank, None, None, None, "launch", f"rank {rank} could not be started: {error}", now_iso())
+                states[rank].state = FAILED
+            for status in exits:
+                changed = True
+                failed = self._note_exit(status, states, tearing_down=False)
+                if failed and failure is None:
+                    failure = self._failure(status)
+            if failure is not None:
+                self.record.root_cause = failure
+                self._teardown(procs, states)
+                return FAILED
+            if all(s.state == SUCCEEDED for s in states.values()):
+                return SUCCEEDED
+            if self._timed_out(deadline):
+                self.record.root_cause = Failure(
+                    -1, None, None, None, "timeout", f"the job exceeded its timeout of {self.spec.timeout:g}s", now_iso()
+                )
+                self._teardown(procs, states)
+                return FAILED
+            if self.cancel_signal is not None:
+                self._teardown(procs, states)
+                return CANCELLED
+            if changed:
+                save_record(self.record)
+
+    def _note_spawned(self, procs: RankProcesses, states: dict[int, RankState]) -> bool:
+        changed = False
+        for rank, pid in procs.pids.items():
+            state = states[rank]
+            if state.pid != pid:
+                state.pid, state.state, state.started_at = pid, RUNNING, now_iso()
+                changed = True
+                if self.telemetry is not None:
+                    self.telemetry.rank_started(rank, pid, state.local_rank, state.device, self.plan.restart)
+        return changed
+
+    def _note_exit(self, status: ExitStatus, states: dict[int, RankState], *, tearing_down: bool) -> bool:
+        """Record a rank's exit; return True if it counts as a failure."""
+        state = states[status.rank]
+        state.exit_code, state.signal, state.ended_at = status.exit_code, status.signal, now_iso()
+        if status.ok:
+            state.state = SUCCEEDED
+        elif tearing_down:
+            state.state = "killed" if status.signal in ("SIGTERM", "SIGKILL") else FAILED
+        else:
+            state.state = FAILED
+        if self.telemetry is not None:
+            self.telemetry.rank_exited(status.rank, status.pid, state.state, status.exit_code)
+        return state.state == FAILED
+
+    def _teardown(self, procs: RankProcesses, states: dict[int, RankState]) -> None:
+        for status in procs.terminate(self.spec.grace, hurry=lambda: self.hurry):
+            self._note_exit(status, states, tearing_down=True)
+        for state in states.values():  # never started, or gone without a word from the server
+            if state.state in ("pending", RUNNING):
+                state.state = "killed"
+        save_record(self.record)
+
+    def _failure(self, status: ExitStatus) -> Failure:
+        rank = status.rank
+        error = _read_error_file(Path(self.plan.ranks[rank].error_file))
+        if error:
+            message = error["message"]
+        else:
+            message = f"rank {rank} (pid {status.pid}) {status.describe()}"
+        return Failure(
+            rank=rank,
+            pid=status.pid,
+            exit_code=status.exit_code,
+            signal=status.signal,
+            reason="signal" if status.signal else "exited",
+            message=message,
+            timestamp=now_iso(),
+            traceback=error.get("traceback") if error else None,
+            error_type=error.get("type") if error else None,
+            log_tail=list(self.tails[rank]),
+        )
+
+    def _finish(self, outcome: str) -> None:
+        self.record.status = outcome
+        self.record.ended_at = now_iso()
+        if outcome == CANCELLED:
+            name = signal.Signals(self.cancel_signal).name if self.cancel_signal else "signal"
+            self.record.reason = f"cancelled by {name}"
+            self.record.exit_code = 128 + (self.cancel_signal or signal.SIGINT)
+        elif outcome == FAILED:
+            cause = self.record.root_cause
+            self.record.reason = cause.message if cause else "failed"
+            self.record.exit_code = 1
+        else:
+            self.record.exit_code = 0
+        save_record(self.record)
+
+
+def _read_error_file(path: Path) -> dict | None:
+    """Read torchelastic's error-file format: {"message": {"message", "extraInfo": {"py_callstack"}}}."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    message = data.get("message")
+    if isinstance(message, str):  # torch's @record can also write a plain string
+        return {"message": message, "traceback": None, "type": None}
+    if not isinstance(message, dict):
+        return None
+    extra = message.get("extraInfo") or {}
+    return {
+        "message": str(message.get("message", "")).strip(),
+        "traceback": extra.get("py_callstack"),
+        "type": (data.get("rpcctl") or {}).get("type"),
+    }
+
+
+def describe_duration(record: RunRecord) -> str:
+    from datetime import datetime
+
+    start = datetime.fromisoformat(record.started_at)
+    end = datetime.fromisoformat(record.ended_at) if record.ended_at else datetime.now(start.tzinfo)
+    return human_seconds((end - start).total_seconds())

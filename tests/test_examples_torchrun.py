@@ -1,0 +1,143 @@
+"""The example scripts under configs/ run unchanged under plain torchrun.
+
+Each test launches ``python -m torch.distributed.run --standalone --nproc-per-node N``
+(N from the example's yaml), checks the exit code and the key lines of the output, and
+checks that no rank outlived torchrun.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "configs"
+RUN_TIMEOUT = 90  # seconds per torchrun; each example takes well under 15 s
+
+
+def _run_torchrun(example: str) -> tuple[int, str, float]:
+    """Run configs/<example>.yaml's script under torchrun; return (rc, output, seconds)."""
+    cfg = yaml.safe_load((CONFIGS / f"{example}.yaml").read_text())
+    script = (CONFIGS / cfg["script"]).relative_to(REPO)
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone",
+        "--nproc-per-node", str(cfg["nproc_per_node"]), str(script), *cfg.get("args", []),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    seen: set[psutil.Process] = set()
+    with tempfile.TemporaryFile(mode="w+") as out:
+        start = time.monotonic()
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            parent = psutil.Process(proc.pid)
+            # Poll instead of wait() so that we also learn the ranks' pids.
+            while proc.poll() is None:
+                if time.monotonic() - start > RUN_TIMEOUT:
+                    raise subprocess.TimeoutExpired(cmd, RUN_TIMEOUT)
+                try:
+                    seen.update(parent.children(recursive=True))
+                except psutil.NoSuchProcess:
+                    pass
+                time.sleep(0.1)
+        finally:
+            if proc.poll() is None:  # only on timeout: take down what we started
+                for child in seen:
+                    try:
+                        child.kill()
+                    except psutil.NoSuchProcess:
+                        pass
+                proc.kill()
+                proc.wait()
+        elapsed = time.monotonic() - start
+        out.seek(0)
+        output = out.read()
+
+    assert seen, "torchrun never started any rank"
+    # psutil.Process.is_running() also checks the create time, so a reused pid is not a
+    # false alarm. Give the OS a moment to reap.
+    deadline = time.monotonic() + 5
+    while (alive := [p for p in seen if _alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive, f"processes left behind by torchrun: {alive}"
+    return proc.returncode, output, elapsed
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _check_remote_call(out: str) -> None:
+    assert "rpc_sync  -> worker1: add_and_scale = [2.0, 4.0, 6.0]" in out
+    assert "rpc_async -> worker1:" in out
+    assert "remote_call OK" in out
+
+
+def _check_remote_object(out: str) -> None:
+    assert "rref.owner() = worker1" in out
+    assert "rref.remote().value().to_here() = [1.0, 2.0, 3.0, 4.0] (computed on worker1)" in out
+    assert "remote_object OK" in out
+
+
+def _check_remote_state(out: str) -> None:
+    assert "final counter = 40" in out  # 2 updating ranks x 20 updates
+    assert "worker1: 20" in out and "worker2: 20" in out
+    assert "remote_state OK" in out
+
+
+def _check_shard_aggregate(out: str) -> None:
+    for r in range(3):
+        assert f"owned by worker{r}" in out
+    assert "shard_aggregate OK" in out
+
+
+def _check_parameter_server(out: str) -> None:
+    # Lines from the two trainers interleave; group the losses by step.
+    by_step: dict[int, list[float]] = {}
+    for m in re.finditer(r"step (\d+) loss (\d+\.\d{4})\b", out):
+        by_step.setdefault(int(m.group(1)), []).append(float(m.group(2)))
+    assert sorted(by_step) == list(range(30)), sorted(by_step)
+    assert all(len(v) == 2 for v in by_step.values()), "expected one line per trainer per step"
+    first, last = by_step[0], by_step[29]
+    assert max(last) < 0.5 * min(first), (first, last)
+    m = re.search(r"max \|w - w_true\| = (\d+\.\d+)", out)
+    assert m and float(m.group(1)) < 0.1, m
+
+
+CHECKS = {
+    "remote_call": _check_remote_call,
+    "remote_object": _check_remote_object,
+    "remote_state": _check_remote_state,
+    "shard_aggregate": _check_shard_aggregate,
+    "parameter_server": _check_parameter_server,
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("example", list(CHECKS))
+def test_example_runs_under_torchrun(example: str) -> None:
+    rc, out, elapsed = _run_torchrun(example)
+    print(f"{example}: {elapsed:.1f}s")
+    assert rc == 0, out
+    CHECKS[example](out)
+
+
+@pytest.mark.timeout(120)
+def test_failing_example_fails_under_torchrun() -> None:
+    rc, out, elapsed = _run_torchrun("failing")
+    print(f"failing: {elapsed:.1f}s")
+    assert rc != 0, out
+    assert "RuntimeError: simulated failure in rank 1 at step 3" in out
+    # Rank 0 was blocked, so torchrun had to stop it, well before the script's own timeout.
+    assert elapsed < 60, elapsed

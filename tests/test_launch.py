@@ -1,0 +1,263 @@
+"""`rpcctl launch` with real processes: every way a rank can end, every way the launcher can be
+stopped, and proof after each that no process of the run is left."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import psutil
+import pytest
+
+from conftest import (
+    assert_no_process_left,
+    only_run,
+    pids_gone,
+    record,
+    rpcctl,
+    start_rpcctl,
+    wait_until,
+    write_config,
+)
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def launch(tmp_path, runs_dir, *args, **keys):
+    config = write_config(tmp_path, **keys)
+    result = rpcctl("launch", str(config), "--runs-dir", str(runs_dir), "--no-live", *args)
+    run_dir = only_run(runs_dir)
+    assert_no_process_left(run_dir)
+    return result, run_dir, record(run_dir)
+
+
+def test_success_streams_prefixed_output_and_records_the_run(tmp_path, runs_dir):
+    result, run_dir, rec = launch(tmp_path, runs_dir, nproc_per_node=3, args=["0=ok"])
+    assert result.returncode == 0, result.stderr
+    for rank in range(3):
+        assert f"[rank{rank}]: rank {rank} done" in result.stdout
+        assert (run_dir / "logs" / f"rank-{rank}.log").read_text().endswith(f"rank {rank} done\n")
+    assert rec["status"] == "succeeded" and rec["exit_code"] == 0
+    assert [r["state"] for r in rec["ranks"]] == ["succeeded"] * 3
+    assert all(r["exit_code"] == 0 for r in rec["ranks"])
+    assert rec["ended_at"] >= rec["started_at"]
+    assert (run_dir / "config.yaml").is_file()
+    assert "succeeded" in result.stderr
+
+
+def test_env_contract_reaches_the_script(tmp_path, runs_dir):
+    script = tmp_path / "env.py"
+    script.write_text(
+        "import json, os, sys\n"
+        "keys = ['RANK','LOCAL_RANK','WORLD_SIZE','LOCAL_WORLD_SIZE','GROUP_RANK','MASTER_ADDR','MASTER_PORT',"
+        "'RPCCTL_RUN_ID','RPCCTL_RUN_DIR','MY_VAR','TP_SOCKET_IFNAME','GLOO_SOCKET_IFNAME']\n"
+        "print('ENV', json.dumps({k: os.environ.get(k) for k in keys}), json.dumps(sys.argv), __name__)\n"
+    )
+    result, run_dir, rec = launch(tmp_path, runs_dir, script=str(script), nproc_per_node=2, args=["--lr", 0.5], env={"MY_VAR": "x"})
+    assert result.returncode == 0, result.stderr
+    seen = {}
+    for line in result.stdout.splitlines():
+        if " ENV " in line:
+            _, payload = line.split(" ENV ", 1)
+            env_json, rest = payload.split("} ", 1)
+            env = json.loads(env_json + "}")
+            argv, name = rest.rsplit(" ", 1)
+            seen[int(env["RANK"])] = (env, json.loads(argv), name)
+    assert set(seen) == {0, 1}
+    for rank, (env, argv, name) in seen.items():
+        assert env["LOCAL_RANK"] == str(rank) and env["WORLD_SIZE"] == "2" and env["LOCAL_WORLD_SIZE"] == "2"
+        assert env["GROUP_RANK"] == "0" and env["MASTER_ADDR"] == "127.0.0.1"
+        assert env["MASTER_PORT"] == str(rec["master_port"])
+        assert env["RPCCTL_RUN_ID"] == rec["run_id"] and env["RPCCTL_RUN_DIR"] == str(run_dir.resolve())
+        assert env["MY_VAR"] == "x" and env["TP_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] != None  # noqa: E711
+        assert argv == [str(script), "--lr", "0.5"] and name == "__main__"
+
+
+@pytest.mark.parametrize(
+    ("action", "exit_code", "signal_name", "message"),
+    [
+        ("exit:3", 3, None, "rank 1 (pid"),
+        ("raise", 1, None, "ValueError: bad value in rank 1"),
+        ("sigkill", None, "SIGKILL", "killed by SIGKILL"),
+        ("sigsegv", None, "SIGSEGV", "killed by SIGSEGV"),
+    ],
+)
+def test_failing_rank_is_the_root_cause_and_takes_the_job_down(tmp_path, runs_dir, action, exit_code, signal_name, message):
+    started = time.monotonic()
+    result, run_dir, rec = launch(tmp_path, runs_dir, nproc_per_node=3, args=[f"1={action}", "0=hang", "2=hang"])
+    assert result.returncode == 1
+    assert time.monotonic() - started < 30  # torn down, not waiting for the hung ranks
+    cause = rec["root_cause"]
+    assert cause["rank"] == 1 and cause["exit_code"] == exit_code and cause["signal"] == signal_name
+    assert rec["status"] == "failed"
+    states = {r["rank"]: r["state"] for r in rec["ranks"]}
+    assert states == {0: "killed", 1: "failed", 2: "killed"}
+    assert "root cause: rank 1" in result.stderr and message in result.stderr
+    assert pids_gone(r["pid"] for r in rec["ranks"])
+
+
+def test_uncaught_exception_is_written_to_the_error_file_with_the_users_traceback(tmp_path, runs_dir):
+    result, run_dir, rec = launch(tmp_path, runs_dir, nproc_per_node=2, args=["1=raise", "0=hang"])
+    error = json.loads((run_dir / "errors" / "rank-1.json").read_text())
+    assert error["message"]["message"] == "ValueError: bad value in rank 1"
+    callstack = error["message"]["extraInfo"]["py_callstack"]
+    assert "behave.py" in callstack and "rpcctl/runtime.py" not in callstack
+    assert rec["root_cause"]["traceback"] == callstack
+    assert 'raise ValueError(f"bad value in rank {rank}")' in result.stderr
+
+
+def test_segfault_prints_the_python_stack_into_the_rank_log(tmp_path, runs_dir):
+    _, run_dir, _ = launch(tmp_path, runs_dir, nproc_per_node=1, args=["0=sigsegv"])
+    log = (run_dir / "logs" / "rank-0.log").read_text()
+    assert "Fatal Python error: Segmentation fault" in log and "behave.py" in log
+
+
+def test_timeout_tears_the_job_down_and_says_why(tmp_path, runs_dir):
+    started = time.monotonic()
+    result, _, rec = launch(tmp_path, runs_dir, nproc_per_node=2, args=["0=hang", "1=hang"], timeout=1.5)
+    assert result.returncode == 1
+    assert time.monotonic() - started < 20
+    assert rec["status"] == "failed" and rec["root_cause"]["reason"] == "timeout"
+    assert "exceeded its timeout of 1.5s" in result.stderr
+    assert {r["state"] for r in rec["ranks"]} == {"killed"}
+
+
+def test_a_rank_ignoring_sigterm_is_killed_after_grace(tmp_path, runs_dir):
+    started = time.monotonic()
+    result, _, rec = launch(tmp_path, runs_dir, nproc_per_node=2, args=["0=ignore-term", "1=fail-after:1"], grace=1)
+    assert result.returncode == 1
+    assert time.monotonic() - started < 20
+    rank0 = rec["ranks"][0]
+    assert rank0["state"] == "killed" and rank0["signal"] == "SIGKILL"
+
+
+def test_grandchildren_are_killed_with_their_rank(tmp_path, runs_dir):
+    result, run_dir, rec = launch(tmp_path, runs_dir, nproc_per_node=2, args=["0=child", "1=fail-after:1.5"])
+    assert result.returncode == 1 and rec["root_cause"]["exit_code"] == 2
+    grandchild = int((run_dir / "grandchild-0.pid").read_text())
+    assert pids_gone([grandchild])
+
+
+def test_restarts_rerun_the_whole_group_and_are_recorded(tmp_path, runs_dir):
+    result, run_dir, rec = launch(tmp_path, runs_dir, nproc_per_node=2, args=["1=flaky"], max_restarts=2)
+    assert result.returncode == 0, result.stderr
+    assert rec["status"] == "succeeded" and rec["restarts"] == 1
+    assert "restarting the whole group (1/2)" in result.stderr
+    log = (run_dir / "logs" / "rank-1.log").read_text()
+    assert "attempt 0" in log and "--- rpcctl: restart 1 ---" in log and "attempt 1" in log
+
+
+def test_restarts_run_out(tmp_path, runs_dir):
+    result, _, rec = launch(tmp_path, runs_dir, nproc_per_node=2, args=["1=exit:5"], max_restarts=2)
+    assert result.returncode == 1
+    assert rec["restarts"] == 2 and rec["root_cause"]["exit_code"] == 5
+
+
+def test_spawn_start_method_runs_a_fresh_interpreter(tmp_path, runs_dir):
+    script = tmp_path / "fresh.py"
+    script.write_text("import sys\nprint('torch preloaded:', 'torch' in sys.modules)\n")
+    result, _, rec = launch(tmp_path, runs_dir, script=str(script), nproc_per_node=2, start_method="spawn")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("torch preloaded: False") == 2
+
+
+def test_ranks_filter_limits_the_console_but_not_the_logs(tmp_path, runs_dir):
+    result, run_dir, _ = launch(tmp_path, runs_dir, "--ranks", "1", nproc_per_node=3)
+    assert result.returncode == 0
+    assert "[rank1]:" in result.stdout and "[rank0]:" not in result.stdout and "[rank2]:" not in result.stdout
+    assert "rank 0 done" in (run_dir / "logs" / "rank-0.log").read_text()
+
+
+# -- the launcher itself is signalled or killed ------------------------------------------------
+
+
+def _start_and_wait_running(tmp_path, runs_dir, **keys):
+    config = write_config(tmp_path, **keys)
+    launcher = start_rpcctl("launch", str(config), "--runs-dir", str(runs_dir), "--no-live")
+    run_dir = only_run(runs_dir)
+    wait_until(
+        lambda: all(r["state"] == "running" for r in record(run_dir)["ranks"]),
+        30,
+        "every rank running",
+        run_dir / "logs",
+    )
+    return launcher, run_dir
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_to_the_launcher_cancels_cleanly(tmp_path, runs_dir, sig, code):
+    launcher, run_dir = _start_and_wait_running(tmp_path, runs_dir, nproc_per_node=2, args=["0=child", "1=hang"])
+    wait_until(lambda: (run_dir / "grandchild-0.pid").exists(), 10, "the grandchild")
+    launcher.send_signal(sig)
+    out, err = launcher.communicate(timeout=30)
+    assert launcher.returncode == code, err
+    rec = record(run_dir)
+    assert rec["status"] == "cancelled" and rec["reason"] == f"cancelled by {signal.Signals(sig).name}"
+    assert {r["state"] for r in rec["ranks"]} == {"killed"}
+    assert_no_process_left(run_dir)
+
+
+def test_kill_9_of_the_launcher_leaves_no_process_behind(tmp_path, runs_dir):
+    launcher, run_dir = _start_and_wait_running(tmp_path, runs_dir, nproc_per_node=2, args=["0=child", "1=ignore-term"])
+    wait_until(lambda: (run_dir / "grandchild-0.pid").exists(), 10, "the grandchild")
+    grandchild = int((run_dir / "grandchild-0.pid").read_text())
+    ranks = [r["pid"] for r in record(run_dir)["ranks"]]
+    launcher.kill()
+    launcher.communicate(timeout=10)
+    assert_no_process_left(run_dir, timeout=10)
+    assert pids_gone([grandchild, *ranks])
+    assert record(run_dir)["status"] == "running"  # nobody could write the end...
+    result = rpcctl("runs", "--runs-dir", str(runs_dir), "--json")
+    assert json.loads(result.stdout)[0]["status"] == "lost"  # ...so readers see it is lost
+
+
+def test_rpcctl_stop_cancels_a_live_run(tmp_path, runs_dir):
+    launcher, run_dir = _start_and_wait_running(tmp_path, runs_dir, nproc_per_node=2, args=["0=hang", "1=hang"])
+    result = rpcctl("stop", "--runs-dir", str(runs_dir))
+    assert result.returncode == 0, result.stderr
+    assert "cancelled" in result.stderr
+    launcher.communicate(timeout=30)
+    assert launcher.returncode == 143
+    assert record(run_dir)["status"] == "cancelled"
+    assert_no_process_left(run_dir)
+    again = rpcctl("stop", run_dir.name, "--runs-dir", str(runs_dir))
+    assert again.returncode == 2 and "not running" in again.stderr
+
+
+# -- torch RPC --------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_early_death_before_rendezvous_does_not_leave_the_others_waiting(tmp_path, runs_dir):
+    # Rank 0 waits in init_rpc's rendezvous for rank 1, which exits before ever joining.
+    started = time.monotonic()
+    result, _, rec = launch(tmp_path, runs_dir, nproc_per_node=2, args=["0=rpc", "1=exit:9"], preload=["torch"])
+    assert result.returncode == 1
+    assert rec["root_cause"]["rank"] == 1 and rec["root_cause"]["exit_code"] == 9
+    assert time.monotonic() - started < 30  # not torch's 30-minute rendezvous timeout
+
+
+@pytest.mark.timeout(120)
+def test_rpc_job_listens_on_loopback_only(tmp_path, runs_dir):
+    config = write_config(tmp_path, nproc_per_node=2, args=["0=rpc", "1=rpc"], preload=["torch", "torch.distributed.rpc"])
+    launcher = start_rpcctl("launch", str(config), "--runs-dir", str(runs_dir), "--no-live")
+    run_dir = only_run(runs_dir)
+    listening: dict[int, set[str]] = {}
+    while launcher.poll() is None:  # sample the ranks' listening sockets while they live
+        for rank in record(run_dir)["ranks"]:
+            if not rank["pid"]:
+                continue
+            try:
+                for conn in psutil.Process(rank["pid"]).net_connections(kind="inet"):
+                    if conn.status == psutil.CONN_LISTEN:
+                        listening.setdefault(rank["rank"], set()).add(conn.laddr.ip)
+            except psutil.Error:
+                pass
+        time.sleep(0.02)
+    out, err = launcher.communicate()
+    assert launcher.returncode == 0, err
+    assert "[rank0]: rank 0 rpc result [1.0, 1.0]" in out and "[rank1]: rank 1 rpc result [2.0, 2.0]" in out
+    assert 0 in listening, "never saw rank 0 listen (the job ended too fast to sample?)"
+    assert set().union(*listening.values()) <= {"127.0.0.1"}, listening
+    assert_no_process_left(run_dir)
