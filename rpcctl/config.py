@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from rpcctl.errors import ConfigError
 
@@ -72,6 +72,21 @@ class LossesSpec(_Spec):
 Scalar = str | int | float | bool
 
 
+class EntryError(ValueError):
+    """A validator's error about one entry of a list or mapping: ``entry`` extends the key path."""
+
+    def __init__(self, message: str, entry: str | int):
+        super().__init__(message)
+        self.entry = entry
+
+
+def _no_bool(value: Any) -> Any:
+    # YAML's `true` would otherwise pass as the integer 1.
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got {value!r}")
+    return value
+
+
 class JobSpec(_Spec):
     """What the user asked for. Plain data, no I/O: ``plan`` turns it into a ``LaunchPlan``."""
 
@@ -94,6 +109,10 @@ class JobSpec(_Spec):
     start_method: Literal["fork", "spawn"] = "fork"
     preload: list[str] = Field(default_factory=lambda: list(DEFAULT_PRELOAD))
 
+    _ints = field_validator("nproc_per_node", "max_restarts", "timeout", "grace", "master_port", mode="before")(
+        classmethod(lambda cls, v: _no_bool(v))
+    )
+
     @field_validator("args")
     @classmethod
     def _args_as_strings(cls, value: list[Scalar]) -> list[Scalar]:
@@ -104,20 +123,23 @@ class JobSpec(_Spec):
     def _env_as_strings(cls, value: dict[str, Scalar]) -> dict[str, Scalar]:
         for key in value:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-                raise ValueError(f"{key!r} is not a valid environment variable name")
+                raise EntryError(f"{key!r} is not a valid environment variable name", key)
         return {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in value.items()}
 
     @field_validator("devices", mode="before")
     @classmethod
-    def _devices(cls, value: Any) -> Any:
+    def _devices(cls, value: Any, info: ValidationInfo) -> Any:
         if isinstance(value, str):
             if value not in ("cpu", "auto", "inherit"):
                 raise ValueError(f"devices must be 'cpu', 'auto', 'inherit' or a list (one GPU index or 'cpu' per local rank), got {value!r}")
             return value
         if not isinstance(value, list):
             raise ValueError(f"devices must be 'cpu', 'auto', 'inherit' or a list, got {type(value).__name__}")
+        nproc = info.data.get("nproc_per_node")
+        if nproc is not None and len(value) != nproc:
+            raise ValueError(f"devices lists {len(value)} entries but nproc_per_node is {nproc}: give one per local rank")
         parsed: list[int | str] = []
-        for entry in value:
+        for index, entry in enumerate(value):
             text = str(entry).strip()
             match = re.fullmatch(r"(?:cuda:)?(\d+)", text)
             if match and not isinstance(entry, bool):
@@ -125,17 +147,8 @@ class JobSpec(_Spec):
             elif text == "cpu":
                 parsed.append("cpu")
             else:
-                raise ValueError(f"device entry {entry!r} is neither a GPU index (0, 'cuda:1') nor 'cpu'")
+                raise EntryError(f"device entry {entry!r} is neither a GPU index (0, 'cuda:1') nor 'cpu'", index)
         return parsed
-
-    @model_validator(mode="after")
-    def _devices_per_rank(self) -> JobSpec:
-        if isinstance(self.devices, list) and len(self.devices) != self.nproc_per_node:
-            raise ValueError(
-                f"devices lists {len(self.devices)} entries but nproc_per_node is {self.nproc_per_node}: "
-                "give one per local rank"
-            )
-        return self
 
 
 # ---------------------------------------------------------------------------------------------
@@ -173,6 +186,9 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None
         for n in range(len(loc), 0, -1):
             if loc[:n] in origins:
                 return origins[loc[:n]]
+        for key, origin in origins.items():  # an override below this key replaced its value
+            if key[: len(loc)] == loc:
+                return origin
         for n in range(len(loc), -1, -1):
             if _key(loc[:n]) in lines:
                 return f"{display}:{lines[_key(loc[:n])]}"
@@ -203,13 +219,9 @@ def _parse_yaml(text: str, display: str) -> tuple[dict[str, Any], dict[str, int]
     """Parse YAML into data plus a map of dotted key path → 1-based line of that key."""
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"{display}:{mark.line + 1}:{mark.column + 1}" if mark else display
-        problem = " ".join(p for p in (exc.context, exc.problem) if p)
-        raise ConfigError(f"YAML syntax error: {problem}", where=where) from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"YAML error: {exc}", where=display) from None
+        where, problem = _yaml_problem(exc, display)
+        raise ConfigError(f"YAML syntax error: {problem}", where=where) from None
     if root is None:
         raise ConfigError("config file is empty: expected a mapping with at least 'script'", where=display)
     if not isinstance(root, yaml.MappingNode):
@@ -237,8 +249,23 @@ def _parse_yaml(text: str, display: str) -> tuple[dict[str, Any], dict[str, int]
     try:
         data = yaml.SafeLoader(text).get_single_data()
     except yaml.YAMLError as exc:  # e.g. an unhashable key: compose accepts it, construct does not
-        raise ConfigError(f"YAML error: {exc}", where=display) from None
+        where, problem = _yaml_problem(exc, display)
+        raise ConfigError(f"YAML error: {problem}", where=where) from None
     return data, lines
+
+
+def _yaml_problem(exc: yaml.YAMLError, display: str) -> tuple[str, str]:
+    """(FILE:LINE:COL, one-line problem) from a PyYAML error, without its multi-line repr."""
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return display, str(exc).splitlines()[0]
+    mark = exc.problem_mark or exc.context_mark
+    where = f"{display}:{mark.line + 1}:{mark.column + 1}" if mark else display
+    problem = exc.problem or "invalid YAML"
+    if exc.context:
+        opened = exc.context_mark
+        at = f" (opened at line {opened.line + 1})" if opened and mark and opened.line != mark.line else ""
+        problem = f"{problem}, {exc.context}{at}"
+    return where, problem
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\$")
@@ -282,7 +309,8 @@ def _parse_override(override: str) -> tuple[tuple[str, ...], Any]:
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
-        raise ConfigError(f"cannot parse value {raw!r}: {exc}", where=f"--set {override}", key=key) from None
+        _, problem = _yaml_problem(exc, "")
+        raise ConfigError(f"cannot parse value {raw!r} as YAML: {problem}", where=f"--set {override}", key=key) from None
     return parts, value
 
 
@@ -307,11 +335,21 @@ def _known_keys(loc: tuple[Any, ...]) -> list[str]:
     return list(model.model_fields)
 
 
+_UNION_TAGS = frozenset({"str", "int", "float", "bool"})
+
+
 def _validation_error(exc: ValidationError, where) -> ConfigError:
     messages = []
+    seen: set[tuple[str, ...]] = set()
     for error in exc.errors():
-        # Drop pydantic's union-branch names (e.g. 'list[...]') from the location.
-        loc = tuple(str(p) for p in error["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("literal"))))
+        # Drop pydantic's union-branch names ('str', 'list[...]', ...) from the location.
+        loc = tuple(str(p) for p in error["loc"] if not (isinstance(p, str) and (p in _UNION_TAGS or "[" in p or p.startswith("literal"))))
+        original = (error.get("ctx") or {}).get("error")
+        if isinstance(original, EntryError):
+            loc += (str(original.entry),)
+        if loc in seen:  # one message per key: a union reports each branch's failure
+            continue
+        seen.add(loc)
         key = _key(loc)
         kind = error["type"]
         if kind == "extra_forbidden":
@@ -324,7 +362,7 @@ def _validation_error(exc: ValidationError, where) -> ConfigError:
             message = f"missing required key '{key}'"
         else:
             message = error["msg"].removeprefix("Value error, ")
-            if "input" in error and kind not in ("model_type", "dict_type") and not isinstance(error["input"], (dict,)):
+            if "input" in error and kind not in ("model_type", "dict_type") and not isinstance(error["input"], dict) and "got" not in message and not isinstance(original, EntryError):
                 message += f" (got {error['input']!r})"
         messages.append((where(loc), key, message))
     messages.sort(key=lambda m: int(m[0].rsplit(":", 1)[1]) if m[0].rsplit(":", 1)[-1].isdigit() else 0)
@@ -333,6 +371,21 @@ def _validation_error(exc: ValidationError, where) -> ConfigError:
     if len(messages) > 1:
         text += "".join(f"\n  also {w}: key '{k}': {m}" for w, k, m in messages[1:])
     return ConfigError(text, where=where_first, key=key_first or None)
+
+
+def locate(path: str | os.PathLike[str], key: str) -> str:
+    """``FILE:LINE`` of a key (or of its nearest parent present in the file)."""
+    display = str(path)
+    try:
+        _, lines = _parse_yaml(Path(path).read_text(), display)
+    except (OSError, ConfigError):
+        return display
+    parts = key.split(".")
+    for n in range(len(parts), 0, -1):
+        line = lines.get(".".join(parts[:n]))
+        if line:
+            return f"{display}:{line}"
+    return display
 
 
 def dump_spec(spec: JobSpec) -> str:

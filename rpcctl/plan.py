@@ -41,6 +41,7 @@ class NodeFacts:
     gpus: tuple[str, ...]  # the GPU ids this node lets us use (CUDA_VISIBLE_DEVICES order)
     master_port: int
     launcher_pid: int
+    omp_num_threads_set: bool = False  # the launcher's environment already sets OMP_NUM_THREADS
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ def build_plan(spec: JobSpec, facts: NodeFacts, *, run_id: str, run_dir: Path, r
             "RPCCTL_STORE_BIND": "1",
             "PYTHONUNBUFFERED": "1",
         }
-        if nproc > 1 and "OMP_NUM_THREADS" not in spec.env and "OMP_NUM_THREADS" not in os.environ:
+        if nproc > 1 and "OMP_NUM_THREADS" not in spec.env and not facts.omp_num_threads_set:
             env["OMP_NUM_THREADS"] = "1"
         device, visible = devices[local_rank]
         if visible is not None:
@@ -175,6 +176,7 @@ def probe_node(spec: JobSpec) -> NodeFacts:
         gpus=tuple(visible_gpus()),
         master_port=spec.master_port or free_port(),
         launcher_pid=os.getpid(),
+        omp_num_threads_set="OMP_NUM_THREADS" in os.environ,
     )
 
 

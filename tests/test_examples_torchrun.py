@@ -8,7 +8,6 @@ checks that no rank outlived torchrun.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
+from example_checks import CHECKS
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
@@ -76,52 +76,6 @@ def _alive(p: psutil.Process) -> bool:
         return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
-
-
-def _check_remote_call(out: str) -> None:
-    assert "rpc_sync  -> worker1: add_and_scale = [2.0, 4.0, 6.0]" in out
-    assert "rpc_async -> worker1:" in out
-    assert "remote_call OK" in out
-
-
-def _check_remote_object(out: str) -> None:
-    assert "rref.owner() = worker1" in out
-    assert "rref.remote().value().to_here() = [1.0, 2.0, 3.0, 4.0] (computed on worker1)" in out
-    assert "remote_object OK" in out
-
-
-def _check_remote_state(out: str) -> None:
-    assert "final counter = 40" in out  # 2 updating ranks x 20 updates
-    assert "worker1: 20" in out and "worker2: 20" in out
-    assert "remote_state OK" in out
-
-
-def _check_shard_aggregate(out: str) -> None:
-    for r in range(3):
-        assert f"owned by worker{r}" in out
-    assert "shard_aggregate OK" in out
-
-
-def _check_parameter_server(out: str) -> None:
-    # Lines from the two trainers interleave; group the losses by step.
-    by_step: dict[int, list[float]] = {}
-    for m in re.finditer(r"step (\d+) loss (\d+\.\d{4})\b", out):
-        by_step.setdefault(int(m.group(1)), []).append(float(m.group(2)))
-    assert sorted(by_step) == list(range(30)), sorted(by_step)
-    assert all(len(v) == 2 for v in by_step.values()), "expected one line per trainer per step"
-    first, last = by_step[0], by_step[29]
-    assert max(last) < 0.5 * min(first), (first, last)
-    m = re.search(r"max \|w - w_true\| = (\d+\.\d+)", out)
-    assert m and float(m.group(1)) < 0.1, m
-
-
-CHECKS = {
-    "remote_call": _check_remote_call,
-    "remote_object": _check_remote_object,
-    "remote_state": _check_remote_state,
-    "shard_aggregate": _check_shard_aggregate,
-    "parameter_server": _check_parameter_server,
-}
 
 
 @pytest.mark.timeout(120)

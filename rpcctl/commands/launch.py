@@ -10,9 +10,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from rpcctl.commands.common import JsonOption, RunsDirOption
-from rpcctl.config import load_config
+from rpcctl.config import load_config, locate
 from rpcctl.console import Console, get_console
-from rpcctl.errors import UsageError
+from rpcctl.errors import ConfigError, UsageError
 from rpcctl.launcher import launch as launch_job
 from rpcctl.launcher import plan_job
 from rpcctl.plan import LaunchPlan
@@ -45,23 +45,33 @@ def launch(
     if json_ and not dry_run:
         raise UsageError("--json goes with --dry-run (a running job streams its output; see `rpcctl runs --json`)")
     if dry_run:
-        plan, _ = plan_job(spec, runs_dir)
+        plan, _ = _located(config, lambda: plan_job(spec, runs_dir))
         if json_:
             console.json(plan.to_dict())
         else:
             render_plan(console, plan)
         return
-    record = launch_job(
+    record = _located(config, lambda: launch_job(
         spec,
         runs_dir=runs_dir,
         console=console,
         live=not no_live and console.is_terminal,
         ranks_shown=shown,
         config_path=config,
-    )
+    ))
     render_outcome(console, record)
     if record.status != SUCCEEDED:
         raise typer.Exit(record.exit_code or 1)
+
+
+def _located(config: Path, action):
+    """Give config errors found at plan time (a GPU that is not there) the file and line."""
+    try:
+        return action()
+    except ConfigError as exc:
+        if exc.where or not exc.key:
+            raise
+        raise ConfigError(exc.message, where=locate(config, exc.key), key=exc.key) from None
 
 
 def parse_ranks(text: str, world_size: int) -> set[int]:
@@ -71,6 +81,8 @@ def parse_ranks(text: str, world_size: int) -> set[int]:
         try:
             if "-" in part:
                 low, high = (int(p) for p in part.split("-", 1))
+                if low > high:
+                    raise UsageError(f"--ranks: '{part}' is an empty range (write {high}-{low})")
                 ranks.update(range(low, high + 1))
             else:
                 ranks.add(int(part))

@@ -1,0 +1,750 @@
+"""``rpcctl.config.load_config``: YAML → ``JobSpec``, and how its errors reach the user.
+
+Part 1: what a good config loads to (defaults, ``${VAR}`` expansion, ``--set`` and ``-n``
+overrides, path resolution, name and value coercion).
+Part 2: a corpus of bad inputs. Each must raise ``ConfigError`` whose ``where`` is ``FILE:LINE``
+(``FILE:LINE:COL`` for YAML syntax errors, the line where the parser found the problem), the
+``--set KEY=VALUE`` / ``-n N`` origin, or the bare file where no line exists; whose ``key`` is
+the dotted key path; and whose message carries a phrase that tells the user what to do.
+Part 3: the same errors through the CLI: exit code 2, one ``error:`` line, no traceback, and
+no run directory.
+
+Everything here is in-process and file-only: no process is spawned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+from rich.console import Console as RichConsole
+from typer.testing import CliRunner
+
+from rpcctl.cli import app
+from rpcctl.commands import launch as launch_cmd
+from rpcctl.commands.launch import parse_ranks
+from rpcctl.config import DEFAULT_PRELOAD, JobSpec, dump_spec, load_config
+from rpcctl.console import Console, set_console
+from rpcctl.errors import ConfigError, UsageError
+
+UNSET = "RPCCTL_TEST_SURELY_UNSET_VAR"
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    monkeypatch.delenv(UNSET, raising=False)
+    monkeypatch.delenv("RPCCTL_DEBUG", raising=False)
+    monkeypatch.delenv("RPCCTL_RUNS_DIR", raising=False)
+
+
+@pytest.fixture
+def script(tmp_path) -> Path:
+    path = tmp_path / "train.py"
+    path.write_text("print('hello')\n")
+    return path
+
+
+@pytest.fixture
+def write(tmp_path, script):
+    """Write a config next to ``train.py`` and return its path."""
+
+    def _write(text: str, name: str = "job.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(text)
+        return path
+
+    return _write
+
+
+# =============================================================================================
+# Part 1: good configs
+
+
+def test_defaults(write, script):
+    spec = load_config(write("script: train.py\n"))
+    assert isinstance(spec, JobSpec)
+    assert spec.name == "job"
+    assert spec.script == script.resolve()
+    assert spec.script.is_absolute()
+    assert spec.args == []
+    assert spec.nproc_per_node == 1
+    assert spec.env == {}
+    assert spec.timeout is None
+    assert spec.max_restarts == 0
+    assert spec.grace == 5.0
+    assert spec.devices == "inherit"
+    assert spec.rpc.init is False
+    assert spec.rpc.name == "worker{rank}"
+    assert spec.rpc.rpc_timeout == 60.0
+    assert spec.rpc.num_worker_threads == 16
+    assert spec.rpc.device_maps == {} and spec.rpc.devices == []
+    assert spec.losses.pattern is None
+    assert spec.master_port is None
+    assert spec.start_method == "fork"
+    assert spec.preload == DEFAULT_PRELOAD
+
+
+def test_full_config(write, script):
+    spec = load_config(
+        write(
+            """\
+name: my-job.v2
+script: train.py
+args: [--epochs, 3]
+nproc_per_node: 2
+env: {MY_FLAG: on-purpose}
+timeout: 30.5
+max_restarts: 2
+grace: 0
+devices: [cuda:1, cpu]
+rpc:
+  init: true
+  name: "trainer{local_rank}"
+  rpc_timeout: 5
+  num_worker_threads: 4
+  device_maps: {trainer1: {"0": "1"}}
+losses:
+  pattern: 'step (?P<step>\\d+) loss (?P<loss>[0-9.]+)'
+master_port: 29511
+start_method: spawn
+preload: [numpy]
+"""
+        )
+    )
+    assert spec.name == "my-job.v2"
+    assert spec.args == ["--epochs", "3"]
+    assert spec.nproc_per_node == 2
+    assert spec.env == {"MY_FLAG": "on-purpose"}
+    assert spec.timeout == 30.5
+    assert spec.max_restarts == 2
+    assert spec.grace == 0
+    assert spec.devices == [1, "cpu"]  # "cuda:1" → 1
+    assert spec.rpc.init is True
+    assert spec.rpc.name == "trainer{local_rank}"
+    assert spec.rpc.rpc_timeout == 5.0
+    assert spec.rpc.num_worker_threads == 4
+    assert spec.rpc.device_maps == {"trainer1": {"0": "1"}}
+    assert spec.losses.pattern.startswith("step ")
+    assert spec.master_port == 29511
+    assert spec.start_method == "spawn"
+    assert spec.preload == ["numpy"]
+
+
+def test_accepts_str_path(write):
+    assert load_config(str(write("script: train.py\n"))).name == "job"
+
+
+def test_spec_is_frozen(write):
+    spec = load_config(write("script: train.py\n"))
+    with pytest.raises(Exception):
+        spec.nproc_per_node = 3  # type: ignore[misc]
+
+
+# --- ${VAR} expansion -------------------------------------------------------------------------
+
+
+def test_env_var_expansion(write, monkeypatch):
+    monkeypatch.setenv("RPCCTL_T_DATA", "/data/set")
+    monkeypatch.setenv("RPCCTL_T_N", "3")
+    spec = load_config(
+        write(
+            f"""\
+script: train.py
+nproc_per_node: ${{RPCCTL_T_N}}
+args:
+  - --data=${{RPCCTL_T_DATA}}/train
+  - ${{{UNSET}:-fallback}}
+  - ${{{UNSET}:-}}
+  - ${{RPCCTL_T_N:-9}}
+env:
+  PRICE: "$$5"
+  LITERAL: "$${{RPCCTL_T_DATA}}"
+  LONE: cost$5
+"""
+        )
+    )
+    assert spec.nproc_per_node == 3  # an expanded string still validates as an int
+    assert spec.args == ["--data=/data/set/train", "fallback", "", "3"]  # the set variable beats its default
+    assert spec.env == {"PRICE": "$5", "LITERAL": "${RPCCTL_T_DATA}", "LONE": "cost$5"}
+
+
+def test_env_var_expansion_in_script_path(tmp_path, write, monkeypatch):
+    sub = tmp_path / "code"
+    sub.mkdir()
+    (sub / "run.py").write_text("")
+    monkeypatch.setenv("RPCCTL_T_SUB", "code")
+    assert load_config(write("script: ${RPCCTL_T_SUB}/run.py\n")).script == (sub / "run.py").resolve()
+
+
+def test_set_values_are_not_env_expanded(write):
+    # Documented: expansion applies to file values only.
+    spec = load_config(write("script: train.py\n"), [f"env.A=${{{UNSET}}}"])
+    assert spec.env == {"A": f"${{{UNSET}}}"}
+
+
+# --- --set and -n -----------------------------------------------------------------------------
+
+
+def test_set_overrides_with_yaml_typed_values(write):
+    spec = load_config(
+        write("script: train.py\nnproc_per_node: 1\nargs: [old]\nrpc:\n  init: false\n"),
+        [
+            "nproc_per_node=2",
+            "args=[--lr, 0.1, 7]",
+            "rpc.init=true",
+            "rpc.num_worker_threads=8",
+            "env.NEW_VAR=1",  # creates the env mapping
+            "timeout=null",
+            "devices=[0, cpu]",
+            "losses.pattern=loss=(?P<loss>\\S+)",
+            "name=custom_name",
+        ],
+    )
+    assert spec.nproc_per_node == 2
+    assert spec.args == ["--lr", "0.1", "7"]
+    assert spec.rpc.init is True
+    assert spec.rpc.num_worker_threads == 8
+    assert spec.env == {"NEW_VAR": "1"}
+    assert spec.timeout is None
+    assert spec.devices == [0, "cpu"]
+    assert spec.losses.pattern == "loss=(?P<loss>\\S+)"
+    assert spec.name == "custom_name"
+
+
+def test_later_set_wins_and_value_may_contain_equals(write):
+    spec = load_config(write("script: train.py\n"), ["args=[a]", "args=[--x=1]", "env.OPTS=a=b"])
+    assert spec.args == ["--x=1"]
+    assert spec.env == {"OPTS": "a=b"}
+
+
+def test_set_empty_value_is_empty_string(write):
+    assert load_config(write("script: train.py\n"), ["env.EMPTY="]).env == {"EMPTY": ""}
+
+
+def test_nproc_override_beats_file_and_set(write):
+    path = write("script: train.py\nnproc_per_node: 2\n")
+    assert load_config(path, nproc_per_node=4).nproc_per_node == 4
+    assert load_config(path, ["nproc_per_node=3"], nproc_per_node=5).nproc_per_node == 5
+
+
+def test_set_script_resolves_against_config_folder(tmp_path, write):
+    (tmp_path / "other.py").write_text("")
+    assert load_config(write("script: train.py\n"), ["script=other.py"]).script == (tmp_path / "other.py").resolve()
+
+
+# --- paths, names, coercion -------------------------------------------------------------------
+
+
+def test_script_relative_to_config_folder_not_cwd(tmp_path, monkeypatch):
+    (tmp_path / "cfgs").mkdir()
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    target = tmp_path / "scripts" / "t.py"
+    target.write_text("")
+    cfg = tmp_path / "cfgs" / "job.yaml"
+    cfg.write_text("script: ../scripts/t.py\n")
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    spec = load_config(cfg)
+    assert spec.script == target.resolve()
+    assert spec.script.is_absolute()
+    # a relative config path works too
+    monkeypatch.chdir(tmp_path)
+    assert load_config(Path("cfgs/job.yaml")).script == target.resolve()
+
+
+def test_absolute_script_path(tmp_path):
+    elsewhere = tmp_path / "a" / "b"
+    elsewhere.mkdir(parents=True)
+    target = elsewhere / "abs.py"
+    target.write_text("")
+    cfg_dir = tmp_path / "cfg"
+    cfg_dir.mkdir()
+    cfg = cfg_dir / "job.yaml"
+    cfg.write_text(f"script: {target}\n")
+    assert load_config(cfg).script == target
+
+
+def test_script_tilde_is_expanded(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "s.py").write_text("")
+    monkeypatch.setenv("HOME", str(home))
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text("script: ~/s.py\n")
+    assert load_config(cfg).script == home / "s.py"
+
+
+@pytest.mark.parametrize(
+    ("filename", "expected"),
+    [
+        ("job.yaml", "job"),
+        ("My Job!.yaml", "My-Job"),
+        ("__private__.yaml", "private"),
+        ("résumé run.yml", "r-sum-run"),
+        ("ééé.yaml", "job"),  # nothing usable left → a fallback name
+        ("exp.v2.yaml", "exp.v2"),
+    ],
+)
+def test_name_defaults_to_sanitised_file_stem(write, filename, expected):
+    spec = load_config(write("script: train.py\n", name=filename))
+    assert spec.name == expected
+
+
+def test_explicit_name_is_kept(write):
+    assert load_config(write("name: explicit\nscript: train.py\n", name="Other Name.yaml")).name == "explicit"
+
+
+def test_args_and_env_coerced_to_strings(write):
+    spec = load_config(
+        write("script: train.py\nargs: [--epochs, 3, 0.5, -1, x]\nenv: {INT: 1, FLOAT: 1.5, T: true, F: false, S: text}\n")
+    )
+    assert spec.args == ["--epochs", "3", "0.5", "-1", "x"]
+    assert all(isinstance(a, str) for a in spec.args)
+    assert spec.env == {"INT": "1", "FLOAT": "1.5", "T": "true", "F": "false", "S": "text"}
+
+
+@pytest.mark.parametrize(
+    ("devices", "expected"),
+    [("cpu", "cpu"), ("auto", "auto"), ("inherit", "inherit"), ("[0, 1]", [0, 1]), ("['cuda:3', cpu]", [3, "cpu"]), ("['2', cpu]", [2, "cpu"])],
+)
+def test_devices_forms(write, devices, expected):
+    spec = load_config(write(f"script: train.py\nnproc_per_node: 2\ndevices: {devices}\n"))
+    assert spec.devices == expected
+
+
+def test_dump_spec_round_trips(write):
+    spec = load_config(write("script: train.py\nargs: [a, 1]\nrpc: {init: true}\n"))
+    data = yaml.safe_load(dump_spec(spec))
+    assert data["script"] == str(spec.script)
+    assert data["args"] == ["a", "1"]
+    assert JobSpec.model_validate(data) == spec
+
+
+# =============================================================================================
+# Part 2: the bad-input corpus
+
+
+@dataclass
+class Bad:
+    text: str | None  # config text; None: see `path`
+    where: str | None  # "{file}:LINE", "{file}:LINE:" (a prefix: YAML syntax errors add a column), "{file}", "--set ...", None
+    key: str | None
+    phrases: tuple[str, ...]
+    overrides: list[str] = field(default_factory=list)
+    nproc: int | None = None
+    path: str = "file"  # "file", "missing" (no such file) or "dir" (a directory)
+    one_line: bool = True  # the message is a single line
+
+
+BAD: dict[str, Bad] = {
+    # --- YAML itself
+    "yaml-unclosed-bracket": Bad(
+        "script: train.py\nargs: [a, b\nnproc_per_node: 2\n", "{file}:3:", None, ("YAML syntax error", "expected ',' or ']'")
+    ),
+    "yaml-bad-indentation": Bad(
+        "script: train.py\nrpc:\n  init: true\n   name: x\n", "{file}:4:", None, ("YAML syntax error", "mapping values are not allowed")
+    ),
+    "yaml-dedent-mid-mapping": Bad(
+        "script: train.py\nrpc:\n    init: true\n  name: x\n", "{file}:4:", None, ("YAML syntax error", "expected <block end>")
+    ),
+    "yaml-tab-indent": Bad("script: train.py\n\tnproc_per_node: 2\n", "{file}:2:", None, ("YAML syntax error", "cannot start any token")),
+    "empty-file": Bad("", "{file}", None, ("config file is empty", "'script'")),
+    "comments-only-file": Bad("# nothing here\n\n", "{file}", None, ("config file is empty",)),
+    "file-is-a-list": Bad("- script: train.py\n- nproc_per_node: 2\n", "{file}:1", None, ("must be a mapping", "got a list")),
+    "file-is-a-scalar": Bad("\n\njust some text\n", "{file}:3", None, ("must be a mapping", "got a single value")),
+    "missing-config-file": Bad(None, None, None, ("config file not found",), path="missing"),
+    "config-path-is-directory": Bad(None, None, None, ("is a directory",), path="dir"),
+    # --- keys
+    "unknown-top-level-key": Bad(
+        "script: train.py\nnprocs_per_node: 2\n", "{file}:2", "nprocs_per_node", ("unknown key 'nprocs_per_node'", "did you mean 'nproc_per_node'?")
+    ),
+    "unknown-nested-key": Bad(
+        "script: train.py\nrpc:\n  init: true\n  num_worker_thread: 4\n",
+        "{file}:4",
+        "rpc.num_worker_thread",
+        ("unknown key 'num_worker_thread'", "did you mean 'num_worker_threads'?"),
+    ),
+    "unknown-nested-key-no-close-match": Bad(
+        "script: train.py\nrpc:\n  zzz: 1\n", "{file}:3", "rpc.zzz", ("unknown key 'zzz'", "known keys: init, name")
+    ),
+    "missing-required-script": Bad("nproc_per_node: 2\n", "{file}", "script", ("missing required key 'script'",)),
+    "script-file-missing": Bad("name: x\nscript: nope.py\n", "{file}:2", "script", ("script not found", "nope.py")),
+    "duplicate-top-level-key": Bad(
+        "script: train.py\nnproc_per_node: 2\nnproc_per_node: 3\n", "{file}:3", "nproc_per_node", ("duplicate key 'nproc_per_node'",)
+    ),
+    "duplicate-nested-key": Bad("script: train.py\nrpc:\n  init: true\n  init: false\n", "{file}:4", "rpc.init", ("duplicate key 'init'",)),
+    # --- types and ranges
+    "wrong-type-int": Bad("script: train.py\n\nnproc_per_node: two\n", "{file}:3", "nproc_per_node", ("valid integer", "'two'")),
+    "wrong-type-fraction": Bad("script: train.py\nnproc_per_node: 2.5\n", "{file}:2", "nproc_per_node", ("fractional part",)),
+    "nproc-zero": Bad("script: train.py\nnproc_per_node: 0\n", "{file}:2", "nproc_per_node", ("greater than or equal to 1", "got 0")),
+    "nproc-too-big": Bad("script: train.py\nnproc_per_node: 5000\n", "{file}:2", "nproc_per_node", ("less than or equal to 1024",)),
+    "timeout-negative": Bad("script: train.py\ntimeout: -1\n", "{file}:2", "timeout", ("greater than 0", "got -1")),
+    "timeout-zero": Bad("script: train.py\ntimeout: 0\n", "{file}:2", "timeout", ("greater than 0",)),
+    "grace-negative": Bad("script: train.py\ngrace: -1\n", "{file}:2", "grace", ("greater than or equal to 0", "got -1")),
+    "max-restarts-negative": Bad("script: train.py\nmax_restarts: -1\n", "{file}:2", "max_restarts", ("greater than or equal to 0",)),
+    "nested-out-of-range": Bad(
+        "script: train.py\nrpc:\n  num_worker_threads: 0\n", "{file}:3", "rpc.num_worker_threads", ("greater than or equal to 1",)
+    ),
+    "master-port-out-of-range": Bad("script: train.py\nmaster_port: 70000\n", "{file}:2", "master_port", ("65535",)),
+    "start-method-unknown": Bad("script: train.py\nstart_method: forkserver\n", "{file}:2", "start_method", ("'fork' or 'spawn'", "forkserver")),
+    "args-not-a-list": Bad("script: train.py\nargs: {a: 1}\n", "{file}:2", "args", ("valid list",)),
+    "env-not-a-mapping": Bad("script: train.py\nenv: [A, B]\n", "{file}:2", "env", ("valid dictionary",)),
+    "name-invalid": Bad("script: train.py\nname: 'bad name'\n", "{file}:2", "name", ("bad name",)),
+    # --- ${VAR}
+    "unset-var-in-list": Bad(
+        f"script: train.py\nargs:\n  - --lr\n  - ${{{UNSET}}}\n", "{file}:4", "args.1", (f"{UNSET} is not set", f"${{{UNSET}:-default}}")
+    ),
+    "unset-var-in-mapping": Bad(f"script: train.py\nenv:\n  FOO: pre-${{{UNSET}}}\n", "{file}:3", "env.FOO", (f"{UNSET} is not set",)),
+    # --- --set / -n
+    "set-without-equals": Bad("script: train.py\n", "--set nproc_per_node", None, ("expected KEY=VALUE",), overrides=["nproc_per_node"]),
+    "set-empty-key": Bad("script: train.py\n", "--set =3", None, ("expected KEY=VALUE",), overrides=["=3"]),
+    "set-empty-path-part": Bad("script: train.py\n", "--set a..b=1", None, ("bad key path 'a..b'",), overrides=["a..b=1"]),
+    "set-unparsable-value": Bad(
+        "script: train.py\n", "--set args=[1, 2", "args", ("cannot parse value",), overrides=["args=[1, 2"], one_line=False
+    ),
+    "set-into-list": Bad(
+        "script: train.py\nargs: [a]\n", "--set args.x=1", "args.x", ("'args' is not a mapping", "no key 'x'"), overrides=["args.x=1"]
+    ),
+    "set-into-scalar": Bad(
+        "script: train.py\nnproc_per_node: 2\n",
+        "--set nproc_per_node.x=1",
+        "nproc_per_node.x",
+        ("'nproc_per_node' is not a mapping",),
+        overrides=["nproc_per_node.x=1"],
+    ),
+    "set-unknown-key": Bad(
+        "script: train.py\n", "--set nprocs_per_node=2", "nprocs_per_node", ("did you mean 'nproc_per_node'?",), overrides=["nprocs_per_node=2"]
+    ),
+    "set-unknown-nested-key": Bad(
+        "script: train.py\nrpc: {init: true}\n", "--set rpc.bogus=1", "rpc.bogus", ("unknown key 'bogus'",), overrides=["rpc.bogus=1"]
+    ),
+    "set-out-of-range": Bad(
+        "script: train.py\nnproc_per_node: 2\n",
+        "--set nproc_per_node=0",
+        "nproc_per_node",
+        ("greater than or equal to 1",),
+        overrides=["nproc_per_node=0"],
+    ),
+    "set-wrong-type": Bad("script: train.py\n", "--set rpc.init=maybe", "rpc.init", ("valid boolean",), overrides=["rpc.init=maybe"]),
+    "set-missing-script": Bad(
+        "script: train.py\n", "--set script=gone.py", "script", ("script not found", "gone.py"), overrides=["script=gone.py"]
+    ),
+    "n-zero": Bad("script: train.py\n", "-n 0", "nproc_per_node", ("greater than or equal to 1",), nproc=0),
+    # --- devices
+    "devices-bad-entry": Bad(
+        "script: train.py\nnproc_per_node: 2\ndevices: [0, gpu]\n", "{file}:3", "devices.1", ("device entry 'gpu'", "GPU index", "'cpu'")
+    ),
+    "devices-bad-word": Bad("script: train.py\ndevices: gpu\n", "{file}:2", "devices", ("'cpu', 'auto', 'inherit'", "'gpu'")),
+    "devices-bad-type": Bad("script: train.py\ndevices: {a: 1}\n", "{file}:2", "devices", ("or a list", "got dict")),
+    "devices-bool-entry": Bad("script: train.py\ndevices: [true]\n", "{file}:2", "devices.0", ("device entry True",)),
+    # --- losses
+    "losses-bad-regex": Bad("script: train.py\nlosses:\n  pattern: 'loss=(\\d+'\n", "{file}:3", "losses.pattern", ("not a valid regex",)),
+    "losses-no-loss-group": Bad(
+        "script: train.py\nlosses:\n  pattern: 'loss=(?P<value>\\d+)'\n", "{file}:3", "losses.pattern", ("(?P<loss>...)",)
+    ),
+    # --- env
+    "env-bad-var-name": Bad("script: train.py\nenv: {GOOD: 1, 1BAD: x}\n", "{file}:2", "env.1BAD", ("'1BAD' is not a valid environment variable name",)),
+    "env-var-name-with-dash": Bad("script: train.py\nenv:\n  MY-VAR: x\n", "{file}:3", "env.MY-VAR", ("'MY-VAR'",)),
+    # --- rpc.name
+    "rpc-name-unknown-field": Bad(
+        "script: train.py\nrpc:\n  name: 'w{rnk}'\n", "{file}:3", "rpc.name", ("bad name template", "only {rank} and {local_rank}")
+    ),
+    "rpc-name-positional": Bad("script: train.py\nrpc:\n  name: 'w{0}'\n", "{file}:3", "rpc.name", ("bad name template",)),
+    "rpc-name-unclosed-brace": Bad("script: train.py\nrpc:\n  name: 'w{rank'\n", "{file}:3", "rpc.name", ("bad name template",)),
+    # --- found by this corpus, fixed since
+    "devices-length-mismatch": Bad(
+        "script: train.py\nnproc_per_node: 2\ndevices: [0, 1, 2]\n",
+        "{file}:3",
+        "devices",
+        ("devices lists 3 entries but nproc_per_node is 2",),
+    ),
+    "devices-length-mismatch-via-n": Bad(
+        "script: train.py\nnproc_per_node: 2\ndevices: [0, 1]\n", "{file}:3", "devices", ("nproc_per_node is 3",), nproc=3
+    ),
+    "devices-length-mismatch-via-set": Bad(
+        "script: train.py\nnproc_per_node: 2\n", "--set devices=[0]", "devices", ("devices lists 1 entries",), overrides=["devices=[0]"]
+    ),
+    "set-below-a-non-mapping-leaf": Bad(
+        "script: train.py\n", "--set rpc.init.x=1", "rpc.init", ("valid boolean",), overrides=["rpc.init.x=1"]
+    ),
+    "null-list-entry": Bad("script: train.py\nargs:\n  - --x\n  - null\n", "{file}:4", "args.1", ("(got None)",)),
+    "null-env-value": Bad("script: train.py\nenv:\n  FOO:\n", "{file}:3", "env.FOO", ("(got None)",)),
+    "bool-for-int": Bad("script: train.py\nnproc_per_node: true\n", "{file}:2", "nproc_per_node", ("expected a number, got True",)),
+    "yaml-unhashable-key": Bad("script: train.py\n? [a, b]\n: 1\n", "{file}:2:3", None, ("unhashable",)),
+}
+
+XFAIL: dict[str, str] = {}  # case id → reason, for known bugs (strict)
+
+
+def _bad_params() -> list:
+    params = []
+    for case_id, case in BAD.items():
+        marks = [pytest.mark.xfail(reason=XFAIL[case_id], strict=True)] if case_id in XFAIL else []
+        params.append(pytest.param(case, id=case_id, marks=marks))
+    return params
+
+
+def _load_bad(tmp_path: Path, case: Bad) -> tuple[ConfigError, Path]:
+    (tmp_path / "train.py").write_text("")
+    if case.path == "missing":
+        path = tmp_path / "no-such.yaml"
+    elif case.path == "dir":
+        path = tmp_path / "adir.yaml"
+        path.mkdir()
+    else:
+        path = tmp_path / "job.yaml"
+        path.write_text(case.text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, case.overrides, nproc_per_node=case.nproc)
+    return info.value, path
+
+
+def test_corpus_is_big_enough():
+    assert len([c for c in BAD if c not in XFAIL]) >= 14
+
+
+@pytest.mark.parametrize("case", _bad_params())
+def test_bad_config(tmp_path, case: Bad):
+    error, path = _load_bad(tmp_path, case)
+    rendered = str(error)
+    if case.where is None:
+        assert error.where is None
+        assert str(path) in rendered  # the message itself names the file
+    else:
+        where = case.where.format(file=path)
+        if where.endswith(":"):  # YAML syntax error: FILE:LINE:COL
+            assert error.where is not None and error.where.startswith(where), error.where
+            assert error.where[len(where) :].isdigit(), error.where
+        else:
+            assert error.where == where
+        assert rendered.startswith(f"{error.where}: ")
+    assert error.key == case.key
+    if case.key:
+        assert f"key '{case.key}'" in rendered
+    for phrase in case.phrases:
+        assert phrase in error.message, (phrase, error.message)
+    if case.one_line:
+        assert "\n" not in error.message  # one error, one line ("also ..." lines would mean several)
+    assert error.exit_code == 2
+
+
+def test_several_errors_first_by_line_then_also(write):
+    path = write("script: train.py\ngrace: -1\nnproc_per_node: 0\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    error = info.value
+    assert error.where == f"{path}:2"
+    assert error.key == "grace"
+    assert f"\n  also {path}:3: key 'nproc_per_node': " in error.message
+
+
+def test_bad_env_name_message_names_the_variable(write):
+    # Works today: the variable is named in the message, even though the location is the `env:` line.
+    path = write("script: train.py\nenv:\n  GOOD: 1\n  1BAD: x\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert "'1BAD'" in info.value.message
+    assert info.value.where.startswith(f"{path}:")
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "key"),
+    [
+        ("script: train.py\nnproc_per_node: 2\ndevices:\n  - 0\n  - gpu\n", 5, "devices.1"),
+        ("script: train.py\nenv:\n  GOOD: 1\n  1BAD: x\n", 4, "env.1BAD"),
+    ],
+    ids=["devices-entry", "env-name"],
+)
+def test_entry_errors_point_at_the_entry(write, text, line, key):
+    path = write(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert (info.value.where, info.value.key) == (f"{path}:{line}", key)
+
+
+def test_devices_word_message_has_no_repeated_got(write):
+    with pytest.raises(ConfigError) as info:
+        load_config(write("script: train.py\ndevices: gpu\n"))
+    assert info.value.message.count("got 'gpu'") == 1
+
+
+def test_set_parse_error_is_one_line(write):
+    with pytest.raises(ConfigError) as info:
+        load_config(write("script: train.py\n"), ["args=[1, 2"])
+    assert "\n" not in info.value.message
+    assert "<unicode string>" not in info.value.message
+
+
+def test_unset_var_is_checked_even_when_set_overrides_the_key(write):
+    # Documented order (expansion before overrides): --set cannot rescue an unset ${VAR}.
+    path = write(f"script: train.py\nargs:\n  - ${{{UNSET}}}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, ["args=[x]"])
+    assert info.value.where == f"{path}:3"
+
+
+# =============================================================================================
+# Part 3: through the CLI
+
+
+@pytest.fixture
+def cli(monkeypatch, tmp_path):
+    """A CliRunner with a fixed-width, colourless console (injected as documented in rpcctl.console),
+    cwd in tmp_path, and a launcher that refuses to start anything: these tests must never spawn."""
+
+    def _must_not_launch(*args, **kwargs):
+        raise AssertionError("launch_job was called: the CLI tried to start a job")
+
+    monkeypatch.setattr(launch_cmd, "launch_job", _must_not_launch)
+    monkeypatch.chdir(tmp_path)
+    set_console(
+        Console(
+            out=RichConsole(width=400, no_color=True, highlight=False, force_terminal=False, soft_wrap=False),
+            err=RichConsole(stderr=True, width=400, no_color=True, highlight=False, force_terminal=False, soft_wrap=True),
+        )
+    )
+    runner = CliRunner()
+    yield runner
+    set_console(None)
+
+
+def _assert_config_error(result, runs: Path, *must_contain: str) -> str:
+    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
+    stderr = result.stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error:")]
+    assert len(errors) == 1 and lines[0] == errors[0], stderr
+    # anything after the one message is its own continuation ("  also FILE:LINE: ..."), not another message
+    assert all(line.startswith("  also ") for line in lines[1:]), stderr
+    for text in must_contain:
+        assert text in errors[0], (text, stderr)
+    assert "Traceback" not in result.output
+    assert result.stdout == ""
+    assert not runs.exists(), "a bad config must not create a run directory"
+    return errors[0]
+
+
+CLI_BAD = {
+    "unknown-key": ("script: train.py\nnprocs_per_node: 2\n", [], 2, "nprocs_per_node", "did you mean 'nproc_per_node'?"),
+    "out-of-range": ("script: train.py\nname: ok\nnproc_per_node: 0\n", [], 3, "nproc_per_node", "greater than or equal to 1"),
+    "nested-typo": ("script: train.py\nrpc:\n  num_worker_thread: 4\n", [], 3, "rpc.num_worker_thread", "num_worker_threads"),
+    "missing-script": ("script: missing.py\n", [], 1, "script", "script not found"),
+    "unset-var": (f"script: train.py\nargs: [--x]\nenv:\n  A: ${{{UNSET}}}\n", [], 4, "env.A", "is not set"),
+    "bad-regex": ("script: train.py\nlosses:\n  pattern: '('\n", [], 3, "losses.pattern", "not a valid regex"),
+    "duplicate": ("script: train.py\ngrace: 1\ngrace: 2\n", [], 3, "grace", "duplicate key"),
+}
+
+
+@pytest.mark.parametrize("case", list(CLI_BAD.values()), ids=list(CLI_BAD))
+def test_cli_bad_config(cli, tmp_path, script, case):
+    text, extra, line, key, phrase = case
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(text)
+    runs = tmp_path / "runs"
+    result = cli.invoke(app, ["launch", str(cfg), "--runs-dir", str(runs), *extra])
+    error = _assert_config_error(result, runs, f"{cfg}:{line}: key '{key}': ", phrase)
+    assert error.startswith(f"error: {cfg}:{line}: key '{key}': ")
+
+
+def test_cli_yaml_syntax_error(cli, tmp_path, script):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("script: train.py\nrpc:\n  init: true\n   name: x\n")
+    runs = tmp_path / "runs"
+    result = cli.invoke(app, ["launch", str(cfg), "--runs-dir", str(runs)])
+    _assert_config_error(result, runs, f"error: {cfg}:4:", "YAML syntax error")
+
+
+def test_cli_bad_set(cli, tmp_path, script):
+    cfg = tmp_path / "ok.yaml"
+    cfg.write_text("script: train.py\nargs: [a]\n")
+    runs = tmp_path / "runs"
+    result = cli.invoke(app, ["launch", str(cfg), "--runs-dir", str(runs), "--set", "args.x=1"])
+    _assert_config_error(result, runs, "error: --set args.x=1: key 'args.x': 'args' is not a mapping")
+    result = cli.invoke(app, ["launch", str(cfg), "--runs-dir", str(runs), "-s", "nproc_per_node"])
+    _assert_config_error(result, runs, "error: --set nproc_per_node: expected KEY=VALUE")
+
+
+def test_cli_bad_n(cli, tmp_path, script):
+    cfg = tmp_path / "ok.yaml"
+    cfg.write_text("script: train.py\n")
+    runs = tmp_path / "runs"
+    result = cli.invoke(app, ["launch", str(cfg), "--runs-dir", str(runs), "-n", "0"])
+    _assert_config_error(result, runs, "error: -n 0: key 'nproc_per_node': ")
+
+
+def test_cli_missing_config_file(cli, tmp_path):
+    runs = tmp_path / "runs"
+    missing = tmp_path / "nope.yaml"
+    result = cli.invoke(app, ["launch", str(missing), "--runs-dir", str(runs)])
+    _assert_config_error(result, runs, "config file not found", str(missing))
+
+
+def test_cli_gpu_that_does_not_exist(cli, tmp_path, script):
+    cfg = tmp_path / "gpu.yaml"
+    cfg.write_text("script: train.py\ndevices: [0]\n")
+    runs = tmp_path / "runs"
+    # CUDA_VISIBLE_DEVICES="" makes probe_node see no GPUs, whatever this machine has.
+    result = cli.invoke(app, ["launch", str(cfg), "--runs-dir", str(runs), "--dry-run"], env={"CUDA_VISIBLE_DEVICES": ""})
+    _assert_config_error(result, runs, "key 'devices.0'", "GPU 0 does not exist", "visible GPUs: none")
+
+
+def test_cli_gpu_that_does_not_exist_names_the_file(cli, tmp_path, script):
+    cfg = tmp_path / "gpu.yaml"
+    cfg.write_text("script: train.py\ndevices: [0]\n")
+    result = cli.invoke(app, ["launch", str(cfg), "--runs-dir", str(tmp_path / "runs"), "--dry-run"], env={"CUDA_VISIBLE_DEVICES": ""})
+    assert f"{cfg}:2" in result.stderr
+
+
+def test_cli_debug_adds_traceback(cli, tmp_path, script):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("script: train.py\ngrace: -1\n")
+    result = cli.invoke(app, ["launch", str(cfg), "--runs-dir", str(tmp_path / "runs")], env={"RPCCTL_DEBUG": "1"})
+    assert result.exit_code == 2
+    assert "Traceback" in result.stderr
+    assert f"error: {cfg}:2: key 'grace': " in result.stderr
+
+
+def test_cli_ranks_out_of_range(cli, tmp_path, script):
+    cfg = tmp_path / "two.yaml"
+    cfg.write_text("script: train.py\nnproc_per_node: 2\n")
+    runs = tmp_path / "runs"
+    result = cli.invoke(app, ["launch", str(cfg), "--runs-dir", str(runs), "--ranks", "5"])
+    _assert_config_error(result, runs, "--ranks", "rank 5 does not exist", "0-1")
+    result = cli.invoke(app, ["launch", str(cfg), "--runs-dir", str(runs), "--ranks", "zero"])
+    _assert_config_error(result, runs, "--ranks", "'zero'")
+
+
+def test_cli_json_without_dry_run(cli, tmp_path, script):
+    cfg = tmp_path / "ok.yaml"
+    cfg.write_text("script: train.py\n")
+    runs = tmp_path / "runs"
+    result = cli.invoke(app, ["launch", str(cfg), "--runs-dir", str(runs), "--json"])
+    _assert_config_error(result, runs, "--json goes with --dry-run")
+
+
+# --- parse_ranks ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("0", {0}), ("0,2", {0, 2}), ("0-3", {0, 1, 2, 3}), (" 1 , 0-1 ", {0, 1}), ("3-3", {3})],
+)
+def test_parse_ranks(text, expected):
+    assert parse_ranks(text, 4) == expected
+
+
+@pytest.mark.parametrize(("text", "phrase"), [("x", "'x'"), ("1-", "'1-'"), ("", "''"), ("4", "rank 4 does not exist"), ("0-9", "rank 4"), ("-1", "'-1'")])
+def test_parse_ranks_errors(text, phrase):
+    with pytest.raises(UsageError) as info:
+        parse_ranks(text, 4)
+    assert phrase in str(info.value)
+
+
+def test_parse_ranks_reversed_range():
+    try:
+        shown = parse_ranks("3-1", 4)
+    except UsageError:
+        return
+    assert shown == {1, 2, 3}
