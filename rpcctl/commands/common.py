@@ -9,11 +9,11 @@ import typer
 
 RunsDirOption = Annotated[
     Optional[Path],
-    typer.Option("--runs-dir", help="Where runs live [default: ./runs, or $RPCCTL_RUNS_DIR].", show_default=False),
+    typer.Option("--runs-dir", help="Where runs live (default: ./runs, or $RPCCTL_RUNS_DIR).", show_default=False),
 ]
 RunArgument = Annotated[
     Optional[str],
-    typer.Argument(help="Run id (or a unique prefix) or run directory [default: the latest run].", show_default=False),
+    typer.Argument(metavar="RUN", help="Run id (or a unique prefix) or run directory (default: the latest run).", show_default=False),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document (raw units) instead of a table.")]
 WatchOption = Annotated[bool, typer.Option("--watch", "-w", help="Refresh the view until the run ends (Ctrl-C to stop).")]

@@ -21,7 +21,7 @@ from rpcctl.supervisor import describe_duration
 
 
 def launch(
-    config: Annotated[Path, typer.Argument(help="The job's YAML config.", show_default=False)],
+    config: Annotated[Path, typer.Argument(metavar="CONFIG", help="The job's YAML config.", show_default=False)],
     set_: Annotated[
         Optional[list[str]],
         typer.Option("--set", "-s", help="Override a config key: KEY.PATH=VALUE (YAML value). Repeatable.", show_default=False),
