@@ -55,9 +55,10 @@ def _root(
 
 
 def _register() -> None:
-    from rpcctl.commands import launch, runs
+    from rpcctl.commands import launch, runs, sbatch
 
     app.command("launch")(launch.launch)
+    app.command("sbatch")(sbatch.sbatch)
     app.command("runs")(runs.runs)
     app.command("logs")(runs.logs)
     app.command("stop")(runs.stop)

@@ -103,13 +103,20 @@ class JobSpec(_Spec):
     devices: str | list[int | str] = "inherit"
     rpc: RpcSpec = Field(default_factory=RpcSpec)
     losses: LossesSpec = Field(default_factory=LossesSpec)
-    master_port: int | None = Field(None, ge=1, le=65535)  # a free port is picked when unset
+    master_port: int | None = Field(None, ge=1, le=65535)  # one node: a free port when unset
+    # Several nodes: one launcher per node. Node 0 hosts the rendezvous (torch's TCPStore) on
+    # master_addr:master_port; the ranks' own rendezvous port is picked by node 0 and shared.
+    nnodes: int = Field(1, ge=1, le=65536)
+    node_rank: int = Field(0, ge=0)
+    master_addr: str | None = None
+    ifname: str | None = None  # network interface for TensorPipe/Gloo; default: the one routing to master_addr
+    rdzv_timeout: float = Field(300.0, gt=0)  # seconds to wait for every node to arrive
     # fork: one process imports `preload` once and forks the ranks (fast); spawn: a fresh
     # interpreter per rank, for scripts that must set things up before torch is imported.
     start_method: Literal["fork", "spawn"] = "fork"
     preload: list[str] = Field(default_factory=lambda: list(DEFAULT_PRELOAD))
 
-    _ints = field_validator("nproc_per_node", "max_restarts", "timeout", "grace", "master_port", mode="before")(
+    _ints = field_validator("nproc_per_node", "max_restarts", "timeout", "grace", "master_port", "nnodes", "node_rank", mode="before")(
         classmethod(lambda cls, v: _no_bool(v))
     )
 
@@ -125,6 +132,25 @@ class JobSpec(_Spec):
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
                 raise EntryError(f"{key!r} is not a valid environment variable name", key)
         return {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in value.items()}
+
+    @field_validator("node_rank")
+    @classmethod
+    def _node_rank_in_range(cls, value: int, info: ValidationInfo) -> int:
+        nnodes = info.data.get("nnodes")
+        if nnodes is not None and value >= nnodes:
+            raise ValueError(f"node_rank {value} is out of range for nnodes {nnodes} (0-{nnodes - 1})")
+        return value
+
+    @field_validator("master_addr")
+    @classmethod
+    def _master_addr_needed(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("master_addr is empty")
+        return value
+
+    @property
+    def multi_node(self) -> bool:
+        return self.nnodes > 1
 
     @field_validator("devices", mode="before")
     @classmethod
@@ -155,7 +181,13 @@ class JobSpec(_Spec):
 # Loading
 
 
-def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None, *, nproc_per_node: int | None = None) -> JobSpec:
+def load_config(
+    path: str | os.PathLike[str],
+    overrides: list[str] | None = None,
+    *,
+    nproc_per_node: int | None = None,
+    flags: dict[str, tuple[Any, str]] | None = None,
+) -> JobSpec:
     """Read, expand, override and validate a config file. Raises ``ConfigError`` with a location."""
     path = Path(path)
     display = str(path)
@@ -175,9 +207,12 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None
         key, value = _parse_override(override)
         _apply_override(data, key, value, override)
         origins[key] = f"--set {override}"
+    flags = dict(flags or {})
     if nproc_per_node is not None:
-        data["nproc_per_node"] = nproc_per_node
-        origins[("nproc_per_node",)] = f"-n {nproc_per_node}"
+        flags["nproc_per_node"] = (nproc_per_node, f"-n {nproc_per_node}")
+    for key, (value, origin) in flags.items():  # command-line flags beat the file and --set
+        data[key] = value
+        origins[(key,)] = origin
     data.setdefault("name", path.stem)
     if "name" not in lines and ("name",) not in origins:
         data["name"] = _sanitize_name(str(data["name"]))

@@ -45,6 +45,11 @@ class Console:
     def error(self, message: str) -> None:
         self.err.print(f"[bold red]error:[/bold red] {_escape(message)}")
 
+    def raw(self, text: str) -> None:
+        """Text that must reach stdout byte for byte (a script, a file's content)."""
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
     def json(self, document: Any) -> None:
         # Plain write, not Rich: JSON must never be wrapped, highlighted or re-flowed.
         sys.stdout.write(json.dumps(to_jsonable(document), indent=2) + "\n")

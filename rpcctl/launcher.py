@@ -9,22 +9,50 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
 
+from rpcctl.cluster import NodeRendezvous, secret_from_env
 from rpcctl.config import JobSpec, dump_spec
 from rpcctl.console import Console, get_console
-from rpcctl.plan import LaunchPlan, build_plan, probe_node
+from rpcctl.errors import ConfigError
+from rpcctl.plan import LaunchPlan, NodeFacts, build_plan, free_port, probe_node
 from rpcctl.runs import RUNNING, RankState, RunRecord, default_runs_dir, hostname, new_run_id, now_iso, save_record
 from rpcctl.supervisor import Supervisor
 
+DEFAULT_MASTER_PORT = 29500  # torchrun's
 
-def plan_job(spec: JobSpec, runs_dir: Path | None = None) -> tuple[LaunchPlan, object]:
+
+def plan_job(spec: JobSpec, runs_dir: Path | None = None, cluster: NodeRendezvous | None = None) -> tuple[LaunchPlan, NodeFacts]:
+    """Plan the job on this node. With ``cluster``, first meet the other nodes: node 0 decides
+    the run id and the ranks' rendezvous port for everyone."""
     facts = probe_node(spec)
     run_id = new_run_id(spec.name)
+    if cluster is not None:
+        shared = cluster.join(host=facts.hostname, run_id=run_id, pick_port=free_port)
+        run_id = shared["run_id"]
+        facts = replace(facts, master_port=shared["worker_port"])
     run_dir = (runs_dir or default_runs_dir()).resolve() / run_id
     return build_plan(spec, facts, run_id=run_id, run_dir=run_dir), facts
+
+
+def join_cluster(spec: JobSpec) -> NodeRendezvous | None:
+    if not spec.multi_node:
+        return None
+    if not spec.master_addr:
+        raise ConfigError("a multi-node job needs master_addr (the host of node 0): --master-addr HOST", key="master_addr")
+    if spec.max_restarts:
+        raise ConfigError("max_restarts is not supported across nodes yet: set it to 0 for nnodes > 1", key="max_restarts")
+    return NodeRendezvous(
+        node_rank=spec.node_rank,
+        nnodes=spec.nnodes,
+        master_addr=spec.master_addr,
+        master_port=spec.master_port or DEFAULT_MASTER_PORT,
+        timeout=spec.rdzv_timeout,
+        secret=secret_from_env(),
+    )
 
 
 def launch(
@@ -45,7 +73,10 @@ def launch(
     before anything is created or spawned.
     """
     console = console or get_console()
-    plan, facts = plan_job(spec, runs_dir)  # may raise ConfigError: nothing exists yet
+    cluster = join_cluster(spec)
+    if cluster is not None:
+        console.info(f"rpcctl: node {spec.node_rank} of {spec.nnodes}: joining the rendezvous at {spec.master_addr}:{cluster.master_port}")
+    plan, facts = plan_job(spec, runs_dir, cluster)  # may raise: nothing exists yet
     run_dir = Path(plan.run_dir)
     run_dir.mkdir(parents=True)
     try:
@@ -62,6 +93,9 @@ def launch(
             nproc_per_node=plan.nproc_per_node,
             start_method=plan.start_method,
             host=hostname(),
+            nnodes=spec.nnodes,
+            node_rank=spec.node_rank,
+            slurm_job_id=os.environ.get("SLURM_JOB_ID"),
             launcher_pid=os.getpid(),
             launcher_started=me.create_time(),
             master_addr=plan.master_addr,
@@ -75,7 +109,9 @@ def launch(
         shutil.rmtree(run_dir, ignore_errors=True)  # never leave a half-made run directory
         raise
     server = _telemetry_server(run_dir, spec, plan.world_size) if telemetry else None
-    supervisor = Supervisor(spec, plan, facts, record, console, echo=echo, live=live, ranks_shown=ranks_shown, telemetry=server)
+    supervisor = Supervisor(
+        spec, plan, facts, record, console, echo=echo, live=live, ranks_shown=ranks_shown, telemetry=server, cluster=cluster
+    )
     return supervisor.run()
 
 

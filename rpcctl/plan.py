@@ -37,10 +37,11 @@ LOOPBACK = "127.0.0.1"
 @dataclass(frozen=True)
 class NodeFacts:
     hostname: str
-    loopback_ifname: str
+    socket_ifname: str  # TensorPipe/Gloo interface: loopback on one node, the route to the master on several
     gpus: tuple[str, ...]  # the GPU ids this node lets us use (CUDA_VISIBLE_DEVICES order)
     master_port: int
     launcher_pid: int
+    master_addr: str = LOOPBACK
     omp_num_threads_set: bool = False  # the launcher's environment already sets OMP_NUM_THREADS
 
 
@@ -76,20 +77,20 @@ class LaunchPlan:
 
 def build_plan(spec: JobSpec, facts: NodeFacts, *, run_id: str, run_dir: Path, restart: int = 0) -> LaunchPlan:
     nproc = spec.nproc_per_node
-    world_size = nproc  # one node; multi-node multiplies by nnodes
-    master_addr = LOOPBACK
+    world_size = nproc * spec.nnodes
+    master_addr = facts.master_addr
     devices = _place(spec, facts)
     rpc = json.dumps(spec.rpc.model_dump(mode="json")) if spec.rpc.init else None
     ranks = []
     for local_rank in range(nproc):
-        rank = local_rank
+        rank = spec.node_rank * nproc + local_rank
         env = {
             "RANK": str(rank),
             "LOCAL_RANK": str(local_rank),
             "WORLD_SIZE": str(world_size),
             "LOCAL_WORLD_SIZE": str(nproc),
-            "GROUP_RANK": "0",
-            "GROUP_WORLD_SIZE": "1",
+            "GROUP_RANK": str(spec.node_rank),
+            "GROUP_WORLD_SIZE": str(spec.nnodes),
             "ROLE_NAME": "default",
             "ROLE_RANK": str(rank),
             "ROLE_WORLD_SIZE": str(world_size),
@@ -99,8 +100,8 @@ def build_plan(spec: JobSpec, facts: NodeFacts, *, run_id: str, run_dir: Path, r
             "TORCHELASTIC_RESTART_COUNT": str(restart),
             "TORCHELASTIC_MAX_RESTARTS": str(spec.max_restarts),
             "TORCHELASTIC_ERROR_FILE": str(rank_error_file(run_dir, rank)),
-            "TP_SOCKET_IFNAME": facts.loopback_ifname,
-            "GLOO_SOCKET_IFNAME": facts.loopback_ifname,
+            "TP_SOCKET_IFNAME": facts.socket_ifname,
+            "GLOO_SOCKET_IFNAME": facts.socket_ifname,
             "RPCCTL_RUN_ID": run_id,
             "RPCCTL_RUN_DIR": str(run_dir),
             "RPCCTL_RESTART": str(restart),
@@ -170,9 +171,25 @@ def _place(spec: JobSpec, facts: NodeFacts) -> list[tuple[str, str | None]]:
 
 
 def probe_node(spec: JobSpec) -> NodeFacts:
+    """This node's facts. Several nodes: the interface that routes to the master (or
+    ``spec.ifname``); the master port is a placeholder until the rendezvous sets it."""
+    if spec.multi_node:
+        from rpcctl.cluster import resolve_ipv4, route_interface
+
+        master_ip = resolve_ipv4(spec.master_addr or "")
+        ifname = spec.ifname or route_interface(master_ip)[0]
+        return NodeFacts(
+            hostname=socket.gethostname(),
+            socket_ifname=ifname,
+            gpus=tuple(visible_gpus()),
+            master_port=0,
+            launcher_pid=os.getpid(),
+            master_addr=master_ip,
+            omp_num_threads_set="OMP_NUM_THREADS" in os.environ,
+        )
     return NodeFacts(
         hostname=socket.gethostname(),
-        loopback_ifname=loopback_interface(),
+        socket_ifname=spec.ifname or loopback_interface(),
         gpus=tuple(visible_gpus()),
         master_port=spec.master_port or free_port(),
         launcher_pid=os.getpid(),

@@ -70,6 +70,8 @@ class Failure:
     traceback: str | None = None
     error_type: str | None = None
     log_tail: list[str] = field(default_factory=list)
+    node: int | None = None  # set when the failure happened on another node
+    host: str | None = None
 
 
 @dataclass
@@ -89,6 +91,9 @@ class RunRecord:
     master_addr: str
     master_port: int
     started_at: str
+    nnodes: int = 1
+    node_rank: int = 0
+    slurm_job_id: str | None = None
     ended_at: str | None = None
     restarts: int = 0
     max_restarts: int = 0

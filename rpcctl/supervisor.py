@@ -48,11 +48,15 @@ class Supervisor:
         live: bool = False,
         ranks_shown: set[int] | None = None,
         telemetry=None,
+        cluster=None,
     ):
         self.spec, self.plan, self.facts, self.record = spec, plan, facts, record
         self.console = console
         self.echo, self.live, self.ranks_shown = echo, live, ranks_shown
         self.telemetry = telemetry
+        self.cluster = cluster  # a NodeRendezvous on multi-node runs
+        self.remote_cancel: str | None = None
+        self._next_cluster_poll = 0.0
         self.run_dir = Path(record.run_dir)
         self.cancel_signal: int | None = None
         self.hurry = False
@@ -171,8 +175,11 @@ class Supervisor:
                 failed = self._note_exit(status, states, tearing_down=False)
                 if failed and failure is None:
                     failure = self._failure(status)
+            if failure is None and self.cluster is not None:
+                failure = self._cluster_news()
             if failure is not None:
                 self.record.root_cause = failure
+                self._tell_cluster_failed(failure)
                 self._teardown(procs, states)
                 return FAILED
             if all(s.state == SUCCEEDED for s in states.values()):
@@ -181,13 +188,56 @@ class Supervisor:
                 self.record.root_cause = Failure(
                     -1, None, None, None, "timeout", f"the job exceeded its timeout of {self.spec.timeout:g}s", now_iso()
                 )
+                self._tell_cluster_failed(self.record.root_cause)
                 self._teardown(procs, states)
                 return FAILED
-            if self.cancel_signal is not None:
+            if self.cancel_signal is not None or self.remote_cancel is not None:
+                if self.cluster is not None and self.remote_cancel is None:
+                    self.cluster.report_cancelled(f"{signal.Signals(self.cancel_signal).name} on node {self.spec.node_rank}")
                 self._teardown(procs, states)
                 return CANCELLED
             if changed:
                 save_record(self.record)
+
+    def _cluster_news(self) -> Failure | None:
+        """Poll the other nodes (twice a second): a failure there is this node's root cause too."""
+        now = time.monotonic()
+        if now < self._next_cluster_poll:
+            return None
+        self._next_cluster_poll = now + 0.5
+        news = self.cluster.poll()
+        if news is None:
+            return None
+        info = news.info
+        if news.kind == "cancelled":
+            self.remote_cancel = info.get("reason", f"cancelled on node {news.node}")
+            return None
+        return Failure(
+            rank=info.get("rank", -1),
+            pid=info.get("pid"),
+            exit_code=info.get("exit_code"),
+            signal=info.get("signal"),
+            reason="remote",
+            message=info.get("message", "failed"),
+            timestamp=now_iso(),
+            traceback=info.get("traceback"),
+            node=news.node,
+            host=info.get("host"),
+        )
+
+    def _tell_cluster_failed(self, failure: Failure) -> None:
+        if self.cluster is None or failure.reason == "remote":
+            return
+        try:
+            self.cluster.report_failure(
+                {
+                    "rank": failure.rank, "pid": failure.pid, "exit_code": failure.exit_code, "signal": failure.signal,
+                    "message": failure.message,
+                    "traceback": failure.traceback, "host": self.record.host,
+                }
+            )
+        except RuntimeError as exc:  # the store is unreachable: the others will time out on it
+            self.console.warn(f"could not tell the other nodes about the failure: {exc}")
 
     def _note_spawned(self, procs: RankProcesses, states: dict[int, RankState]) -> bool:
         changed = False
@@ -245,10 +295,13 @@ class Supervisor:
     def _finish(self, outcome: str) -> None:
         self.record.status = outcome
         self.record.ended_at = now_iso()
-        if outcome == CANCELLED:
-            name = signal.Signals(self.cancel_signal).name if self.cancel_signal else "signal"
+        if outcome == CANCELLED and self.cancel_signal is None:
+            self.record.reason = f"cancelled by another node ({self.remote_cancel})"
+            self.record.exit_code = 130
+        elif outcome == CANCELLED:
+            name = signal.Signals(self.cancel_signal).name
             self.record.reason = f"cancelled by {name}"
-            self.record.exit_code = 128 + (self.cancel_signal or signal.SIGINT)
+            self.record.exit_code = 128 + self.cancel_signal
         elif outcome == FAILED:
             cause = self.record.root_cause
             self.record.reason = cause.message if cause else "failed"
@@ -256,6 +309,8 @@ class Supervisor:
         else:
             self.record.exit_code = 0
         save_record(self.record)
+        if self.cluster is not None:
+            self.cluster.finish(outcome)
 
 
 def _read_error_file(path: Path) -> dict | None:

@@ -35,7 +35,7 @@ RUN_ID = "job-20240101-000000-abcd"
 
 def facts(gpus: tuple[str, ...] = ()) -> NodeFacts:
     # Injected node facts (hand-made, not probed). `gpus` fakes the visible GPU ids.
-    return NodeFacts(hostname="node-a", loopback_ifname=LOOPBACK_IF, gpus=gpus, master_port=PORT, launcher_pid=4242)
+    return NodeFacts(hostname="node-a", socket_ifname=LOOPBACK_IF, gpus=gpus, master_port=PORT, launcher_pid=4242)
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -17,6 +18,7 @@ from rpcctl.launcher import launch as launch_job
 from rpcctl.launcher import plan_job
 from rpcctl.plan import LaunchPlan
 from rpcctl.runs import CANCELLED, SUCCEEDED, RunRecord
+from rpcctl.slurm import slurm_flags
 from rpcctl.supervisor import describe_duration
 
 
@@ -32,6 +34,10 @@ def launch(
     ranks: Annotated[Optional[str], typer.Option("--ranks", help="Show only these ranks' output on the console, e.g. 0,2 or 0-3 (logs keep everything).", show_default=False)] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the launch plan (commands, environment, devices, logs) and start nothing.")] = False,
     json_: JsonOption = False,
+    nnodes: Annotated[Optional[int], typer.Option("--nnodes", help="Nodes in the job; run one launcher per node (under srun: from SLURM).", show_default=False, rich_help_panel="Multi-node")] = None,
+    node_rank: Annotated[Optional[int], typer.Option("--node-rank", help="This node's rank, 0..nnodes-1 (under srun: SLURM_NODEID).", show_default=False, rich_help_panel="Multi-node")] = None,
+    master_addr: Annotated[Optional[str], typer.Option("--master-addr", help="Host of node 0, which hosts the rendezvous (under srun: the job's first node).", show_default=False, rich_help_panel="Multi-node")] = None,
+    master_port: Annotated[Optional[int], typer.Option("--master-port", help="Rendezvous port on node 0 (default 29500 on several nodes, a free port on one).", show_default=False, rich_help_panel="Multi-node")] = None,
 ) -> None:
     """Launch a job: spawn its ranks, stream their output, supervise them to the end.
 
@@ -40,7 +46,16 @@ def launch(
     SIGINT/SIGTERM.
     """
     console = get_console()
-    spec = load_config(config, set_ or [], nproc_per_node=nproc_per_node)
+    flags = slurm_flags(os.environ)
+    for key, flag, value in (
+        ("nnodes", "--nnodes", nnodes),
+        ("node_rank", "--node-rank", node_rank),
+        ("master_addr", "--master-addr", master_addr),
+        ("master_port", "--master-port", master_port),
+    ):
+        if value is not None:
+            flags[key] = (value, f"{flag} {value}")
+    spec = load_config(config, set_ or [], nproc_per_node=nproc_per_node, flags=flags)
     shown = parse_ranks(ranks, spec.nproc_per_node) if ranks else None
     if json_ and not dry_run:
         raise UsageError("--json goes with --dry-run (a running job streams its output; see `rpcctl runs --json`)")
@@ -131,12 +146,13 @@ def render_outcome(console: Console, record: RunRecord) -> None:
     console.error(f"job '{record.name}' failed after {took} ({where})")
     if cause is None:
         return
+    on_node = f" on node {cause.node} ({cause.host})" if cause.node is not None else ""
     if cause.rank >= 0:
         how = f"killed by {cause.signal}" if cause.signal else f"exit code {cause.exit_code}"
         pid = f"pid {cause.pid}, " if cause.pid else ""
-        console.err.print(f"[bold]root cause:[/bold] rank {cause.rank} ({pid}{how}): {escape(cause.message)}")
+        console.err.print(f"[bold]root cause:[/bold] rank {cause.rank}{on_node} ({pid}{how}): {escape(cause.message)}")
     else:
-        console.err.print(f"[bold]root cause:[/bold] {escape(cause.message)}")
+        console.err.print(f"[bold]root cause:[/bold]{on_node} {escape(cause.message)}")
     if cause.traceback:
         console.err.print(escape(cause.traceback.rstrip()), style="dim")
     elif cause.log_tail:
@@ -148,6 +164,7 @@ def render_outcome(console: Console, record: RunRecord) -> None:
             "other ranks: " + ", ".join(f"{s.rank} {s.state}" + (f" ({s.signal})" if s.signal else "") for s in others)
         )
     if cause.rank >= 0:
-        console.err.print(f"log: {record.run_dir}/logs/rank-{cause.rank}.log")
+        where = f"node {cause.node}'s " if cause.node is not None else ""
+        console.err.print(f"log: {where}{record.run_dir}/logs/rank-{cause.rank}.log")
     if record.restarts:
         console.err.print(f"restarts: {record.restarts} of {record.max_restarts}")

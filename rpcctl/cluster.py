@@ -1,0 +1,187 @@
+"""Node-level rendezvous and job-wide decisions for multi-node runs, over torch's TCPStore.
+
+One launcher runs per node. Node 0's launcher hosts a TCPStore on ``master_addr:master_port``
+(bound to that address only); every launcher joins it::
+
+    node r:  set node/r = {host, pid, ...}         node 0: waits for node/0..N-1 (rdzv_timeout),
+                                                   then sets run = {run_id, worker port}
+    node r:  get run  (blocks until node 0 publishes it)
+    ... ranks run on every node ...
+    any node: a rank fails      → set job/failed = {node, host, rank, message}
+    node 0:  Ctrl-C / SIGTERM   → set job/cancelled
+    every node polls job/*; on news from elsewhere it tears its own ranks down
+    node r:  set done/r = status; node 0 keeps the store up until every node is done
+
+Every value is signed with HMAC-SHA256 under the per-run secret (``RPCCTL_SECRET``, the same on
+every node), so nothing on the network can forge a failure or a run id; values are JSON, never
+pickle. torch is imported here only for multi-node runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from rpcctl.errors import RpcctlError, UsageError
+
+SECRET_ENV = "RPCCTL_SECRET"
+
+
+class RendezvousError(RpcctlError):
+    pass
+
+
+@dataclass
+class ClusterNews:
+    kind: str  # "failed" | "cancelled"
+    node: int
+    info: dict[str, Any]
+
+
+def secret_from_env() -> bytes:
+    secret = os.environ.get(SECRET_ENV, "")
+    if len(secret) < 16:
+        raise UsageError(
+            f"multi-node runs need a shared per-run secret of at least 16 characters in ${SECRET_ENV}, the same on "
+            f"every node (e.g. export {SECRET_ENV}=$(python3 -c 'import secrets; print(secrets.token_hex(16))')); "
+            "`rpcctl sbatch` sets one for you"
+        )
+    return secret.encode()
+
+
+def resolve_ipv4(host: str) -> str:
+    try:
+        return socket.gethostbyname(host)
+    except OSError as exc:
+        raise UsageError(f"cannot resolve master_addr '{host}': {exc}") from None
+
+
+def route_interface(master_ip: str) -> tuple[str, str]:
+    """(interface, local address) this node uses to reach ``master_ip``; no packet is sent."""
+    import psutil
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((master_ip, 9))  # UDP connect only picks the route
+        except OSError as exc:
+            raise UsageError(f"no route to master_addr {master_ip}: {exc}") from None
+        local_ip = probe.getsockname()[0]
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == local_ip for a in addrs):
+            return name, local_ip
+    raise UsageError(f"no network interface holds {local_ip}, the address that routes to {master_ip}")
+
+
+class NodeRendezvous:
+    def __init__(self, *, node_rank: int, nnodes: int, master_addr: str, master_port: int, timeout: float, secret: bytes):
+        self.node_rank, self.nnodes = node_rank, nnodes
+        self.master_addr, self.master_port = master_addr, master_port
+        self.timeout, self.secret = timeout, secret
+        self.store = None
+        self._seen_news = False
+
+    # -- signed values --------------------------------------------------------------------------
+
+    def _put(self, key: str, value: dict[str, Any]) -> None:
+        body = json.dumps(value, sort_keys=True).encode()
+        mac = hmac.new(self.secret, key.encode() + b"\0" + body, hashlib.sha256).hexdigest().encode()
+        self.store.set(key, mac + b"." + body)
+
+    def _get(self, key: str) -> dict[str, Any]:
+        raw = bytes(self.store.get(key))
+        mac, _, body = raw.partition(b".")
+        expected = hmac.new(self.secret, key.encode() + b"\0" + body, hashlib.sha256).hexdigest().encode()
+        if not hmac.compare_digest(mac, expected):
+            raise RendezvousError(
+                f"rendezvous value '{key}' at {self.master_addr}:{self.master_port} is not signed with this run's "
+                f"secret: check that ${SECRET_ENV} is the same on every node"
+            )
+        return json.loads(body)
+
+    def _has(self, key: str) -> bool:
+        return self.store.check([key])
+
+    # -- the protocol ---------------------------------------------------------------------------
+
+    def join(self, *, host: str, run_id: str, pick_port) -> dict[str, Any]:
+        """Meet every node; return the run's shared facts {run_id, worker_port, nodes}."""
+        from torch.distributed import TCPStore
+
+        master_ip = resolve_ipv4(self.master_addr)
+        try:
+            if self.node_rank == 0:
+                listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                listener.bind((master_ip, self.master_port))
+                listener.listen(128)
+                self.store = TCPStore(
+                    master_ip, self.master_port, None, True, timedelta(seconds=self.timeout),
+                    wait_for_workers=False, master_listen_fd=listener.detach(),
+                )
+            else:
+                self.store = TCPStore(master_ip, self.master_port, None, False, timedelta(seconds=self.timeout))
+        except OSError as exc:
+            raise RendezvousError(f"cannot {'host' if self.node_rank == 0 else 'reach'} the rendezvous at {master_ip}:{self.master_port}: {exc}") from None
+        except RuntimeError as exc:
+            raise RendezvousError(
+                f"node {self.node_rank} could not reach the rendezvous at {master_ip}:{self.master_port} within "
+                f"{self.timeout:g}s (is node 0's launcher running?): {str(exc).splitlines()[0]}"
+            ) from None
+        self._put(f"node/{self.node_rank}", {"host": host, "pid": os.getpid(), "at": time.time()})
+        if self.node_rank == 0:
+            deadline = time.monotonic() + self.timeout
+            missing = list(range(self.nnodes))
+            while missing and time.monotonic() < deadline:
+                missing = [r for r in missing if not self._has(f"node/{r}")]
+                time.sleep(0.05)
+            if missing:
+                raise RendezvousError(
+                    f"node(s) {', '.join(map(str, missing))} of {self.nnodes} never arrived at the rendezvous "
+                    f"{master_ip}:{self.master_port} within {self.timeout:g}s"
+                )
+            nodes = {r: self._get(f"node/{r}")["host"] for r in range(self.nnodes)}
+            self._put("run", {"run_id": run_id, "worker_port": pick_port(master_ip), "nodes": nodes})
+        try:
+            return self._get("run")
+        except RuntimeError as exc:
+            raise RendezvousError(f"node 0 never published the run within {self.timeout:g}s: {str(exc).splitlines()[0]}") from None
+
+    def report_failure(self, info: dict[str, Any]) -> None:
+        if not self._has("job/failed"):
+            self._put("job/failed", {"node": self.node_rank, **info})
+
+    def report_cancelled(self, reason: str) -> None:
+        if not self._has("job/cancelled"):
+            self._put("job/cancelled", {"node": self.node_rank, "reason": reason})
+
+    def poll(self) -> ClusterNews | None:
+        """News from another node (a failure, or a cancellation), at most once."""
+        if self._seen_news:
+            return None
+        for kind in ("failed", "cancelled"):
+            if self._has(f"job/{kind}"):
+                info = self._get(f"job/{kind}")
+                if info["node"] != self.node_rank:
+                    self._seen_news = True
+                    return ClusterNews(kind, info["node"], info)
+        return None
+
+    def finish(self, status: str, wait: float = 60) -> None:
+        """Say this node is done; node 0 keeps the store up until all nodes said so."""
+        try:
+            self._put(f"done/{self.node_rank}", {"status": status})
+            if self.node_rank == 0:
+                deadline = time.monotonic() + wait
+                while time.monotonic() < deadline:
+                    if all(self._has(f"done/{r}") for r in range(self.nnodes)):
+                        break
+                    time.sleep(0.1)
+        except RuntimeError:
+            pass  # the store is gone: node 0 ended first, nothing left to tell

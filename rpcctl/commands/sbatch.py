@@ -1,0 +1,45 @@
+"""``rpcctl sbatch CONFIG --nodes N``: submit a multi-node job to SLURM."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from rpcctl.commands.common import RunsDirOption
+from rpcctl.config import load_config
+from rpcctl.console import get_console
+from rpcctl.runs import default_runs_dir, write_json_atomic
+from rpcctl.slurm import batch_script, submit
+
+
+def sbatch(
+    config: Annotated[Path, typer.Argument(metavar="CONFIG", help="The job's YAML config.", show_default=False)],
+    nodes: Annotated[int, typer.Option("--nodes", "-N", min=1, help="Nodes to run on (one launcher each).")] = 1,
+    partition: Annotated[Optional[str], typer.Option("--partition", "-p", help="SLURM partition.", show_default=False)] = None,
+    time_limit: Annotated[Optional[str], typer.Option("--time", "-t", help="SLURM time limit, e.g. 1:00:00.", show_default=False)] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", "-s", help="Override a config key (passed on to every launcher).", show_default=False)] = None,
+    sbatch_arg: Annotated[Optional[list[str]], typer.Option("--sbatch-arg", help="Extra #SBATCH directive, e.g. --gpus-per-node=8. Repeatable.", show_default=False)] = None,
+    runs_dir: RunsDirOption = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the batch script and submit nothing.")] = False,
+) -> None:
+    """Write a batch script that runs CONFIG on N nodes with srun, and submit it."""
+    console = get_console()
+    spec = load_config(config, set_ or [])  # bad configs fail here, before SLURM sees them
+    runs = (runs_dir or default_runs_dir()).resolve()
+    script = batch_script(
+        config=config.resolve(), name=spec.name, nodes=nodes, runs_dir=runs, overrides=set_ or [],
+        partition=partition, time_limit=time_limit, extra_sbatch=sbatch_arg or [],
+    )
+    if dry_run:
+        console.raw(script)
+        return
+    runs.mkdir(parents=True, exist_ok=True)
+    path = runs / f"sbatch-{spec.name}-{datetime.now():%Y%m%d-%H%M%S}.sh"
+    path.write_text(script)
+    job_id = submit(path)
+    write_json_atomic(path.with_suffix(".json"), {"slurm_job_id": job_id, "script": str(path), "config": str(config.resolve()), "nodes": nodes})
+    console.print(job_id)
+    console.info(f"rpcctl: submitted SLURM job {job_id} ({nodes} node(s)); script {path}; output {runs}/slurm-{job_id}.out")

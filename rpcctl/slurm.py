@@ -1,0 +1,115 @@
+"""SLURM: read node count, node rank and master host from an ``srun`` step's environment, and
+write the batch script that ``rpcctl sbatch`` submits.
+
+Under ``srun --ntasks-per-node=1 rpcctl launch CONFIG`` no flag is needed:
+
+==================================  =======================================================
+SLURM_STEP_NUM_NODES / SLURM_NNODES  nnodes
+SLURM_NODEID                         node_rank
+SLURM_STEP_NODELIST / ..._JOB_...    master_addr: its first host (``scontrol show hostnames``)
+SLURM_STEP_TASKS_PER_NODE            must be 1: one launcher per node
+==================================  =======================================================
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rpcctl.errors import RpcctlError, UsageError
+
+
+def in_srun_step(env: Mapping[str, str]) -> bool:
+    return "SLURM_STEP_ID" in env and "SLURM_NODEID" in env
+
+
+def slurm_flags(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
+    """Config values implied by the SLURM step we run in (empty outside srun or on one node)."""
+    if not in_srun_step(env):
+        return {}
+    nnodes = int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or 1)
+    if nnodes <= 1:
+        return {}
+    tasks = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE") or "1"
+    if tasks.split("(")[0] != "1":
+        raise UsageError(
+            f"rpcctl runs one launcher per node, but this srun step has {tasks} tasks per node: "
+            "use srun --ntasks-per-node=1 (nproc_per_node sets the ranks per node)"
+        )
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or ""
+    master = first_host(nodelist)
+    return {
+        "nnodes": (nnodes, f"SLURM_NNODES={nnodes}"),
+        "node_rank": (int(env["SLURM_NODEID"]), f"SLURM_NODEID={env['SLURM_NODEID']}"),
+        "master_addr": (master, f"SLURM_JOB_NODELIST={nodelist}"),
+    }
+
+
+def first_host(nodelist: str) -> str:
+    if not nodelist:
+        raise UsageError("SLURM_JOB_NODELIST is empty: cannot tell which node hosts the rendezvous")
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise RpcctlError(f"`scontrol show hostnames {nodelist}` failed: {exc}") from None
+    hosts = out.split()
+    if not hosts:
+        raise RpcctlError(f"`scontrol show hostnames {nodelist}` printed no host")
+    return hosts[0]
+
+
+def batch_script(
+    *,
+    config: Path,
+    name: str,
+    nodes: int,
+    runs_dir: Path,
+    overrides: list[str],
+    partition: str | None,
+    time_limit: str | None,
+    extra_sbatch: list[str],
+    python: str = sys.executable,
+) -> str:
+    """A batch script that runs one rpcctl launcher per node with ``srun``."""
+    directives = [
+        f"#SBATCH --job-name={name}",
+        f"#SBATCH --nodes={nodes}",
+        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --output={runs_dir}/slurm-%j.out",
+    ]
+    if partition:
+        directives.append(f"#SBATCH --partition={partition}")
+    if time_limit:
+        directives.append(f"#SBATCH --time={time_limit}")
+    directives += [f"#SBATCH {d}" for d in extra_sbatch]
+    launch = [python, "-m", "rpcctl", "launch", str(config), "--no-live", "--runs-dir", str(runs_dir)]
+    for override in overrides:
+        launch += ["--set", override]
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            *directives,
+            "# Written by `rpcctl sbatch`. One launcher per node; each reads its node rank, the node",
+            "# count and the master host from SLURM. The secret that signs the nodes' rendezvous is",
+            "# made here, at run time, and reaches every node through srun's environment only.",
+            "set -euo pipefail",
+            "export RPCCTL_SECRET=\"$(" + shlex.quote(python) + " -c 'import secrets; print(secrets.token_hex(16))')\"",
+            f"mkdir -p {shlex.quote(str(runs_dir))}",
+            "srun --ntasks-per-node=1 --kill-on-bad-exit=1 " + " ".join(shlex.quote(a) for a in launch),
+            "",
+        ]
+    )
+
+
+def submit(script: Path) -> str:
+    try:
+        result = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise RpcctlError("sbatch is not installed here (is this a SLURM login node?); use --dry-run to see the script") from None
+    if result.returncode != 0:
+        raise RpcctlError(f"sbatch failed: {result.stderr.strip() or result.stdout.strip()}")
+    return result.stdout.strip().split(";")[0]
