@@ -79,6 +79,21 @@ def route_interface(master_ip: str) -> tuple[str, str]:
     raise UsageError(f"no network interface holds {local_ip}, the address that routes to {master_ip}")
 
 
+def _import_tcpstore():
+    # c10d logs a harmless "hostname of the client socket cannot be retrieved" warning in
+    # network namespaces; quiet it in the launcher only (the ranks keep their own settings).
+    saved = os.environ.get("TORCH_CPP_LOG_LEVEL")
+    os.environ["TORCH_CPP_LOG_LEVEL"] = "ERROR"
+    try:
+        from torch.distributed import TCPStore
+    finally:
+        if saved is None:
+            del os.environ["TORCH_CPP_LOG_LEVEL"]
+        else:
+            os.environ["TORCH_CPP_LOG_LEVEL"] = saved
+    return TCPStore
+
+
 class NodeRendezvous:
     def __init__(self, *, node_rank: int, nnodes: int, master_addr: str, master_port: int, timeout: float, secret: bytes):
         self.node_rank, self.nnodes = node_rank, nnodes
@@ -86,6 +101,9 @@ class NodeRendezvous:
         self.timeout, self.secret = timeout, secret
         self.store = None
         self._seen_news = False
+        # Liveness: every launcher bumps its beat/<node> counter as it polls; node 0 notes when
+        # each counter last moved (on its own clock: no cross-node clock comparisons).
+        self._beats: dict[int, tuple[int, float]] = {}
 
     # -- signed values --------------------------------------------------------------------------
 
@@ -112,8 +130,7 @@ class NodeRendezvous:
 
     def join(self, *, host: str, run_id: str, pick_port) -> dict[str, Any]:
         """Meet every node; return the run's shared facts {run_id, worker_port, nodes}."""
-        from torch.distributed import TCPStore
-
+        TCPStore = _import_tcpstore()
         master_ip = resolve_ipv4(self.master_addr)
         try:
             if self.node_rank == 0:
@@ -161,10 +178,32 @@ class NodeRendezvous:
         if not self._has("job/cancelled"):
             self._put("job/cancelled", {"node": self.node_rank, "reason": reason})
 
-    def poll(self) -> ClusterNews | None:
-        """News from another node (a failure, or a cancellation), at most once."""
+    def poll(self, stale_after: float = 20.0) -> ClusterNews | None:
+        """News from another node (a failure, a cancellation, a silent node), at most once."""
         if self._seen_news:
             return None
+        try:
+            return self._poll(stale_after)
+        except RuntimeError as exc:  # the store (node 0's launcher) is gone
+            self._seen_news = True
+            message = f"lost contact with the rendezvous on node 0 ({self.master_addr}:{self.master_port}): {str(exc).splitlines()[0]}"
+            return ClusterNews("failed", 0, {"node": 0, "rank": -1, "message": message})
+
+    def _poll(self, stale_after: float) -> ClusterNews | None:
+        self.store.add(f"beat/{self.node_rank}", 1)
+        if self.node_rank == 0:
+            now = time.monotonic()
+            for node in range(1, self.nnodes):
+                if self._has(f"done/{node}"):
+                    continue
+                beat = self.store.add(f"beat/{node}", 0)
+                last, since = self._beats.get(node, (-1, now))
+                if beat != last:
+                    self._beats[node] = (beat, now)
+                elif now - since > stale_after:
+                    self._seen_news = True
+                    message = f"node {node}'s launcher stopped answering for {stale_after:g}s"
+                    return ClusterNews("failed", node, {"node": node, "rank": -1, "message": message})
         for kind in ("failed", "cancelled"):
             if self._has(f"job/{kind}"):
                 info = self._get(f"job/{kind}")

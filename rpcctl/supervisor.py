@@ -132,6 +132,12 @@ class Supervisor:
                     continue
                 self._finish(outcome)
                 return self.record
+        except BaseException as exc:
+            if self.cluster is not None:  # do not leave the other nodes waiting on us
+                self._tell_cluster_failed(
+                    Failure(-1, os.getpid(), None, None, "launcher", f"the launcher on node {self.spec.node_rank} crashed: {exc!r}", now_iso())
+                )
+            raise
         finally:
             procs.close()
             pump.drain(timeout=3)
@@ -274,7 +280,8 @@ class Supervisor:
 
     def _failure(self, status: ExitStatus) -> Failure:
         rank = status.rank
-        error = _read_error_file(Path(self.plan.ranks[rank].error_file))
+        plan = next(r for r in self.plan.ranks if r.rank == rank)
+        error = _read_error_file(Path(plan.error_file))
         if error:
             message = error["message"]
         else:

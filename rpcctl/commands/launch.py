@@ -163,8 +163,9 @@ def render_outcome(console: Console, record: RunRecord) -> None:
         console.err.print(
             "other ranks: " + ", ".join(f"{s.rank} {s.state}" + (f" ({s.signal})" if s.signal else "") for s in others)
         )
-    if cause.rank >= 0:
-        where = f"node {cause.node}'s " if cause.node is not None else ""
-        console.err.print(f"log: {where}{record.run_dir}/logs/rank-{cause.rank}.log")
+    if cause.rank >= 0 and cause.node is not None:
+        console.err.print(f"log: on node {cause.node} ({cause.host}), in run {record.run_id}: logs/rank-{cause.rank}.log")
+    elif cause.rank >= 0:
+        console.err.print(f"log: {record.run_dir}/logs/rank-{cause.rank}.log")
     if record.restarts:
         console.err.print(f"restarts: {record.restarts} of {record.max_restarts}")

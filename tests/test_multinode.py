@@ -1,0 +1,121 @@
+"""Several nodes: one launcher per emulated host (network namespaces + veth), real RPC across
+them, and failures and cancellations that cross nodes."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ROOT, WORKERS, assert_no_process_left, only_run, record, rpcctl, wait_until, write_config
+from hosts import create_pair, destroy_pair, unavailable
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def hosts():
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    pair = create_pair(f"rt{os.getpid() % 10000}")
+    yield pair
+    destroy_pair(pair)
+
+
+@pytest.fixture
+def secret(monkeypatch):
+    value = secrets.token_hex(16)
+    monkeypatch.setenv("RPCCTL_SECRET", value)
+    return value
+
+
+def start_node(host, node_rank, master, config, runs_dir, *extra):
+    argv = [
+        sys.executable, "-m", "rpcctl", "launch", str(config), "--no-live", "--runs-dir", str(runs_dir),
+        "--nnodes", "2", "--node-rank", str(node_rank), "--master-addr", master.address, "--master-port", "29731", *extra,
+    ]
+    return subprocess.Popen(host.command(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=ROOT)
+
+
+def finish(*launchers, timeout=120):
+    """Wait for every launcher; on a timeout, kill them all (their ranks die with them)."""
+    try:
+        return [launcher.communicate(timeout=timeout) for launcher in launchers]
+    finally:
+        for launcher in launchers:
+            if launcher.poll() is None:
+                os.killpg(launcher.pid, signal.SIGKILL)
+                launcher.communicate()
+
+
+def test_two_nodes_train_a_parameter_server_over_rpc(hosts, tmp_path, secret):
+    a, b = hosts
+    node0 = start_node(a, 0, a, ROOT / "configs/parameter_server.yaml", tmp_path / "n0", "-n", "2")
+    node1 = start_node(b, 1, a, ROOT / "configs/parameter_server.yaml", tmp_path / "n1", "-n", "2")
+    (out0, err0), (out1, err1) = finish(node0, node1)
+    assert node0.returncode == 0, err0 + out0
+    assert node1.returncode == 0, err1 + out1
+    run0, run1 = only_run(tmp_path / "n0"), only_run(tmp_path / "n1")
+    assert run0.name == run1.name  # one run id, decided by node 0
+    rec0, rec1 = record(run0), record(run1)
+    assert [r["rank"] for r in rec0["ranks"]] == [0, 1] and [r["rank"] for r in rec1["ranks"]] == [2, 3]
+    assert rec0["world_size"] == rec1["world_size"] == 4
+    assert rec0["host"] == a.hostname and rec1["host"] == b.hostname
+    assert "[rank0]: parameter server:" in out0
+    assert "[rank2]: step 29 loss" in out1 and "[rank3]: step 29 loss" in out1  # trainers on node 1
+    assert_no_process_left(run0)
+
+
+def test_a_crash_on_node_1_tears_down_node_0(hosts, tmp_path, secret):
+    a, b = hosts
+    config = write_config(tmp_path, nproc_per_node=2, args=["3=raise", "0=hang", "1=hang", "2=hang"])
+    node0 = start_node(a, 0, a, config, tmp_path / "n0")
+    node1 = start_node(b, 1, a, config, tmp_path / "n1")
+    (out0, err0), (out1, err1) = finish(node0, node1, timeout=60)
+    assert node1.returncode == 1, err1
+    assert node0.returncode == 1, err0
+    assert "root cause: rank 3 on node 1" in err0 and "ValueError: bad value in rank 3" in err0
+    rec0 = record(only_run(tmp_path / "n0"))
+    assert rec0["status"] == "failed" and rec0["root_cause"]["node"] == 1 and rec0["root_cause"]["host"] == b.hostname
+    assert {r["state"] for r in rec0["ranks"]} == {"killed"}
+    assert_no_process_left(only_run(tmp_path / "n0"))
+
+
+def test_ctrl_c_on_node_0_cancels_every_node(hosts, tmp_path, secret):
+    a, b = hosts
+    config = write_config(tmp_path, nproc_per_node=1, args=["0=hang", "1=hang"])
+    node0 = start_node(a, 0, a, config, tmp_path / "n0")
+    node1 = start_node(b, 1, a, config, tmp_path / "n1")
+    run1 = only_run(tmp_path / "n1", timeout=60)
+    wait_until(lambda: all(r["state"] == "running" for r in record(run1)["ranks"]), 60, "node 1's rank running")
+    node0.send_signal(signal.SIGINT)
+    (_, err0), (_, err1) = finish(node0, node1, timeout=60)
+    assert node0.returncode == 130, err0
+    assert node1.returncode == 130, err1
+    assert record(run1)["status"] == "cancelled" and "another node" in record(run1)["reason"]
+    assert_no_process_left(run1)
+
+
+def test_a_node_that_never_arrives_is_named(tmp_path, secret):
+    config = write_config(tmp_path, nproc_per_node=1, rdzv_timeout=2)
+    started = time.monotonic()
+    result = rpcctl(
+        "launch", str(config), "--no-live", "--runs-dir", str(tmp_path / "runs"),
+        "--nnodes", "3", "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port", "29733",
+    )
+    assert result.returncode != 0
+    assert "node(s) 1, 2 of 3 never arrived" in result.stderr
+    assert time.monotonic() - started < 60
+    assert not (tmp_path / "runs").exists()  # nothing was started, no run directory
+
+
+def test_multi_node_without_a_secret_is_refused(tmp_path, monkeypatch):
+    monkeypatch.delenv("RPCCTL_SECRET", raising=False)
+    config = write_config(tmp_path, nproc_per_node=1)
+    result = rpcctl("launch", str(config), "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--runs-dir", str(tmp_path / "runs"))
+    assert result.returncode == 2 and "RPCCTL_SECRET" in result.stderr
