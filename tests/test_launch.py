@@ -4,6 +4,7 @@ stopped, and proof after each that no process of the run is left."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 
@@ -261,3 +262,28 @@ def test_rpc_job_listens_on_loopback_only(tmp_path, runs_dir):
     assert 0 in listening, "never saw rank 0 listen (the job ended too fast to sample?)"
     assert set().union(*listening.values()) <= {"127.0.0.1"}, listening
     assert_no_process_left(run_dir)
+
+
+def test_logs_follow_streams_until_the_run_ends(tmp_path, runs_dir):
+    launcher, run_dir = _start_and_wait_running(tmp_path, runs_dir, nproc_per_node=2, args=["0=slow:2", "1=slow:2"])
+    follow = rpcctl("logs", "-f", "--runs-dir", str(runs_dir), timeout=30)  # returns once the run ends
+    launcher.communicate(timeout=30)
+    assert follow.returncode == 0
+    assert "[rank0]: rank 0 started" in follow.stdout and "[rank1]: rank 1 started" in follow.stdout
+    assert_no_process_left(run_dir)
+
+
+def test_runs_lists_newest_first_as_a_table_and_json(tmp_path, runs_dir):
+    config = write_config(tmp_path, name="first", nproc_per_node=1)
+    assert rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir)).returncode == 0
+    config = write_config(tmp_path, name="second", nproc_per_node=1, args=["0=exit:3"])
+    assert rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir)).returncode == 1
+    table = rpcctl("runs", "--runs-dir", str(runs_dir), env={**os.environ, "COLUMNS": "200"})
+    lines = table.stdout.splitlines()
+    assert lines[0].split()[:3] == ["RUN", "NAME", "STATUS"]
+    assert lines[1].split()[1:3] == ["second", "failed"] and lines[2].split()[1:3] == ["first", "succeeded"]
+    documents = json.loads(rpcctl("runs", "--json", "--runs-dir", str(runs_dir)).stdout)
+    assert [d["name"] for d in documents] == ["second", "first"]
+    assert documents[0]["root_cause"]["exit_code"] == 3
+    empty = rpcctl("runs", "--json", "--runs-dir", str(tmp_path / "nowhere"))
+    assert json.loads(empty.stdout) == []
