@@ -287,3 +287,21 @@ def test_runs_lists_newest_first_as_a_table_and_json(tmp_path, runs_dir):
     assert documents[0]["root_cause"]["exit_code"] == 3
     empty = rpcctl("runs", "--json", "--runs-dir", str(tmp_path / "nowhere"))
     assert json.loads(empty.stdout) == []
+
+
+def test_a_forked_rank_ends_like_python_does(tmp_path, runs_dir):
+    # Forked ranks skip the interpreter teardown; what scripts rely on at exit must still happen.
+    script = tmp_path / "ending.py"
+    script.write_text(
+        "import atexit, os, threading, time\n"
+        "f = open(os.path.join(os.environ['RPCCTL_RUN_DIR'], 'unclosed-' + os.environ['RANK'] + '.txt'), 'w')\n"
+        "f.write('never closed\\n')\n"
+        "atexit.register(lambda: print('atexit ran', flush=True))\n"
+        "threading.Thread(target=lambda: (time.sleep(0.3), print('thread finished', flush=True))).start()\n"
+    )
+    result, run_dir, _ = launch(tmp_path, runs_dir, script=str(script), nproc_per_node=2)
+    assert result.returncode == 0, result.stderr
+    for rank in range(2):
+        assert (run_dir / f"unclosed-{rank}.txt").read_text() == "never closed\n"
+        log = (run_dir / "logs" / f"rank-{rank}.log").read_text()
+        assert log.index("thread finished") < log.index("atexit ran")  # threads joined first, as in CPython
