@@ -247,8 +247,10 @@ def exit_forked_rank(code: int) -> None:
         code = code or 1
     # Objects made before the fork are frozen (gc.freeze in the server), so this lists only the
     # rank's own objects: cheap, and it finds the files the script left open.
+    file_types = (io.BufferedWriter, io.BufferedRandom, io.TextIOWrapper)
     for obj in gc.get_objects():
-        if isinstance(obj, (io.BufferedWriter, io.BufferedRandom, io.TextIOWrapper)):
+        # type(), not isinstance(): some objects (torch's deprecated reduce_op) warn on __class__.
+        if type(obj) in file_types:
             try:
                 if not obj.closed:
                     obj.flush()
