@@ -34,7 +34,10 @@ def plan_job(spec: JobSpec, runs_dir: Path | None = None, cluster: NodeRendezvou
         shared = cluster.join(host=facts.hostname, run_id=run_id, pick_port=free_port)
         run_id = shared["run_id"]
         facts = replace(facts, master_port=shared["worker_port"])
-    run_dir = (runs_dir or default_runs_dir()).resolve() / run_id
+    # Every node shares the run id; each writes its own directory, so nodes on a shared
+    # filesystem (the usual SLURM setup) never collide: <id> on node 0, <id>.node<k> elsewhere.
+    name = run_id if spec.node_rank == 0 else f"{run_id}.node{spec.node_rank}"
+    run_dir = (runs_dir or default_runs_dir()).resolve() / name
     return build_plan(spec, facts, run_id=run_id, run_dir=run_dir), facts
 
 

@@ -111,7 +111,7 @@ def processes_of_run(run_id: str) -> list[psutil.Process]:
 
 
 def assert_no_process_left(run_dir: Path, timeout: float = 5.0) -> None:
-    run_id = run_dir.name
+    run_id = record(run_dir)["run_id"]
     deadline = time.monotonic() + timeout
     left = processes_of_run(run_id)
     while left and time.monotonic() < deadline:

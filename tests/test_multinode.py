@@ -61,14 +61,28 @@ def test_two_nodes_train_a_parameter_server_over_rpc(hosts, tmp_path, secret):
     assert node0.returncode == 0, err0 + out0
     assert node1.returncode == 0, err1 + out1
     run0, run1 = only_run(tmp_path / "n0"), only_run(tmp_path / "n1")
-    assert run0.name == run1.name  # one run id, decided by node 0
     rec0, rec1 = record(run0), record(run1)
+    assert rec0["run_id"] == rec1["run_id"]  # one run id, decided by node 0
+    assert run0.name == rec0["run_id"] and run1.name == f"{rec0['run_id']}.node1"
     assert [r["rank"] for r in rec0["ranks"]] == [0, 1] and [r["rank"] for r in rec1["ranks"]] == [2, 3]
     assert rec0["world_size"] == rec1["world_size"] == 4
     assert rec0["host"] == a.hostname and rec1["host"] == b.hostname
     assert "[rank0]: parameter server:" in out0
     assert "[rank2]: step 29 loss" in out1 and "[rank3]: step 29 loss" in out1  # trainers on node 1
     assert_no_process_left(run0)
+
+
+def test_nodes_sharing_one_runs_directory_do_not_collide(hosts, tmp_path, secret):
+    # As on a cluster with a shared filesystem (and what `rpcctl sbatch` sets up).
+    a, b = hosts
+    config = write_config(tmp_path, nproc_per_node=1)
+    node0 = start_node(a, 0, a, config, tmp_path / "shared")
+    node1 = start_node(b, 1, a, config, tmp_path / "shared")
+    (_, err0), (_, err1) = finish(node0, node1, timeout=60)
+    assert node0.returncode == 0 and node1.returncode == 0, err0 + err1
+    runs = sorted(p.name for p in (tmp_path / "shared").iterdir())
+    assert len(runs) == 2 and runs[1] == runs[0] + ".node1"
+    assert [record(tmp_path / "shared" / r)["node_rank"] for r in runs] == [0, 1]
 
 
 def test_a_crash_on_node_1_tears_down_node_0(hosts, tmp_path, secret):

@@ -146,7 +146,9 @@ def render_outcome(console: Console, record: RunRecord) -> None:
     console.error(f"job '{record.name}' failed after {took} ({where})")
     if cause is None:
         return
-    on_node = f" on node {cause.node} ({cause.host})" if cause.node is not None else ""
+    on_node = ""
+    if cause.node is not None:
+        on_node = f" on node {cause.node}" + (f" ({cause.host})" if cause.host else "")
     if cause.rank >= 0:
         how = f"killed by {cause.signal}" if cause.signal else f"exit code {cause.exit_code}"
         pid = f"pid {cause.pid}, " if cause.pid else ""
@@ -164,7 +166,7 @@ def render_outcome(console: Console, record: RunRecord) -> None:
             "other ranks: " + ", ".join(f"{s.rank} {s.state}" + (f" ({s.signal})" if s.signal else "") for s in others)
         )
     if cause.rank >= 0 and cause.node is not None:
-        console.err.print(f"log: on node {cause.node} ({cause.host}), in run {record.run_id}: logs/rank-{cause.rank}.log")
+        console.err.print(f"log: on node {cause.node}{f' ({cause.host})' if cause.host else ''}, run {record.run_id}: logs/rank-{cause.rank}.log")
     elif cause.rank >= 0:
         console.err.print(f"log: {record.run_dir}/logs/rank-{cause.rank}.log")
     if record.restarts:

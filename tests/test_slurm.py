@@ -1,0 +1,329 @@
+"""rpcctl under a real SLURM: ``srun ... rpcctl launch`` and ``rpcctl sbatch``, on a one-node
+cluster and on a two-node cluster whose nodes are network namespaces (tests/slurm/).
+
+The fixtures apt-get install slurm-wlm and munge when they are missing (root, Debian/Ubuntu; the
+tests skip otherwise), start a private munged, slurmctld and slurmd(s) under a fresh directory in
+/tmp, and stop every one of them by pid at the end of the module. Nothing here uses /etc/slurm or
+the system's munged. See docs/slurm.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import ROOT, assert_no_process_left, only_run, record
+
+pytestmark = pytest.mark.timeout(240)
+
+SLURM = Path(__file__).resolve().parent / "slurm"
+TAG = f"rs{os.getpid() % 100000}"  # network namespaces rs<pid>a / rs<pid>b (tests/hosts.py: rt<pid>a/b)
+SUBNET = "10.213.8"  # tests/hosts.py uses 10.213.7
+ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT"}
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without any SLURM_* (the tests may run inside a real job) or secret."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k != "RPCCTL_SECRET"}
+    env.update(extra)
+    return env
+
+
+def _run(argv: list[str], env: dict[str, str], timeout: float, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """Run argv in its own session; on a timeout, kill that session (ours only) and fail."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                out, err = proc.communicate(timeout=10)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        raise AssertionError(f"{' '.join(argv)} did not end within {timeout}s\n{out}\n{err}") from None
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Cluster:
+    name: str
+    conf: Path
+    prefix: list[str] = field(default_factory=list)  # how a client runs "on" the submit host
+    script_env: dict[str, str] = field(default_factory=dict)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return _clean_env(SLURM_CONF=str(self.conf), **extra)
+
+    def run(self, *argv: str, timeout: float = 30, **extra_env: str) -> subprocess.CompletedProcess:
+        return _run([*self.prefix, *argv], self.env(**extra_env), timeout)
+
+    def job(self, job_id: str) -> dict[str, str]:
+        out = self.run("scontrol", "show", "job", "-o", job_id).stdout
+        return dict(kv.split("=", 1) for kv in out.split() if "=" in kv)
+
+    def wait_job(self, job_id: str, timeout: float) -> dict[str, str]:
+        """Poll `scontrol show job` (sacct does not work here) until the job ends; scancel it on the deadline."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            info = self.job(job_id)
+            if info.get("JobState") and info["JobState"] not in ACTIVE:
+                return info
+            time.sleep(0.5)
+        self.run("scancel", "--full", job_id)
+        raise AssertionError(f"SLURM job {job_id} did not end within {timeout}s: {self.job(job_id)}")
+
+    def log_tail(self) -> str:
+        base = self.conf.parent / "log"
+        return "".join(f"\n--- {p}\n" + p.read_text(errors="replace")[-3000:] for p in sorted(base.glob("*.log")))
+
+
+@dataclass
+class Slurm:
+    state: Path
+    env: dict[str, str]
+
+
+def _unavailable() -> str | None:
+    if sys.platform != "linux":
+        return "SLURM tests need Linux"
+    if os.geteuid() != 0:
+        return "SLURM tests need root (they apt-get install slurm-wlm/munge and start its daemons)"
+    return None
+
+
+def _processes_of(state: Path) -> list[tuple[int, str]]:
+    """Live processes that belong to our private SLURM: daemons (state dir on their command line),
+    job steps (its logs open), job processes (SLURM_CONF in their environment)."""
+    mark = str(state)
+    found = []
+    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE or proc.pid == os.getpid():
+                continue
+            if mark in " ".join(proc.info["cmdline"] or []) or any(f.path.startswith(mark) for f in proc.open_files()) or any(
+                mark in v for v in proc.environ().values()
+            ):
+                found.append((proc.pid, proc.info["name"]))
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    reason = _unavailable()
+    if reason:
+        pytest.skip(reason)
+    install = subprocess.run(["bash", str(SLURM / "install.sh")], capture_output=True, text=True, timeout=600)
+    if install.returncode in (3, 4):
+        pytest.skip(f"cannot install SLURM here: {install.stdout.strip()} {install.stderr.strip()}"[:2000])
+    assert install.returncode == 0, install.stdout + install.stderr
+    state = Path(tempfile.mkdtemp(prefix=f"rpcctl-slurm-{os.getpid()}-", dir="/tmp"))
+    env = _clean_env(RS_STATE=str(state), RS_TAG=TAG, RS_SUBNET=SUBNET, RS_CTLD_PORT=str(_free_port()), RS_SLURMD_PORT=str(_free_port()))
+    env["PATH"] = env.get("PATH", "/usr/bin:/bin") + ":/usr/sbin:/sbin"
+    if os.environ.get("RPCCTL_SLURM_KEEP") == "1":  # keep the state dir (logs) after a failure
+        env["RS_KEEP"] = "1"
+    try:
+        yield Slurm(state, env)
+    finally:
+        down = subprocess.run(["bash", str(SLURM / "down.sh")], env=env, capture_output=True, text=True, timeout=120)
+        left = _processes_of(state)
+        for pid, _ in left:  # a process of our own cluster: stop it so nothing is left behind
+            try:
+                psutil.Process(pid).kill()
+            except psutil.Error:
+                pass
+        namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert not left, f"processes of the test SLURM still alive after down.sh: {left}"
+        assert not {f"{TAG}a", f"{TAG}b"} & set(namespaces), namespaces
+        assert env.get("RS_KEEP") == "1" or not state.exists()
+
+
+def _up(slurm: Slurm, script: str) -> None:
+    result = subprocess.run(["bash", str(SLURM / script)], env=slurm.env, capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        pytest.fail(f"{script} failed:\n{result.stdout}\n{result.stderr}", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def single(slurm) -> Cluster:
+    """One node (this box, root network namespace)."""
+    _up(slurm, "up-single.sh")
+    return Cluster("single", slurm.state / "single" / "slurm.conf")
+
+
+@pytest.fixture(scope="module")
+def pair(slurm) -> Cluster:
+    """Two nodes rs<pid>a and rs<pid>b (network namespaces); clients run on node a."""
+    _up(slurm, "up-pair.sh")
+    return Cluster("pair", slurm.state / "pair" / "slurm.conf", prefix=["env", *(f"{k}={slurm.env[k]}" for k in ("RS_STATE", "RS_TAG")), str(SLURM / "onhost.sh"), "a"])
+
+
+def error_lines(text: str) -> str:
+    """The lines of a job's output that name an error (tracebacks can be long; these are what matter)."""
+    return "\n".join(line for line in text.splitlines() if re.search(r"Error|error:|root cause", line))
+
+
+def runs_under(runs_dir: Path) -> list[dict]:
+    """Every run record anywhere under runs_dir (one per launcher, whatever the layout)."""
+    return sorted((json.loads(p.read_text()) for p in runs_dir.rglob("run.json")), key=lambda r: r["node_rank"])
+
+
+def sbatch(cluster: Cluster, config: str, runs_dir: Path, *args: str) -> str:
+    result = cluster.run(sys.executable, "-m", "rpcctl", "sbatch", config, "--runs-dir", str(runs_dir), "--time", "5", *args, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    job_id = result.stdout.strip()
+    assert re.fullmatch(r"\d+", job_id), result.stdout  # stdout: the job id alone (--parsable style)
+    (script,) = runs_dir.glob("sbatch-*.sh")
+    assert json.loads(script.with_suffix(".json").read_text())["slurm_job_id"] == job_id
+    return job_id
+
+
+# -- no cluster needed --------------------------------------------------------------------------------
+
+
+def test_sbatch_dry_run_prints_the_script_and_submits_nothing(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    marker = tmp_path / "sbatch-was-called"
+    fake = bin_dir / "sbatch"  # first on PATH: proves --dry-run never calls sbatch
+    fake.write_text(f"#!/bin/sh\ntouch {marker}\necho 99\n")
+    fake.chmod(0o755)
+    runs = tmp_path / "runs"
+    env = _clean_env(PATH=f"{bin_dir}:{os.environ['PATH']}")
+    result = _run(
+        [sys.executable, "-m", "rpcctl", "sbatch", "configs/parameter_server.yaml", "--nodes", "3", "--dry-run", "--runs-dir", str(runs),
+         "--partition", "gpu", "--time", "0:30:00", "--set", "nproc_per_node=2"],
+        env, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    script = result.stdout
+    lines = script.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    for directive in ("--nodes=3", "--ntasks-per-node=1", "--partition=gpu", "--time=0:30:00", f"--output={runs.resolve()}/slurm-%j.out"):
+        assert f"#SBATCH {directive}" in lines, script
+    (srun,) = [line for line in lines if line.startswith("srun ")]
+    assert "--ntasks-per-node=1" in srun and " -m rpcctl launch " in srun and "--no-live" in srun
+    assert str(ROOT / "configs/parameter_server.yaml") in srun and f"--runs-dir {runs.resolve()}" in srun and "--set nproc_per_node=2" in srun
+    assert any(line.startswith("export RPCCTL_SECRET=") for line in lines)  # made at run time, not written into the file
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    assert not marker.exists() and not runs.exists()
+
+
+# -- one node -----------------------------------------------------------------------------------------
+
+
+def test_srun_launch_on_one_node_records_the_job_id(single, tmp_path):
+    runs = tmp_path / "runs"
+    result = single.run(
+        "srun", "-N1", "-n1", "--time=3", "--job-name=rpcctl-srun-1",
+        sys.executable, "-m", "rpcctl", "launch", "configs/remote_call.yaml", "--no-live", "--runs-dir", str(runs),
+        timeout=150,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr + single.log_tail()
+    assert "[rank0]: remote_call OK" in result.stdout
+    run_dir = only_run(runs)
+    rec = record(run_dir)
+    assert rec["status"] == "succeeded" and rec["nnodes"] == 1 and [r["rank"] for r in rec["ranks"]] == [0, 1]
+    assert re.fullmatch(r"\d+", rec["slurm_job_id"] or ""), rec["slurm_job_id"]
+    job = single.job(rec["slurm_job_id"])
+    assert job["JobName"] == "rpcctl-srun-1" and job["JobState"] == "COMPLETED", job
+    assert_no_process_left(run_dir)
+
+
+def test_sbatch_on_one_node_runs_the_job(single, tmp_path):
+    runs = tmp_path / "runs"
+    job_id = sbatch(single, "configs/remote_call.yaml", runs, "--nodes", "1")
+    job = single.wait_job(job_id, timeout=150)
+    output = (runs / f"slurm-{job_id}.out").read_text()
+    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", f"{job}\n{output}{single.log_tail()}"
+    assert job["NumNodes"] == "1"
+    run_dir = only_run(runs)
+    rec = record(run_dir)
+    assert rec["status"] == "succeeded" and rec["slurm_job_id"] == job_id
+    assert "[rank0]: remote_call OK" in output and f"run {run_dir.name}" in output
+    assert_no_process_left(run_dir)
+
+
+# -- two nodes (network namespaces) -------------------------------------------------------------------
+
+
+def _check_two_node_records(records: list[dict], job_id: str | None = None) -> None:
+    assert [r["node_rank"] for r in records] == [0, 1], records
+    rec0, rec1 = records
+    assert rec0["status"] == rec1["status"] == "succeeded", (rec0["status"], rec1["status"], rec0.get("root_cause"), rec1.get("root_cause"))
+    assert rec0["run_id"] == rec1["run_id"]  # one run, named by node 0
+    assert [r["rank"] for r in rec0["ranks"]] == [0, 1] and [r["rank"] for r in rec1["ranks"]] == [2, 3]
+    assert rec0["world_size"] == rec1["world_size"] == 4 and rec0["nnodes"] == rec1["nnodes"] == 2
+    assert (rec0["host"], rec1["host"]) == (f"{TAG}a", f"{TAG}b")  # the nodes SLURM put them on
+    assert rec0["slurm_job_id"] == rec1["slurm_job_id"] and rec0["slurm_job_id"]
+    if job_id is not None:
+        assert rec0["slurm_job_id"] == job_id
+    for rec in records:
+        assert_no_process_left(Path(rec["run_dir"]))
+
+
+def test_srun_launch_on_two_nodes_with_a_runs_dir_per_node(pair, tmp_path):
+    """No flags: nnodes, node_rank and master_addr all come from the srun step. Each node writes
+    under its own runs dir."""
+    runs = tmp_path / "runs"
+    launch = f"exec {sys.executable} -m rpcctl launch configs/parameter_server.yaml --no-live --set nproc_per_node=2 --runs-dir {runs}/node$SLURM_NODEID"
+    result = pair.run(
+        "srun", "-N2", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "--time=3", "bash", "-c", launch,
+        timeout=180, RPCCTL_SECRET=os.urandom(16).hex(),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr + pair.log_tail()
+    assert "[rank0]: parameter server:" in result.stdout
+    assert "[rank2]: step 29 loss" in result.stdout and "[rank3]: step 29 loss" in result.stdout  # trainers on node b
+    records = runs_under(runs)
+    _check_two_node_records(records)
+    assert {Path(r["run_dir"]).parent.name for r in records} == {"node0", "node1"}
+
+
+def test_srun_launch_on_two_nodes_with_one_shared_runs_dir(pair, tmp_path):
+    """As on a shared filesystem: node 0 writes <id>/, node 1 <id>.node1/."""
+    runs = tmp_path / "runs"
+    result = pair.run(
+        "srun", "-N2", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "--time=3",
+        sys.executable, "-m", "rpcctl", "launch", "configs/parameter_server.yaml", "--no-live", "--set", "nproc_per_node=2", "--runs-dir", str(runs),
+        timeout=180, RPCCTL_SECRET=os.urandom(16).hex(),
+    )
+    for rec in runs_under(runs):
+        assert_no_process_left(Path(rec["run_dir"]))
+    assert result.returncode == 0, error_lines(result.stdout + result.stderr)
+    _check_two_node_records(runs_under(runs))
+
+
+def test_sbatch_on_two_nodes_runs_the_job(pair, tmp_path):
+    runs = tmp_path / "runs"
+    job_id = sbatch(pair, "configs/parameter_server.yaml", runs, "--nodes", "2", "--set", "nproc_per_node=2")
+    job = pair.wait_job(job_id, timeout=180)
+    output = (runs / f"slurm-{job_id}.out").read_text()
+    for rec in runs_under(runs):
+        assert_no_process_left(Path(rec["run_dir"]))
+    assert job["NumNodes"] == "2", job
+    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", f"{job}\n{error_lines(output)}"
+    assert "[rank2]: step 29 loss" in output and "[rank3]: step 29 loss" in output
+    _check_two_node_records(runs_under(runs), job_id)
