@@ -38,6 +38,9 @@ class RpcSpec(_Spec):
     # {remote worker name: {local device: remote device}}, as TensorPipeRpcBackendOptions takes.
     device_maps: dict[str, dict[str, str]] = Field(default_factory=dict)
     devices: list[str] = Field(default_factory=list)
+    # auto: the single-node settings `rpcctl bench --tune` found good (shared-memory transport,
+    # huge-page allocation); see docs/bench.md. Your own `env:` still wins.
+    tuning: Literal["off", "auto"] = "off"
 
     @field_validator("name")
     @classmethod

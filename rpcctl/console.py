@@ -37,7 +37,7 @@ class Console:
         self.err.print(message, markup=False)
 
     def note(self, message: str) -> None:
-        self.err.print(f"[dim]{message}[/dim]")
+        self.err.print(f"[dim]{_escape(message)}[/dim]")
 
     def warn(self, message: str) -> None:
         self.err.print(f"[yellow]warning:[/yellow] {_escape(message)}")

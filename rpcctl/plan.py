@@ -81,6 +81,11 @@ def build_plan(spec: JobSpec, facts: NodeFacts, *, run_id: str, run_dir: Path, r
     master_addr = facts.master_addr
     devices = _place(spec, facts)
     rpc = json.dumps(spec.rpc.model_dump(mode="json")) if spec.rpc.init else None
+    tuned = {}
+    if spec.rpc.tuning == "auto" and not spec.multi_node:
+        from rpcctl.bench.tuning import auto_rpc_env  # standard library only: keeps the launcher light
+
+        tuned = auto_rpc_env()
     ranks = []
     for local_rank in range(nproc):
         rank = spec.node_rank * nproc + local_rank
@@ -122,7 +127,7 @@ def build_plan(spec: JobSpec, facts: NodeFacts, *, run_id: str, run_dir: Path, r
                 rank=rank,
                 local_rank=local_rank,
                 argv=[sys.executable, "-m", "rpcctl.runtime", str(spec.script), *map(str, spec.args)],
-                env={**{k: str(v) for k, v in spec.env.items()}, **env},
+                env={**tuned, **{k: str(v) for k, v in spec.env.items()}, **env},
                 device=device,
                 log=str(rank_log(run_dir, rank)),
                 error_file=str(rank_error_file(run_dir, rank)),

@@ -234,13 +234,17 @@ def bind_rendezvous_store_to_master_addr(rendezvous: types.ModuleType) -> None:
 def _init_rpc(spec: dict[str, Any]) -> None:
     import torch.distributed.rpc as rpc
 
+    from rpcctl.bench.tuning import backend_options_kwargs
+
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     name = spec["name"].format(rank=rank, local_rank=int(os.environ.get("LOCAL_RANK", 0)))
+    tuned = backend_options_kwargs()  # rpc.tuning: transports, channels (RPCCTL_RPC_*)
     options = rpc.TensorPipeRpcBackendOptions(
-        num_worker_threads=spec["num_worker_threads"],
+        num_worker_threads=tuned.pop("num_worker_threads", spec["num_worker_threads"]),
         rpc_timeout=spec["rpc_timeout"],
         init_method="env://",
         devices=spec.get("devices") or None,
+        **tuned,
     )
     for worker, mapping in (spec.get("device_maps") or {}).items():
         options.set_device_map(worker, mapping)

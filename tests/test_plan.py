@@ -255,7 +255,21 @@ def test_rpc_init_spec_is_passed_as_json(spec, run_dir):
         "num_worker_threads": 4,
         "device_maps": {},
         "devices": [],
+        "tuning": "off",
     }
+
+
+def test_rpc_tuning_auto_adds_the_tuned_env_but_the_users_env_wins(spec, run_dir):
+    from rpcctl.bench.tuning import auto_rpc_env
+
+    tuned = auto_rpc_env()
+    assert tuned  # something to apply
+    key = next(iter(tuned))
+    plan = plan_for(spec(nproc_per_node=2, rpc={"tuning": "auto"}, env={key: "mine"}), run_dir)
+    for rank in plan.ranks:
+        assert rank.env[key] == "mine"
+        assert all(rank.env[k] == v for k, v in tuned.items() if k != key)
+    assert all(k not in r.env for r in plan_for(spec(nproc_per_node=2), run_dir).ranks for k in tuned)
 
 
 def test_no_rpc_json_without_init(spec, run_dir):

@@ -1,0 +1,139 @@
+"""What is measured: suites, their cases, and the two timing profiles (quick and full).
+
+=============  ==========================================================  =====================
+suite          one case per                                                figure of merit
+=============  ==========================================================  =====================
+latency        op the transport offers for a round trip (tiny payload)     p50 time per call
+payload        payload size (echo: the payload goes there and back)        GB/s, both directions
+throughput     number of calls kept in flight (1, 8, 64; tiny payload)     calls/s
+train          world size (1 parameter server + N-1 trainers)              steps/s, all trainers
+=============  ==========================================================  =====================
+
+Every transport gets the same cases and the same payload bytes (``payload(n)`` is the same
+tensor everywhere), so rows of one suite are comparable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+SUITES = ("latency", "payload", "throughput", "train")
+KiB, MiB = 1024, 1024 * 1024
+
+TINY_BYTES = 8  # the latency and throughput payload: one 8-byte tensor
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of results: a suite, the op measured, and its parameters."""
+
+    suite: str
+    op: str
+    payload_bytes: int | None
+    in_flight: int = 1
+    world_size: int = 2
+
+    def __post_init__(self) -> None:
+        if self.suite not in SUITES:
+            raise ValueError(f"unknown suite {self.suite!r}")
+        if self.in_flight < 1 or self.world_size < 1 or (self.payload_bytes is not None and self.payload_bytes < 1):
+            raise ValueError(f"a case needs in_flight, world_size and payload_bytes of at least 1: {self}")
+
+    @property
+    def key(self) -> tuple:
+        return (self.suite, self.op, self.payload_bytes, self.in_flight, self.world_size)
+
+    def label(self) -> str:
+        if self.suite == "payload":
+            from rpcctl.console import human_bytes
+
+            return f"{self.op} {human_bytes(self.payload_bytes or 0)}"
+        if self.suite == "throughput":
+            return f"{self.op} ×{self.in_flight} in flight"
+        if self.suite == "train":
+            return f"{self.op} world {self.world_size}"
+        return self.op
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How long to measure each case. Calls per repeat are calibrated on the warm-up."""
+
+    warmup_s: float
+    repeat_s: float
+    repeats: int
+    min_calls: int  # per repeat, however slow the call
+    max_calls: int  # per repeat, however fast the call
+    min_warmup_calls: int = 3
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    payload_sizes: tuple[int, ...]
+    in_flight: tuple[int, ...]
+    train_world_sizes: tuple[int, ...]
+    timing: Timing
+    train_batch: int = 32
+    # transports measured when --transport is not given (others are opt-in by name)
+    default_transports: tuple[str, ...] = field(default=())
+
+
+QUICK = Profile(
+    name="quick",
+    payload_sizes=(1 * KiB, 16 * KiB, 256 * KiB, 4 * MiB, 64 * MiB),
+    in_flight=(1, 8, 64),
+    train_world_sizes=(2, 3),
+    # One call per repeat at the least: a 64 MiB echo then costs 3 warm-up + 5 timed calls.
+    timing=Timing(warmup_s=0.1, repeat_s=0.08, repeats=5, min_calls=1, max_calls=2000, min_warmup_calls=1),
+    default_transports=("rpc", "rpc-tuned", "gloo", "tcp", "memcpy", "ray"),
+)
+
+FULL = Profile(
+    name="full",
+    payload_sizes=(1 * KiB, 4 * KiB, 16 * KiB, 64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB),
+    in_flight=(1, 8, 64),
+    train_world_sizes=(2, 3, 4),
+    timing=Timing(warmup_s=0.3, repeat_s=0.2, repeats=10, min_calls=3, max_calls=200_000),
+    default_transports=(
+        "rpc", "rpc-uv", "rpc-basic", "rpc-cma", "rpc-threads", "rpc-thp", "rpc-tuned", "gloo", "tcp", "memcpy", "ray",
+    ),
+)
+
+PROFILES = {p.name: p for p in (QUICK, FULL)}
+
+
+def cases_for(ops: dict[str, tuple[str, ...]], suites: tuple[str, ...], profile: Profile, world_size: int = 2) -> list[Case]:
+    """The cases a transport offering ``ops`` (suite → op names) runs in ``suites``.
+
+    Point-to-point suites run between two processes (``world_size`` 2, or 1 for in-process
+    transports); ``train`` runs once per world size of the profile, in its own launch.
+    """
+    cases: list[Case] = []
+    for suite in suites:
+        for op in ops.get(suite, ()):
+            if suite == "latency":
+                cases.append(Case(suite, op, TINY_BYTES, 1, world_size))
+            elif suite == "payload":
+                cases.extend(Case(suite, op, size, 1, world_size) for size in profile.payload_sizes)
+            elif suite == "throughput":
+                cases.extend(Case(suite, op, TINY_BYTES, n, world_size) for n in profile.in_flight)
+            elif suite == "train":
+                cases.extend(Case(suite, op, None, 1, ws) for ws in profile.train_world_sizes)
+            else:
+                raise ValueError(f"unknown suite {suite!r}")
+    return cases
+
+
+def payload(nbytes: int):
+    """The payload of ``nbytes`` every transport sends: the same bytes everywhere (fixed seed)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(nbytes)
+    return torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=generator)
