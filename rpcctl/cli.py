@@ -56,25 +56,17 @@ def _root(
 
 def _register() -> None:
     from rpcctl.commands import launch, runs, sbatch
+    from rpcctl.commands.bench import bench_app
+    from rpcctl.commands.inspect import inspect_app, stack
 
     app.command("launch")(launch.launch)
     app.command("sbatch")(sbatch.sbatch)
     app.command("runs")(runs.runs)
     app.command("logs")(runs.logs)
     app.command("stop")(runs.stop)
-    try:  # TODO(lead): import unconditionally once these land
-        from rpcctl.commands.inspect import inspect_app, stack
-
-        app.add_typer(inspect_app, name="inspect")
-        app.command("stack")(stack)
-    except ImportError:
-        pass
-    try:
-        from rpcctl.commands.bench import bench_app
-
-        app.add_typer(bench_app, name="bench")
-    except ImportError:
-        pass
+    app.add_typer(inspect_app, name="inspect")
+    app.command("stack")(stack)
+    app.add_typer(bench_app, name="bench")
 
 
 _register()

@@ -119,8 +119,6 @@ def launch(
 
 
 def _telemetry_server(run_dir: Path, spec: JobSpec, world_size: int):
-    try:
-        from rpcctl.telemetry.server import TelemetryServer
-    except ImportError:  # TODO(lead): drop once rpcctl.telemetry lands
-        return None
+    from rpcctl.telemetry.server import TelemetryServer
+
     return TelemetryServer(run_dir, spec, world_size)

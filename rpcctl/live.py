@@ -62,10 +62,8 @@ class LiveView:
 
 
 def _telemetry_panels(run_dir: Path) -> list:
-    try:
-        from rpcctl.telemetry.dashboard import dashboard_panels
-    except ImportError:
-        return []
+    from rpcctl.telemetry.dashboard import dashboard_panels
+
     try:
         return list(dashboard_panels(run_dir))
     except Exception:  # noqa: BLE001 - the view must never take the job down

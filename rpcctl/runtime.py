@@ -59,7 +59,8 @@ def run_rank(argv: list[str]) -> int:
     if os.environ.get("RPCCTL_STORE_BIND") == "1":
         after_import("torch.distributed.rendezvous", bind_rendezvous_store_to_master_addr)
 
-    telemetry = _telemetry()
+    from rpcctl.telemetry import worker as telemetry
+
     telemetry.start()
     rpc_spec = json.loads(os.environ["RPCCTL_RPC"]) if os.environ.get("RPCCTL_RPC") else None
     code = 0
@@ -87,14 +88,6 @@ def run_rank(argv: list[str]) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
     return code
-
-
-def _telemetry():
-    try:
-        from rpcctl.telemetry import worker
-    except ImportError:  # TODO(lead): drop once rpcctl.telemetry lands
-        return types.SimpleNamespace(start=lambda: None, stop=lambda: None)
-    return worker
 
 
 def _run_script(argv: list[str]) -> int:

@@ -132,7 +132,23 @@ def render_plan(console: Console, plan: LaunchPlan) -> None:
     console.print(env)
 
 
+def render_leaks(console: Console, record: RunRecord) -> None:
+    """RRefs still referenced when the workers shut RPC down, with where they were made."""
+    from rpcctl.inspect import leaked_rrefs
+
+    leaks = leaked_rrefs(Path(record.run_dir))
+    if not leaks:
+        return
+    console.warn(f"{len(leaks)} RRef(s) were still live at shutdown (see `rpcctl inspect rrefs {record.run_id}`):")
+    for leak in leaks[:10]:
+        what = leak.type or "?"
+        console.err.print(f"  {leak.rref_id} owned by {leak.owner}: {escape(what)}, created at {escape(leak.call_site or '?')}", highlight=False)
+    if len(leaks) > 10:
+        console.err.print(f"  ... and {len(leaks) - 10} more")
+
+
 def render_outcome(console: Console, record: RunRecord) -> None:
+    render_leaks(console, record)
     took = describe_duration(record)
     where = f"run {record.run_id}"
     if record.status == SUCCEEDED:

@@ -1,0 +1,30 @@
+"""rpcctl: reach the processes a rank spawns itself (mp.spawn, subprocess), which skip rpcctl's
+bootstrap. Only installs an import hook; telemetry starts if the process calls init_rpc().
+Then runs the sitecustomize this one shadows, if any."""
+
+import os
+import sys
+
+
+def _rpcctl_chain() -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    if os.environ.get("RPCCTL_TELEMETRY_SOCKET"):
+        try:
+            from rpcctl.telemetry import autohook
+
+            autohook.install()
+        except Exception as exc:  # never break an unrelated interpreter
+            print(f"rpcctl: telemetry hook not installed: {exc!r}", file=sys.stderr)
+    import importlib.machinery
+    import importlib.util
+
+    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is not None and spec.origin and os.path.dirname(os.path.abspath(spec.origin)) != here:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["sitecustomize"] = module
+        spec.loader.exec_module(module)
+
+
+_rpcctl_chain()
+del _rpcctl_chain

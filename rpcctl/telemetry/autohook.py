@@ -1,0 +1,67 @@
+"""Install the RRef hooks in a process rpcctl did not bootstrap, as soon as it imports torch.
+
+``sitecustomize`` (on the ranks' PYTHONPATH) calls ``install()``: a one-shot meta-path finder
+waits for ``import torch`` to finish, then wraps torch.distributed.rpc (``rrefs.install``).
+Nothing else happens until the process calls ``init_rpc`` or ``rpcctl.report``. A process that
+never imports torch pays for one finder lookup per import.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+
+class _TorchImportHook:
+    def __init__(self) -> None:
+        self.busy = False
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "torch" or self.busy:
+            return None
+        self.busy = True
+        try:
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(name, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+        finally:
+            self.busy = False
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return None
+        original = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            original(module)
+            _uninstall(self)
+            try:
+                from rpcctl.telemetry import rrefs
+
+                rrefs.install()
+            except Exception as exc:
+                print(f"rpcctl: RRef hooks not installed: {exc!r}", file=sys.stderr)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _uninstall(hook: _TorchImportHook) -> None:
+    try:
+        sys.meta_path.remove(hook)
+    except ValueError:
+        pass
+
+
+def install() -> None:
+    if "torch" in sys.modules:
+        from rpcctl.telemetry import rrefs
+
+        rrefs.install()
+        return
+    if not any(isinstance(f, _TorchImportHook) for f in sys.meta_path):
+        sys.meta_path.insert(0, _TorchImportHook())

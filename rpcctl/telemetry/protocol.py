@@ -1,0 +1,66 @@
+"""Names and framing shared by the worker (inside ranks) and the server (inside the launcher).
+
+The channel is a Unix stream socket. Each message is one line of UTF-8 JSON (an object with a
+``k`` key); the worker sends ``hello`` first, then ``batch`` messages, each carrying a list of
+events (objects with an ``e`` key). Nothing is ever unpickled on either side.
+
+=========  =========================================================================
+event      fields (``t`` is the wall-clock time of the observation, epoch seconds)
+=========  =========================================================================
+probe      cpu_percent, rss_bytes, threads, device, cuda_visible_devices, gpus,
+           gpu_memory_bytes, dropped (a heartbeat with the process's vital signs)
+rpc        name, rpc_rank, world_size, workers {rank: name}, device_maps, devices
+rref       id, fork, owner, owner_rank, kind (remote|local), callee, site, confirmed,
+           value (local RRefs: the value's description)
+conf       id (the owner confirmed a pending RRef)
+desc       id, value (the owner describes a value: type, shape, dtype, device, nbytes)
+vfree      id (the owner's value was freed)
+fork       id, fork, owner_rank, type (this process received a user reference)
+rel        id, fork (this process dropped a reference)
+churn      owner, callee, site, n (RRefs that lived less than MIN_AGE_S: counted, not listed)
+loss       step, loss, epoch, metrics
+shutdown   (rpc.shutdown() began in this process)
+bye        dropped (the worker stopped cleanly)
+=========  =========================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+ENV_SOCKET = "RPCCTL_TELEMETRY_SOCKET"
+ENV_RANK = "RPCCTL_TELEMETRY_RANK"
+ENV_RANK_PID = "RPCCTL_TELEMETRY_RANK_PID"
+ENV_DISABLE = "RPCCTL_TELEMETRY_DISABLE"
+
+DB_NAME = "telemetry.db"
+SOCKET_NAME = "telemetry.sock"
+
+SEND_INTERVAL_S = 0.1  # the sender thread's cycle
+PROBE_INTERVAL_S = 1.0  # heartbeat and process probe
+MIN_AGE_S = 0.2  # RRefs/handles/values younger than this wait a cycle; if gone by then: churn
+STALE_AFTER_S = 5.0  # a running process whose heartbeat is older than this is flagged
+MAX_QUEUE = 100_000  # events waiting for the sender; beyond this, drop and count
+MAX_LINE = 16 * 1024 * 1024  # the server drops a connection that sends a longer line
+
+# sun_path is 108 bytes on Linux (104 on macOS), including the terminating NUL.
+MAX_SOCKET_PATH = 100
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    return (json.dumps(message, separators=(",", ":"), allow_nan=True) + "\n").encode()
+
+
+def decode(line: bytes) -> dict[str, Any] | None:
+    try:
+        message = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return message if isinstance(message, dict) else None
+
+
+def db_path(run_dir: str | os.PathLike[str]) -> Path:
+    return Path(run_dir) / DB_NAME

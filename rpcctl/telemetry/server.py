@@ -1,0 +1,338 @@
+"""The launcher's side of telemetry: one thread that owns the socket and the store.
+
+Lifecycle (the launcher calls these; all but ``start``/``close`` may come from any thread)::
+
+    server = TelemetryServer(run_dir, spec, world_size)
+    env = server.start()           # store + socket exist; add env to every rank
+    server.rank_started(...)       # ┐
+    server.log_line(rank, line)    # ├ queued for the server thread: cheap, never block
+    server.rank_exited(...)        # ┘
+    server.close()                 # drain, commit, close the socket; the db stays readable
+
+The server thread waits on the listening socket, the worker connections and a wake-up pipe,
+and commits at most every ``COMMIT_INTERVAL_S``, so a reader sees a change within ~0.1 s.
+Connections are accepted only from the same user (SO_PEERCRED), on top of the socket's 0600
+mode. The store is SQLite in WAL mode while the run lives and a single plain file after.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import selectors
+import socket
+import struct
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rpcctl.telemetry import protocol
+from rpcctl.telemetry.losses import LossParser
+from rpcctl.telemetry.store import ProcInfo, StoreWriter
+
+if TYPE_CHECKING:
+    from rpcctl.config import JobSpec
+
+COMMIT_INTERVAL_S = 0.1
+SITE_DIR = Path(__file__).resolve().parent / "_site"
+
+
+class TelemetryServer:
+    def __init__(self, run_dir: Path, spec: JobSpec | None = None, world_size: int = 1):
+        self.run_dir = Path(run_dir)
+        self.world_size = world_size
+        self.run_id = os.environ.get("RPCCTL_RUN_ID") or self.run_dir.name
+        pattern = spec.losses.pattern if spec is not None else None
+        self._parser = LossParser(pattern)
+        self._inbox: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._store: StoreWriter | None = None
+        self._listener: socket.socket | None = None
+        self._socket_path: Path | None = None
+        self._private_dir: str | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._wake_r, self._wake_w = -1, -1
+        self._restart_of_rank: dict[int, int] = {}
+        self._restart_of_pid: dict[int, int] = {}
+        self._procs_by_pid: dict[int, ProcInfo] = {}
+        self._log_index: dict[int, int] = {}
+        self.bad_messages = 0
+
+    @property
+    def socket_path(self) -> Path | None:
+        return self._socket_path
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> dict[str, str]:
+        """Create the store and the socket, start the thread; returns env vars for every rank."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._store = StoreWriter(protocol.db_path(self.run_dir))
+        self._store.set_meta(run_id=self.run_id, world_size=self.world_size)
+        self._listener = self._listen()
+        self._store.set_meta(socket=str(self._socket_path))
+        self._store.commit()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._thread = threading.Thread(target=self._serve, name="rpcctl-telemetry", daemon=True)
+        self._thread.start()
+        return self.env()
+
+    def env(self) -> dict[str, str]:
+        assert self._socket_path is not None, "start() first"
+        paths = [str(SITE_DIR)]
+        package_root = str(Path(__file__).resolve().parents[2])
+        if not _on_default_path(package_root):
+            paths.append(package_root)  # a source checkout: spawned children must import rpcctl
+        existing = os.environ.get("PYTHONPATH")
+        if existing:
+            paths.append(existing)
+        return {protocol.ENV_SOCKET: str(self._socket_path), "PYTHONPATH": os.pathsep.join(paths)}
+
+    def close(self) -> None:
+        """Flush everything, close the socket, leave the db readable. Idempotent, bounded."""
+        if self._store is None:
+            return
+        self._stopping.set()
+        self._wake()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self._thread is None or not self._thread.is_alive():
+            self._drain_inbox()
+            self._store.close()
+        self._store = None
+        for fd in (self._wake_r, self._wake_w):
+            if fd >= 0:
+                os.close(fd)
+        self._wake_r = self._wake_w = -1
+        self._remove_socket()
+
+    # -- the launcher's calls (any thread; cheap) ----------------------------------------------
+    def rank_started(self, rank: int, pid: int, local_rank: int, device: str, restart: int) -> None:
+        self._post(("started", rank, pid, local_rank, device, restart, time.time()))
+
+    def rank_exited(self, rank: int, pid: int, state: str, exit_code: int | None) -> None:
+        self._post(("exited", rank, pid, state, exit_code, time.time()))
+
+    def log_line(self, rank: int, line: str) -> None:
+        parsed = self._parser.parse(line)
+        if parsed is not None:
+            self._post(("loss", rank, parsed, time.time()))
+
+    def _post(self, item: tuple[Any, ...]) -> None:
+        self._inbox.append(item)
+
+    # -- the server thread ---------------------------------------------------------------------
+    def _listen(self) -> socket.socket:
+        path = self.run_dir / protocol.SOCKET_NAME
+        if len(os.fsencode(path)) > protocol.MAX_SOCKET_PATH:
+            # Too long for sun_path: a private directory (0700) holds it instead.
+            self._private_dir = tempfile.mkdtemp(prefix="rpcctl-")
+            path = Path(self._private_dir) / protocol.SOCKET_NAME
+        if path.exists() or path.is_symlink():
+            path.unlink()
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(path))
+        os.chmod(path, 0o600)
+        listener.listen(128)
+        listener.setblocking(False)
+        self._socket_path = path
+        return listener
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+
+    def _serve(self) -> None:
+        assert self._listener is not None and self._store is not None
+        selector = selectors.DefaultSelector()
+        selector.register(self._listener, selectors.EVENT_READ, "accept")
+        selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        last_commit = time.monotonic()
+        try:
+            while not self._stopping.is_set():
+                for key, _ in selector.select(timeout=COMMIT_INTERVAL_S):
+                    if key.data == "accept":
+                        self._accept(selector)
+                    elif key.data == "wake":
+                        _drain_pipe(self._wake_r)
+                    else:
+                        self._read(selector, key.fileobj, key.data)
+                self._drain_inbox()
+                if time.monotonic() - last_commit >= COMMIT_INTERVAL_S:
+                    self._store.commit()
+                    last_commit = time.monotonic()
+            # Closing: take what connected workers already sent, then stop.
+            deadline = time.monotonic() + 1.0
+            while time.monotonic() < deadline:
+                ready = [k for k, _ in selector.select(timeout=0.05) if isinstance(k.data, _Conn)]
+                if not ready:
+                    break
+                for key in ready:
+                    self._read(selector, key.fileobj, key.data)
+            for key in list(selector.get_map().values()):
+                if isinstance(key.data, _Conn):
+                    self._disconnect(selector, key.fileobj, key.data)
+            self._drain_inbox()
+            self._store.commit()
+        except Exception as exc:  # never take the launcher down; say why telemetry stopped
+            print(f"rpcctl: telemetry server stopped: {exc!r}", file=sys.stderr)
+        finally:
+            selector.close()
+
+    def _accept(self, selector: selectors.BaseSelector) -> None:
+        assert self._listener is not None
+        try:
+            conn, _ = self._listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        if not _same_user(conn):
+            conn.close()
+            return
+        conn.setblocking(False)
+        selector.register(conn, selectors.EVENT_READ, _Conn())
+
+    def _read(self, selector: selectors.BaseSelector, sock: Any, conn: _Conn) -> None:
+        try:
+            data = sock.recv(1 << 20)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._disconnect(selector, sock, conn)
+            return
+        conn.buffer += data
+        if b"\n" not in data:
+            if len(conn.buffer) > protocol.MAX_LINE:
+                self._disconnect(selector, sock, conn)
+            return
+        *lines, conn.buffer = conn.buffer.split(b"\n")
+        for line in lines:
+            message = protocol.decode(line)
+            if message is None:
+                self.bad_messages += 1
+                continue
+            self._handle(conn, message)
+
+    def _handle(self, conn: _Conn, message: dict[str, Any]) -> None:
+        assert self._store is not None
+        kind = message.get("k")
+        now = time.time()
+        if kind == "hello" and conn.proc is None:
+            pid = message.get("pid")
+            rank = message.get("rank")
+            restart = self._restart_of_pid.get(pid) if isinstance(pid, int) else None
+            if restart is None:
+                restart = self._restart_of_rank.get(rank, 0) if isinstance(rank, int) else 0
+            proc_id = self._store.proc_connected(message, restart, now)
+            conn.proc = ProcInfo(proc_id, pid, rank, restart)
+            if isinstance(pid, int):
+                self._procs_by_pid[pid] = conn.proc
+        elif kind == "batch" and conn.proc is not None:
+            events = message.get("ev")
+            if not isinstance(events, list):
+                self.bad_messages += 1
+                return
+            self._store.heartbeat(conn.proc, now)
+            for event in events:
+                if isinstance(event, dict):
+                    try:
+                        self._store.apply(conn.proc, event)
+                    except (KeyError, TypeError, ValueError):
+                        self.bad_messages += 1
+        else:
+            self.bad_messages += 1
+
+    def _disconnect(self, selector: selectors.BaseSelector, sock: Any, conn: _Conn) -> None:
+        selector.unregister(sock)
+        sock.close()
+        if conn.proc is not None and self._store is not None:
+            self._store.proc_ended(conn.proc.proc_id, time.time())
+            if self._procs_by_pid.get(conn.proc.pid) is conn.proc:
+                del self._procs_by_pid[conn.proc.pid]
+
+    def _drain_inbox(self) -> None:
+        store = self._store
+        assert store is not None
+        while self._inbox:
+            item = self._inbox.popleft()
+            kind = item[0]
+            if kind == "loss":
+                _, rank, parsed, t = item
+                step = parsed.step if parsed.step is not None else parsed.epoch
+                if step is None:
+                    step = self._log_index.get(rank, 0)
+                    self._log_index[rank] = step + 1
+                store.loss(rank, self._restart_of_rank.get(rank, 0), step, parsed.epoch, parsed.loss, parsed.metrics, t, "log")
+            elif kind == "started":
+                _, rank, pid, local_rank, device, restart, t = item
+                self._restart_of_rank[rank] = restart
+                self._restart_of_pid[pid] = restart
+                self._log_index.pop(rank, None)
+                store.rank_started(rank, restart, pid, local_rank, device, t)
+                proc = self._procs_by_pid.get(pid)
+                if proc is not None and proc.restart != restart:  # it connected before we heard of it
+                    proc.restart = restart
+                    store.set_proc_restart(proc.proc_id, restart)
+            elif kind == "exited":
+                _, rank, pid, state, exit_code, t = item
+                store.rank_exited(rank, pid, state, exit_code, t)
+
+    def _remove_socket(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        if self._socket_path is not None:
+            try:
+                self._socket_path.unlink()
+            except FileNotFoundError:
+                pass
+        if self._private_dir is not None:
+            try:
+                os.rmdir(self._private_dir)
+            except OSError:
+                pass
+            self._private_dir = None
+
+
+class _Conn:
+    __slots__ = ("buffer", "proc")
+
+    def __init__(self) -> None:
+        self.buffer = b""
+        self.proc: ProcInfo | None = None
+
+
+def _same_user(conn: socket.socket) -> bool:
+    peercred = getattr(socket, "SO_PEERCRED", None)
+    if peercred is None:  # not Linux: the socket's 0600 mode is the guard
+        return True
+    try:
+        _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, peercred, struct.calcsize("3i")))
+    except OSError:
+        return False
+    return uid == os.getuid()
+
+
+def _drain_pipe(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except (BlockingIOError, InterruptedError):
+        pass
+
+
+def _on_default_path(directory: str) -> bool:
+    import site
+
+    default = set(site.getsitepackages())
+    user = site.getusersitepackages() if site.ENABLE_USER_SITE else None
+    if user:
+        default.add(user)
+    return os.path.realpath(directory) in {os.path.realpath(p) for p in default}

@@ -1,0 +1,283 @@
+"""The telemetry store: one SQLite file per run (``<run_dir>/telemetry.db``).
+
+One writer (the launcher's ``TelemetryServer``), any number of readers, while the run is live
+(WAL mode) and after it ends (the server checkpoints and leaves a single plain file).
+
+Tables (times are epoch seconds; ids of RRefs are torch's ``GloballyUniqueId`` as
+``"created_on:local_id"``, scoped by the restart they belong to):
+
+==========  ==================================================================
+table       one row per
+==========  ==================================================================
+meta        key/value facts of the run (run_id, world_size, opened_at, closed_at)
+ranks       launcher rank and restart, as the launcher saw it (pid, state, exit)
+procs       process that connected (a rank, or a process it spawned): probes
+rpc_workers RPC worker (rank → name) of each restart, as init_rpc reported it
+rrefs       RRef (not per fork): owner, creator, call site, value, lifecycle
+handles     Python reference to an RRef held by a process (creator's or a fork)
+churn       (process, owner, callee, call site): RRefs too short-lived to list
+losses      loss record (printed and parsed, or reported with rpcctl.report)
+==========  ==================================================================
+
+Only the standard library: the launcher imports this and must stay light.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS ranks (
+    rank INTEGER NOT NULL, restart INTEGER NOT NULL, pid INTEGER, local_rank INTEGER, device TEXT,
+    state TEXT NOT NULL, exit_code INTEGER, started_at REAL, ended_at REAL,
+    PRIMARY KEY (rank, restart));
+CREATE TABLE IF NOT EXISTS procs (
+    proc_id INTEGER PRIMARY KEY, host TEXT, pid INTEGER, ppid INTEGER, rank INTEGER, restart INTEGER,
+    kind TEXT, name TEXT, rpc_rank INTEGER, world_size INTEGER,
+    connected_at REAL, last_seen REAL, ended_at REAL, stopped_at REAL, rpc_shutdown_at REAL,
+    cpu_percent REAL, rss_bytes INTEGER, threads INTEGER, device TEXT, cuda_visible_devices TEXT,
+    gpu_memory_bytes INTEGER, gpus TEXT, device_maps TEXT, devices TEXT, dropped INTEGER DEFAULT 0);
+CREATE TABLE IF NOT EXISTS rpc_workers (
+    restart INTEGER NOT NULL, rpc_rank INTEGER NOT NULL, name TEXT, PRIMARY KEY (restart, rpc_rank));
+CREATE TABLE IF NOT EXISTS rrefs (
+    restart INTEGER NOT NULL, rref_id TEXT NOT NULL, kind TEXT,
+    owner_rank INTEGER, owner TEXT, creator_rank INTEGER, creator TEXT, creator_proc INTEGER,
+    callee TEXT, call_site TEXT,
+    type TEXT, shape TEXT, dtype TEXT, device TEXT, nbytes INTEGER,
+    created_at REAL, confirmed_at REAL, value_freed_at REAL,
+    PRIMARY KEY (restart, rref_id));
+CREATE TABLE IF NOT EXISTS handles (
+    restart INTEGER NOT NULL, rref_id TEXT NOT NULL, fork_id TEXT NOT NULL, proc_id INTEGER NOT NULL,
+    holder TEXT, role TEXT, acquired_at REAL, released_at REAL,
+    PRIMARY KEY (restart, rref_id, fork_id, proc_id));
+CREATE TABLE IF NOT EXISTS churn (
+    restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, owner TEXT NOT NULL, callee TEXT NOT NULL,
+    call_site TEXT NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (restart, proc_id, owner, callee, call_site));
+CREATE TABLE IF NOT EXISTS losses (
+    id INTEGER PRIMARY KEY, rank INTEGER, restart INTEGER, step INTEGER, epoch INTEGER, loss REAL,
+    metrics TEXT, time REAL, source TEXT);
+"""
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, separators=(",", ":"))
+
+
+class StoreWriter:
+    """The single writer. Not thread-safe: the server's one thread owns it."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(_SCHEMA)
+        self.db.execute("BEGIN")
+        self.dirty = False
+        self.set_meta(schema_version=SCHEMA_VERSION, opened_at=time.time())
+
+    # -- transactions ------------------------------------------------------------------------
+    def commit(self) -> None:
+        if self.dirty:
+            self.db.execute("COMMIT")
+            self.db.execute("BEGIN")
+            self.dirty = False
+
+    def _x(self, sql: str, params: tuple | list = ()) -> sqlite3.Cursor:
+        self.dirty = True
+        return self.db.execute(sql, params)
+
+    def close(self) -> None:
+        self.set_meta(closed_at=time.time())
+        self.db.execute("COMMIT")
+        try:
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            # A single plain file once the run is over: readable without write access to -shm.
+            # (Fails harmlessly while a reader has the file open: it then stays in WAL mode.)
+            self.db.execute("PRAGMA journal_mode=DELETE")
+        except sqlite3.OperationalError:
+            pass
+        self.db.close()
+
+    def set_meta(self, **values: Any) -> None:
+        for key, value in values.items():
+            self._x("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value)))
+
+    # -- the launcher's view -------------------------------------------------------------------
+    def rank_started(self, rank: int, restart: int, pid: int, local_rank: int, device: str, t: float) -> None:
+        self._x(
+            "INSERT OR REPLACE INTO ranks (rank, restart, pid, local_rank, device, state, started_at) VALUES (?, ?, ?, ?, ?, 'running', ?)",
+            (rank, restart, pid, local_rank, device, t),
+        )
+
+    def rank_exited(self, rank: int, pid: int, state: str, exit_code: int | None, t: float) -> None:
+        self._x(
+            "UPDATE ranks SET state = ?, exit_code = ?, ended_at = ? WHERE rank = ? AND pid = ?",
+            (state, exit_code, t, rank, pid),
+        )
+
+    def loss(self, rank: int, restart: int, step: int | None, epoch: int | None, loss: float | None,
+             metrics: dict[str, float] | None, t: float, source: str) -> None:
+        self._x(
+            "INSERT INTO losses (rank, restart, step, epoch, loss, metrics, time, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (rank, restart, step, epoch, loss, _json(metrics or None), t, source),
+        )
+
+    # -- processes -----------------------------------------------------------------------------
+    def proc_connected(self, hello: dict[str, Any], restart: int, t: float) -> int:
+        cursor = self._x(
+            "INSERT INTO procs (host, pid, ppid, rank, restart, kind, connected_at, last_seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (hello.get("host"), hello.get("pid"), hello.get("ppid"), hello.get("rank"), restart, hello.get("kind"), t, t),
+        )
+        return int(cursor.lastrowid)
+
+    def set_proc_restart(self, proc_id: int, restart: int) -> None:
+        self._x("UPDATE procs SET restart = ? WHERE proc_id = ?", (restart, proc_id))
+
+    def proc_ended(self, proc_id: int, t: float) -> None:
+        self._x("UPDATE procs SET ended_at = ? WHERE proc_id = ? AND ended_at IS NULL", (t, proc_id))
+        # A process that is gone holds no references any more.
+        self._x("UPDATE handles SET released_at = ? WHERE proc_id = ? AND released_at IS NULL", (t, proc_id))
+
+    # -- events from a process -----------------------------------------------------------------
+    def apply(self, proc: ProcInfo, event: dict[str, Any]) -> None:
+        handler = getattr(self, "_ev_" + str(event.get("e")), None)
+        if handler is not None:
+            handler(proc, event, float(event.get("t") or time.time()))
+
+    def _ev_probe(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        self._x(
+            "UPDATE procs SET last_seen = ?, cpu_percent = ?, rss_bytes = ?, threads = ?, device = ?, cuda_visible_devices = ?,"
+            " gpu_memory_bytes = ?, gpus = ?, dropped = ? WHERE proc_id = ?",
+            (t, ev.get("cpu_percent"), ev.get("rss_bytes"), ev.get("threads"), ev.get("device"), ev.get("cuda_visible_devices"),
+             ev.get("gpu_memory_bytes"), _json(ev.get("gpus")), ev.get("dropped", 0), proc.proc_id),
+        )
+
+    def _ev_rpc(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        proc.name, proc.rpc_rank = ev.get("name"), ev.get("rpc_rank")
+        self._x(
+            "UPDATE procs SET last_seen = ?, name = ?, rpc_rank = ?, world_size = ?, device_maps = ?, devices = ? WHERE proc_id = ?",
+            (t, proc.name, proc.rpc_rank, ev.get("world_size"), _json(ev.get("device_maps")), _json(ev.get("devices")), proc.proc_id),
+        )
+        for rank, name in (ev.get("workers") or {}).items():
+            self._x("INSERT OR REPLACE INTO rpc_workers (restart, rpc_rank, name) VALUES (?, ?, ?)", (proc.restart, int(rank), name))
+
+    def _ev_rref(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        value = ev.get("value") or {}
+        self._x(
+            "INSERT INTO rrefs (restart, rref_id, kind, owner_rank, owner, creator_rank, creator, creator_proc, callee, call_site,"
+            " type, shape, dtype, device, nbytes, created_at, confirmed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (restart, rref_id) DO UPDATE SET kind = excluded.kind, creator_rank = excluded.creator_rank,"
+            " creator = excluded.creator, creator_proc = excluded.creator_proc, callee = excluded.callee,"
+            " call_site = excluded.call_site, created_at = min(created_at, excluded.created_at),"
+            " owner = coalesce(excluded.owner, owner), owner_rank = coalesce(excluded.owner_rank, owner_rank),"
+            " type = coalesce(excluded.type, type), shape = coalesce(excluded.shape, shape),"
+            " dtype = coalesce(excluded.dtype, dtype), device = coalesce(excluded.device, device),"
+            " nbytes = coalesce(excluded.nbytes, nbytes), confirmed_at = coalesce(confirmed_at, excluded.confirmed_at)",
+            (proc.restart, ev["id"], ev.get("kind"), ev.get("owner_rank"), ev.get("owner"), proc.rpc_rank, proc.name, proc.proc_id,
+             ev.get("callee"), ev.get("site"), value.get("type"), _json(value.get("shape")), value.get("dtype"),
+             value.get("device"), value.get("nbytes"), t, t if ev.get("confirmed") else None),
+        )
+        self._handle(proc, ev["id"], ev.get("fork") or "", "creator", t)
+
+    def _ev_conf(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        self._x("UPDATE rrefs SET confirmed_at = ? WHERE restart = ? AND rref_id = ? AND confirmed_at IS NULL", (t, proc.restart, ev["id"]))
+
+    def _ev_desc(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        """The owner describes a value (it may report before the creator's event arrives)."""
+        value = ev.get("value") or {}
+        self._x(
+            "INSERT INTO rrefs (restart, rref_id, kind, owner_rank, owner, type, shape, dtype, device, nbytes, created_at)"
+            " VALUES (?, ?, 'remote', ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (restart, rref_id) DO UPDATE SET"
+            " owner = coalesce(owner, excluded.owner), owner_rank = coalesce(owner_rank, excluded.owner_rank),"
+            # A type a fork carried (TorchScript's class name) says more than ScriptModule.
+            " type = coalesce(type, excluded.type), shape = excluded.shape, dtype = excluded.dtype, device = excluded.device,"
+            " nbytes = excluded.nbytes",
+            (proc.restart, ev["id"], proc.rpc_rank, proc.name, value.get("type"), _json(value.get("shape")), value.get("dtype"),
+             value.get("device"), value.get("nbytes"), t),
+        )
+
+    def _ev_vfree(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        self._x("UPDATE rrefs SET value_freed_at = ? WHERE restart = ? AND rref_id = ?", (t, proc.restart, ev["id"]))
+
+    def _ev_fork(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        # The creator may be untracked, or have dropped its handle before reporting: the fork
+        # alone is enough to list the RRef.
+        self._x(
+            "INSERT INTO rrefs (restart, rref_id, kind, owner_rank, type, created_at) VALUES (?, ?, 'remote', ?, ?, ?)"
+            " ON CONFLICT (restart, rref_id) DO UPDATE SET type = coalesce(type, excluded.type)",
+            (proc.restart, ev["id"], ev.get("owner_rank"), ev.get("type"), t),
+        )
+        self._handle(proc, ev["id"], ev.get("fork") or "", "fork", t)
+
+    def _ev_rel(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        self._x(
+            "UPDATE handles SET released_at = ? WHERE restart = ? AND rref_id = ? AND fork_id = ? AND proc_id = ? AND released_at IS NULL",
+            (t, proc.restart, ev["id"], ev.get("fork") or "", proc.proc_id),
+        )
+
+    def _ev_churn(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        self._x(
+            "INSERT INTO churn (restart, proc_id, owner, callee, call_site, count) VALUES (?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (restart, proc_id, owner, callee, call_site) DO UPDATE SET count = count + excluded.count",
+            (proc.restart, proc.proc_id, ev.get("owner") or "?", ev.get("callee") or "?", ev.get("site") or "?", int(ev.get("n", 1))),
+        )
+
+    def _ev_loss(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        rank = proc.rpc_rank if proc.rpc_rank is not None else proc.rank
+        step = ev.get("step")
+        if step is None:
+            step = proc.next_loss_index()
+        self.loss(rank if rank is not None else -1, proc.restart, step, ev.get("epoch"), ev.get("loss"), ev.get("metrics"), t, "report")
+
+    def _ev_shutdown(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        self._x("UPDATE procs SET rpc_shutdown_at = coalesce(rpc_shutdown_at, ?) WHERE proc_id = ?", (t, proc.proc_id))
+
+    def _ev_bye(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        self._x("UPDATE procs SET stopped_at = ?, last_seen = ?, dropped = ? WHERE proc_id = ?", (t, t, ev.get("dropped", 0), proc.proc_id))
+
+    def heartbeat(self, proc: ProcInfo, t: float) -> None:
+        self._x("UPDATE procs SET last_seen = ? WHERE proc_id = ?", (t, proc.proc_id))
+
+    def _handle(self, proc: ProcInfo, rref_id: str, fork_id: str, role: str, t: float) -> None:
+        self._x(
+            "INSERT OR IGNORE INTO handles (restart, rref_id, fork_id, proc_id, holder, role, acquired_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (proc.restart, rref_id, fork_id, proc.proc_id, proc.name, role, t),
+        )
+
+
+class ProcInfo:
+    """What the server remembers of one connected process."""
+
+    __slots__ = ("proc_id", "pid", "rank", "restart", "name", "rpc_rank", "_losses")
+
+    def __init__(self, proc_id: int, pid: int | None, rank: int | None, restart: int):
+        self.proc_id, self.pid, self.rank, self.restart = proc_id, pid, rank, restart
+        self.name: str | None = None
+        self.rpc_rank: int | None = None
+        self._losses = 0
+
+    def next_loss_index(self) -> int:
+        self._losses += 1
+        return self._losses - 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Readers
+
+
+def connect(path: Path) -> sqlite3.Connection | None:
+    """A read-only connection, or None when the run has no telemetry store."""
+    if not path.is_file():
+        return None
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=2.0, check_same_thread=False)
+    db.row_factory = sqlite3.Row
+    return db

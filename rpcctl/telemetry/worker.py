@@ -1,0 +1,305 @@
+"""The worker side of telemetry: runs inside every rank, and in the processes ranks spawn.
+
+::
+
+    rank (bootstrapped by rpcctl)           process the rank spawns (mp.spawn, Popen python)
+    worker.start()  ── before the script    sitecustomize → hooks when torch is imported
+      ├ hooks on torch.distributed.rpc      rpc.init_rpc() → joining(): connect, sender
+      └ connect + sender thread             report() also joins
+    worker.stop()   ── after the script     atexit → stop()
+
+    forked child (DataLoader worker, mp fork): inherits the hooks, drops the parent's
+    connection and queue, and joins only if it calls init_rpc() or report().
+
+The sender thread wakes every ``SEND_INTERVAL_S``: it drains the queue the hooks append to,
+turns it into events (``rrefs.Tracker``), adds a probe (cpu, rss, threads, CUDA memory — never
+initialising CUDA) every ``PROBE_INTERVAL_S``, and writes one JSON line. A send that fails
+ends telemetry for the process; nothing the user's code calls ever waits on it.
+
+Nothing happens at import: a rank forked from a pre-warmed parent creates its thread and
+socket in ``start()``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import math
+import os
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+from rpcctl.telemetry import protocol, rrefs
+
+_worker: _Worker | None = None
+_lock = threading.Lock()
+_fork_hook_registered = False
+
+
+def start() -> None:
+    """Start telemetry in a rank (the bootstrap calls this before the user's script)."""
+    if not _wanted():
+        return
+    rank = os.environ.get("RANK", "")
+    os.environ[protocol.ENV_RANK] = rank
+    os.environ[protocol.ENV_RANK_PID] = str(os.getpid())
+    worker = _get()
+    _install_hooks()
+    worker.activate()
+
+
+def stop(timeout: float = 2.0) -> None:
+    """Flush and stop; bounded by ``timeout``. Safe to call twice, or without ``start()``."""
+    worker = _worker
+    if worker is not None and worker.pid == os.getpid():
+        worker.stop(timeout)
+
+
+def report(step: int | None = None, loss: float | None = None, **metrics: float) -> None:
+    """Queue a metrics record; never blocks, and does nothing outside rpcctl."""
+    worker = _worker
+    if worker is None or not worker.active:
+        if not _wanted():
+            return
+        worker = joining()
+        if worker is None:
+            return
+    try:
+        event = {
+            "e": "loss",
+            "step": None if step is None else int(step),
+            "loss": None if loss is None else _number(loss),
+            "metrics": {str(k): _number(v) for k, v in metrics.items()},
+            "t": time.time(),
+        }
+        event["epoch"] = event["metrics"].pop("epoch", None)
+        if event["epoch"] is not None:
+            event["epoch"] = int(event["epoch"])
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"rpcctl.report() takes numbers: {exc}") from None
+    worker.post(event)
+
+
+def joining() -> _Worker | None:
+    """A process joins telemetry (a spawned child at init_rpc, or on its first report)."""
+    if not _wanted():
+        return None
+    worker = _get()
+    _install_hooks()
+    worker.activate()
+    return worker if worker.active else None
+
+
+def _install_hooks() -> None:
+    """The RRef hooks now if torch is imported, else as soon as it is: never import torch
+    here (a rank that does not use it must not pay for it)."""
+    from rpcctl.telemetry import autohook
+
+    autohook.install()
+
+
+def post(event: dict[str, Any]) -> None:
+    worker = _worker
+    if worker is not None and worker.active:
+        worker.post(event)
+
+
+def _number(value: Any) -> float | None:
+    number = float(value)  # a tensor converts here, in the caller's thread (so no graph is kept)
+    return None if math.isnan(number) else number
+
+
+def _wanted() -> bool:
+    return bool(os.environ.get(protocol.ENV_SOCKET)) and os.environ.get(protocol.ENV_DISABLE, "0") in ("", "0")
+
+
+def _get() -> _Worker:
+    global _worker, _fork_hook_registered
+    with _lock:
+        if _worker is None or _worker.pid != os.getpid():
+            _worker = _Worker()
+        if not _fork_hook_registered:
+            os.register_at_fork(after_in_child=_after_fork_in_child)
+            _fork_hook_registered = True
+        return _worker
+
+
+def _after_fork_in_child() -> None:
+    global _worker, _lock
+    _lock = threading.Lock()
+    old = _worker
+    _worker = None
+    rrefs.after_fork_in_child()
+    if old is not None:
+        old.abandon()
+
+
+class _Worker:
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.queue: collections.deque[Any] = collections.deque()
+        self.active = False
+        self.failed = False
+        self.dropped = 0
+        self._sock: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._process: Any = None
+        self._cuda_devices: int | None = None
+
+    # -- lifecycle (caller's thread) -----------------------------------------------------------
+    def activate(self) -> None:
+        with _lock:
+            if self.active or self.failed:
+                return
+            path = os.environ.get(protocol.ENV_SOCKET)
+            try:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(5.0)
+                sock.connect(path)
+                sock.sendall(protocol.encode(self._hello()))
+            except OSError as exc:
+                self.failed = True
+                print(f"rpcctl: telemetry disabled in pid {os.getpid()}: cannot reach {path}: {exc}", file=sys.stderr)
+                return
+            self._sock = sock
+            try:
+                import psutil
+
+                self._process = psutil.Process()
+                self._process.cpu_percent(None)  # the first call only sets the baseline
+            except Exception:
+                self._process = None
+            self.active = True
+            rrefs.activate(self.queue)
+            self._thread = threading.Thread(target=self._run, name="rpcctl-telemetry", daemon=True)
+            self._thread.start()
+        atexit.register(stop)
+
+    def _hello(self) -> dict[str, Any]:
+        rank_text = os.environ.get(protocol.ENV_RANK) or os.environ.get("RANK")
+        rank_pid = os.environ.get(protocol.ENV_RANK_PID)
+        return {
+            "k": "hello",
+            "pid": self.pid,
+            "ppid": os.getppid(),
+            "host": socket.gethostname(),
+            "rank": int(rank_text) if rank_text and rank_text.lstrip("-").isdigit() else None,
+            "kind": "rank" if rank_pid == str(self.pid) else "child",
+            "t": time.time(),
+        }
+
+    def post(self, event: dict[str, Any]) -> None:
+        if len(self.queue) < protocol.MAX_QUEUE:
+            self.queue.append(event)
+        else:
+            self.dropped += 1
+
+    def stop(self, timeout: float) -> None:
+        thread = self._thread
+        if not self.active or thread is None:
+            return
+        self._stop.set()
+        if thread is not threading.current_thread():
+            thread.join(timeout)
+        rrefs.deactivate()
+        self.active = False
+        if not thread.is_alive() and self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def abandon(self) -> None:
+        """In a forked child: let go of the parent's connection without touching it."""
+        self.active = False
+        if self._sock is not None:
+            try:
+                os.close(self._sock.detach())
+            except OSError:
+                pass
+            self._sock = None
+
+    # -- the sender thread -----------------------------------------------------------------------
+    def _run(self) -> None:
+        tracker = rrefs.tracker()
+        next_probe = 0.0
+        stopping = False
+        while not stopping:
+            stopping = self._stop.wait(protocol.SEND_INTERVAL_S)
+            now = time.time()
+            items = [self.queue.popleft() for _ in range(len(self.queue))]
+            try:
+                events = tracker.process(items, now, final=stopping)
+                if stopping or time.monotonic() >= next_probe:
+                    events.append(self._probe(now))
+                    next_probe = time.monotonic() + protocol.PROBE_INTERVAL_S
+                if stopping:
+                    events.append({"e": "bye", "dropped": self._dropped(), "t": now})
+            except Exception as exc:  # a bug here must not take the user's job down
+                events = [{"e": "error", "message": repr(exc), "t": now}]
+            if events and not self._send({"k": "batch", "ev": events}):
+                break
+        rrefs.deactivate()
+        self.active = False
+
+    def _dropped(self) -> int:
+        return self.dropped + rrefs.dropped()
+
+    def _send(self, message: dict[str, Any]) -> bool:
+        sock = self._sock
+        if sock is None:
+            return False
+        try:
+            sock.sendall(protocol.encode(message))
+            return True
+        except OSError:
+            self._sock = None
+            try:
+                sock.close()
+            except OSError:
+                pass
+            return False
+
+    def _probe(self, now: float) -> dict[str, Any]:
+        event: dict[str, Any] = {"e": "probe", "t": now, "dropped": self._dropped(),
+                                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+        if self._process is not None:
+            try:
+                with self._process.oneshot():
+                    event["cpu_percent"] = self._process.cpu_percent(None)
+                    event["rss_bytes"] = self._process.memory_info().rss
+                    event["threads"] = self._process.num_threads()
+            except Exception:
+                pass
+        event.update(_cuda_probe())
+        return event
+
+
+def _cuda_probe() -> dict[str, Any]:
+    """CUDA placement and memory of this process, only where torch already initialised CUDA."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is None or not cuda.is_initialized():
+        return {"device": "cpu"}
+    try:
+        visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+        gpus, total_reserved = [], 0
+        current = cuda.current_device()
+        for index in range(cuda.device_count()):
+            reserved = int(cuda.memory_reserved(index))
+            if reserved == 0 and index != current:
+                continue
+            props = cuda.get_device_properties(index)
+            entry = {"index": index, "physical": visible[index] if index < len(visible) else str(index), "name": props.name,
+                     "total_bytes": int(props.total_memory), "reserved_bytes": reserved,
+                     "allocated_bytes": int(cuda.memory_allocated(index))}
+            if reserved:
+                free, total = cuda.mem_get_info(index)
+                entry["device_used_bytes"] = int(total - free)
+            gpus.append(entry)
+            total_reserved += reserved
+        return {"device": f"cuda:{current}", "gpus": gpus, "gpu_memory_bytes": total_reserved}
+    except Exception:
+        return {"device": "cuda"}

@@ -1,0 +1,216 @@
+"""``rpcctl inspect ...`` and ``rpcctl stack`` through typer's runner, on a run whose store is
+written here event by event (no processes): tables, filters, errors, and JSON documents whose
+keys and values are pinned."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console as RichConsole
+from typer.testing import CliRunner
+
+from rpcctl.cli import app
+from rpcctl.console import Console, set_console
+from rpcctl.runs import RankState, RunRecord, save_record
+from rpcctl.telemetry import protocol
+from rpcctl.telemetry.store import ProcInfo, StoreWriter
+
+RREF_KEYS = [
+    "rref_id", "owner", "owner_rank", "creator", "creator_rank", "holders", "type", "shape", "dtype", "device", "nbytes",
+    "state", "created_at", "confirmed_at", "deleted_at", "call_site", "callee", "kind", "forks", "live_at_shutdown", "restart",
+]
+WORKER_KEYS = [
+    "rank", "name", "host", "pid", "state", "exit_code", "cpu_percent", "rss_bytes", "device", "gpu_memory_bytes",
+    "heartbeat_age_s", "stale", "kind", "rpc_rank", "parent_pid", "threads", "restart", "cuda_visible_devices", "device_maps",
+    "dropped_events", "started_at", "ended_at",
+]
+LOSS_KEYS = ["rank", "step", "loss", "epoch", "metrics", "time", "source", "restart"]
+DEVICE_KEYS = ["device", "name", "ranks", "workers", "memory_used_bytes", "memory_total_bytes", "rref_bytes", "rrefs"]
+
+
+def _record(run_dir: Path, status: str = "succeeded") -> RunRecord:
+    record = RunRecord(
+        run_id=run_dir.name, name="synthetic", status=status, run_dir=str(run_dir), config_path=None, script="s.py",
+        world_size=2, nproc_per_node=2, start_method="fork", host="h", launcher_pid=1, launcher_started=0.0,
+        master_addr="127.0.0.1", master_port=1, started_at="2026-01-01T00:00:00+00:00",
+        ranks=[RankState(rank=0, local_rank=0, pid=1000, state="succeeded", exit_code=0),
+               RankState(rank=1, local_rank=1, pid=1001, state="succeeded", exit_code=0)],
+    )
+    save_record(record)
+    return record
+
+
+@pytest.fixture
+def run(runs_dir) -> Path:
+    """A finished 2-rank run: worker1 owns a tensor made for worker0, and a second one that was
+    freed; worker0 owns a local RRef forked to worker1; a stale child process; losses."""
+    run_dir = runs_dir / "synthetic-1"
+    run_dir.mkdir(parents=True)
+    _record(run_dir)
+    w = StoreWriter(protocol.db_path(run_dir))
+    t = 1_800_000_000.0
+    w.rank_started(0, 0, 1000, 0, "cpu", t)
+    w.rank_started(1, 0, 1001, 1, "cpu", t)
+    procs = []
+    for rank in (0, 1):
+        proc = ProcInfo(w.proc_connected({"pid": 1000 + rank, "ppid": 1, "host": "h", "rank": rank, "kind": "rank"}, 0, t), 1000 + rank, rank, 0)
+        w.apply(proc, {"e": "rpc", "name": f"worker{rank}", "rpc_rank": rank, "world_size": 2, "workers": {"0": "worker0", "1": "worker1"}, "t": t})
+        procs.append(proc)
+    p0, p1 = procs
+    w.apply(p0, {"e": "rref", "id": "0:0", "fork": "0:1", "owner": "worker1", "owner_rank": 1, "kind": "remote", "callee": "make",
+                 "site": "train.py:10 in main", "confirmed": True, "t": t + 1})
+    w.apply(p1, {"e": "desc", "id": "0:0", "value": {"type": "Tensor", "shape": [16, 32], "dtype": "float32", "device": "cpu", "nbytes": 2048},
+                 "t": t + 1})
+    w.apply(p0, {"e": "rref", "id": "0:2", "fork": "0:3", "owner": "worker1", "owner_rank": 1, "kind": "remote", "callee": "make",
+                 "site": "train.py:11 in main", "confirmed": True, "t": t + 1})
+    w.apply(p1, {"e": "desc", "id": "0:2", "value": {"type": "Tensor", "shape": [4], "dtype": "float32", "device": "cpu", "nbytes": 16}, "t": t + 1})
+    w.apply(p1, {"e": "vfree", "id": "0:2", "t": t + 2})
+    w.apply(p0, {"e": "rref", "id": "0:4", "fork": "", "owner": "worker0", "owner_rank": 0, "kind": "local", "site": "train.py:12 in main",
+                 "confirmed": True, "value": {"type": "KV", "dtype": "int64", "device": "cpu", "nbytes": 80}, "t": t + 1})
+    w.apply(p1, {"e": "fork", "id": "0:4", "fork": "0:5", "owner_rank": 0, "type": "KV", "t": t + 1.5})
+    w.apply(p0, {"e": "churn", "owner": "worker1", "callee": "make", "site": "train.py:20 in loop", "n": 41, "t": t + 2})
+    for proc in procs:
+        w.apply(proc, {"e": "probe", "cpu_percent": 50.0, "rss_bytes": 100 << 20, "threads": 9, "device": "cpu", "t": t + 2})
+    for step, loss in enumerate([1.0, 0.5, 0.25]):
+        w.loss(0, 0, step, None, loss, None, t + 3 + step, "log")
+    w.loss(1, 0, 7, 2, 0.125, {"acc": 0.5}, t + 4, "report")
+    w.apply(p0, {"e": "shutdown", "t": t + 8})
+    w.rank_exited(0, 1000, "succeeded", 0, t + 9)
+    w.rank_exited(1, 1001, "succeeded", 0, t + 9)
+    for proc in procs:
+        w.proc_ended(proc.proc_id, t + 9)
+    w.close()
+    return run_dir
+
+
+@pytest.fixture
+def cli():
+    set_console(
+        Console(
+            out=RichConsole(width=250, no_color=True, highlight=False, force_terminal=False, soft_wrap=False),
+            err=RichConsole(stderr=True, width=250, no_color=True, highlight=False, force_terminal=False, soft_wrap=True),
+        )
+    )
+    runner = CliRunner()
+
+    def invoke(*args: str):
+        return runner.invoke(app, list(args), catch_exceptions=False)
+
+    yield invoke
+    set_console(None)
+
+
+def _json(result) -> object:
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    return json.loads(result.stdout)
+
+
+def test_rrefs_json_is_one_stable_document(cli, run):
+    document = _json(cli("inspect", "rrefs", "--json"))
+    assert [list(r) for r in document] == [RREF_KEYS] * 3
+    made, freed, kv = document
+    assert made | {"created_at": None, "confirmed_at": None, "deleted_at": None} == {
+        "rref_id": "0:0", "owner": "worker1", "owner_rank": 1, "creator": "worker0", "creator_rank": 0, "holders": [],
+        "type": "Tensor", "shape": [16, 32], "dtype": "float32", "device": "cpu", "nbytes": 2048, "state": "deleted",
+        "created_at": None, "confirmed_at": None, "deleted_at": None, "call_site": "train.py:10 in main", "callee": "make",
+        "kind": "remote", "forks": 0, "live_at_shutdown": True, "restart": 0,
+    }
+    assert made["created_at"] == "2027-01-15T08:00:01+00:00" and made["deleted_at"] == "2027-01-15T08:00:09+00:00"
+    assert (freed["rref_id"], freed["deleted_at"], freed["live_at_shutdown"]) == ("0:2", "2027-01-15T08:00:02+00:00", False)
+    assert (kv["kind"], kv["type"], kv["owner"], kv["forks"], kv["live_at_shutdown"]) == ("local", "KV", "worker0", 1, True)
+    assert _json(cli("inspect", "rrefs", "--json")) == document  # stable
+
+
+def test_rrefs_filters_summary_and_table(cli, run):
+    assert [r["rref_id"] for r in _json(cli("inspect", "rrefs", "--owner", "worker0", "--json"))] == ["0:4"]
+    assert [r["rref_id"] for r in _json(cli("inspect", "rrefs", "--owner", "1", "--json"))] == ["0:0", "0:2"]
+    assert _json(cli("inspect", "rrefs", "--state", "live", "--json")) == []
+    summary = _json(cli("inspect", "rrefs", "--summary", "--json"))
+    assert summary == [
+        {"owner": "worker0", "owner_rank": 0, "live": 0, "pending": 0, "deleted": 1, "live_bytes": 0, "short_lived": 0},
+        {"owner": "worker1", "owner_rank": 1, "live": 0, "pending": 0, "deleted": 2, "live_bytes": 0, "short_lived": 41},
+    ]
+    result = cli("inspect", "rrefs", str(run))
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["RREF", "OWNER", "HOLDERS", "TYPE", "SHAPE", "DEVICE", "BYTES", "STATE", "CALL", "SITE"]
+    assert lines[1].split()[:8] == ["0:0", "worker1", "-", "Tensor", "(16,", "32)", "cpu", "2.0"]
+    assert "RRefs by owner" in result.stdout and "SHORT-LIVED" in result.stdout
+    wide = cli("inspect", "rrefs", "--wide").stdout
+    assert "CALLEE" in wide.splitlines()[0] and "float32" in wide
+
+
+def test_rrefs_usage_errors(cli, run):
+    result = cli("inspect", "rrefs", "--state", "gone")
+    assert result.exit_code == 2 and "choose from pending, live, deleted" in result.stderr and result.stdout == ""
+    result = cli("inspect", "rrefs", "--json", "--watch")
+    assert result.exit_code == 2 and "cannot be combined" in result.stderr
+    result = cli("inspect", "rrefs", "no-such-run")
+    assert result.exit_code == 2 and "no run 'no-such-run'" in result.stderr
+
+
+def test_workers_json_and_table(cli, run):
+    document = _json(cli("inspect", "workers", "--json"))
+    assert [list(w) for w in document] == [WORKER_KEYS] * 2
+    assert [(w["rank"], w["name"], w["pid"], w["state"], w["exit_code"], w["kind"], w["heartbeat_age_s"]) for w in document] == [
+        (0, "worker0", 1000, "exited", 0, "rank", None), (1, "worker1", 1001, "exited", 0, "rank", None)]
+    table = cli("inspect", "workers").stdout
+    assert table.splitlines()[0].split()[:6] == ["RANK", "NAME", "PID", "STATE", "EXIT", "CPU"]
+
+
+def test_a_silent_running_process_is_flagged_stale(cli, runs_dir):
+    run_dir = runs_dir / "live-1"
+    run_dir.mkdir(parents=True)
+    _record(run_dir, status="running")
+    w = StoreWriter(protocol.db_path(run_dir))
+    now = time.time()
+    w.rank_started(0, 0, 1000, 0, "cpu", now - 60)
+    proc = ProcInfo(w.proc_connected({"pid": 1000, "rank": 0, "kind": "rank"}, 0, now - 60), 1000, 0, 0)
+    w.apply(proc, {"e": "probe", "cpu_percent": 0.0, "t": now - 30})
+    w.commit()  # left open: the run is live
+    try:
+        (worker,) = _json(cli("inspect", "workers", "--json", str(run_dir)))
+        assert worker["state"] == "running" and worker["stale"] and 25 < worker["heartbeat_age_s"] < 120
+        assert "STALE: rank 0 (pid 1000) no heartbeat for" in cli("inspect", "workers", str(run_dir)).stdout
+    finally:
+        w.close()
+
+
+def test_gpus_on_a_cpu_only_run(cli, run):
+    document = _json(cli("inspect", "gpus", "--json"))
+    assert document == [{"device": "cpu", "name": None, "ranks": [0, 1], "workers": ["worker0", "worker1"],
+                         "memory_used_bytes": None, "memory_total_bytes": None, "rref_bytes": 0, "rrefs": 0}]
+    assert list(document[0]) == DEVICE_KEYS
+    assert "No GPU in this run: every rank ran on the CPU." in cli("inspect", "gpus").stdout
+
+
+def test_losses_json_table_and_plot(cli, run, tmp_path):
+    document = _json(cli("inspect", "losses", "--json"))
+    assert [list(r) for r in document] == [LOSS_KEYS] * 4
+    assert [(r["rank"], r["step"], r["loss"], r["epoch"], r["metrics"], r["source"]) for r in document] == [
+        (0, 0, 1.0, None, {}, "log"), (0, 1, 0.5, None, {}, "log"), (0, 2, 0.25, None, {}, "log"), (1, 7, 0.125, 2, {"acc": 0.5}, "report")]
+    assert _json(cli("inspect", "losses", "--rank", "1", "--json"))[0]["loss"] == 0.125
+    text = cli("inspect", "losses", "--last", "2").stdout
+    assert "Last 2 steps" in text and "RANK 0" in text and "█▃▁" in text
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "loss.png"
+    result = cli("inspect", "losses", "--plot", str(png), "--json")
+    assert result.exit_code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_run_without_telemetry_gives_empty_documents(cli, runs_dir):
+    run_dir = runs_dir / "bare-1"
+    run_dir.mkdir(parents=True)
+    _record(run_dir)
+    for view in ("rrefs", "losses"):
+        result = cli("inspect", view, "--json")
+        assert result.exit_code == 0 and result.stdout.strip() == "[]" and "has no telemetry store" in result.stderr
+    assert "no RRefs" in cli("inspect", "rrefs").stdout
+
+
+def test_stack_refuses_a_finished_run(cli, run):
+    result = cli("stack", "--rank", "0")
+    assert result.exit_code == 2 and "is not running" in result.stderr
