@@ -100,6 +100,8 @@ class NodeRendezvous:
         self.master_addr, self.master_port = master_addr, master_port
         self.timeout, self.secret = timeout, secret
         self.store = None
+        self.shared: dict[str, Any] = {}
+        self.master_ip = resolve_ipv4(master_addr)
         self._seen_news = False
         # Liveness: every launcher bumps its beat/<node> counter as it polls; node 0 notes when
         # each counter last moved (on its own clock: no cross-node clock comparisons).
@@ -128,10 +130,11 @@ class NodeRendezvous:
 
     # -- the protocol ---------------------------------------------------------------------------
 
-    def join(self, *, host: str, run_id: str, pick_port) -> dict[str, Any]:
-        """Meet every node; return the run's shared facts {run_id, worker_port, nodes}."""
+    def join(self, *, host: str, run_id: str, pick_port, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Meet every node; return the run's shared facts {run_id, worker_port, nodes, **extra}
+        (node 0's ``extra`` wins: it publishes the run document)."""
         TCPStore = _import_tcpstore()
-        master_ip = resolve_ipv4(self.master_addr)
+        master_ip = self.master_ip
         try:
             if self.node_rank == 0:
                 listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -164,9 +167,10 @@ class NodeRendezvous:
                     f"{master_ip}:{self.master_port} within {self.timeout:g}s"
                 )
             nodes = {r: self._get(f"node/{r}")["host"] for r in range(self.nnodes)}
-            self._put("run", {"run_id": run_id, "worker_port": pick_port(master_ip), "nodes": nodes})
+            self._put("run", {**(extra or {}), "run_id": run_id, "worker_port": pick_port(master_ip), "nodes": nodes})
         try:
-            return self._get("run")
+            self.shared = self._get("run")
+            return self.shared
         except RuntimeError as exc:
             raise RendezvousError(f"node 0 never published the run within {self.timeout:g}s: {str(exc).splitlines()[0]}") from None
 

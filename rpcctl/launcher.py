@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,13 +26,15 @@ from rpcctl.supervisor import Supervisor
 DEFAULT_MASTER_PORT = 29500  # torchrun's
 
 
-def plan_job(spec: JobSpec, runs_dir: Path | None = None, cluster: NodeRendezvous | None = None) -> tuple[LaunchPlan, NodeFacts]:
+def plan_job(
+    spec: JobSpec, runs_dir: Path | None = None, cluster: NodeRendezvous | None = None, publish: dict | None = None
+) -> tuple[LaunchPlan, NodeFacts]:
     """Plan the job on this node. With ``cluster``, first meet the other nodes: node 0 decides
     the run id and the ranks' rendezvous port for everyone."""
     facts = probe_node(spec)
     run_id = new_run_id(spec.name)
     if cluster is not None:
-        shared = cluster.join(host=facts.hostname, run_id=run_id, pick_port=free_port)
+        shared = cluster.join(host=facts.hostname, run_id=run_id, pick_port=free_port, extra=publish)
         run_id = shared["run_id"]
         facts = replace(facts, master_port=shared["worker_port"])
     # Every node shares the run id; each writes its own directory, so nodes on a shared
@@ -79,7 +82,14 @@ def launch(
     cluster = join_cluster(spec)
     if cluster is not None:
         console.info(f"rpcctl: node {spec.node_rank} of {spec.nnodes}: joining the rendezvous at {spec.master_addr}:{cluster.master_port}")
-    plan, facts = plan_job(spec, runs_dir, cluster)  # may raise: nothing exists yet
+    telemetry_listener = _telemetry_listener(cluster) if telemetry else None
+    publish = {"telemetry_port": telemetry_listener.getsockname()[1]} if telemetry_listener else None
+    try:
+        plan, facts = plan_job(spec, runs_dir, cluster, publish)  # may raise: nothing exists yet
+    except BaseException:
+        if telemetry_listener is not None:
+            telemetry_listener.close()
+        raise
     run_dir = Path(plan.run_dir)
     run_dir.mkdir(parents=True)
     try:
@@ -111,14 +121,32 @@ def launch(
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)  # never leave a half-made run directory
         raise
-    server = _telemetry_server(run_dir, spec, plan.world_size) if telemetry else None
+    server = _telemetry_server(run_dir, spec, plan.world_size, cluster, telemetry_listener) if telemetry else None
     supervisor = Supervisor(
         spec, plan, facts, record, console, echo=echo, live=live, ranks_shown=ranks_shown, telemetry=server, cluster=cluster
     )
     return supervisor.run()
 
 
-def _telemetry_server(run_dir: Path, spec: JobSpec, world_size: int):
+def _telemetry_listener(cluster: NodeRendezvous | None) -> socket.socket | None:
+    """Node 0 of a multi-node run takes the other nodes' telemetry on the master address."""
+    if cluster is None or cluster.node_rank != 0:
+        return None
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind((cluster.master_ip, 0))
+    listener.listen(128)
+    return listener
+
+
+def _telemetry_server(run_dir: Path, spec: JobSpec, world_size: int, cluster: NodeRendezvous | None, listener):
+    """One store per run, on node 0: other nodes forward their ranks' telemetry to it."""
+    if cluster is not None and cluster.node_rank != 0:
+        from rpcctl.telemetry.forward import TelemetryForwarder
+
+        return TelemetryForwarder(run_dir, (cluster.master_ip, cluster.shared["telemetry_port"]), cluster.secret)
     from rpcctl.telemetry.server import TelemetryServer
 
-    return TelemetryServer(run_dir, spec, world_size)
+    server = TelemetryServer(run_dir, spec, world_size)
+    if listener is not None:
+        server.listen_tcp(listener, cluster.secret)
+    return server

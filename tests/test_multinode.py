@@ -3,6 +3,7 @@ them, and failures and cancellations that cross nodes."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
@@ -70,6 +71,12 @@ def test_two_nodes_train_a_parameter_server_over_rpc(hosts, tmp_path, secret):
     assert "[rank0]: parameter server:" in out0
     assert "[rank2]: step 29 loss" in out1 and "[rank3]: step 29 loss" in out1  # trainers on node 1
     assert_no_process_left(run0)
+    # Node 0's store holds every node's ranks, with their hosts and losses.
+    workers = json.loads(rpcctl("inspect", "workers", str(run0), "--json").stdout)
+    assert sorted((w["rank"], w["host"]) for w in workers) == [(0, a.hostname), (1, a.hostname), (2, b.hostname), (3, b.hostname)]
+    assert {w["state"] for w in workers} == {"exited"}
+    losses = json.loads(rpcctl("inspect", "losses", str(run0), "--json").stdout)
+    assert {row["rank"] for row in losses} == {1, 2, 3}  # the trainers: rank 1 on node 0, ranks 2-3 on node 1
 
 
 def test_nodes_sharing_one_runs_directory_do_not_collide(hosts, tmp_path, secret):

@@ -18,7 +18,10 @@ mode. The store is SQLite in WAL mode while the run lives and a single plain fil
 from __future__ import annotations
 
 import collections
+import hashlib
+import hmac
 import os
+import secrets
 import selectors
 import socket
 import struct
@@ -60,6 +63,8 @@ class TelemetryServer:
         self._procs_by_pid: dict[int, ProcInfo] = {}
         self._log_index: dict[int, int] = {}
         self.bad_messages = 0
+        self._tcp_listener: socket.socket | None = None
+        self._secret = b""
 
     @property
     def socket_path(self) -> Path | None:
@@ -83,14 +88,16 @@ class TelemetryServer:
 
     def env(self) -> dict[str, str]:
         assert self._socket_path is not None, "start() first"
-        paths = [str(SITE_DIR)]
-        package_root = str(Path(__file__).resolve().parents[2])
-        if not _on_default_path(package_root):
-            paths.append(package_root)  # a source checkout: spawned children must import rpcctl
-        existing = os.environ.get("PYTHONPATH")
-        if existing:
-            paths.append(existing)
-        return {protocol.ENV_SOCKET: str(self._socket_path), "PYTHONPATH": os.pathsep.join(paths)}
+        return worker_env(self._socket_path)
+
+    def listen_tcp(self, listener: socket.socket, secret: bytes) -> None:
+        """Also take other nodes' telemetry (multi-node runs, node 0 only) on ``listener``, a
+        bound and listening TCP socket. A connection is trusted only after it answers an HMAC
+        challenge with the run's secret; then it speaks the same JSON lines as a local worker,
+        plus ``launcher`` messages that carry another node's launcher events. Call before start()."""
+        assert self._thread is None, "listen_tcp() goes before start()"
+        listener.setblocking(False)
+        self._tcp_listener, self._secret = listener, secret
 
     def close(self) -> None:
         """Flush everything, close the socket, leave the db readable. Idempotent, bounded."""
@@ -153,12 +160,16 @@ class TelemetryServer:
         selector = selectors.DefaultSelector()
         selector.register(self._listener, selectors.EVENT_READ, "accept")
         selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        if self._tcp_listener is not None:
+            selector.register(self._tcp_listener, selectors.EVENT_READ, "accept_tcp")
         last_commit = time.monotonic()
         try:
             while not self._stopping.is_set():
                 for key, _ in selector.select(timeout=COMMIT_INTERVAL_S):
                     if key.data == "accept":
                         self._accept(selector)
+                    elif key.data == "accept_tcp":
+                        self._accept_tcp(selector)
                     elif key.data == "wake":
                         _drain_pipe(self._wake_r)
                     else:
@@ -197,6 +208,30 @@ class TelemetryServer:
         conn.setblocking(False)
         selector.register(conn, selectors.EVENT_READ, _Conn())
 
+    def _accept_tcp(self, selector: selectors.BaseSelector) -> None:
+        assert self._tcp_listener is not None
+        try:
+            conn, _ = self._tcp_listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        state = _Conn()
+        state.nonce = secrets.token_hex(16)
+        try:
+            conn.sendall(protocol.encode({"k": "challenge", "nonce": state.nonce}))
+        except OSError:
+            conn.close()
+            return
+        conn.setblocking(False)
+        selector.register(conn, selectors.EVENT_READ, state)
+
+    def _authenticate(self, conn: _Conn, message: dict[str, Any]) -> None:
+        expected = hmac.new(self._secret, str(conn.nonce).encode(), hashlib.sha256).hexdigest()
+        if message.get("k") == "auth" and hmac.compare_digest(str(message.get("mac", "")), expected):
+            conn.nonce = None
+        else:
+            conn.rejected = True
+            self.bad_messages += 1
+
     def _read(self, selector: selectors.BaseSelector, sock: Any, conn: _Conn) -> None:
         try:
             data = sock.recv(1 << 20)
@@ -218,6 +253,12 @@ class TelemetryServer:
             if message is None:
                 self.bad_messages += 1
                 continue
+            if conn.nonce is not None:  # another node: the first line must answer the challenge
+                self._authenticate(conn, message)
+                if conn.rejected:
+                    self._disconnect(selector, sock, conn)
+                    return
+                continue
             self._handle(conn, message)
 
     def _handle(self, conn: _Conn, message: dict[str, Any]) -> None:
@@ -234,6 +275,16 @@ class TelemetryServer:
             conn.proc = ProcInfo(proc_id, pid, rank, restart)
             if isinstance(pid, int):
                 self._procs_by_pid[pid] = conn.proc
+        elif kind == "launcher":  # another node's launcher (only over an authenticated connection)
+            op, args = message.get("op"), message.get("args") or []
+            if op == "started" and len(args) == 5:
+                self.rank_started(*args)
+            elif op == "exited" and len(args) == 4:
+                self.rank_exited(*args)
+            elif op == "log" and len(args) == 2:
+                self.log_line(*args)
+            else:
+                self.bad_messages += 1
         elif kind == "batch" and conn.proc is not None:
             events = message.get("ev")
             if not isinstance(events, list):
@@ -285,6 +336,9 @@ class TelemetryServer:
                 store.rank_exited(rank, pid, state, exit_code, t)
 
     def _remove_socket(self) -> None:
+        if self._tcp_listener is not None:
+            self._tcp_listener.close()
+            self._tcp_listener = None
         if self._listener is not None:
             self._listener.close()
             self._listener = None
@@ -302,11 +356,25 @@ class TelemetryServer:
 
 
 class _Conn:
-    __slots__ = ("buffer", "proc")
+    __slots__ = ("buffer", "proc", "nonce", "rejected")
 
     def __init__(self) -> None:
         self.buffer = b""
         self.proc: ProcInfo | None = None
+        self.nonce: str | None = None  # set until another node's connection answers its challenge
+        self.rejected = False
+
+
+def worker_env(socket_path: Path) -> dict[str, str]:
+    """What every rank needs to reach the telemetry socket, and processes it spawns too."""
+    paths = [str(SITE_DIR)]
+    package_root = str(Path(__file__).resolve().parents[2])
+    if not _on_default_path(package_root):
+        paths.append(package_root)  # a source checkout: spawned children must import rpcctl
+    existing = os.environ.get("PYTHONPATH")
+    if existing:
+        paths.append(existing)
+    return {protocol.ENV_SOCKET: str(socket_path), "PYTHONPATH": os.pathsep.join(paths)}
 
 
 def _same_user(conn: socket.socket) -> bool:

@@ -1,0 +1,157 @@
+"""Telemetry of a node other than node 0: relayed to node 0's server, so that node 0's store
+holds every rank of a multi-node run.
+
+``TelemetryForwarder`` stands in for ``TelemetryServer`` on nodes 1..N-1 (same calls). Ranks
+connect to a local Unix socket (mode 0600) exactly as they would on one node; each connection is
+relayed byte for byte over its own TCP connection to node 0, and the launcher's own events go
+over one more. Every TCP connection first answers node 0's HMAC challenge with the run's secret
+(``RPCCTL_SECRET``); the payload stays JSON lines, never pickle.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import hmac
+import os
+import socket
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from rpcctl.telemetry import protocol
+from rpcctl.telemetry.server import worker_env
+
+
+def connect_authenticated(address: tuple[str, int], secret: bytes, timeout: float = 10.0) -> socket.socket:
+    sock = socket.create_connection(address, timeout=timeout)
+    reader = sock.makefile("rb")
+    challenge = protocol.decode(reader.readline(protocol.MAX_LINE))
+    reader.close()
+    if not challenge or challenge.get("k") != "challenge":
+        sock.close()
+        raise ConnectionError(f"no telemetry challenge from {address[0]}:{address[1]}")
+    mac = hmac.new(secret, str(challenge["nonce"]).encode(), hashlib.sha256).hexdigest()
+    sock.sendall(protocol.encode({"k": "auth", "mac": mac}))
+    sock.settimeout(None)
+    return sock
+
+
+class TelemetryForwarder:
+    def __init__(self, run_dir: Path, address: tuple[str, int], secret: bytes):
+        self.run_dir, self.address, self.secret = Path(run_dir), address, secret
+        self._listener: socket.socket | None = None
+        self._socket_path: Path | None = None
+        self._private_dir: str | None = None
+        self._events: collections.deque[dict[str, Any]] = collections.deque(maxlen=100_000)
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.errors: list[str] = []
+
+    def start(self) -> dict[str, str]:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        path = self.run_dir / protocol.SOCKET_NAME
+        if len(os.fsencode(path)) > protocol.MAX_SOCKET_PATH:
+            self._private_dir = tempfile.mkdtemp(prefix="rpcctl-")
+            path = Path(self._private_dir) / protocol.SOCKET_NAME
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(path))
+        os.chmod(path, 0o600)
+        listener.listen(128)
+        listener.settimeout(0.2)
+        self._listener, self._socket_path = listener, path
+        for target, name in ((self._accept_loop, "rpcctl-telemetry-relay"), (self._send_loop, "rpcctl-telemetry-launcher")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return worker_env(path)
+
+    # -- the launcher's calls (same as TelemetryServer's; never block) ---------------------------
+    def rank_started(self, rank: int, pid: int, local_rank: int, device: str, restart: int) -> None:
+        self._post("started", [rank, pid, local_rank, device, restart])
+
+    def rank_exited(self, rank: int, pid: int, state: str, exit_code: int | None) -> None:
+        self._post("exited", [rank, pid, state, exit_code])
+
+    def log_line(self, rank: int, line: str) -> None:
+        self._post("log", [rank, line])
+
+    def _post(self, op: str, args: list[Any]) -> None:
+        self._events.append({"k": "launcher", "op": op, "args": args})
+        self._wake.set()
+
+    # -- threads ---------------------------------------------------------------------------------
+    def _send_loop(self) -> None:
+        try:
+            sock = connect_authenticated(self.address, self.secret)
+        except OSError as exc:
+            self.errors.append(f"launcher events: {exc}")
+            return
+        with sock:
+            while True:
+                self._wake.wait(0.2)
+                self._wake.clear()
+                batch = []
+                while self._events:
+                    batch.append(protocol.encode(self._events.popleft()))
+                if batch:
+                    try:
+                        sock.sendall(b"".join(batch))
+                    except OSError as exc:
+                        self.errors.append(f"launcher events: {exc}")
+                        return
+                if self._stopping.is_set() and not self._events:
+                    return
+
+    def _accept_loop(self) -> None:
+        assert self._listener is not None
+        while not self._stopping.is_set():
+            try:
+                local, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            thread = threading.Thread(target=self._relay, args=(local,), name="rpcctl-telemetry-pipe", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _relay(self, local: socket.socket) -> None:
+        try:
+            remote = connect_authenticated(self.address, self.secret)
+        except OSError as exc:
+            self.errors.append(f"relay: {exc}")
+            local.close()
+            return
+        with local, remote:
+            while True:
+                try:
+                    data = local.recv(1 << 20)
+                except OSError:
+                    data = b""
+                if not data:
+                    return
+                try:
+                    remote.sendall(data)
+                except OSError:
+                    return
+
+    def close(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        for thread in self._threads:
+            thread.join(timeout=3)
+        if self._listener is not None:
+            self._listener.close()
+        if self._socket_path is not None:
+            try:
+                self._socket_path.unlink()
+            except FileNotFoundError:
+                pass
+        if self._private_dir is not None:
+            try:
+                os.rmdir(self._private_dir)
+            except OSError:
+                pass
