@@ -128,7 +128,7 @@ def micro(repeats: int = 15, n: int = 5000) -> dict[str, float]:
         items = []
         for handle in handles:
             ref = rrefs._Ref(handle)
-            ref.kind, ref.to, ref.func, ref.target, ref.code, ref.lasti, ref.t = "r", "worker1", echo, None, micro.__code__, 0, 0.0
+            ref.kind, ref.to, ref.func, ref.target, ref.code, ref.lasti, ref.t, ref.seen = "r", "worker1", echo, None, micro.__code__, 0, 0.0, 0
             items.append(ref)
         return items, handles if alive else []
 

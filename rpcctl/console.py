@@ -23,7 +23,10 @@ from rich.table import Table
 class Console:
     def __init__(self, out: RichConsole | None = None, err: RichConsole | None = None):
         no_color = bool(os.environ.get("NO_COLOR"))
-        self.out = out or RichConsole(highlight=False, no_color=no_color, soft_wrap=False)
+        # Piped output (grep, a file) keeps whole rows: Rich would otherwise cut tables at 80
+        # columns. A terminal, or COLUMNS, still sets the width.
+        width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 4096
+        self.out = out or RichConsole(highlight=False, no_color=no_color, soft_wrap=False, width=width)
         self.err = err or RichConsole(stderr=True, highlight=False, no_color=no_color, soft_wrap=True)
 
     @property

@@ -305,3 +305,13 @@ def test_a_forked_rank_ends_like_python_does(tmp_path, runs_dir):
         assert (run_dir / f"unclosed-{rank}.txt").read_text() == "never closed\n"
         log = (run_dir / "logs" / f"rank-{rank}.log").read_text()
         assert log.index("thread finished") < log.index("atexit ran")  # threads joined first, as in CPython
+
+
+def test_piped_tables_keep_whole_rows(tmp_path, runs_dir):
+    name = "a-rather-long-job-name-that-would-not-fit-in-eighty-columns-with-the-rest-of-the-row"
+    config = write_config(tmp_path, name=name, nproc_per_node=1)
+    assert rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir)).returncode == 0
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    table = rpcctl("runs", "--runs-dir", str(runs_dir), env=env)
+    row = table.stdout.splitlines()[1]
+    assert name in row and "succeeded" in row  # not cut to the 80 columns Rich assumes for a pipe

@@ -119,7 +119,7 @@ def _wrap_remote(orig: Any, unset_timeout: float) -> Any:
         if q is not None:
             if len(q) < MAX_QUEUE:
                 ref = _Ref(rref, _released)
-                ref.kind, ref.to, ref.func, ref.t = "r", to, func, _time()
+                ref.kind, ref.to, ref.func, ref.t, ref.seen = "r", to, func, _time(), 0
                 ref.code, ref.lasti = _caller()
                 # rref.remote().method(): remember the target RRef (weakly) and the method name
                 ref.target = (_weakref(args[0]), args[1]) if func in _proxy_calls and args and len(args) > 1 else None
@@ -139,7 +139,7 @@ def _wrap_rref_init(orig: Any) -> Any:
         if q is not None:
             if len(q) < MAX_QUEUE:
                 ref = _Ref(self, _released)
-                ref.kind, ref.t = "l", _time()
+                ref.kind, ref.t, ref.seen = "l", _time(), 0
                 ref.code, ref.lasti = _caller()
                 q.append(ref)
             else:
@@ -156,7 +156,7 @@ def _wrap_receiver(orig: Any) -> Any:
         if q is not None and not rref.is_owner():  # the owner getting its own RRef back is no fork
             if len(q) < MAX_QUEUE:
                 ref = _Ref(rref, _released)
-                ref.kind, ref.data, ref.t = "f", rref_fork_data, _time()
+                ref.kind, ref.data, ref.t, ref.seen = "f", rref_fork_data, _time(), 0
                 q.append(ref)
             else:
                 _drop()
@@ -397,7 +397,7 @@ class Tracker:
             kind = type(item)
             try:
                 if kind is _Ref:
-                    seen = getattr(item, "seen", 0)
+                    seen = item.seen
                     if seen == 0:  # a new handle: report it if it outlived MIN_AGE_S
                         if not final and now - item.t < MIN_AGE_S and item() is not None:
                             self.deferred.append(item)
