@@ -13,15 +13,13 @@ from __future__ import annotations
 import collections
 import hashlib
 import hmac
-import os
 import socket
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
 from rpcctl.telemetry import protocol
-from rpcctl.telemetry.server import worker_env
+from rpcctl.telemetry.server import close_unix, listen_unix, worker_env
 
 
 def connect_authenticated(address: tuple[str, int], secret: bytes, timeout: float = 10.0) -> socket.socket:
@@ -52,14 +50,7 @@ class TelemetryForwarder:
 
     def start(self) -> dict[str, str]:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        path = self.run_dir / protocol.SOCKET_NAME
-        if len(os.fsencode(path)) > protocol.MAX_SOCKET_PATH:
-            self._private_dir = tempfile.mkdtemp(prefix="rpcctl-")
-            path = Path(self._private_dir) / protocol.SOCKET_NAME
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(str(path))
-        os.chmod(path, 0o600)
-        listener.listen(128)
+        listener, path, self._private_dir = listen_unix(self.run_dir)
         listener.settimeout(0.2)
         self._listener, self._socket_path = listener, path
         for target, name in ((self._accept_loop, "rpcctl-telemetry-relay"), (self._send_loop, "rpcctl-telemetry-launcher")):
@@ -143,15 +134,4 @@ class TelemetryForwarder:
         self._wake.set()
         for thread in self._threads:
             thread.join(timeout=3)
-        if self._listener is not None:
-            self._listener.close()
-        if self._socket_path is not None:
-            try:
-                self._socket_path.unlink()
-            except FileNotFoundError:
-                pass
-        if self._private_dir is not None:
-            try:
-                os.rmdir(self._private_dir)
-            except OSError:
-                pass
+        close_unix(self._listener, self._socket_path, self._private_dir)

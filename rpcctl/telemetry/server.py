@@ -134,19 +134,8 @@ class TelemetryServer:
 
     # -- the server thread ---------------------------------------------------------------------
     def _listen(self) -> socket.socket:
-        path = self.run_dir / protocol.SOCKET_NAME
-        if len(os.fsencode(path)) > protocol.MAX_SOCKET_PATH:
-            # Too long for sun_path: a private directory (0700) holds it instead.
-            self._private_dir = tempfile.mkdtemp(prefix="rpcctl-")
-            path = Path(self._private_dir) / protocol.SOCKET_NAME
-        if path.exists() or path.is_symlink():
-            path.unlink()
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(str(path))
-        os.chmod(path, 0o600)
-        listener.listen(128)
+        listener, self._socket_path, self._private_dir = listen_unix(self.run_dir)
         listener.setblocking(False)
-        self._socket_path = path
         return listener
 
     def _wake(self) -> None:
@@ -339,20 +328,8 @@ class TelemetryServer:
         if self._tcp_listener is not None:
             self._tcp_listener.close()
             self._tcp_listener = None
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
-        if self._socket_path is not None:
-            try:
-                self._socket_path.unlink()
-            except FileNotFoundError:
-                pass
-        if self._private_dir is not None:
-            try:
-                os.rmdir(self._private_dir)
-            except OSError:
-                pass
-            self._private_dir = None
+        close_unix(self._listener, self._socket_path, self._private_dir)
+        self._listener = self._socket_path = self._private_dir = None
 
 
 class _Conn:
@@ -363,6 +340,38 @@ class _Conn:
         self.proc: ProcInfo | None = None
         self.nonce: str | None = None  # set until another node's connection answers its challenge
         self.rejected = False
+
+
+def listen_unix(run_dir: Path) -> tuple[socket.socket, Path, str | None]:
+    """The run's telemetry socket (mode 0600), and the private directory that holds it when
+    the run directory's path is too long for a Unix socket (else None)."""
+    path, private_dir = run_dir / protocol.SOCKET_NAME, None
+    if len(os.fsencode(path)) > protocol.MAX_SOCKET_PATH:
+        # Too long for sun_path: a private directory (0700) holds it instead.
+        private_dir = tempfile.mkdtemp(prefix="rpcctl-")
+        path = Path(private_dir) / protocol.SOCKET_NAME
+    if path.exists() or path.is_symlink():
+        path.unlink()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    os.chmod(path, 0o600)
+    listener.listen(128)
+    return listener, path, private_dir
+
+
+def close_unix(listener: socket.socket | None, path: Path | None, private_dir: str | None) -> None:
+    if listener is not None:
+        listener.close()
+    if path is not None:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+    if private_dir is not None:
+        try:
+            os.rmdir(private_dir)
+        except OSError:
+            pass
 
 
 def worker_env(socket_path: Path) -> dict[str, str]:
