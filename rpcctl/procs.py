@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 
 from rpcctl.errors import RpcctlError
-from rpcctl.plan import LaunchPlan, RankPlan
+from rpcctl.plan import RankPlan
 from rpcctl.zygote import MAX_MESSAGE
 
 

@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, WORKERS, assert_no_process_left, only_run, record, rpcctl, wait_until, write_config
+from conftest import ROOT, assert_no_process_left, only_run, record, rpcctl, wait_until, write_config
 from hosts import create_pair, destroy_pair, unavailable
 
 pytestmark = pytest.mark.timeout(180)
