@@ -83,7 +83,6 @@ class RankProcesses:
             server_log.close()
         self.pids: dict[int, int] = {}  # rank → pid of the current attempt
         self.exited: dict[int, ExitStatus] = {}
-        self.ready: dict | None = None
         self.spawn_errors: dict[int, str] = {}
         self._closed = False
 
@@ -108,9 +107,8 @@ class RankProcesses:
                 raise RpcctlError(f"the rank server (pid {self.server.pid}) died unexpectedly; see launcher.log")
             message = json.loads(data)
             op = message["op"]
-            if op == "ready":
-                self.ready = message
-            elif op == "spawned":
+            # "ready" (preload done) needs no action: the server serves spawns in order anyway.
+            if op == "spawned":
                 self.pids[message["rank"]] = message["pid"]
             elif op == "spawn_failed":
                 self.spawn_errors[message["rank"]] = message["error"]

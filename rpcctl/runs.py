@@ -21,7 +21,6 @@ import os
 import secrets
 import socket
 import tempfile
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -224,12 +223,3 @@ def rank_error_file(run_dir: Path, rank: int) -> Path:
 
 def rank_stack_file(run_dir: Path, rank: int) -> Path:
     return run_dir / "stacks" / f"rank-{rank}.txt"
-
-
-def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
