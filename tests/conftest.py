@@ -33,6 +33,14 @@ def _isolated(monkeypatch, tmp_path):
 
 
 @pytest.fixture
+def script(tmp_path) -> Path:
+    """A trivial train.py in tmp_path, for configs that only need a script to exist."""
+    path = tmp_path / "train.py"
+    path.write_text("print('hello')\n")
+    return path
+
+
+@pytest.fixture
 def runs_dir(tmp_path) -> Path:
     return tmp_path / "runs"
 

@@ -40,13 +40,6 @@ def _clean_env(monkeypatch):
 
 
 @pytest.fixture
-def script(tmp_path) -> Path:
-    path = tmp_path / "train.py"
-    path.write_text("print('hello')\n")
-    return path
-
-
-@pytest.fixture
 def write(tmp_path, script):
     """Write a config next to ``train.py`` and return its path."""
 

@@ -39,13 +39,6 @@ def facts(gpus: tuple[str, ...] = ()) -> NodeFacts:
 
 
 @pytest.fixture
-def script(tmp_path) -> Path:
-    path = tmp_path / "train.py"
-    path.write_text("print('hi')\n")
-    return path
-
-
-@pytest.fixture
 def run_dir(tmp_path) -> Path:
     return tmp_path / "runs" / RUN_ID
 
