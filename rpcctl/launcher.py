@@ -143,7 +143,8 @@ def _telemetry_server(run_dir: Path, spec: JobSpec, world_size: int, cluster: No
     if cluster is not None and cluster.node_rank != 0:
         from rpcctl.telemetry.forward import TelemetryForwarder
 
-        return TelemetryForwarder(run_dir, (cluster.master_ip, cluster.shared["telemetry_port"]), cluster.secret)
+        address = (cluster.master_ip, cluster.shared["telemetry_port"])
+        return TelemetryForwarder(run_dir, address, cluster.secret, spec.losses.pattern)
     from rpcctl.telemetry.server import TelemetryServer
 
     server = TelemetryServer(run_dir, spec, world_size)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rpcctl.telemetry import protocol
+from rpcctl.telemetry.losses import LossParser
 from rpcctl.telemetry.server import close_unix, listen_unix, worker_env
 
 
@@ -37,8 +38,9 @@ def connect_authenticated(address: tuple[str, int], secret: bytes, timeout: floa
 
 
 class TelemetryForwarder:
-    def __init__(self, run_dir: Path, address: tuple[str, int], secret: bytes):
+    def __init__(self, run_dir: Path, address: tuple[str, int], secret: bytes, loss_pattern: str | None = None):
         self.run_dir, self.address, self.secret = Path(run_dir), address, secret
+        self._parser = LossParser(loss_pattern)
         self._listener: socket.socket | None = None
         self._socket_path: Path | None = None
         self._private_dir: str | None = None
@@ -67,7 +69,9 @@ class TelemetryForwarder:
         self._post("exited", [rank, pid, state, exit_code])
 
     def log_line(self, rank: int, line: str) -> None:
-        self._post("log", [rank, line])
+        # Only loss lines are of use to node 0: parse here rather than ship every line across.
+        if self._parser.parse(line) is not None:
+            self._post("log", [rank, line])
 
     def _post(self, op: str, args: list[Any]) -> None:
         self._events.append({"k": "launcher", "op": op, "args": args})
