@@ -3,6 +3,11 @@
 Each test launches ``python -m torch.distributed.run --standalone --nproc-per-node N``
 (N from the example's yaml), checks the exit code and the key lines of the output, and
 checks that no rank outlived torchrun.
+
+Each rank's output is read from torchrun's own per-rank log files (``--redirects 3``),
+not from one shared stdout: ranks that share a pipe interleave their writes, and
+``print`` issues the text and the newline as separate writes, so lines from two ranks
+can be spliced together there.
 """
 
 from __future__ import annotations
@@ -26,13 +31,20 @@ RUN_TIMEOUT = 90  # seconds per torchrun; each example takes well under 15 s
 
 def _run_torchrun(example: str) -> tuple[int, str, float]:
     """Run configs/<example>.yaml's script under torchrun; return (rc, output, seconds)."""
+    with tempfile.TemporaryDirectory() as log_dir:
+        return _run_torchrun_logging_to(example, Path(log_dir))
+
+
+def _run_torchrun_logging_to(example: str, log_dir: Path) -> tuple[int, str, float]:
     cfg = yaml.safe_load((CONFIGS / f"{example}.yaml").read_text())
     script = (CONFIGS / cfg["script"]).relative_to(REPO)
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone",
-        "--nproc-per-node", str(cfg["nproc_per_node"]), str(script), *cfg.get("args", []),
+        "--nproc-per-node", str(cfg["nproc_per_node"]),
+        "--log-dir", str(log_dir), "--redirects", "3",
+        str(script), *cfg.get("args", []),
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     seen: set[psutil.Process] = set()
     with tempfile.TemporaryFile(mode="w+") as out:
         start = time.monotonic()
@@ -59,7 +71,10 @@ def _run_torchrun(example: str) -> tuple[int, str, float]:
                 proc.wait()
         elapsed = time.monotonic() - start
         out.seek(0)
-        output = out.read()
+        # torchrun's own messages, then every rank's stdout and stderr, whole.
+        output = out.read() + "".join(
+            f.read_text(errors="replace") for f in sorted(log_dir.rglob("std*.log"))
+        )
 
     assert seen, "torchrun never started any rank"
     # psutil.Process.is_running() also checks the create time, so a reused pid is not a
