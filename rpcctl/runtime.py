@@ -9,6 +9,7 @@ Around the script it:
 
 - keeps the c10d rendezvous store on the address it was given (torch's TCPStore otherwise
   listens on every interface, and RPC unpickles what it receives);
+- silences one torch-internal deprecation warning that every ``init_rpc`` prints;
 - enables faulthandler (fatal signals print the Python stack to the rank's log) and dumps all
   stacks to ``stacks/rank-N.txt`` on SIGUSR1 (``rpcctl stack``);
 - starts the rank's telemetry (RRef tracking, probes, losses), and stops it at the end;
@@ -40,6 +41,7 @@ import sys
 import time
 import traceback
 import types
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -56,6 +58,7 @@ def run_rank(argv: list[str]) -> int:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(line_buffering=True)
     _install_stack_dumps()
+    _silence_torch_internal_warnings()
     if os.environ.get("RPCCTL_STORE_BIND") == "1":
         after_import("torch.distributed.rendezvous", bind_rendezvous_store_to_master_addr)
 
@@ -88,6 +91,20 @@ def run_rank(argv: list[str]) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
     return code
+
+
+def _silence_torch_internal_warnings() -> None:
+    # init_rpc's TensorPipe handshake passes torch's own ProcessGroupGloo to
+    # all_gather_object, and torch warns about that in every rank of every RPC job. The user
+    # can do nothing about it, so it only buries their output. The filter is narrow (this
+    # message, this module); a script that itself passes a raw Backend as a group loses the
+    # warning too, which is the price of not printing it twice per rank for everyone else.
+    warnings.filterwarnings(
+        "ignore",
+        message=r"You are using a Backend <class 'torch\.distributed\.distributed_c10d\.ProcessGroupGloo'> as a ProcessGroup",
+        category=UserWarning,
+        module=r"torch\.distributed\.distributed_c10d",
+    )
 
 
 def _run_script(argv: list[str]) -> int:
