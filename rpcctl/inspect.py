@@ -452,7 +452,8 @@ def workers(run_dir: Path) -> list[WorkerRecord]:
         records: list[WorkerRecord] = []
         used: set[int] = set()
         for rank in ranks:
-            proc = next((p for p in reversed(procs) if p["pid"] == rank["pid"]), None)
+            # pid and rank together: on a multi-node run pids repeat across hosts.
+            proc = next((p for p in reversed(procs) if (p["rank"], p["pid"]) == (rank["rank"], rank["pid"])), None)
             if proc is not None:
                 used.add(proc["proc_id"])
             records.append(_worker(s, proc, rank, restart))

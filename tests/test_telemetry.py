@@ -66,10 +66,10 @@ def test_custom_pattern_replaces_the_default():
 class ScriptedWorker:
     """Speaks the worker's protocol over the run's socket, as a rank would."""
 
-    def __init__(self, path: str, pid: int, rank: int, kind: str = "rank"):
+    def __init__(self, path: str, pid: int, rank: int, kind: str = "rank", host: str = "h"):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(path)
-        self.send_raw({"k": "hello", "pid": pid, "ppid": 1, "host": "h", "rank": rank, "kind": kind, "t": time.time()})
+        self.send_raw({"k": "hello", "pid": pid, "ppid": 1, "host": host, "rank": rank, "kind": kind, "t": time.time()})
 
     def send_raw(self, message: dict) -> None:
         self.sock.sendall(protocol.encode(message))
@@ -206,6 +206,24 @@ def test_bad_messages_are_counted_not_fatal(server):
     wait_until(lambda: inspect.losses(srv.run_dir), 5, "the good worker's loss")
     sock.close()
     good.close()
+
+
+def test_ranks_on_two_hosts_with_the_same_pid_stay_apart(server):
+    srv, env = server
+    path = env[protocol.ENV_SOCKET]
+    # A multi-node run: node 1's launcher relays its rank's start, and pids repeat across hosts.
+    srv.rank_started(0, 4242, 0, "cpu", 0)
+    srv.rank_started(1, 4242, 0, "cpu", 0)
+    on_a, on_b = ScriptedWorker(path, 4242, 0, host="host-a"), ScriptedWorker(path, 4242, 1, host="host-b")
+    on_a.send({"e": "probe", "cpu_percent": 1.0, "rss_bytes": 1 << 20, "threads": 3})
+    on_b.send({"e": "probe", "cpu_percent": 2.0, "rss_bytes": 2 << 20, "threads": 4})
+    found = wait_until(
+        lambda: (lambda ws: ws if len(ws) == 2 and all(w.rss_bytes for w in ws) else None)(inspect.workers(srv.run_dir)),
+        5, "both ranks with their probes",
+    )
+    assert [(w.rank, w.host, w.rss_bytes) for w in found] == [(0, "host-a", 1 << 20), (1, "host-b", 2 << 20)]
+    on_a.close()
+    on_b.close()
 
 
 def test_a_worker_that_cannot_reach_the_server_disables_itself(tmp_path, monkeypatch, capfd):

@@ -59,8 +59,10 @@ class TelemetryServer:
         self._stopping = threading.Event()
         self._wake_r, self._wake_w = -1, -1
         self._restart_of_rank: dict[int, int] = {}
-        self._restart_of_pid: dict[int, int] = {}
-        self._procs_by_pid: dict[int, ProcInfo] = {}
+        # Keyed by (rank, pid), not pid: on a multi-node run pids repeat across hosts, and the
+        # global rank tells the hosts apart.
+        self._restart_of_proc: dict[tuple[int, int], int] = {}
+        self._procs_by_key: dict[tuple[int, int], ProcInfo] = {}
         self._log_index: dict[int, int] = {}
         self.bad_messages = 0
         self._tcp_listener: socket.socket | None = None
@@ -257,13 +259,14 @@ class TelemetryServer:
         if kind == "hello" and conn.proc is None:
             pid = message.get("pid")
             rank = message.get("rank")
-            restart = self._restart_of_pid.get(pid) if isinstance(pid, int) else None
+            key = (rank, pid) if isinstance(rank, int) and isinstance(pid, int) else None
+            restart = self._restart_of_proc.get(key) if key else None
             if restart is None:
                 restart = self._restart_of_rank.get(rank, 0) if isinstance(rank, int) else 0
             proc_id = self._store.proc_connected(message, restart, now)
             conn.proc = ProcInfo(proc_id, pid, rank, restart)
-            if isinstance(pid, int):
-                self._procs_by_pid[pid] = conn.proc
+            if key:
+                self._procs_by_key[key] = conn.proc
         elif kind == "launcher":  # another node's launcher (only over an authenticated connection)
             op, args = message.get("op"), message.get("args") or []
             if op == "started" and len(args) == 5:
@@ -294,8 +297,9 @@ class TelemetryServer:
         sock.close()
         if conn.proc is not None and self._store is not None:
             self._store.proc_ended(conn.proc.proc_id, time.time())
-            if self._procs_by_pid.get(conn.proc.pid) is conn.proc:
-                del self._procs_by_pid[conn.proc.pid]
+            key = (conn.proc.rank, conn.proc.pid)
+            if self._procs_by_key.get(key) is conn.proc:
+                del self._procs_by_key[key]
 
     def _drain_inbox(self) -> None:
         store = self._store
@@ -313,10 +317,10 @@ class TelemetryServer:
             elif kind == "started":
                 _, rank, pid, local_rank, device, restart, t = item
                 self._restart_of_rank[rank] = restart
-                self._restart_of_pid[pid] = restart
+                self._restart_of_proc[(rank, pid)] = restart
                 self._log_index.pop(rank, None)
                 store.rank_started(rank, restart, pid, local_rank, device, t)
-                proc = self._procs_by_pid.get(pid)
+                proc = self._procs_by_key.get((rank, pid))
                 if proc is not None and proc.restart != restart:  # it connected before we heard of it
                     proc.restart = restart
                     store.set_proc_restart(proc.proc_id, restart)
