@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from rich.console import Group
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 if TYPE_CHECKING:
     from rpcctl.supervisor import Supervisor
@@ -21,14 +22,24 @@ class LiveView:
     def __init__(self, supervisor: Supervisor):
         self.supervisor = supervisor
         self.started = time.monotonic()
-        self._live = Live(self, console=supervisor.console.out, refresh_per_second=4, transient=False, redirect_stdout=False, redirect_stderr=False)
+        # stderr is redirected through the live console so that the launcher's own messages
+        # (Ctrl-C, restarts, warnings) print above the panel instead of being drawn over.
+        self._live = Live(self, console=supervisor.console.out, refresh_per_second=4, transient=False, redirect_stdout=False, redirect_stderr=True)
         self.console = self._live.console
 
     def start(self) -> None:
         self._live.start()
+        # The launcher's own messages (Ctrl-C, restarts, warnings) go through the live console
+        # while the panel is drawn, so they print above it; written straight to the terminal
+        # they would land inside the panel and leave a stale copy of it behind.
+        console = self.supervisor.console
+        self._messages_console = console.err
+        if console.err.is_terminal:
+            console.err = self.console
 
     def stop(self) -> None:
         self._live.stop()
+        self.supervisor.console.err = self._messages_console
 
     def __rich__(self):
         sup = self.supervisor
@@ -36,7 +47,7 @@ class LiveView:
         elapsed = time.monotonic() - self.started
         restarts = f"  restarts {record.restarts}/{record.max_restarts}" if record.max_restarts else ""
         table = Table(
-            title=f"{record.name}  {record.run_id}  {elapsed:.0f}s{restarts}",
+            title=Text(f"{record.name}  {record.run_id}  {elapsed:.0f}s{restarts}", style="italic"),
             title_justify="left",
             box=None,
             header_style="bold",
@@ -44,17 +55,18 @@ class LiveView:
         )
         for column in ("RANK", "PID", "STATE", "DEVICE", "EXIT", "LAST LINE"):
             table.add_column(column, no_wrap=True, overflow="ellipsis", max_width=60 if column == "LAST LINE" else None)
+        # Text cells, never markup strings: a rank's output is arbitrary text ("[epoch 1]"),
+        # and a print(markup=False) while the panel is up renders the panel without markup.
         for state in record.ranks:
             exit_text = state.signal or ("" if state.exit_code is None else str(state.exit_code))
             tail = sup.tails.get(state.rank)
             table.add_row(
-                str(state.rank),
-                str(state.pid or "-"),
-                f"[{STATE_STYLE.get(state.state, '')}]{state.state}[/]",
-                state.device,
-                exit_text,
-                tail[-1] if tail else "",
-                
+                Text(str(state.rank)),
+                Text(str(state.pid or "-")),
+                Text(state.state, style=STATE_STYLE.get(state.state, "")),
+                Text(state.device),
+                Text(exit_text),
+                Text(tail[-1] if tail else ""),
             )
         parts = [table]
         parts.extend(_telemetry_panels(Path(record.run_dir)))

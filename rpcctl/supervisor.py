@@ -59,6 +59,7 @@ class Supervisor:
         self._next_cluster_poll = 0.0
         self.run_dir = Path(record.run_dir)
         self.cancel_signal: int | None = None
+        self._cancel_announced = False
         self.hurry = False
         self.tails: dict[int, deque[str]] = {r.rank: deque(maxlen=LOG_TAIL) for r in plan.ranks}
         self.recent: deque[tuple[int, str]] = deque(maxlen=8)
@@ -68,14 +69,20 @@ class Supervisor:
     # -- signals ------------------------------------------------------------------------------
 
     def _on_signal(self, signum: int, _frame) -> None:
+        # Only flags: the loop says so and stops the job. Printing here could re-enter a
+        # console print the main thread was in the middle of.
         if self.cancel_signal is None:
             self.cancel_signal = signum
-            self.console.info(
-                f"rpcctl: {signal.Signals(signum).name} received: stopping the job "
-                f"(grace {self.spec.grace:g}s; press Ctrl-C again to kill at once)"
-            )
         else:
             self.hurry = True
+
+    def _announce_cancel(self) -> None:
+        if self.cancel_signal is not None and not self._cancel_announced:
+            self._cancel_announced = True
+            self.console.info(
+                f"rpcctl: {signal.Signals(self.cancel_signal).name} received: stopping the job "
+                f"(grace {self.spec.grace:g}s; press Ctrl-C again to kill at once)"
+            )
 
     # -- output -------------------------------------------------------------------------------
 
@@ -171,6 +178,7 @@ class Supervisor:
         failure: Failure | None = None
         while True:
             exits = procs.poll(POLL_S)
+            self._announce_cancel()
             changed = self._note_spawned(procs, states)
             for rank, error in list(procs.spawn_errors.items()):
                 if failure is None:

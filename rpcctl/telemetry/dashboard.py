@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from rpcctl.console import human_bytes
 from rpcctl.inspect import sparkline
@@ -61,9 +62,9 @@ def dashboard_panels(run_dir: Path) -> list[Any]:
         seen = set()
         for owner, count, nbytes in owners:
             seen.add(owner)
-            table.add_row(owner, str(count), human_bytes(nbytes or 0), str(churn.get(owner, 0)))
+            table.add_row(Text(owner), str(count), human_bytes(nbytes or 0), str(churn.get(owner, 0)))
         for owner in sorted(set(churn) - seen):
-            table.add_row(owner, "0", human_bytes(0), str(churn[owner]))
+            table.add_row(Text(owner), "0", human_bytes(0), str(churn[owner]))
         panels.append(table)
     if losses:
         table = Table(title="Losses", title_justify="left", header_style="bold", box=None, pad_edge=False)
