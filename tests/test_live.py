@@ -1,92 +1,31 @@
-"""The live view of `rpcctl launch` on a real terminal.
+"""Live views on a real terminal: the panel of `rpcctl launch` and `rpcctl inspect --watch`.
 
-The launcher runs on a pseudo-terminal that is its controlling terminal, so Ctrl-C is the
-byte a user's keyboard sends (the kernel signals the whole foreground process group, ranks
-included), and what it drew is read back through a terminal emulator (pyte): the test sees
-the final screen a user sees, not the escape codes that drew it.
+Each runs on a pseudo-terminal (tests/terminal.py): Ctrl-C is the byte a keyboard sends, and
+what was drawn is read back through a terminal emulator as the final screen.
 """
 
 from __future__ import annotations
 
-import fcntl
-import os
-import pty
-import select
-import struct
-import subprocess
-import sys
-import termios
 import time
-from collections.abc import Callable
 
-import pyte
 import pytest
-from conftest import assert_no_process_left, only_run, record, write_config
+
+from rpcctl import inspect
+from conftest import assert_no_process_left, only_run, record, start_rpcctl, wait_until, write_config
+from terminal import CTRL_C, run_on_terminal, screen_text
 
 pytestmark = pytest.mark.timeout(90)
 
-ROWS, COLS = 60, 150
-CTRL_C = b"\x03"
-
 LOOP = """
-import itertools, os, time
+import itertools, os, sys, time
 rank = int(os.environ["RANK"])
+steps = range(int(sys.argv[1])) if len(sys.argv) > 1 else itertools.count()
 # Rank 1's lines carry text that is Rich markup, to be shown as it is, never interpreted.
 suffix = " [/] [red]" if rank == 1 else ""
-for step in itertools.count():
+for step in steps:
     print(f"step {step} loss {1.0 / (step + 1) + rank:.4f}{suffix}", flush=True)
     time.sleep(0.3)
 """
-
-
-def _take_terminal() -> None:
-    # In the child, after setsid: make the pty (stdin) the controlling terminal, as a shell does.
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-
-def run_on_terminal(args: list[str], on_output: Callable[[bytes, int], bytes | None], timeout: float) -> tuple[int, bytes]:
-    """Run rpcctl on a fresh pty; ``on_output(all_bytes, pid)`` may return bytes to type."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLS, 0, 0))
-    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(COLS), "LINES": str(ROWS)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rpcctl", *args],
-        stdin=slave, stdout=slave, stderr=slave, env=env,
-        start_new_session=True, preexec_fn=_take_terminal,
-    )
-    os.close(slave)
-    output = b""
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.1)
-            if ready:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:  # EIO: every holder of the slave side has closed it
-                    chunk = b""
-                if not chunk:
-                    break
-                output += chunk
-                typed = on_output(output, proc.pid)
-                if typed:
-                    os.write(master, typed)
-            elif proc.poll() is not None:
-                break
-        else:
-            raise AssertionError(f"rpcctl did not finish in {timeout}s; it drew:\n{screen_text(output)}")
-        return proc.wait(timeout=10), output
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(master)
-
-
-def screen_text(output: bytes) -> str:
-    screen = pyte.Screen(COLS, ROWS)
-    pyte.ByteStream(screen).feed(output)
-    return "\n".join(line.rstrip() for line in screen.display).rstrip()
 
 
 def test_ctrl_c_on_the_live_view_stops_the_job_and_leaves_one_final_panel(tmp_path, runs_dir):
@@ -125,3 +64,29 @@ def test_ctrl_c_on_the_live_view_stops_the_job_and_leaves_one_final_panel(tmp_pa
     assert rank1[-2:] == ["[/]", "[red]"], screen
     assert sum("stopping the job" in line for line in lines) == 1, screen
     assert "[rank0]: step 1 loss 0.5000" in lines and "[rank1]: step 1 loss 1.5000 [/] [red]" in lines, screen
+
+
+def test_inspect_watch_follows_a_running_job_and_exits_when_it_ends(tmp_path, runs_dir):
+    script = tmp_path / "loop.py"
+    script.write_text(LOOP)
+    config = write_config(tmp_path, name="counting", script=str(script), args=["20"], nproc_per_node=2)
+    launcher = start_rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir))
+    try:
+        run_dir = only_run(runs_dir)
+        wait_until(lambda: inspect.losses(run_dir), 30, "the first loss")
+        rc, output = run_on_terminal(
+            ["inspect", "losses", run_dir.name, "--watch", "--runs-dir", str(runs_dir)], lambda *_: None, timeout=60
+        )
+        assert launcher.wait(timeout=30) == 0
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    screen = screen_text(output)
+    assert rc == 0, screen
+    assert_no_process_left(run_dir)
+    # It redrew while the job ran (one render per second; the job runs ~6 s)...
+    assert output.count(b"Per rank") >= 3, screen
+    # ...and the screen it leaves is the finished run's: all 20 steps of both ranks.
+    per_rank = screen[screen.index("Per rank"):].splitlines()[2:4]
+    assert [row.split()[:2] + row.split()[5:7] for row in per_rank] == [["0", "20", "0.05", "19"], ["1", "20", "1.05", "19"]], screen
