@@ -11,6 +11,7 @@ Used by ``rpcctl inspect``, the live dashboard and the launcher's end-of-run rep
     inspect.losses(run_dir, rank=0)                  -> list[LossRecord]
     inspect.leaked_rrefs(run_dir)                    -> list[RRefRecord]
     inspect.dump_stack(run_dir, rank)                -> str
+    inspect.dump_stacks(run_dir, rank)               -> list[StackDump] (rank, then its children)
 
 Each record type declares its columns once (``COLUMNS``): the table and the JSON keys come from
 the same fields. JSON keeps raw units (bytes, seconds, ISO-8601 times).
@@ -24,9 +25,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import signal
 import sqlite3
 import time
 from collections import defaultdict
@@ -36,6 +35,7 @@ from typing import Any
 
 from rpcctl.console import Column, human_bytes, human_seconds, human_time, iso_time, join
 from rpcctl.errors import RpcctlError, UsageError
+from rpcctl import stacks
 from rpcctl.runs import load_record, rank_stack_file
 from rpcctl.telemetry import protocol, store
 
@@ -679,8 +679,25 @@ def plot_losses(records: list[LossRecord], path: Path, title: str | None = None)
 # Stacks
 
 
+@dataclass
+class StackDump:
+    """The Python stacks of one live process of a rank: the rank itself, or a process it
+    started (``mp.spawn``, ``subprocess``) that registered through rpcctl's sitecustomize."""
+
+    rank: int
+    pid: int
+    kind: str  # rank | child
+    cmdline: list[str]
+    text: str | None  # None: the child wrote nothing in time
+
+
 def dump_stack(run_dir: Path, rank: int, timeout: float = 5.0) -> str:
     """Ask a live rank to dump its Python stacks (SIGUSR1 → faulthandler) and return them."""
+    return dump_stacks(run_dir, rank, timeout, children=False)[0].text or ""
+
+
+def dump_stacks(run_dir: Path, rank: int, timeout: float = 5.0, *, children: bool = True) -> list[StackDump]:
+    """The rank's stacks, then those of every live process it started that can dump them."""
     record = load_record(run_dir)
     state = next((r for r in record.ranks if r.rank == rank), None)
     if state is None:
@@ -689,29 +706,23 @@ def dump_stack(run_dir: Path, rank: int, timeout: float = 5.0) -> str:
         raise UsageError(f"rank {rank} is not running (state: {state.state}): no stack to dump")
     if not _belongs_to_run(state.pid, record.run_id):
         raise UsageError(f"pid {state.pid} of rank {rank} is gone or no longer part of run {record.run_id}")
-    path = rank_stack_file(run_dir, rank)
-    before = path.stat().st_size if path.exists() else 0
+    descendants = stacks.registered_descendants(run_dir, state.pid) if children else []
     try:
-        os.kill(state.pid, signal.SIGUSR1)
+        text = stacks.dump(state.pid, rank_stack_file(run_dir, rank), timeout)
     except ProcessLookupError:
         raise UsageError(f"rank {rank} (pid {state.pid}) exited before its stack could be dumped") from None
     except PermissionError:
         raise UsageError(f"not allowed to signal pid {state.pid} of rank {rank}") from None
-    deadline = time.monotonic() + timeout
-    size, stable_since = before, None
-    while time.monotonic() < deadline:
-        current = path.stat().st_size if path.exists() else 0
-        if current > before:
-            if current != size:
-                size, stable_since = current, time.monotonic()
-            elif stable_since is not None and time.monotonic() - stable_since >= 0.2:
-                break
-        time.sleep(0.05)
-    if size <= before:
+    if text is None:
         raise UsageError(f"rank {rank} (pid {state.pid}) wrote no stack within {timeout:.0f} s: is faulthandler registered (rpcctl runtime)?")
-    with open(path, "rb") as f:
-        f.seek(before)
-        return f.read().decode(errors="replace")
+    dumps = [StackDump(rank, state.pid, "rank", [], text)]
+    for pid, cmdline, path in descendants:
+        try:
+            child_text = stacks.dump(pid, path, timeout)
+        except (ProcessLookupError, PermissionError):
+            continue  # it exited meanwhile
+        dumps.append(StackDump(rank, pid, "child", cmdline, child_text))
+    return dumps
 
 
 def _belongs_to_run(pid: int, run_id: str) -> bool:

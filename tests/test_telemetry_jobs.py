@@ -249,8 +249,20 @@ def test_rrefs_of_a_script_that_spawns_its_own_ranks(tmp_path, runs_dir):
         launched = record(run_dir)["ranks"][0]["pid"]
         assert [(w.rank, w.kind, w.name) for w in workers] == [(0, "rank", None), (0, "child", "trainer0"), (0, "child", "trainer1")]
         assert workers[0].pid == launched and {w.parent_pid for w in workers[1:]} == {launched}
+
+        # rpcctl stack reaches the spawned trainers too: that is where such a job hangs.
+        result = rpcctl("stack", "--rank", "0", "--runs-dir", str(runs_dir))
+        assert result.returncode == 0, result.stderr
+        sections = result.stdout.split("── rank 0 ")[1:]
+        assert [s.split(" ", 3)[:2] for s in sections[1:]] == [["›", "pid"], ["›", "pid"]], result.stdout
+        assert sections[0].startswith(f"(pid {launched}) ──") and "spawn" in sections[0]
+        child_pids = sorted(int(s.split()[2].rstrip(":")) for s in sections[1:])
+        assert child_pids == sorted(w.pid for w in workers[1:]), result.stdout
+        assert all("in run" in s and 'File "' in s for s in sections[1:]), result.stdout
         _finish(launcher, sync)
     assert_no_process_left(run_dir)
+    # The trainers were asked for their stacks, so their files stay; nothing else was left.
+    assert sorted(p.name.split("-")[0] for p in (run_dir / "stacks").iterdir()) == ["pid", "pid", "rank"]
 
 
 def test_report_in_a_forked_child_uses_its_own_connection(tmp_path):

@@ -7,6 +7,7 @@ from ``rpcctl.inspect``; this module only parses flags and renders.
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -229,7 +230,10 @@ def stack(
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for each rank's dump.")] = 5.0,
     runs_dir: RunsDirOption = None,
 ) -> None:
-    """Dump the Python stacks of a live rank's threads (SIGUSR1 → faulthandler): for hung jobs."""
+    """Dump the Python stacks of a live rank's threads (SIGUSR1 → faulthandler): for hung jobs.
+
+    Python processes a rank started itself (mp.spawn, subprocess) are dumped after it.
+    """
     console = get_console()
     run_dir = resolve_run(run, runs_dir)
     record = load_record(run_dir)
@@ -238,9 +242,16 @@ def stack(
     ranks = rank if rank else [r.rank for r in record.ranks if r.state == "running"]
     if not ranks:
         raise UsageError(f"run {record.run_id} has no running rank")
-    for index, r in enumerate(ranks):
-        text = sdk.dump_stack(run_dir, r, timeout=timeout)
-        pid = next((s.pid for s in record.ranks if s.rank == r), None)
-        if index:
-            console.raw("\n")
-        console.raw(f"── rank {r} (pid {pid}) ──\n{text}")
+    first = True
+    for r in ranks:
+        for dump in sdk.dump_stacks(run_dir, r, timeout=timeout):
+            if not first:
+                console.raw("\n")
+            first = False
+            if dump.kind == "rank":
+                console.raw(f"── rank {r} (pid {dump.pid}) ──\n{dump.text}")
+            else:
+                # A process the rank started itself (mp.spawn, subprocess): often where a hang is.
+                started = shlex.join(dump.cmdline)
+                text = dump.text if dump.text is not None else f"(wrote no stack within {timeout:g} s)\n"
+                console.raw(f"── rank {r} › pid {dump.pid}: {started} ──\n{text}")

@@ -2,12 +2,15 @@
 
 ``sitecustomize`` (on the ranks' PYTHONPATH) calls ``install()``: a one-shot meta-path finder
 waits for ``import torch`` to finish, then wraps torch.distributed.rpc (``rrefs.install``).
-Nothing else happens until the process calls ``init_rpc`` or ``rpcctl.report``. A process that
+In a process a rank started, it also registers the process for ``rpcctl stack``
+(``rpcctl.stacks``). Nothing else happens until the process calls ``init_rpc`` or
+``rpcctl.report``. A process that
 never imports torch pays for one finder lookup per import.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -39,12 +42,7 @@ class _TorchImportHook:
         def exec_module(module: Any) -> None:
             original(module)
             _uninstall(self)
-            try:
-                from rpcctl.telemetry import rrefs
-
-                rrefs.install()
-            except Exception as exc:
-                print(f"rpcctl: RRef hooks not installed: {exc!r}", file=sys.stderr)
+            _torch_imported()
 
         loader.exec_module = exec_module
         return spec
@@ -57,11 +55,31 @@ def _uninstall(hook: _TorchImportHook) -> None:
         pass
 
 
-def install() -> None:
-    if "torch" in sys.modules:
+def _torch_imported() -> None:
+    try:
         from rpcctl.telemetry import rrefs
 
         rrefs.install()
+    except Exception as exc:
+        print(f"rpcctl: RRef hooks not installed: {exc!r}", file=sys.stderr)
+    # A process a rank started (not the rank: its bootstrap registers its own file) that uses
+    # torch answers `rpcctl stack`. Only torch users: a script's many small helper
+    # interpreters should not each leave a file behind.
+    from rpcctl.telemetry import protocol
+
+    rank_pid, run_dir = os.environ.get(protocol.ENV_RANK_PID), os.environ.get("RPCCTL_RUN_DIR")
+    if rank_pid and run_dir and rank_pid != str(os.getpid()):
+        try:
+            from rpcctl import stacks
+
+            stacks.register_child(run_dir)
+        except Exception as exc:
+            print(f"rpcctl: stack dumps not registered: {exc!r}", file=sys.stderr)
+
+
+def install() -> None:
+    if "torch" in sys.modules:
+        _torch_imported()
         return
     if not any(isinstance(f, _TorchImportHook) for f in sys.meta_path):
         sys.meta_path.insert(0, _TorchImportHook())
