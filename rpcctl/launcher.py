@@ -31,7 +31,7 @@ def plan_job(
 ) -> tuple[LaunchPlan, NodeFacts]:
     """Plan the job on this node. With ``cluster``, first meet the other nodes: node 0 decides
     the run id and the ranks' rendezvous port for everyone."""
-    facts = probe_node(spec)
+    facts = probe_node(spec, cluster.master_ip if cluster is not None else None)
     run_id = new_run_id(spec.name)
     if cluster is not None:
         shared = cluster.join(host=facts.hostname, run_id=run_id, pick_port=free_port, extra=publish)

@@ -175,13 +175,16 @@ def _place(spec: JobSpec, facts: NodeFacts) -> list[tuple[str, str | None]]:
 # Node facts (the only I/O here)
 
 
-def probe_node(spec: JobSpec) -> NodeFacts:
+def probe_node(spec: JobSpec, master_ip: str | None = None) -> NodeFacts:
     """This node's facts. Several nodes: the interface that routes to the master (or
-    ``spec.ifname``); the master port is a placeholder until the rendezvous sets it."""
+    ``spec.ifname``); the master port is a placeholder until the rendezvous sets it.
+    ``master_ip``: the address the rendezvous already resolved ``master_addr`` to, so that
+    the ranks use the very address the rendezvous met on (a name may resolve differently
+    twice)."""
     if spec.multi_node:
         from rpcctl.cluster import resolve_ipv4, route_interface
 
-        master_ip = resolve_ipv4(spec.master_addr or "")
+        master_ip = master_ip or resolve_ipv4(spec.master_addr or "")
         ifname = spec.ifname or route_interface(master_ip)[0]
         return NodeFacts(
             hostname=socket.gethostname(),
