@@ -149,3 +149,25 @@ def test_a_failing_launch_is_reported_and_the_rest_still_runs(tmp_path):
     assert any("too much to pipeline" in n for n in session.report.notes)
     for run_dir in launches(session.bench_dir):
         assert_no_process_left(run_dir)
+
+
+def test_ray_for_real_when_installed(tmp_path):
+    """Ray is an optional extra (`pip install 'rpcctl[ray]'`), not in the test install: this runs
+    where it is installed, and proves the adapter against a real local Ray instance whose
+    processes (GCS, raylet, workers) all go away with the bench's rank."""
+    pytest.importorskip("ray")
+    out = tmp_path / "ray.json"
+    result = CliRunner().invoke(
+        bench_app, ["--quick", "--repeats", "2", "--suite", "latency,payload", "--transport", "ray",
+                    "--runs-dir", str(tmp_path / "runs"), "--json", str(out)]
+    )
+    assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
+    document = json.loads(out.read_text())
+    ray_rows = [r for r in document["results"] if r["transport"] == "ray"]
+    assert {r["op"] for r in ray_rows} == {"actor_call"} and {r["suite"] for r in ray_rows} == {"latency", "payload"}
+    for row in ray_rows:
+        assert all(math.isfinite(row[k]) and row[k] > 0 for k in ("p50_us", "p99_us")) and row["p50_us"] <= row["p99_us"], row
+    sizes = sorted(r["payload_bytes"] for r in ray_rows if r["suite"] == "payload")
+    assert all(r["gbps"] > 0 for r in ray_rows if r["suite"] == "payload") and len(sizes) >= 5
+    for run_dir in launches(Path(document["settings"]["run_dir"])):
+        assert_no_process_left(run_dir, timeout=30)
