@@ -25,6 +25,10 @@ hooks call straight through): ``paired`` is the median per-pair throughput ratio
 ``rpc.remote``: the hook on the caller and the sender thread's work per RRef (tracking does
 not touch the call itself; an RRef that lives past 0.2 s costs one more entry in a batched
 describe call to its owner).
+
+Last, the figure least blurred by load: the CPU time telemetry's own threads used (every rank's
+sender thread and the launcher's server thread, each measured with its thread CPU clock, as
+``rpcctl inspect workers`` shows it), as a share of the CPU time the ranks used.
 """
 
 from __future__ import annotations
@@ -168,6 +172,17 @@ def _tracking_queue():
 # The driver
 
 
+def _telemetry_share(runs: Path) -> float | None:
+    """The latest "rpcctl" run's telemetry CPU share, as ``rpcctl inspect workers`` reports it."""
+    sys.path.insert(0, str(ROOT))
+    from rpcctl import inspect
+
+    latest = max((p for p in runs.iterdir() if json.loads((p / "run.json").read_text()).get("name") == "rpcctl"),
+                 key=lambda p: p.stat().st_mtime, default=None)
+    cost = inspect.telemetry_cost(latest) if latest is not None else None
+    return cost.share if cost is not None else None
+
+
 def _run(cmd: list[str], env: dict[str, str], timeout: float) -> dict[str, float]:
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     match = RESULT.search(proc.stdout) or RESULT.search(proc.stderr)
@@ -218,9 +233,12 @@ def main() -> None:
             "rpcctl": [sys.executable, "-m", "rpcctl", "launch", str(configs["rpcctl"]), "--no-live", "--runs-dir", str(runs)],
             "rpcctl-no-telemetry": [sys.executable, "-m", "rpcctl", "launch", str(configs["rpcctl-no-telemetry"]), "--no-live", "--runs-dir", str(runs)],
         }
+        shares: list[float] = []
         for trial in range(args.trials):
             for name, cmd in commands.items():
                 samples[name].append(_run(cmd, env, timeout))
+                if name == "rpcctl" and (share := _telemetry_share(runs)) is not None:
+                    shares.append(share)
             if not args.json:
                 line = "  ".join(f"{n}: churn {s[-1]['churn']:.0f}/s hold {s[-1]['hold']:.0f}/s" for n, s in samples.items())
                 print(f"trial {trial + 1}/{args.trials}  {line}", file=sys.stderr, flush=True)
@@ -232,6 +250,8 @@ def main() -> None:
         for shape in ("churn", "hold"):
             rate = statistics.median(s[shape] for s in runs_)
             report["results"][name][shape] = {"calls_per_s": rate, "ratio_to_torchrun": rate / base[shape]}
+    if shares:
+        report["telemetry_cpu_share"] = statistics.median(shares)
     paired = [s["paired"] for s in samples["rpcctl"] if "paired" in s]
     if paired:
         report["paired_on_off"] = {key: statistics.median(p[key] for p in paired) for key in paired[0]}
@@ -246,6 +266,9 @@ def main() -> None:
     if "paired_on_off" in report:
         p = report["paired_on_off"]
         print(f"{'paired, on / off':22}{'':12}{p['churn']:8.3f}{'':12}{p['hold']:8.3f}   (same processes, alternating rounds)")
+    if "telemetry_cpu_share" in report:
+        print(f"\ntelemetry's own threads (ranks' senders + launcher's server) used {report['telemetry_cpu_share']:.2%} of the\n"
+              "CPU time the ranks used (median over trials; measured by those threads, so not blurred by load)")
 
 if __name__ == "__main__":
     main()

@@ -10,6 +10,7 @@ Used by ``rpcctl inspect``, the live dashboard and the launcher's end-of-run rep
     inspect.gpus(run_dir)                            -> list[DeviceRecord]
     inspect.losses(run_dir, rank=0)                  -> list[LossRecord]
     inspect.leaked_rrefs(run_dir)                    -> list[RRefRecord]
+    inspect.telemetry_cost(run_dir)                  -> TelemetryCost | None
     inspect.dump_stack(run_dir, rank)                -> str
     inspect.dump_stacks(run_dir, rank)               -> list[StackDump] (rank, then its children)
 
@@ -147,6 +148,8 @@ class WorkerRecord:
     dropped_events: int
     started_at: str | None
     ended_at: str | None
+    cpu_s: float | None  # CPU time the process used, all threads (at its last probe)
+    telemetry_cpu_s: float | None  # of which rpcctl's telemetry sender thread
 
     COLUMNS = (
         Column("rank", justify="right"),
@@ -164,6 +167,8 @@ class WorkerRecord:
         Column("heartbeat_age_s", "HEARTBEAT", fmt=_age, justify="right"),
         Column("cuda_visible_devices", "CUDA VISIBLE", detail=True),
         Column("dropped_events", "DROPPED", detail=True, justify="right"),
+        Column("cpu_s", "CPU TIME", fmt=human_seconds, detail=True, justify="right"),
+        Column("telemetry_cpu_s", "TELEMETRY CPU", fmt=human_seconds, detail=True, justify="right"),
     )
 
 
@@ -502,7 +507,46 @@ def _worker(s: _Store, proc: sqlite3.Row | None, rank: sqlite3.Row | None, resta
         dropped_events=int(proc["dropped"] or 0) if proc is not None else 0,
         started_at=iso_time(started),
         ended_at=iso_time(finished),
+        cpu_s=_column(proc, "cpu_s"),
+        telemetry_cpu_s=_column(proc, "telemetry_cpu_s"),
     )
+
+
+def _column(row: sqlite3.Row | None, key: str) -> Any:
+    """A column that stores written by an older rpcctl may lack."""
+    return row[key] if row is not None and key in row.keys() else None
+
+
+@dataclass
+class TelemetryCost:
+    """What rpcctl's telemetry cost a run, in CPU time, measured by the threads that do it: the
+    sender thread of each process and the launcher's server thread. Not included: the hooks
+    on the calling threads (about a microsecond per rpc.remote, see
+    benchmarks/tracking_overhead.py --micro) and, on a multi-node run, other nodes' relays."""
+
+    processes_cpu_s: float  # every tracked process, all threads, at its last probe
+    senders_cpu_s: float
+    server_cpu_s: float | None  # None: a store written by an older rpcctl
+    share: float | None  # (senders + server) / processes
+
+    def describe(self) -> str:
+        server = f" + launcher {human_seconds(self.server_cpu_s)}" if self.server_cpu_s is not None else ""
+        share = f" = {self.share:.1%} of the processes' {human_seconds(self.processes_cpu_s)}" if self.share is not None else ""
+        return f"telemetry CPU: senders {human_seconds(self.senders_cpu_s)}{server}{share}"
+
+
+def telemetry_cost(run_dir: Path) -> TelemetryCost | None:
+    """The run's telemetry cost so far (every restart); None before any process reported."""
+    with _Store(run_dir) as s:
+        columns = {row["name"] for row in s.rows("PRAGMA table_info(procs)")}
+        if "telemetry_cpu_s" not in columns:  # a store written by an older rpcctl, or none yet
+            return None
+        row = s.rows("SELECT sum(cpu_s) AS cpu, sum(telemetry_cpu_s) AS telemetry FROM procs")[0]
+        server = s.meta.get("server_cpu_s")
+    if row["cpu"] is None:
+        return None
+    spent = (row["telemetry"] or 0.0) + (server or 0.0)
+    return TelemetryCost(row["cpu"], row["telemetry"] or 0.0, server, spent / row["cpu"] if row["cpu"] > 0 else None)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ keys and values are pinned."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from rich.console import Console as RichConsole
 from typer.testing import CliRunner
 
+from rpcctl import inspect
 from rpcctl.cli import app
 from rpcctl.console import Console, set_console
 from rpcctl.runs import RankState, RunRecord, save_record
@@ -25,7 +27,7 @@ RREF_KEYS = [
 WORKER_KEYS = [
     "rank", "name", "host", "pid", "state", "exit_code", "cpu_percent", "rss_bytes", "device", "gpu_memory_bytes",
     "heartbeat_age_s", "stale", "kind", "rpc_rank", "parent_pid", "threads", "restart", "cuda_visible_devices", "device_maps",
-    "dropped_events", "started_at", "ended_at",
+    "dropped_events", "started_at", "ended_at", "cpu_s", "telemetry_cpu_s",
 ]
 LOSS_KEYS = ["rank", "step", "loss", "epoch", "metrics", "time", "source", "restart"]
 DEVICE_KEYS = ["device", "name", "ranks", "workers", "memory_used_bytes", "memory_total_bytes", "rref_bytes", "rrefs"]
@@ -73,7 +75,9 @@ def run(runs_dir) -> Path:
     w.apply(p1, {"e": "fork", "id": "0:4", "fork": "0:5", "owner_rank": 0, "type": "KV", "t": t + 1.5})
     w.apply(p0, {"e": "churn", "owner": "worker1", "callee": "make", "site": "train.py:20 in loop", "n": 41, "t": t + 2})
     for proc in procs:
-        w.apply(proc, {"e": "probe", "cpu_percent": 50.0, "rss_bytes": 100 << 20, "threads": 9, "device": "cpu", "t": t + 2})
+        w.apply(proc, {"e": "probe", "cpu_percent": 50.0, "rss_bytes": 100 << 20, "threads": 9, "device": "cpu", "t": t + 2,
+                       "cpu_s": 12.0, "telemetry_cpu_s": 0.06})
+    w.set_meta(server_cpu_s=0.12)
     for step, loss in enumerate([1.0, 0.5, 0.25]):
         w.loss(0, 0, step, None, loss, None, t + 3 + step, "log")
     w.loss(1, 0, 7, 2, 0.125, {"acc": 0.5}, t + 4, "report")
@@ -157,8 +161,24 @@ def test_workers_json_and_table(cli, run):
     assert [list(w) for w in document] == [WORKER_KEYS] * 2
     assert [(w["rank"], w["name"], w["pid"], w["state"], w["exit_code"], w["kind"], w["heartbeat_age_s"]) for w in document] == [
         (0, "worker0", 1000, "exited", 0, "rank", None), (1, "worker1", 1001, "exited", 0, "rank", None)]
+    assert [(w["cpu_s"], w["telemetry_cpu_s"]) for w in document] == [(12.0, 0.06), (12.0, 0.06)]
     table = cli("inspect", "workers").stdout
     assert table.splitlines()[0].split()[:6] == ["RANK", "NAME", "PID", "STATE", "EXIT", "CPU"]
+    # 2 × 60 ms of senders + 120 ms of the launcher's server, out of 2 × 12 s.
+    assert table.splitlines()[-1] == "telemetry CPU: senders 120.0 ms + launcher 120.0 ms = 1.0% of the processes' 24.0 s"
+
+
+def test_a_store_from_before_cpu_accounting_still_reads(cli, run):
+    db = sqlite3.connect(protocol.db_path(run))
+    db.execute("ALTER TABLE procs DROP COLUMN cpu_s")
+    db.execute("ALTER TABLE procs DROP COLUMN telemetry_cpu_s")
+    db.execute("DELETE FROM meta WHERE key = 'server_cpu_s'")
+    db.commit()
+    db.close()
+    document = _json(cli("inspect", "workers", "--json"))
+    assert [(w["rank"], w["cpu_s"], w["telemetry_cpu_s"]) for w in document] == [(0, None, None), (1, None, None)]
+    assert inspect.telemetry_cost(run) is None
+    assert "telemetry CPU" not in cli("inspect", "workers").stdout
 
 
 def test_a_silent_running_process_is_flagged_stale(cli, runs_dir):

@@ -232,6 +232,15 @@ def test_a_live_job_shows_its_rrefs_workers_stacks_and_losses(tmp_path, runs_dir
         ("int", f"tracked.py:{_line(SCRIPT, 'size = ')} in main")]
     document = json.loads(rpcctl("inspect", "rrefs", "--json", "--runs-dir", str(runs_dir)).stdout)
     assert [r["state"] for r in document] == ["deleted"] * 4
+
+    # What telemetry cost, measured by its own threads: there, and a small part of the whole.
+    workers = json.loads(rpcctl("inspect", "workers", "--json", "--runs-dir", str(runs_dir)).stdout)
+    assert all(w["cpu_s"] > 0 and 0 < w["telemetry_cpu_s"] < w["cpu_s"] for w in workers), workers
+    cost = inspect.telemetry_cost(run_dir)
+    assert cost.senders_cpu_s == pytest.approx(sum(w["telemetry_cpu_s"] for w in workers))
+    assert cost.server_cpu_s > 0 and 0 < cost.share < 0.5, cost
+    table = rpcctl("inspect", "workers", "--runs-dir", str(runs_dir)).stdout
+    assert table.rstrip().splitlines()[-1].startswith("telemetry CPU: senders "), table
     assert_no_process_left(run_dir)
 
 

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from rpcctl import inspect as sdk
 from rpcctl.commands.common import JsonOption, RunArgument, RunsDirOption, WatchOption
@@ -139,17 +140,26 @@ def workers(
     """Every rank and the processes it spawned: pid, state, CPU, memory, device, heartbeat.
 
     A running rank whose heartbeat is older than 5 s is flagged STALE (hung, or stopped).
+    Below the table: the CPU time rpcctl's own telemetry used, and its share of the job's.
     """
 
-    def render(records: list[sdk.WorkerRecord]) -> Any:
-        table = render_table(records, sdk.WorkerRecord.COLUMNS, detail=wide, empty="no workers yet")
-        stale = [w for w in records if w.stale]
-        if not stale:
-            return table
-        lines = [f"[yellow]STALE:[/yellow] rank {w.rank} (pid {w.pid}) no heartbeat for {w.heartbeat_age_s:.0f} s — try `rpcctl stack --rank {w.rank}`" for w in stale]
-        return Group(table, "", *lines)
+    _no_json_watch(json_, watch)
+    run_dir = _run_dir(run, runs_dir)
+    if json_:
+        get_console().json(sdk.workers(run_dir))
+        return
 
-    _view(run, runs_dir, json_, watch, sdk.workers, render)
+    def render() -> Any:
+        records = sdk.workers(run_dir)
+        table = render_table(records, sdk.WorkerRecord.COLUMNS, detail=wide, empty="no workers yet")
+        lines = [f"[yellow]STALE:[/yellow] rank {w.rank} (pid {w.pid}) no heartbeat for {w.heartbeat_age_s:.0f} s — try `rpcctl stack --rank {w.rank}`"
+                 for w in records if w.stale]
+        cost = sdk.telemetry_cost(run_dir) if records else None
+        if cost is not None:
+            lines.append(Text(cost.describe(), style="dim"))
+        return Group(table, "", *lines) if lines else table
+
+    _show(run_dir, render, watch)
 
 
 @inspect_app.command("gpus")

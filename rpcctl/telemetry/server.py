@@ -153,7 +153,7 @@ class TelemetryServer:
         selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         if self._tcp_listener is not None:
             selector.register(self._tcp_listener, selectors.EVENT_READ, "accept_tcp")
-        last_commit = time.monotonic()
+        last_commit = last_cpu_note = time.monotonic()
         try:
             while not self._stopping.is_set():
                 for key, _ in selector.select(timeout=COMMIT_INTERVAL_S):
@@ -167,6 +167,10 @@ class TelemetryServer:
                         self._read(selector, key.fileobj, key.data)
                 self._drain_inbox()
                 if time.monotonic() - last_commit >= COMMIT_INTERVAL_S:
+                    if time.monotonic() - last_cpu_note >= 1.0:
+                        # This thread is the launcher's whole share of telemetry work.
+                        self._store.set_meta(server_cpu_s=time.thread_time())
+                        last_cpu_note = time.monotonic()
                     self._store.commit()
                     last_commit = time.monotonic()
             # Closing: take what connected workers already sent, then stop.
@@ -181,6 +185,7 @@ class TelemetryServer:
                 if isinstance(key.data, _Conn):
                     self._disconnect(selector, key.fileobj, key.data)
             self._drain_inbox()
+            self._store.set_meta(server_cpu_s=time.thread_time())
             self._store.commit()
         except Exception as exc:  # never take the launcher down; say why telemetry stopped
             print(f"rpcctl: telemetry server stopped: {exc!r}", file=sys.stderr)

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: procs.cpu_s, procs.telemetry_cpu_s; meta server_cpu_s
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -43,7 +43,8 @@ CREATE TABLE IF NOT EXISTS procs (
     kind TEXT, name TEXT, rpc_rank INTEGER, world_size INTEGER,
     connected_at REAL, last_seen REAL, ended_at REAL, stopped_at REAL, rpc_shutdown_at REAL,
     cpu_percent REAL, rss_bytes INTEGER, threads INTEGER, device TEXT, cuda_visible_devices TEXT,
-    gpu_memory_bytes INTEGER, gpus TEXT, device_maps TEXT, devices TEXT, dropped INTEGER DEFAULT 0);
+    gpu_memory_bytes INTEGER, gpus TEXT, device_maps TEXT, devices TEXT, dropped INTEGER DEFAULT 0,
+    cpu_s REAL, telemetry_cpu_s REAL);
 CREATE TABLE IF NOT EXISTS rpc_workers (
     restart INTEGER NOT NULL, rpc_rank INTEGER NOT NULL, name TEXT, PRIMARY KEY (restart, rpc_rank));
 CREATE TABLE IF NOT EXISTS rrefs (
@@ -156,9 +157,11 @@ class StoreWriter:
     def _ev_probe(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         self._x(
             "UPDATE procs SET last_seen = ?, cpu_percent = ?, rss_bytes = ?, threads = ?, device = ?, cuda_visible_devices = ?,"
-            " gpu_memory_bytes = ?, gpus = ?, dropped = ? WHERE proc_id = ?",
+            " gpu_memory_bytes = ?, gpus = ?, dropped = ?, cpu_s = coalesce(?, cpu_s), telemetry_cpu_s = coalesce(?, telemetry_cpu_s)"
+            " WHERE proc_id = ?",
             (t, ev.get("cpu_percent"), ev.get("rss_bytes"), ev.get("threads"), ev.get("device"), ev.get("cuda_visible_devices"),
-             ev.get("gpu_memory_bytes"), _json(ev.get("gpus")), ev.get("dropped", 0), proc.proc_id),
+             ev.get("gpu_memory_bytes"), _json(ev.get("gpus")), ev.get("dropped", 0), ev.get("cpu_s"), ev.get("telemetry_cpu_s"),
+             proc.proc_id),
         )
 
     def _ev_rpc(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:

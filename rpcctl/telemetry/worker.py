@@ -144,6 +144,7 @@ class _Worker:
         self.active = False
         self.failed = False
         self.dropped = 0
+        self.cpu_s = 0.0  # CPU time of the sender thread: what telemetry costs this process, off the hot path
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -228,6 +229,7 @@ class _Worker:
         stopping = False
         while not stopping:
             stopping = self._stop.wait(protocol.SEND_INTERVAL_S)
+            cycle_started = time.thread_time()
             now = time.time()
             items = [self.queue.popleft() for _ in range(len(self.queue))]
             try:
@@ -241,6 +243,7 @@ class _Worker:
                 events = [{"e": "error", "message": repr(exc), "t": now}]
             if events and not self._send({"k": "batch", "ev": events}):
                 break
+            self.cpu_s += time.thread_time() - cycle_started
         rrefs.deactivate()
         self.active = False
 
@@ -263,12 +266,14 @@ class _Worker:
             return False
 
     def _probe(self, now: float) -> dict[str, Any]:
-        event: dict[str, Any] = {"e": "probe", "t": now, "dropped": self._dropped(),
+        event: dict[str, Any] = {"e": "probe", "t": now, "dropped": self._dropped(), "telemetry_cpu_s": self.cpu_s,
                                  "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
         if self._process is not None:
             try:
                 with self._process.oneshot():
                     event["cpu_percent"] = self._process.cpu_percent(None)
+                    times = self._process.cpu_times()
+                    event["cpu_s"] = times.user + times.system
                     event["rss_bytes"] = self._process.memory_info().rss
                     event["threads"] = self._process.num_threads()
             except Exception:
