@@ -3,6 +3,7 @@ and under ``rpcctl launch`` (telemetry on, and off for reference).
 
     python benchmarks/tracking_overhead.py                  # 3 alternating trials, ~5 min
     python benchmarks/tracking_overhead.py --trials 3 --calls 3000 --json
+    python benchmarks/tracking_overhead.py --micro | --gil   # in-process costs only, seconds
 
 The workload (this same file, run as 2 ranks): rank 0 creates ``--calls`` RRefs on rank 1 with
 ``rpc.remote(worker1, echo, (tensor,))``, ``--window`` at a time, and waits until the owner
@@ -25,6 +26,10 @@ hooks call straight through): ``paired`` is the median per-pair throughput ratio
 ``rpc.remote``: the hook on the caller and the sender thread's work per RRef (tracking does
 not touch the call itself; an RRef that lives past 0.2 s costs one more entry in a batched
 describe call to its owner).
+
+``--gil`` measures how long other threads (in a rank: torch's RPC threads, which need the GIL to
+run Python callbacks) wait while the sender thread works through a burst of events, with the
+sender's slicing (a short sleep every ``GIL_SLICE`` items) and without.
 
 Last, the figure least blurred by load: the CPU time telemetry's own threads used (every rank's
 sender thread and the launcher's server thread, each measured with its thread CPU clock, as
@@ -100,6 +105,92 @@ def workload(calls: int, window: int, rounds: int) -> None:
     rpc.shutdown()
 
 
+class _StandInRRef:
+    """Stands in for the UserRRef that remote() returns, in a process without RPC."""
+
+    def __str__(self) -> str:
+        return "UserRRef(RRefId = GloballyUniqueId(created_on=0, local_id=1), ForkId = GloballyUniqueId(created_on=0, local_id=2))"
+
+    def confirmed_by_owner(self) -> bool:
+        return False  # stays in the poll list: no describe RPC in a process without RPC
+
+
+def _tracked(rrefs, handles: list) -> list:
+    """Queued entries for ``handles``, as the remote() hook makes them."""
+    items = []
+    for handle in handles:
+        ref = rrefs._Ref(handle, rrefs._released)
+        ref.kind, ref.to, ref.func, ref.target, ref.code, ref.lasti, ref.t, ref.seen = "r", "worker1", echo, None, echo.__code__, 0, 0.0, 0
+        items.append(ref)
+    return items
+
+
+def gil(cycles: int = 10, per_cycle: int = 2000) -> dict[str, dict[str, float]]:
+    """How long other threads wait for the GIL while the sender thread works, sliced as rpcctl
+    does it (a pause every ``GIL_SLICE`` items) and unsliced. Each cycle lists ``per_cycle`` new
+    RRefs and then sees them all released (the end of a round that held them): 2 × per_cycle
+    events, processed and encoded. A pinger thread sleeps 200 µs in a loop and records how late
+    it wakes while the sender works: an RPC thread that needs the GIL waits as long."""
+    import gc
+    import threading
+
+    from rpcctl.telemetry import protocol, rrefs
+
+    gc.freeze()  # as in a rank forked by rpcctl: a full collection must not land in a cycle
+    report = {}
+    sliced = rrefs.GIL_SLICE
+    for label, slice_ in (("unsliced", 1 << 30), (f"sliced every {sliced}", sliced)):
+        rrefs.GIL_SLICE = slice_
+        tracker, queue = rrefs.Tracker(), []
+        tracker._send_describes = lambda final: None  # no RPC here
+        work = [[_StandInRRef() for _ in range(per_cycle)] for _ in range(cycles)]
+        delays: list[float] = []
+        busy, done = threading.Event(), threading.Event()
+
+        def pinger() -> None:
+            while not done.is_set():
+                start = time.perf_counter()
+                time.sleep(0.0002)
+                late = time.perf_counter() - start - 0.0002
+                if busy.is_set():
+                    delays.append(late)
+
+        thread = threading.Thread(target=pinger)
+        thread.start()
+        rrefs._q = queue
+        cpu = []
+        try:
+            for handles in work:
+                items = _tracked(rrefs, handles)
+                busy.set()
+                started = time.thread_time()
+                events = tracker.process(items, 10.0)
+                del items
+                handles.clear()  # all released: the callbacks queue them
+                events += tracker.process(list(queue), 10.0)
+                queue.clear()
+                for start in range(0, len(events), rrefs.GIL_SLICE):
+                    if start:
+                        rrefs.pause()
+                    protocol.encode({"k": "batch", "ev": events[start : start + rrefs.GIL_SLICE]})
+                cpu.append(time.thread_time() - started)
+                busy.clear()
+                time.sleep(0.05)
+        finally:
+            rrefs._q = None
+            rrefs.GIL_SLICE = sliced
+            done.set()
+            thread.join()
+        delays.sort()
+        report[label] = {
+            "sender_cpu_ms_per_cycle": statistics.median(cpu) * 1e3,
+            "wait_p50_us": delays[len(delays) // 2] * 1e6 if delays else 0.0,
+            "wait_p99_us": delays[int(len(delays) * 0.99)] * 1e6 if delays else 0.0,
+            "wait_max_us": delays[-1] * 1e6 if delays else 0.0,
+        }
+    return report
+
+
 def micro(repeats: int = 15, n: int = 5000) -> dict[str, float]:
     """Microseconds of CPU that tracking adds per rpc.remote, in this process and without RPC
     (best of ``repeats``: the run least disturbed by other load). The call itself (its pickling,
@@ -112,13 +203,7 @@ def micro(repeats: int = 15, n: int = 5000) -> dict[str, float]:
 
     rrefs.install()
     x = torch.ones(16)
-
-    class Handle:  # stands in for the UserRRef remote() returns
-        def __str__(self) -> str:
-            return "UserRRef(RRefId = GloballyUniqueId(created_on=0, local_id=1), ForkId = GloballyUniqueId(created_on=0, local_id=2))"
-
-        def confirmed_by_owner(self) -> bool:
-            return False  # stays in the poll list: no describe RPC in a process without RPC
+    Handle = _StandInRRef
 
     def bare(to, func, args=None, kwargs=None, timeout=-1.0):
         return Handle()
@@ -129,12 +214,7 @@ def micro(repeats: int = 15, n: int = 5000) -> dict[str, float]:
     def sender_items(alive: bool) -> tuple[list, list]:
         """100 queued handles as the hook makes them (and the handles, if they stay alive)."""
         handles = [Handle() for _ in range(100)]
-        items = []
-        for handle in handles:
-            ref = rrefs._Ref(handle)
-            ref.kind, ref.to, ref.func, ref.target, ref.code, ref.lasti, ref.t, ref.seen = "r", "worker1", echo, None, micro.__code__, 0, 0.0, 0
-            items.append(ref)
-        return items, handles if alive else []
+        return _tracked(rrefs, handles), handles if alive else []
 
     cases = {
         "caller: remote() with the hook": lambda: (hook("worker1", echo, (x,)), len(queue) > 4096 and queue.clear()),
@@ -145,17 +225,17 @@ def micro(repeats: int = 15, n: int = 5000) -> dict[str, float]:
     try:
         for _ in range(repeats):
             for name, fn in cases.items():
-                start = time.perf_counter()
+                start = time.thread_time()
                 for _ in range(n):
                     fn()
-                best[name] = min(best.get(name, 1e9), (time.perf_counter() - start) / n * 1e6)
+                best[name] = min(best.get(name, 1e9), (time.thread_time() - start) / n * 1e6)
             for label, alive in (("short-lived (counted)", False), ("listed (ids, owner, site)", True)):
                 batches = [sender_items(alive) for _ in range(n // 100)]
-                start = time.perf_counter()
+                start = time.thread_time()  # CPU: the sender's pauses cost the job nothing
                 for items, _handles in batches:
                     rrefs.Tracker().process(items, 10.0)
                 key = f"sender thread, per RRef {label}"
-                best[key] = min(best.get(key, 1e9), (time.perf_counter() - start) / n * 1e6)
+                best[key] = min(best.get(key, 1e9), (time.thread_time() - start) / n * 1e6)
                 del batches
     finally:
         rrefs._q = None
@@ -199,10 +279,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds per launch (median taken)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--micro", action="store_true", help="only the in-process cost breakdown (seconds, no RPC)")
+    parser.add_argument("--gil", action="store_true", help="only the GIL waits the sender thread causes other threads (no RPC)")
     parser.add_argument("--workload", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.workload:
         workload(args.calls, args.window, args.rounds)
+        return
+    if args.gil:
+        waits = gil()
+        if args.json:
+            print(json.dumps(waits, indent=2))
+            return
+        print("Sender thread at work (lists 2000 RRefs, then sees them all released; 4000 events per cycle):")
+        for label, w in waits.items():
+            print(f"  {label:18} sender CPU {w['sender_cpu_ms_per_cycle']:5.1f} ms/cycle;  another thread waits for the GIL"
+                  f" p50 {w['wait_p50_us']:6.0f} µs  p99 {w['wait_p99_us']:6.0f} µs  max {w['wait_max_us']:6.0f} µs")
         return
     if args.micro:
         costs = micro()

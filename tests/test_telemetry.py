@@ -236,6 +236,27 @@ def test_a_worker_that_cannot_reach_the_server_disables_itself(tmp_path, monkeyp
     monkeypatch.setattr(worker, "_worker", None)
 
 
+def test_a_burst_of_events_arrives_whole_in_slices(server):
+    """A cycle with far more events than the sender encodes at once (it pauses between slices
+    to let RPC threads have the GIL) still delivers every event, once, in order."""
+    srv, env = server
+    code = (
+        "from rpcctl.telemetry import rrefs, worker\n"
+        "worker.start()\n"
+        "n = 10 * rrefs.GIL_SLICE + 7\n"
+        "for step in range(n):\n"
+        "    worker.report(step=step, loss=1.0 / (step + 1))\n"
+        "worker.stop()\n"
+        "print(n)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, RANK="0", **env), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    n = int(result.stdout)
+    losses = wait_until(lambda: (lambda ls: ls if len(ls) == n else None)(inspect.losses(srv.run_dir)), 10, f"{n} losses")
+    assert [(r.step, r.loss) for r in losses] == [(step, 1.0 / (step + 1)) for step in range(n)]
+    assert srv.bad_messages == 0
+
+
 def test_report_outside_rpcctl_is_a_no_op(monkeypatch):
     monkeypatch.delenv(protocol.ENV_SOCKET, raising=False)
     monkeypatch.setattr(worker, "_worker", None)

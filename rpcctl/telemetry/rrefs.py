@@ -44,6 +44,18 @@ from typing import Any
 
 from rpcctl.telemetry.protocol import MAX_QUEUE, MIN_AGE_S
 
+# The sender thread lets go of the GIL after every GIL_SLICE items (~0.3 ms of work). Without
+# it, a cycle with thousands of events (a round of RRefs released at once) holds the GIL for
+# 10+ ms, and every RPC thread that needs it waits a full switch interval (5 ms) or more:
+# benchmarks/tracking_overhead.py --gil measures those stalls.
+GIL_SLICE = 128
+PAUSE_S = 0.0001  # a real sleep: time.sleep(0) may take the GIL straight back
+
+
+def pause() -> None:
+    time.sleep(PAUSE_S)
+
+
 DESCRIBE_PER_CYCLE = 16  # RRefs per owner per sender cycle (0.1 s): at most 160/s per owner
 DESCRIBE_BACKLOG = 10_000  # beyond this, RRefs stay undescribed
 
@@ -393,7 +405,9 @@ class Tracker:
     def process(self, items: list[Any], now: float, final: bool = False) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         todo, self.deferred = self.deferred + items, []
-        for item in todo:
+        for index, item in enumerate(todo):
+            if index % GIL_SLICE == GIL_SLICE - 1:
+                pause()
             kind = type(item)
             try:
                 if kind is _Ref:
@@ -418,7 +432,9 @@ class Tracker:
             if self.pending_events:
                 out.extend(self.pending_events)
                 self.pending_events.clear()
-        for key, (wr, rref_id, owner) in list(self.unconfirmed.items()):
+        for index, (key, (wr, rref_id, owner)) in enumerate(list(self.unconfirmed.items())):
+            if index % GIL_SLICE == GIL_SLICE - 1:
+                pause()
             rref = wr()
             if rref is None:
                 del self.unconfirmed[key]

@@ -241,11 +241,21 @@ class _Worker:
                     events.append({"e": "bye", "dropped": self._dropped(), "t": now})
             except Exception as exc:  # a bug here must not take the user's job down
                 events = [{"e": "error", "message": repr(exc), "t": now}]
-            if events and not self._send({"k": "batch", "ev": events}):
+            if events and not self._send_batches(events):
                 break
             self.cpu_s += time.thread_time() - cycle_started
         rrefs.deactivate()
         self.active = False
+
+    def _send_batches(self, events: list[dict[str, Any]]) -> bool:
+        # Encoding is pure Python under the GIL: a slice at a time, pausing in between, so a
+        # cycle with thousands of events does not stall the process's RPC threads.
+        for start in range(0, len(events), rrefs.GIL_SLICE):
+            if start:
+                rrefs.pause()
+            if not self._send({"k": "batch", "ev": events[start : start + rrefs.GIL_SLICE]}):
+                return False
+        return True
 
     def _dropped(self) -> int:
         return self.dropped + rrefs.dropped()
