@@ -2,13 +2,15 @@
 ``rpcctl stack``.
 
 Ranks register in rpcctl's bootstrap (``runtime.py``) and write ``stacks/rank-N.txt``.
-Python processes that a rank starts itself (``mp.spawn``, ``subprocess``) register from
-rpcctl's ``sitecustomize`` and write ``stacks/pid-<pid>-<start>.txt``. That file is also the
+Python processes that a rank starts itself (``mp.spawn``, ``subprocess``) register when they
+import torch (the import hook rpcctl's ``sitecustomize`` installs, ``telemetry/autohook.py``)
+and write ``stacks/pid-<pid>-<start>.txt``. That file is also the
 proof that the process answers SIGUSR1 with a dump; to any other process SIGUSR1 is fatal,
 so nothing without one is signalled. ``<start>`` is the process's start time as /proc gives
 it (clock ticks since boot), so a recycled pid never matches an old file.
 
-Stdlib only: ``sitecustomize`` imports this in every Python process a rank starts.
+Imported in those processes and by the launcher: the standard library only (psutil, for
+``registered_descendants``, is imported where it is used).
 """
 
 from __future__ import annotations
