@@ -22,8 +22,8 @@ class LiveView:
     def __init__(self, supervisor: Supervisor):
         self.supervisor = supervisor
         self.started = time.monotonic()
-        # stderr is redirected through the live console so that the launcher's own messages
-        # (Ctrl-C, restarts, warnings) print above the panel instead of being drawn over.
+        # Raw writes to the launcher's stderr (a Python warning, a library's print) go through
+        # the live console too, above the panel (rpcctl's own messages: see start()).
         self._live = Live(self, console=supervisor.console.out, refresh_per_second=4, transient=False, redirect_stdout=False, redirect_stderr=True)
         self.console = self._live.console
 
