@@ -248,7 +248,8 @@ def test_srun_launch_on_one_node_records_the_job_id(single, tmp_path):
     rec = record(run_dir)
     assert rec["status"] == "succeeded" and rec["nnodes"] == 1 and [r["rank"] for r in rec["ranks"]] == [0, 1]
     assert re.fullmatch(r"\d+", rec["slurm_job_id"] or ""), rec["slurm_job_id"]
-    job = single.job(rec["slurm_job_id"])
+    # srun returns when the step ends; the job may still be COMPLETING for a moment after.
+    job = single.wait_job(rec["slurm_job_id"], timeout=30)
     assert job["JobName"] == "rpcctl-srun-1" and job["JobState"] == "COMPLETED", job
     assert_no_process_left(run_dir)
 
