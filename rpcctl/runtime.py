@@ -58,7 +58,7 @@ def run_rank(argv: list[str]) -> int:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(line_buffering=True)
     _install_stack_dumps()
-    _silence_torch_internal_warnings()
+    silence_torch_internal_warnings()
     if os.environ.get("RPCCTL_STORE_BIND") == "1":
         after_import("torch.distributed.rendezvous", bind_rendezvous_store_to_master_addr)
 
@@ -93,7 +93,7 @@ def run_rank(argv: list[str]) -> int:
     return code
 
 
-def _silence_torch_internal_warnings() -> None:
+def silence_torch_internal_warnings() -> None:
     # init_rpc's TensorPipe handshake passes torch's own ProcessGroupGloo to
     # all_gather_object, and torch warns about that in every rank of every RPC job. The user
     # can do nothing about it, so it only buries their output. The filter is narrow (this

@@ -62,6 +62,9 @@ def _torch_imported() -> None:
         rrefs.install()
     except Exception as exc:
         print(f"rpcctl: RRef hooks not installed: {exc!r}", file=sys.stderr)
+    from rpcctl.runtime import silence_torch_internal_warnings
+
+    silence_torch_internal_warnings()  # as in the ranks: spawned trainers call init_rpc too
     # A process a rank started (not the rank: its bootstrap registers its own file) that uses
     # torch answers `rpcctl stack`. Only torch users: a script's many small helper
     # interpreters should not each leave a file behind.
