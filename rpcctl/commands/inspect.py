@@ -64,14 +64,14 @@ def _finished(run_dir: Path) -> bool:
 
 
 def _view(run: str | None, runs_dir: Path | None, json_: bool, watch: bool,
-          records: Callable[[Path], list[Any]], render: Callable[[list[Any]], Any]) -> None:
+          records: Callable[[Path], list[Any]], render: Callable[[list[Any], Path], Any]) -> None:
     """The shape of a plain view: records from the SDK, as JSON or rendered (and refreshed)."""
     _no_json_watch(json_, watch)
     run_dir = _run_dir(run, runs_dir)
     if json_:
         get_console().json(records(run_dir))
         return
-    _show(run_dir, lambda: render(records(run_dir)), watch)
+    _show(run_dir, lambda: render(records(run_dir), run_dir), watch)
 
 
 def _no_json_watch(json_: bool, watch: bool) -> None:
@@ -143,14 +143,7 @@ def workers(
     Below the table: the CPU time rpcctl's own telemetry used, and its share of the job's.
     """
 
-    _no_json_watch(json_, watch)
-    run_dir = _run_dir(run, runs_dir)
-    if json_:
-        get_console().json(sdk.workers(run_dir))
-        return
-
-    def render() -> Any:
-        records = sdk.workers(run_dir)
+    def render(records: list[sdk.WorkerRecord], run_dir: Path) -> Any:
         table = render_table(records, sdk.WorkerRecord.COLUMNS, detail=wide, empty="no workers yet")
         lines = [f"[yellow]STALE:[/yellow] rank {w.rank} (pid {w.pid}) no heartbeat for {w.heartbeat_age_s:.0f} s — try `rpcctl stack --rank {w.rank}`"
                  for w in records if w.stale]
@@ -159,7 +152,7 @@ def workers(
             lines.append(Text(cost.describe(), style="dim"))
         return Group(table, "", *lines) if lines else table
 
-    _show(run_dir, render, watch)
+    _view(run, runs_dir, json_, watch, sdk.workers, render)
 
 
 @inspect_app.command("gpus")
@@ -172,7 +165,7 @@ def gpus(
 ) -> None:
     """Per device: the ranks placed on it, memory used/total, and bytes of RRef values on it."""
 
-    def render(records: list[sdk.DeviceRecord]) -> Any:
+    def render(records: list[sdk.DeviceRecord], _run_dir: Path) -> Any:
         table = render_table(records, sdk.DeviceRecord.COLUMNS, detail=wide, empty="no placement recorded yet")
         if records and all(r.device == "cpu" for r in records):
             return Group("No GPU in this run: every rank ran on the CPU.", "", table)
