@@ -271,6 +271,10 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float) -> dict[str, float
     return json.loads(match.group(1))
 
 
+def _emit(document: dict, as_json: bool, title: str, lines: list[str]) -> None:
+    print(json.dumps(document, indent=2) if as_json else "\n".join([title, *lines]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=3)
@@ -287,22 +291,14 @@ def main() -> None:
         return
     if args.gil:
         waits = gil()
-        if args.json:
-            print(json.dumps(waits, indent=2))
-            return
-        print("Sender thread at work (lists 2000 RRefs, then sees them all released; 4000 events per cycle):")
-        for label, w in waits.items():
-            print(f"  {label:18} sender CPU {w['sender_cpu_ms_per_cycle']:5.1f} ms/cycle;  another thread waits for the GIL"
-                  f" p50 {w['wait_p50_us']:6.0f} µs  p99 {w['wait_p99_us']:6.0f} µs  max {w['wait_max_us']:6.0f} µs")
+        _emit(waits, args.json, "Sender thread at work (lists 2000 RRefs, then sees them all released; 4000 events per cycle):", [
+            f"  {label:18} sender CPU {w['sender_cpu_ms_per_cycle']:5.1f} ms/cycle;  another thread waits for the GIL"
+            f" p50 {w['wait_p50_us']:6.0f} µs  p99 {w['wait_p99_us']:6.0f} µs  max {w['wait_max_us']:6.0f} µs"
+            for label, w in waits.items()])
         return
     if args.micro:
         costs = micro()
-        if args.json:
-            print(json.dumps(costs, indent=2))
-            return
-        print("CPU per rpc.remote, best of 15 (µs):")
-        for name, value in costs.items():
-            print(f"  {name:50}{value:8.2f}")
+        _emit(costs, args.json, "CPU per rpc.remote, best of 15 (µs):", [f"  {name:50}{value:8.2f}" for name, value in costs.items()])
         return
 
     script = Path(__file__).resolve()
