@@ -115,11 +115,12 @@ class _StandInRRef:
         return False  # stays in the poll list: no describe RPC in a process without RPC
 
 
-def _tracked(rrefs, handles: list) -> list:
-    """Queued entries for ``handles``, as the remote() hook makes them."""
+def _tracked(rrefs, handles: list, released=None) -> list:
+    """Queued entries for ``handles``, as the remote() hook makes them (``released``: the hook's
+    callback, which queues a handle again when it dies)."""
     items = []
     for handle in handles:
-        ref = rrefs._Ref(handle, rrefs._released)
+        ref = rrefs._Ref(handle, released)
         ref.kind, ref.to, ref.func, ref.target, ref.code, ref.lasti, ref.t, ref.seen = "r", "worker1", echo, None, echo.__code__, 0, 0.0, 0
         items.append(ref)
     return items
@@ -161,7 +162,7 @@ def gil(cycles: int = 10, per_cycle: int = 2000) -> dict[str, dict[str, float]]:
         cpu = []
         try:
             for handles in work:
-                items = _tracked(rrefs, handles)
+                items = _tracked(rrefs, handles, rrefs._released)
                 busy.set()
                 started = time.thread_time()
                 events = tracker.process(items, 10.0)
