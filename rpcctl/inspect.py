@@ -11,7 +11,6 @@ Used by ``rpcctl inspect``, the live dashboard and the launcher's end-of-run rep
     inspect.losses(run_dir, rank=0)                  -> list[LossRecord]
     inspect.leaked_rrefs(run_dir)                    -> list[RRefRecord]
     inspect.telemetry_cost(run_dir)                  -> TelemetryCost | None
-    inspect.dump_stack(run_dir, rank)                -> str
     inspect.dump_stacks(run_dir, rank)               -> list[StackDump] (rank, then its children)
 
 Each record type declares its columns once (``COLUMNS``): the table and the JSON keys come from
@@ -34,9 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rpcctl import stacks
 from rpcctl.console import Column, human_bytes, human_seconds, human_time, iso_time, join
 from rpcctl.errors import RpcctlError, UsageError
-from rpcctl import stacks
 from rpcctl.runs import load_record, rank_stack_file
 from rpcctl.telemetry import protocol, store
 
@@ -726,7 +725,7 @@ def plot_losses(records: list[LossRecord], path: Path, title: str | None = None)
 @dataclass
 class StackDump:
     """The Python stacks of one live process of a rank: the rank itself, or a process it
-    started (``mp.spawn``, ``subprocess``) that registered through rpcctl's sitecustomize."""
+    started (``mp.spawn``, ``subprocess``) that registered for dumps (``rpcctl.stacks``)."""
 
     rank: int
     pid: int
@@ -735,13 +734,9 @@ class StackDump:
     text: str | None  # None: the child wrote nothing in time
 
 
-def dump_stack(run_dir: Path, rank: int, timeout: float = 5.0) -> str:
-    """Ask a live rank to dump its Python stacks (SIGUSR1 → faulthandler) and return them."""
-    return dump_stacks(run_dir, rank, timeout, children=False)[0].text or ""
-
-
-def dump_stacks(run_dir: Path, rank: int, timeout: float = 5.0, *, children: bool = True) -> list[StackDump]:
-    """The rank's stacks, then those of every live process it started that can dump them."""
+def dump_stacks(run_dir: Path, rank: int, timeout: float = 5.0) -> list[StackDump]:
+    """Ask a live rank to dump its Python stacks (SIGUSR1 → faulthandler), then every live
+    process it started that can dump them; return the dumps in that order."""
     record = load_record(run_dir)
     state = next((r for r in record.ranks if r.rank == rank), None)
     if state is None:
@@ -750,7 +745,7 @@ def dump_stacks(run_dir: Path, rank: int, timeout: float = 5.0, *, children: boo
         raise UsageError(f"rank {rank} is not running (state: {state.state}): no stack to dump")
     if not _belongs_to_run(state.pid, record.run_id):
         raise UsageError(f"pid {state.pid} of rank {rank} is gone or no longer part of run {record.run_id}")
-    descendants = stacks.registered_descendants(run_dir, state.pid) if children else []
+    descendants = stacks.registered_descendants(run_dir, state.pid)
     try:
         text = stacks.dump(state.pid, rank_stack_file(run_dir, rank), timeout)
     except ProcessLookupError:
