@@ -135,7 +135,7 @@ def gil(cycles: int = 10, per_cycle: int = 2000) -> dict[str, dict[str, float]]:
     import gc
     import threading
 
-    from rpcctl.telemetry import protocol, rrefs
+    from rpcctl.telemetry import protocol, rrefs, worker
 
     gc.freeze()  # as in a rank forked by rpcctl: a full collection must not land in a cycle
     report = {}
@@ -170,10 +170,7 @@ def gil(cycles: int = 10, per_cycle: int = 2000) -> dict[str, dict[str, float]]:
                 handles.clear()  # all released: the callbacks queue them
                 events += tracker.process(list(queue), 10.0)
                 queue.clear()
-                for start in range(0, len(events), rrefs.GIL_SLICE):
-                    if start:
-                        rrefs.pause()
-                    protocol.encode({"k": "batch", "ev": events[start : start + rrefs.GIL_SLICE]})
+                worker.send_in_slices(lambda message: bool(protocol.encode(message)), events)
                 cpu.append(time.thread_time() - started)
                 busy.clear()
                 time.sleep(0.05)

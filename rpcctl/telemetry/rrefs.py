@@ -57,6 +57,15 @@ def pause() -> None:
     time.sleep(PAUSE_S)
 
 
+def in_slices(items: Any, every: int | None = None) -> Any:
+    """``items``, one by one, letting go of the GIL after every ``every`` (GIL_SLICE) of them."""
+    every = every or GIL_SLICE
+    for index, item in enumerate(items):
+        if index and not index % every:
+            pause()
+        yield item
+
+
 DESCRIBE_PER_CYCLE = 16  # RRefs per owner per sender cycle (0.1 s): at most 160/s per owner
 DESCRIBE_BACKLOG = 10_000  # beyond this, RRefs stay undescribed
 
@@ -406,9 +415,7 @@ class Tracker:
     def process(self, items: list[Any], now: float, final: bool = False) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         todo, self.deferred = self.deferred + items, []
-        for index, item in enumerate(todo):
-            if index % GIL_SLICE == GIL_SLICE - 1:
-                pause()
+        for item in in_slices(todo):
             kind = type(item)
             try:
                 if kind is _Ref:
@@ -433,9 +440,7 @@ class Tracker:
             if self.pending_events:
                 out.extend(self.pending_events)
                 self.pending_events.clear()
-        for index, (key, (wr, rref_id, owner)) in enumerate(list(self.unconfirmed.items())):
-            if index % GIL_SLICE == GIL_SLICE - 1:
-                pause()
+        for key, (wr, rref_id, owner) in in_slices(list(self.unconfirmed.items())):
             rref = wr()
             if rref is None:
                 del self.unconfirmed[key]

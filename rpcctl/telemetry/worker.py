@@ -30,6 +30,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rpcctl.telemetry import protocol, rrefs
@@ -241,21 +242,11 @@ class _Worker:
                     events.append({"e": "bye", "dropped": self._dropped(), "t": now})
             except Exception as exc:  # a bug here must not take the user's job down
                 events = [{"e": "error", "message": repr(exc), "t": now}]
-            if events and not self._send_batches(events):
+            if events and not send_in_slices(self._send, events):
                 break
             self.cpu_s += time.thread_time() - cycle_started
         rrefs.deactivate()
         self.active = False
-
-    def _send_batches(self, events: list[dict[str, Any]]) -> bool:
-        # Encoding is pure Python under the GIL: a slice at a time, pausing in between, so a
-        # cycle with thousands of events does not stall the process's RPC threads.
-        for start in range(0, len(events), rrefs.GIL_SLICE):
-            if start:
-                rrefs.pause()
-            if not self._send({"k": "batch", "ev": events[start : start + rrefs.GIL_SLICE]}):
-                return False
-        return True
 
     def _dropped(self) -> int:
         return self.dropped + rrefs.dropped()
@@ -290,6 +281,13 @@ class _Worker:
                 pass
         event.update(_cuda_probe())
         return event
+
+
+def send_in_slices(send: Callable[[dict[str, Any]], bool], events: list[dict[str, Any]]) -> bool:
+    """Send ``events`` as batches of GIL_SLICE, pausing in between: encoding is pure Python
+    under the GIL, and a cycle with thousands of events must not stall the RPC threads."""
+    starts = range(0, len(events), rrefs.GIL_SLICE)
+    return all(send({"k": "batch", "ev": events[start : start + rrefs.GIL_SLICE]}) for start in rrefs.in_slices(starts, every=1))
 
 
 def _cuda_probe() -> dict[str, Any]:
