@@ -148,11 +148,13 @@ class Supervisor:
         finally:
             procs.close()
             pump.drain(timeout=3)
+            # Telemetry first: it flushes the store, so the live view's final frame shows the
+            # losses and RRefs as they ended, not as of the last commit.
+            if self.telemetry is not None:
+                self.telemetry.close()
             if self._view is not None:
                 self._view.stop()
                 self._view = None
-            if self.telemetry is not None:
-                self.telemetry.close()
             for s, handler in previous.items():
                 signal.signal(s, handler)
 
