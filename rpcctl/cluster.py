@@ -6,11 +6,19 @@ One launcher runs per node. Node 0's launcher hosts a TCPStore on ``master_addr:
     node r:  set node/r = {host, pid, ...}         node 0: waits for node/0..N-1 (rdzv_timeout),
                                                    then sets run = {run_id, worker port}
     node r:  get run  (blocks until node 0 publishes it)
-    ... ranks run on every node ...
-    any node: a rank fails      → set job/failed = {node, host, rank, message}
-    node 0:  Ctrl-C / SIGTERM   → set job/cancelled
-    every node polls job/*; on news from elsewhere it tears its own ranks down
+    ... ranks run on every node (round 0) ...
+    any node: a rank fails      → set round<n>/failed = {node, host, rank, message, final}
+    any node: Ctrl-C / SIGTERM  → set job/cancelled
+    every node polls round<n>/failed and job/cancelled; on news it tears its own ranks down
+    restarts left (max_restarts), failure not final:
+      node r:  set round<n+1>/node/r                node 0: waits for round<n+1>/node/* (rdzv_timeout),
+                                                   then sets round<n+1>/go = {worker port} or {abort}
+      node r:  waits for round<n+1>/go; the ranks restart (TORCHELASTIC_RESTART_COUNT = n+1)
     node r:  set done/r = status; node 0 keeps the store up until every node is done
+
+A restart is torchrun's: a failure anywhere tears down every node and every launcher meets
+again under the same secret. A node that does not come back within ``rdzv_timeout`` (or that
+ended instead) makes node 0 publish an abort naming it, and the job ends everywhere.
 
 Every value is signed with HMAC-SHA256 under the per-run secret (``RPCCTL_SECRET``, the same on
 every node), so nothing on the network can forge a failure or a run id; values are JSON, never
@@ -35,7 +43,9 @@ SECRET_ENV = "RPCCTL_SECRET"
 
 
 class RendezvousError(RpcctlError):
-    pass
+    def __init__(self, message: str, node: int | None = None, host: str | None = None):
+        super().__init__(message)
+        self.node, self.host = node, host
 
 
 @dataclass
@@ -103,6 +113,8 @@ class NodeRendezvous:
         self.shared: dict[str, Any] = {}
         self.master_ip = resolve_ipv4(master_addr)
         self._seen_news = False
+        self.round = 0  # 0 for the first attempt, n after the n-th restart
+        self.gone: set[int] = set()  # nodes known to have ended or vanished: finish() waits for no one there
         # Liveness: every launcher bumps its beat/<node> counter as it polls; node 0 notes when
         # each counter last moved (on its own clock: no cross-node clock comparisons).
         self._beats: dict[int, tuple[int, float]] = {}
@@ -174,9 +186,15 @@ class NodeRendezvous:
         except RuntimeError as exc:
             raise RendezvousError(f"node 0 never published the run within {self.timeout:g}s: {str(exc).splitlines()[0]}") from None
 
-    def report_failure(self, info: dict[str, Any]) -> None:
-        if not self._has("job/failed"):
-            self._put("job/failed", {"node": self.node_rank, **info})
+    def node_name(self, node: int) -> str:
+        host = self.shared.get("nodes", {}).get(str(node))
+        return f"node {node} ({host})" if host else f"node {node}"
+
+    def report_failure(self, info: dict[str, Any], *, final: bool = False) -> None:
+        """``final``: this node will not restart (its deadline passed, its launcher crashed)."""
+        key = f"round{self.round}/failed"
+        if not self._has(key):
+            self._put(key, {"node": self.node_rank, "final": final, **info})
 
     def report_cancelled(self, reason: str) -> None:
         if not self._has("job/cancelled"):
@@ -191,7 +209,7 @@ class NodeRendezvous:
         except RuntimeError as exc:  # the store (node 0's launcher) is gone
             self._seen_news = True
             message = f"lost contact with the rendezvous on node 0 ({self.master_addr}:{self.master_port}): {str(exc).splitlines()[0]}"
-            return ClusterNews("failed", 0, {"node": 0, "rank": -1, "message": message})
+            return ClusterNews("failed", 0, {"node": 0, "rank": -1, "message": message, "final": True})
 
     def _poll(self, stale_after: float) -> ClusterNews | None:
         self.store.add(f"beat/{self.node_rank}", 1)
@@ -206,24 +224,85 @@ class NodeRendezvous:
                     self._beats[node] = (beat, now)
                 elif now - since > stale_after:
                     self._seen_news = True
-                    message = f"node {node}'s launcher stopped answering for {stale_after:g}s"
+                    self.gone.add(node)
+                    message = f"the launcher of {self.node_name(node)} stopped answering for {stale_after:g}s"
                     return ClusterNews("failed", node, {"node": node, "rank": -1, "message": message})
-        for kind in ("failed", "cancelled"):
-            if self._has(f"job/{kind}"):
-                info = self._get(f"job/{kind}")
+        for kind, key in (("failed", f"round{self.round}/failed"), ("cancelled", "job/cancelled")):
+            if self._has(key):
+                info = self._get(key)
                 if info["node"] != self.node_rank:
                     self._seen_news = True
                     return ClusterNews(kind, info["node"], info)
         return None
+
+    def rejoin(self, pick_port, stop=lambda: False) -> int | None:
+        """Meet every node again after a failure (each arrives once its own ranks are torn down)
+        and return the ranks' new rendezvous port; None if the job was cancelled meanwhile.
+        Raises ``RendezvousError`` naming a node that did not come back within ``rdzv_timeout``."""
+        self.round += 1
+        self._seen_news, self._beats = False, {}
+        go_key = f"round{self.round}/go"
+        try:
+            self._put(f"round{self.round}/node/{self.node_rank}", {"pid": os.getpid(), "at": time.time()})
+            if self.node_rank == 0:
+                outcome = self._wait_for_nodes(pick_port, stop)
+                if outcome is None:
+                    return None
+                self._put(go_key, outcome)
+            deadline = time.monotonic() + self.timeout + 30  # node 0 decides within rdzv_timeout
+            while not self._has(go_key):
+                if stop() or self._has("job/cancelled"):
+                    return None
+                if time.monotonic() > deadline:
+                    raise RendezvousError(f"node 0 did not restart the job within {self.timeout:g}s", 0, self.shared.get("nodes", {}).get("0"))
+                time.sleep(0.05)
+            go = self._get(go_key)
+        except RuntimeError as exc:  # the store (node 0's launcher) is gone
+            raise RendezvousError(
+                f"lost contact with the rendezvous on node 0 ({self.master_addr}:{self.master_port}) while restarting: "
+                f"{str(exc).splitlines()[0]}", 0, self.shared.get("nodes", {}).get("0"),
+            ) from None
+        if "abort" in go:
+            raise RendezvousError(go["abort"], go.get("node"), go.get("host"))
+        return go["worker_port"]
+
+    def _wait_for_nodes(self, pick_port, stop) -> dict[str, Any] | None:
+        """Node 0: the next round's go (a port, or an abort that names the node missing)."""
+        deadline = time.monotonic() + self.timeout
+        missing = [r for r in range(1, self.nnodes)]
+        while True:
+            if stop() or self._has("job/cancelled"):
+                return None
+            ended = [r for r in missing if self._has(f"done/{r}")]
+            if ended:
+                node = ended[0]
+                status = self._get(f"done/{node}")["status"]
+                reason = f"{self.node_name(node)} ended ({status}) instead of restarting with the others"
+                break
+            missing = [r for r in missing if not self._has(f"round{self.round}/node/{r}")]
+            if not missing:
+                return {"worker_port": pick_port(self.master_ip), "round": self.round}
+            if time.monotonic() > deadline:
+                node = missing[0]
+                names = ", ".join(self.node_name(r) for r in missing)
+                reason = f"{names} did not come back for restart {self.round} within rdzv_timeout ({self.timeout:g}s)"
+                break
+            time.sleep(0.05)
+        self.gone.update(missing)
+        return {"abort": reason, "node": node, "host": self.shared.get("nodes", {}).get(str(node))}
 
     def finish(self, status: str, wait: float = 60) -> None:
         """Say this node is done; node 0 keeps the store up until all nodes said so."""
         try:
             self._put(f"done/{self.node_rank}", {"status": status})
             if self.node_rank == 0:
+                # Nodes waiting to restart with us learn at once that there is no next round.
+                next_go = f"round{self.round + 1}/go"
+                if not self._has(next_go):
+                    self._put(next_go, {"abort": f"node 0 ended the job ({status})", "node": 0, "host": self.shared.get("nodes", {}).get("0")})
                 deadline = time.monotonic() + wait
                 while time.monotonic() < deadline:
-                    if all(self._has(f"done/{r}") for r in range(self.nnodes)):
+                    if all(self._has(f"done/{r}") for r in range(self.nnodes) if r not in self.gone):
                         break
                     time.sleep(0.1)
         except RuntimeError:

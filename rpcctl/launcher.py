@@ -49,8 +49,6 @@ def join_cluster(spec: JobSpec) -> NodeRendezvous | None:
         return None
     if not spec.master_addr:
         raise ConfigError("a multi-node job needs master_addr (the host of node 0): --master-addr HOST", key="master_addr")
-    if spec.max_restarts:
-        raise ConfigError("max_restarts is not supported across nodes yet: set it to 0 for nnodes > 1", key="max_restarts")
     return NodeRendezvous(
         node_rank=spec.node_rank,
         nnodes=spec.nnodes,

@@ -25,6 +25,7 @@ import time
 from collections import deque
 from pathlib import Path
 
+from rpcctl.cluster import RendezvousError
 from rpcctl.config import JobSpec
 from rpcctl.console import Console, human_seconds
 from rpcctl.plan import LaunchPlan, NodeFacts, build_plan, free_port
@@ -56,6 +57,7 @@ class Supervisor:
         self.telemetry = telemetry
         self.cluster = cluster  # a NodeRendezvous on multi-node runs
         self.remote_cancel: str | None = None
+        self._final_elsewhere = False  # another node failed in a way it will not restart from
         self._next_cluster_poll = 0.0
         self.run_dir = Path(record.run_dir)
         self.cancel_signal: int | None = None
@@ -121,28 +123,17 @@ class Supervisor:
                 self._view.start()
             while True:
                 outcome = self._attempt(procs, pump, telemetry_env, deadline)
-                if outcome == FAILED and self.record.restarts < self.spec.max_restarts and self.cancel_signal is None and not self._timed_out(deadline):
-                    self.record.restarts += 1
-                    self.console.warn(
-                        f"restarting the whole group ({self.record.restarts}/{self.spec.max_restarts}) "
-                        f"after: {self.record.root_cause.message if self.record.root_cause else 'failure'}"
-                    )
-                    procs.reset()
-                    self.plan = build_plan(
-                        self.spec,
-                        NodeFacts(**{**self.facts.__dict__, "master_port": self.spec.master_port or free_port()}),
-                        run_id=self.record.run_id,
-                        run_dir=self.run_dir,
-                        restart=self.record.restarts,
-                    )
-                    self.record.master_port = self.plan.master_port
-                    continue
+                if outcome == FAILED and self._may_restart(deadline):
+                    outcome = self._restart(procs)
+                    if outcome is None:
+                        continue
                 self._finish(outcome)
                 return self.record
         except BaseException as exc:
             if self.cluster is not None:  # do not leave the other nodes waiting on us
                 self._tell_cluster_failed(
-                    Failure(-1, os.getpid(), None, None, "launcher", f"the launcher on node {self.spec.node_rank} crashed: {exc!r}", now_iso())
+                    Failure(-1, os.getpid(), None, None, "launcher", f"the launcher on node {self.spec.node_rank} crashed: {exc!r}", now_iso()),
+                    final=True,
                 )
             raise
         finally:
@@ -157,6 +148,49 @@ class Supervisor:
                 self._view = None
             for s, handler in previous.items():
                 signal.signal(s, handler)
+
+    def _may_restart(self, deadline: float | None) -> bool:
+        return (
+            self.record.restarts < self.spec.max_restarts
+            and self.cancel_signal is None
+            and not self._timed_out(deadline)
+            and not self._final_elsewhere
+        )
+
+    def _restart(self, procs: RankProcesses) -> str | None:
+        """Plan the next attempt (on several nodes: after meeting every node again); None to run
+        it, or the job's outcome when it cannot restart (cancelled, a node did not come back)."""
+        cause = self.record.root_cause
+        after = cause.message if cause else "failure"
+        everywhere = " on every node" if self.cluster is not None else ""
+        self.console.warn(f"restarting the whole group{everywhere} ({self.record.restarts + 1}/{self.spec.max_restarts}) after: {after}")
+        procs.reset()
+        if self.cluster is None:
+            port = self.spec.master_port or free_port()
+        else:
+            try:
+                port = self.cluster.rejoin(free_port, stop=lambda: self.cancel_signal is not None)
+            except RendezvousError as exc:
+                self.record.root_cause = Failure(
+                    -1, None, None, None, "rendezvous", f"{exc} (restarting after: {after})", now_iso(), node=exc.node, host=exc.host
+                )
+                return FAILED
+            if port is None:
+                if self.cancel_signal is not None:
+                    self.cluster.report_cancelled(f"{signal.Signals(self.cancel_signal).name} on node {self.spec.node_rank}")
+                else:
+                    self.remote_cancel = self.remote_cancel or "while the nodes were restarting"
+                return CANCELLED
+        self.record.restarts += 1
+        self.plan = build_plan(
+            self.spec,
+            NodeFacts(**{**self.facts.__dict__, "master_port": port}),
+            run_id=self.record.run_id,
+            run_dir=self.run_dir,
+            restart=self.record.restarts,
+        )
+        self.record.master_port = self.plan.master_port
+        return None
 
     @staticmethod
     def _timed_out(deadline: float | None) -> bool:
@@ -195,7 +229,7 @@ class Supervisor:
                 failure = self._cluster_news()
             if failure is not None:
                 self.record.root_cause = failure
-                self._tell_cluster_failed(failure)
+                self._tell_cluster_failed(failure, final=self.record.restarts >= self.spec.max_restarts)
                 self._teardown(procs, states)
                 return FAILED
             if all(s.state == SUCCEEDED for s in states.values()):
@@ -204,7 +238,7 @@ class Supervisor:
                 self.record.root_cause = Failure(
                     -1, None, None, None, "timeout", f"the job exceeded its timeout of {self.spec.timeout:g}s", now_iso()
                 )
-                self._tell_cluster_failed(self.record.root_cause)
+                self._tell_cluster_failed(self.record.root_cause, final=True)
                 self._teardown(procs, states)
                 return FAILED
             if self.cancel_signal is not None or self.remote_cancel is not None:
@@ -225,6 +259,7 @@ class Supervisor:
         if news is None:
             return None
         info = news.info
+        self._final_elsewhere = bool(info.get("final"))
         if news.kind == "cancelled":
             self.remote_cancel = info.get("reason", f"cancelled on node {news.node}")
             return None
@@ -241,7 +276,8 @@ class Supervisor:
             host=info.get("host"),
         )
 
-    def _tell_cluster_failed(self, failure: Failure) -> None:
+    def _tell_cluster_failed(self, failure: Failure, *, final: bool) -> None:
+        """``final``: this node will not restart, so the others must not wait for it to."""
         if self.cluster is None or failure.reason == "remote":
             return
         try:
@@ -250,7 +286,8 @@ class Supervisor:
                     "rank": failure.rank, "pid": failure.pid, "exit_code": failure.exit_code, "signal": failure.signal,
                     "message": failure.message,
                     "traceback": failure.traceback, "host": self.record.host,
-                }
+                },
+                final=final,
             )
         except RuntimeError as exc:  # the store is unreachable: the others will time out on it
             self.console.warn(f"could not tell the other nodes about the failure: {exc}")

@@ -43,6 +43,12 @@ def start_node(host, node_rank, master, config, runs_dir, *extra):
     return subprocess.Popen(host.command(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=ROOT)
 
 
+def start_both(hosts, config, tmp_path):
+    """Node 0 on the first host, node 1 on the second, each with its own runs directory."""
+    a, b = hosts
+    return start_node(a, 0, a, config, tmp_path / "n0"), start_node(b, 1, a, config, tmp_path / "n1")
+
+
 def finish(*launchers, timeout=120):
     """Wait for every launcher; on a timeout, kill them all (their ranks die with them)."""
     try:
@@ -93,10 +99,9 @@ def test_nodes_sharing_one_runs_directory_do_not_collide(hosts, tmp_path, secret
 
 
 def test_a_crash_on_node_1_tears_down_node_0(hosts, tmp_path, secret):
-    a, b = hosts
+    _, b = hosts
     config = write_config(tmp_path, nproc_per_node=2, args=["3=raise", "0=hang", "1=hang", "2=hang"])
-    node0 = start_node(a, 0, a, config, tmp_path / "n0")
-    node1 = start_node(b, 1, a, config, tmp_path / "n1")
+    node0, node1 = start_both(hosts, config, tmp_path)
     (out0, err0), (out1, err1) = finish(node0, node1, timeout=60)
     assert node1.returncode == 1, err1
     assert node0.returncode == 1, err0
@@ -108,10 +113,8 @@ def test_a_crash_on_node_1_tears_down_node_0(hosts, tmp_path, secret):
 
 
 def test_ctrl_c_on_node_0_cancels_every_node(hosts, tmp_path, secret):
-    a, b = hosts
     config = write_config(tmp_path, nproc_per_node=1, args=["0=hang", "1=hang"])
-    node0 = start_node(a, 0, a, config, tmp_path / "n0")
-    node1 = start_node(b, 1, a, config, tmp_path / "n1")
+    node0, node1 = start_both(hosts, config, tmp_path)
     run1 = only_run(tmp_path / "n1", timeout=60)
     wait_until(lambda: all(r["state"] == "running" for r in record(run1)["ranks"]), 60, "node 1's rank running")
     node0.send_signal(signal.SIGINT)
@@ -119,6 +122,58 @@ def test_ctrl_c_on_node_0_cancels_every_node(hosts, tmp_path, secret):
     assert node0.returncode == 130, err0
     assert node1.returncode == 130, err1
     assert record(run1)["status"] == "cancelled" and "another node" in record(run1)["reason"]
+    assert_no_process_left(run1)
+
+
+def test_a_failure_on_node_1_restarts_every_node_with_real_rpc(hosts, tmp_path, secret):
+    # Rank 1 (node 1) fails on the first attempt; rank 0 (node 0) is in init_rpc waiting for it.
+    # Both launchers tear down, meet again, and both ranks rerun with the restart count set
+    # and a fresh rendezvous port, and then talk over RPC across the hosts.
+    config = write_config(tmp_path, nproc_per_node=1, args=["0=rpc", "1=flaky-rpc"], max_restarts=2, rdzv_timeout=60)
+    node0, node1 = start_both(hosts, config, tmp_path)
+    (out0, err0), (out1, err1) = finish(node0, node1)
+    assert node0.returncode == 0, err0 + out0
+    assert node1.returncode == 0, err1 + out1
+    assert "restarting the whole group on every node (1/2)" in err0 and "restarting the whole group on every node (1/2)" in err1
+    rec0, rec1 = record(only_run(tmp_path / "n0")), record(only_run(tmp_path / "n1"))
+    assert rec0["status"] == rec1["status"] == "succeeded" and rec0["restarts"] == rec1["restarts"] == 1
+    port = rec0["master_port"]
+    assert rec1["master_port"] == port  # node 0 picked the new port for everyone
+    assert f"[rank0]: rank 0 rpc result [1.0, 1.0] attempt 1 port {port}" in out0
+    assert f"[rank1]: rank 1 rpc result [2.0, 2.0] attempt 1 port {port}" in out1
+    log1 = (only_run(tmp_path / "n1") / "logs/rank-1.log").read_text()
+    assert log1.index("attempt 0") < log1.index("--- rpcctl: restart 1 ---") < log1.index("rpc result")
+    assert_no_process_left(only_run(tmp_path / "n0"))
+    assert_no_process_left(only_run(tmp_path / "n1"))
+
+
+def test_restarts_across_nodes_run_out_together(hosts, tmp_path, secret):
+    config = write_config(tmp_path, nproc_per_node=1, args=["0=hang", "1=exit:5"], max_restarts=1, rdzv_timeout=60)
+    node0, node1 = start_both(hosts, config, tmp_path)
+    (out0, err0), (out1, err1) = finish(node0, node1)
+    assert node0.returncode == 1 and node1.returncode == 1, err0 + err1
+    rec0, rec1 = record(only_run(tmp_path / "n0")), record(only_run(tmp_path / "n1"))
+    assert rec0["restarts"] == rec1["restarts"] == 1  # one restart everywhere, then the end everywhere
+    assert rec0["root_cause"]["node"] == 1 and rec0["root_cause"]["exit_code"] == 5
+    assert "root cause: rank 1 on node 1" in err0 and "restarts: 1 of 1" in err0
+    assert_no_process_left(only_run(tmp_path / "n0"))
+
+
+def test_a_node_that_does_not_come_back_ends_the_job_with_its_name(hosts, tmp_path, secret):
+    _, b = hosts
+    config = write_config(tmp_path, nproc_per_node=1, args=["0=hang", "1=hang"], max_restarts=2, rdzv_timeout=15)
+    node0, node1 = start_both(hosts, config, tmp_path)
+    run1 = only_run(tmp_path / "n1", timeout=60)
+    wait_until(lambda: all(r["state"] == "running" for r in record(run1)["ranks"]), 60, "node 1's rank running")
+    os.killpg(node1.pid, signal.SIGKILL)  # node 1's launcher vanishes; its rank dies with it
+    (_, err0), _ = finish(node0, node1)
+    assert node0.returncode == 1, err0
+    assert f"the launcher of node 1 ({b.hostname}) stopped answering" in err0  # the failure that started the restart
+    assert f"root cause: node 1 ({b.hostname}) did not come back for restart 1 within rdzv_timeout (15s)" in err0
+    rec0 = record(only_run(tmp_path / "n0"))
+    assert rec0["status"] == "failed" and rec0["restarts"] == 0
+    assert rec0["root_cause"]["node"] == 1 and rec0["root_cause"]["host"] == b.hostname
+    assert_no_process_left(only_run(tmp_path / "n0"))
     assert_no_process_left(run1)
 
 

@@ -169,8 +169,9 @@ def render_outcome(console: Console, record: RunRecord) -> None:
         how = f"killed by {cause.signal}" if cause.signal else f"exit code {cause.exit_code}"
         pid = f"pid {cause.pid}, " if cause.pid else ""
         console.err.print(f"[bold]root cause:[/bold] rank {cause.rank}{on_node} ({pid}{how}): {escape(cause.message)}")
-    else:
-        console.err.print(f"[bold]root cause:[/bold]{on_node} {escape(cause.message)}")
+    else:  # the launcher's own message (a rendezvous one names its node already)
+        where = "" if cause.message.startswith(("node ", "the launcher of node ")) else on_node
+        console.err.print(f"[bold]root cause:[/bold]{where} {escape(cause.message)}")
     if cause.traceback:
         console.err.print(escape(cause.traceback.rstrip()), style="dim")
     elif cause.log_tail:

@@ -5,7 +5,8 @@
 Actions: ok | exit:N | raise | sigkill | sigsegv | hang | ignore-term | child (start a
 grandchild that sleeps, then hang) | flaky (fail on the first attempt only) | slow:SECONDS |
 fail-after:SECONDS (then exit 2) |
-rpc (init_rpc, rpc_sync to the next rank, shutdown).
+rpc (init_rpc, rpc_sync to the next rank, shutdown) | flaky-rpc (exit 7 on the first attempt,
+`rpc` on the others).
 Every rank prints "rank R started pid P"; `child` writes the grandchild's pid to
 $RPCCTL_RUN_DIR/grandchild-R.pid.
 """
@@ -59,14 +60,18 @@ elif action.startswith("slow:"):
 elif action.startswith("fail-after:"):
     time.sleep(float(action.split(":")[1]))
     sys.exit(2)
-elif action == "rpc":
+elif action == "flaky-rpc" and int(os.environ["TORCHELASTIC_RESTART_COUNT"]) == 0:
+    print("attempt 0", flush=True)
+    sys.exit(7)
+elif action in ("rpc", "flaky-rpc"):
     import torch
     import torch.distributed.rpc as rpc
 
     world = int(os.environ["WORLD_SIZE"])
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=world)
     result = rpc.rpc_sync(f"worker{(rank + 1) % world}", torch.add, args=(torch.ones(2), rank))
-    print(f"rank {rank} rpc result {result.tolist()}", flush=True)
+    attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+    print(f"rank {rank} rpc result {result.tolist()} attempt {attempt} port {os.environ['MASTER_PORT']}", flush=True)
     rpc.shutdown()
 else:
     raise SystemExit(f"unknown action {action}")
