@@ -55,7 +55,7 @@ def _root(
 
 
 def _register() -> None:
-    from rpcctl.commands import launch, runs, sbatch
+    from rpcctl.commands import calls, launch, runs, sbatch
     from rpcctl.commands.bench import bench_app
     from rpcctl.commands.inspect import inspect_app, stack
 
@@ -64,6 +64,7 @@ def _register() -> None:
     app.command("runs")(runs.runs)
     app.command("logs")(runs.logs)
     app.command("stop")(runs.stop)
+    inspect_app.command("calls")(calls.calls)
     app.add_typer(inspect_app, name="inspect")
     app.command("stack")(stack)
     app.add_typer(bench_app, name="bench")

@@ -57,8 +57,9 @@ def _uninstall(hook: _TorchImportHook) -> None:
 
 def _torch_imported() -> None:
     try:
-        from rpcctl.telemetry import rrefs
+        from rpcctl.telemetry import calls, rrefs
 
+        calls.install()  # first: rrefs' wrappers go around these
         rrefs.install()
     except Exception as exc:
         print(f"rpcctl: RRef hooks not installed: {exc!r}", file=sys.stderr)

@@ -20,6 +20,12 @@ rel        id, fork (this process dropped a reference)
 churn      owner, callee, site, n (RRefs that lived less than MIN_AGE_S: counted, not listed)
 loss       step, loss, epoch, metrics
 shutdown   (rpc.shutdown() began in this process)
+join       (init_rpc() began in this process)
+cstat      callee, func, kind, n, err, tmo, sum, max, h {bucket: n} (calls that ended this cycle)
+call       id, kind, callee, func, site, thread (a call running for calls.LONG_S; t: its start)
+cend       id, status (ok|error|timeout) (a listed call ended)
+srv        id, thread, func, nbytes (this process has run func for an incoming call for LONG_S)
+send       id (that function returned)
 bye        dropped (the worker stopped cleanly)
 =========  =========================================================================
 """

@@ -17,6 +17,9 @@ rrefs       RRef (not per fork): owner, creator, call site, value, lifecycle
 handles     Python reference to an RRef held by a process (creator's or a fork)
 churn       (process, owner, callee, call site): RRefs too short-lived to list
 losses      loss record (printed and parsed, or reported with rpcctl.report)
+calls       RPC call that ran for at least calls.LONG_S (caller side): callee, site, end
+call_stats  (process, callee, function, kind): every ended call, counted, with a histogram
+serving     function a process ran for at least calls.LONG_S for an incoming call
 ==========  ==================================================================
 
 Only the standard library: the launcher imports this and must stay light.
@@ -30,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 2  # 2: procs.cpu_s, procs.telemetry_cpu_s; meta server_cpu_s
+SCHEMA_VERSION = 3  # 2: procs.cpu_s, procs.telemetry_cpu_s; meta server_cpu_s. 3: calls, call_stats, serving, procs.rpc_join_at
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -44,7 +47,7 @@ CREATE TABLE IF NOT EXISTS procs (
     connected_at REAL, last_seen REAL, ended_at REAL, stopped_at REAL, rpc_shutdown_at REAL,
     cpu_percent REAL, rss_bytes INTEGER, threads INTEGER, device TEXT, cuda_visible_devices TEXT,
     gpu_memory_bytes INTEGER, gpus TEXT, device_maps TEXT, devices TEXT, dropped INTEGER DEFAULT 0,
-    cpu_s REAL, telemetry_cpu_s REAL);
+    cpu_s REAL, telemetry_cpu_s REAL, rpc_join_at REAL);
 CREATE TABLE IF NOT EXISTS rpc_workers (
     restart INTEGER NOT NULL, rpc_rank INTEGER NOT NULL, name TEXT, PRIMARY KEY (restart, rpc_rank));
 CREATE TABLE IF NOT EXISTS rrefs (
@@ -65,7 +68,25 @@ CREATE TABLE IF NOT EXISTS churn (
 CREATE TABLE IF NOT EXISTS losses (
     id INTEGER PRIMARY KEY, rank INTEGER, restart INTEGER, step INTEGER, epoch INTEGER, loss REAL,
     metrics TEXT, time REAL, source TEXT);
+CREATE TABLE IF NOT EXISTS calls (
+    restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, call_id INTEGER NOT NULL, kind TEXT,
+    caller TEXT, caller_rank INTEGER, callee TEXT, func TEXT, call_site TEXT, thread INTEGER,
+    started_at REAL, ended_at REAL, status TEXT,
+    PRIMARY KEY (proc_id, call_id));
+CREATE TABLE IF NOT EXISTS call_stats (
+    restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, caller TEXT, caller_rank INTEGER,
+    callee TEXT NOT NULL, func TEXT NOT NULL, kind TEXT NOT NULL, count INTEGER NOT NULL,
+    errors INTEGER NOT NULL, timeouts INTEGER NOT NULL, total_s REAL, max_s REAL, hist TEXT, updated_at REAL,
+    PRIMARY KEY (proc_id, callee, func, kind));
+CREATE TABLE IF NOT EXISTS serving (
+    restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, serve_id INTEGER NOT NULL, worker TEXT,
+    worker_rank INTEGER, thread INTEGER, func TEXT, nbytes INTEGER, started_at REAL, ended_at REAL,
+    PRIMARY KEY (proc_id, serve_id));
 """
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def _json(value: Any) -> str | None:
@@ -240,6 +261,50 @@ class StoreWriter:
         if step is None:
             step = proc.next_loss_index()
         self.loss(rank if rank is not None else -1, proc.restart, step, ev.get("epoch"), ev.get("loss"), ev.get("metrics"), t, "report")
+
+    # -- calls (``rpcctl.telemetry.calls``) ------------------------------------------------------
+    def _ev_join(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        self._x("UPDATE procs SET rpc_join_at = coalesce(rpc_join_at, ?) WHERE proc_id = ?", (t, proc.proc_id))
+
+    def _ev_call(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        self._x(
+            "INSERT OR REPLACE INTO calls (restart, proc_id, call_id, kind, caller, caller_rank, callee, func, call_site, thread,"
+            " started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (proc.restart, proc.proc_id, int(ev["id"]), str(ev.get("kind")), proc.name, proc.rpc_rank, str(ev.get("callee")),
+             str(ev.get("func")), str(ev.get("site")), _int(ev.get("thread")), t),
+        )
+
+    def _ev_cend(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        self._x("UPDATE calls SET ended_at = ?, status = ? WHERE proc_id = ? AND call_id = ?",
+                (t, str(ev.get("status")), proc.proc_id, int(ev["id"])))
+
+    def _ev_cstat(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        key = (proc.proc_id, str(ev["callee"]), str(ev["func"]), str(ev["kind"]))
+        row = self.db.execute("SELECT hist FROM call_stats WHERE proc_id = ? AND callee = ? AND func = ? AND kind = ?", key).fetchone()
+        hist = json.loads(row[0]) if row and row[0] else {}
+        for bucket, n in dict(ev.get("h") or {}).items():
+            hist[str(int(bucket))] = hist.get(str(int(bucket)), 0) + int(n)
+        self._x(
+            "INSERT INTO call_stats (restart, proc_id, caller, caller_rank, callee, func, kind, count, errors, timeouts, total_s,"
+            " max_s, hist, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (proc_id, callee, func, kind)"
+            " DO UPDATE SET count = count + excluded.count, errors = errors + excluded.errors,"
+            " timeouts = timeouts + excluded.timeouts, total_s = total_s + excluded.total_s,"
+            " max_s = max(max_s, excluded.max_s), hist = excluded.hist, updated_at = excluded.updated_at,"
+            " caller = coalesce(excluded.caller, caller), caller_rank = coalesce(excluded.caller_rank, caller_rank)",
+            (proc.restart, proc.proc_id, proc.name, proc.rpc_rank, *key[1:], int(ev.get("n", 0)), int(ev.get("err", 0)),
+             int(ev.get("tmo", 0)), float(ev.get("sum", 0.0)), float(ev.get("max", 0.0)), _json(hist), t),
+        )
+
+    def _ev_srv(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        self._x(
+            "INSERT OR REPLACE INTO serving (restart, proc_id, serve_id, worker, worker_rank, thread, func, nbytes, started_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (proc.restart, proc.proc_id, int(ev["id"]), proc.name, proc.rpc_rank, _int(ev.get("thread")), str(ev.get("func")),
+             _int(ev.get("nbytes")), t),
+        )
+
+    def _ev_send(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        self._x("UPDATE serving SET ended_at = ? WHERE proc_id = ? AND serve_id = ?", (t, proc.proc_id, int(ev["id"])))
 
     def _ev_shutdown(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         self._x("UPDATE procs SET rpc_shutdown_at = coalesce(rpc_shutdown_at, ?) WHERE proc_id = ?", (t, proc.proc_id))

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rpcctl.telemetry import protocol, rrefs
+from rpcctl.telemetry import calls, protocol, rrefs
 
 _worker: _Worker | None = None
 _lock = threading.Lock()
@@ -134,6 +134,7 @@ def _after_fork_in_child() -> None:
     old = _worker
     _worker = None
     rrefs.after_fork_in_child()
+    calls.after_fork_in_child()
     if old is not None:
         old.abandon()
 
@@ -177,6 +178,7 @@ class _Worker:
                 self._process = None
             self.active = True
             rrefs.activate(self.queue)
+            calls.activate(self.queue)
             self._thread = threading.Thread(target=self._run, name="rpcctl-telemetry", daemon=True)
             self._thread.start()
         atexit.register(stop)
@@ -208,6 +210,7 @@ class _Worker:
         if thread is not threading.current_thread():
             thread.join(timeout)
         rrefs.deactivate()
+        calls.deactivate()
         self.active = False
         if not thread.is_alive() and self._sock is not None:
             self._sock.close()
@@ -226,6 +229,7 @@ class _Worker:
     # -- the sender thread -----------------------------------------------------------------------
     def _run(self) -> None:
         tracker = rrefs.tracker()
+        summariser = calls.summariser()
         next_probe = 0.0
         stopping = False
         while not stopping:
@@ -235,6 +239,7 @@ class _Worker:
             items = [self.queue.popleft() for _ in range(len(self.queue))]
             try:
                 events = tracker.process(items, now, final=stopping)
+                events.extend(summariser.process(now, final=stopping))
                 if stopping or time.monotonic() >= next_probe:
                     events.append(self._probe(now))
                     next_probe = time.monotonic() + protocol.PROBE_INTERVAL_S
@@ -246,10 +251,11 @@ class _Worker:
                 break
             self.cpu_s += time.thread_time() - cycle_started
         rrefs.deactivate()
+        calls.deactivate()
         self.active = False
 
     def _dropped(self) -> int:
-        return self.dropped + rrefs.dropped()
+        return self.dropped + rrefs.dropped() + calls.dropped()
 
     def _send(self, message: dict[str, Any]) -> bool:
         sock = self._sock

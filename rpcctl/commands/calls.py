@@ -1,0 +1,50 @@
+"""``rpcctl inspect calls``: the calls in flight (oldest first), per caller → callee summary,
+and what each worker is running for whom. Data from ``rpcctl.inspect_calls``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Group
+from rich.text import Text
+
+from rpcctl import inspect_calls as sdk
+from rpcctl.commands.common import JsonOption, RunArgument, RunsDirOption, WatchOption
+from rpcctl.console import render_table
+
+WideOption = Annotated[bool, typer.Option("--wide", help="Show every column.")]
+
+
+def calls(
+    run: RunArgument = None,
+    wide: WideOption = False,
+    runs_dir: RunsDirOption = None,
+    json_: JsonOption = False,
+    watch: WatchOption = False,
+) -> None:
+    """Who waits on whom: calls running 1 s or more (oldest first), then per caller → callee
+    → function: count, p50/p99, errors, pending; then what each worker runs for whom.
+
+    Calls that end within 1 s are counted, not listed. After the run: the same from the store,
+    with calls that never ended marked unfinished.
+    """
+    from rpcctl.commands.inspect import _view
+
+    _view(run, runs_dir, json_, watch, sdk.calls, lambda report, _run_dir: render(report, wide))
+
+
+def render(report: sdk.CallsReport, wide: bool = False) -> Any:
+    title = "Calls in flight (1 s or more), oldest first"
+    if report.pending and all(c.state != "pending" for c in report.pending):
+        title = "Calls that never ended"
+    pending = render_table(report.pending, sdk.PendingCall.COLUMNS, title=title, detail=wide,
+                           empty="no call in flight for 1 s or more")
+    summary = render_table(report.summary, sdk.CallSummary.COLUMNS, title="Per caller → callee", detail=wide, empty="no calls yet")
+    parts: list[Any] = [pending, "", summary]
+    running = [s for s in report.serving if s.state != "done"]
+    if running:
+        parts += ["", Text("What the callees are running:", style="bold")]
+        parts += [Text(f"  {s.describe()}") for s in running]
+    return Group(*parts)

@@ -1,0 +1,251 @@
+"""The calls view of the inspection SDK: who waits on whom, for what, since when.
+
+::
+
+    from rpcctl import inspect_calls
+    report = inspect_calls.calls(run_dir)     -> CallsReport
+    report.pending   [PendingCall]   calls running for 1 s or more, oldest first
+    report.summary   [CallSummary]   per caller → callee → function: count, p50/p99, errors, pending
+    report.serving   [ServingRecord] what each worker has been running for whom, for 1 s or more
+
+Calls that end within ``calls.LONG_S`` are only counted (``call_stats``: a log-scale histogram
+per caller, callee, function and kind, so p50/p99 come from bucket middles, within ±9%). The
+callee does not know who asked: ``serving`` rows get their caller by matching the callers'
+pending calls to the same worker and function, the latest one that started before.
+After the run, calls that never ended are listed as ``unfinished``, aged until their process
+ended.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rpcctl.console import Column, human_seconds, iso_time
+from rpcctl.inspect import _loads, _Store
+from rpcctl.telemetry import calls as tracking
+
+
+def _duration(value: float) -> str:
+    return human_seconds(value) if value >= 0.01 else f"{value * 1e3:.2f} ms"
+
+
+@dataclass
+class PendingCall:
+    caller: str | None  # RPC name of the waiting process (None: before init_rpc finished)
+    caller_rank: int | None
+    callee: str
+    func: str  # the callee's name for it when the callee is running it ("PS.update"), else the caller's
+    kind: str  # rpc_sync | rpc_async | remote
+    age_s: float
+    call_site: str
+    state: str  # pending | unfinished (the run, or the caller, ended first) | ok | error | timeout
+    started_at: str | None
+    thread: int | None  # the caller's thread ident (faulthandler's "Thread 0x…")
+    caller_pid: int | None
+    caller_proc: int
+    call_id: int
+    restart: int
+
+    COLUMNS = (
+        Column("caller"),
+        Column("callee"),
+        Column("func", "FUNCTION"),
+        Column("kind"),
+        Column("age_s", "AGE", fmt=human_seconds, justify="right"),
+        Column("call_site", "CALL SITE"),
+        Column("state", detail=True),
+        Column("caller_pid", "PID", detail=True, justify="right"),
+        Column("thread", fmt=hex, detail=True),
+    )
+
+
+@dataclass
+class CallSummary:
+    caller: str | None
+    callee: str
+    func: str
+    kind: str
+    count: int  # ended calls
+    p50_s: float | None
+    p99_s: float | None
+    max_s: float | None
+    mean_s: float | None
+    errors: int
+    timeouts: int
+    pending: int  # listed calls (running 1 s or more) not ended yet
+
+    COLUMNS = (
+        Column("caller"),
+        Column("callee"),
+        Column("func", "FUNCTION"),
+        Column("kind"),
+        Column("count", "CALLS", justify="right"),
+        Column("p50_s", "P50", fmt=_duration, justify="right"),
+        Column("p99_s", "P99", fmt=_duration, justify="right"),
+        Column("max_s", "MAX", fmt=_duration, justify="right", detail=True),
+        Column("mean_s", "MEAN", fmt=_duration, justify="right", detail=True),
+        Column("errors", justify="right"),
+        Column("timeouts", justify="right", detail=True),
+        Column("pending", justify="right"),
+    )
+
+
+@dataclass
+class ServingRecord:
+    worker: str | None
+    worker_rank: int | None
+    func: str
+    caller: str | None  # who asked (matched from the callers' pending calls), None: not known
+    age_s: float
+    state: str  # running | done | unfinished
+    thread: int | None  # the callee's thread ident
+    nbytes: int | None  # bytes of the tensor arguments
+    started_at: str | None
+    pid: int | None
+    proc_id: int
+    serve_id: int
+    restart: int
+    call: tuple[int, int] | None = field(default=None, repr=False)  # (caller proc, call id) it serves
+
+    COLUMNS = (
+        Column("worker"),
+        Column("func", "FUNCTION"),
+        Column("caller", "FOR"),
+        Column("age_s", "FOR HOW LONG", fmt=human_seconds, justify="right"),
+        Column("state", detail=True),
+        Column("thread", fmt=hex, detail=True),
+        Column("pid", detail=True, justify="right"),
+    )
+
+    def describe(self) -> str:
+        who = f" for {self.caller}" if self.caller else ""
+        return f"{self.worker or f'pid {self.pid}'} has run {self.func}{who} for {human_seconds(self.age_s)}"
+
+
+@dataclass
+class CallsReport:
+    pending: list[PendingCall]
+    summary: list[CallSummary]
+    serving: list[ServingRecord]
+
+
+def calls(run_dir: Path, *, restart: int | None = None, history: bool = False) -> CallsReport:
+    """The calls of the latest restart: pending (or unfinished) ones, the summary, the callee's
+    view. ``history``: every listed call and served function, ended ones too (the trace)."""
+    with _Store(run_dir) as s:
+        restart = s.latest_restart() if restart is None else restart
+        procs = {p["proc_id"]: p for p in s.rows("SELECT * FROM procs WHERE restart = ?", (restart,))}
+        now = s.now if s.live else (s.closed_at or s.now)
+        call_rows = s.rows("SELECT * FROM calls WHERE restart = ?" + ("" if history else " AND ended_at IS NULL") + " ORDER BY started_at",
+                           (restart,))
+        serve_rows = s.rows("SELECT * FROM serving WHERE restart = ?" + ("" if history else " AND ended_at IS NULL") + " ORDER BY started_at",
+                            (restart,))
+        stat_rows = s.rows("SELECT * FROM call_stats WHERE restart = ?", (restart,))
+        live = s.live
+
+    def end_of(proc_id: int) -> float:
+        proc = procs.get(proc_id)
+        ended = proc["ended_at"] if proc is not None else None
+        return ended if ended is not None else now
+
+    pending = []
+    for row in call_rows:
+        ended = row["ended_at"]
+        if ended is not None:
+            state = row["status"] or "ok"
+        elif live and (procs.get(row["proc_id"]) is None or procs[row["proc_id"]]["ended_at"] is None):
+            state = "pending"
+        else:
+            state = "unfinished"
+        until = ended if ended is not None else end_of(row["proc_id"])
+        proc = procs.get(row["proc_id"])
+        pending.append(PendingCall(
+            caller=row["caller"] or (proc["name"] if proc is not None else None), caller_rank=row["caller_rank"], callee=row["callee"],
+            func=row["func"], kind=row["kind"], age_s=max(0.0, until - row["started_at"]), call_site=row["call_site"], state=state,
+            started_at=iso_time(row["started_at"]), thread=row["thread"], caller_pid=proc["pid"] if proc is not None else None,
+            caller_proc=row["proc_id"], call_id=row["call_id"], restart=restart))
+    serving = []
+    for row in serve_rows:
+        proc = procs.get(row["proc_id"])
+        ended = row["ended_at"]
+        state = "done" if ended is not None else ("running" if live and proc is not None and proc["ended_at"] is None else "unfinished")
+        until = ended if ended is not None else end_of(row["proc_id"])
+        serving.append(ServingRecord(
+            worker=row["worker"] or (proc["name"] if proc is not None else None), worker_rank=row["worker_rank"], func=row["func"],
+            caller=None, age_s=max(0.0, until - row["started_at"]), state=state, thread=row["thread"], nbytes=row["nbytes"],
+            started_at=iso_time(row["started_at"]), pid=proc["pid"] if proc is not None else None, proc_id=row["proc_id"],
+            serve_id=row["serve_id"], restart=restart))
+    _match(pending, serving, call_rows, serve_rows)
+    return CallsReport(pending, _summary(stat_rows, pending), serving)
+
+
+def _same_function(caller_name: str, callee_name: str) -> bool:
+    """The caller's name for a call and the callee's: equal, or an RRef proxy's "rref.method"
+    against the owner's "Type.method", or a module path the caller spelled differently."""
+    if caller_name == callee_name:
+        return True
+    if caller_name.startswith("rref."):
+        return callee_name.endswith("." + caller_name[5:])
+    return caller_name.rsplit(".", 1)[-1] == callee_name.rsplit(".", 1)[-1]
+
+
+def _match(pending: list[PendingCall], serving: list[ServingRecord], call_rows: list[Any], serve_rows: list[Any]) -> None:
+    """Give each served function its caller: the latest call to that worker and function that
+    started before it (and had not ended before it started), one call per served function."""
+    starts = {(c.caller_proc, c.call_id): row["started_at"] for c, row in zip(pending, call_rows)}
+    ends = {(c.caller_proc, c.call_id): row["ended_at"] for c, row in zip(pending, call_rows)}
+    taken: set[tuple[int, int]] = set()
+    slack = 0.05  # the two processes' clocks are the same host's, read at different moments
+    for served, row in sorted(zip(serving, serve_rows), key=lambda pair: pair[1]["started_at"]):
+        best = None
+        for call in pending:
+            key = (call.caller_proc, call.call_id)
+            if key in taken or call.callee != served.worker or not _same_function(call.func, served.func):
+                continue
+            started, ended = starts[key], ends[key]
+            if started > row["started_at"] + slack or (ended is not None and ended < row["started_at"] - slack):
+                continue
+            if best is None or started > starts[(best.caller_proc, best.call_id)]:
+                best = call
+        if best is not None:
+            taken.add((best.caller_proc, best.call_id))
+            served.caller, served.call = best.caller, (best.caller_proc, best.call_id)
+            best.func = served.func  # the owner's name says more ("PS.update" for "rref.update")
+
+
+def _at_most(value: float | None, limit: float) -> float | None:
+    return None if value is None else min(value, limit)  # a bucket's middle may lie past the slowest call
+
+
+def _summary(stat_rows: list[Any], pending: list[PendingCall]) -> list[CallSummary]:
+    merged: dict[tuple[str | None, str, str, str], dict[str, Any]] = {}
+    for row in stat_rows:
+        key = (row["caller"], row["callee"], row["func"], row["kind"])
+        entry = merged.setdefault(key, {"count": 0, "errors": 0, "timeouts": 0, "total": 0.0, "max": 0.0, "hist": {}})
+        entry["count"] += row["count"]
+        entry["errors"] += row["errors"]
+        entry["timeouts"] += row["timeouts"]
+        entry["total"] += row["total_s"] or 0.0
+        entry["max"] = max(entry["max"], row["max_s"] or 0.0)
+        for bucket, n in (_loads(row["hist"]) or {}).items():
+            entry["hist"][int(bucket)] = entry["hist"].get(int(bucket), 0) + int(n)
+    open_calls: dict[tuple[str | None, str, str, str], int] = {}
+    for call in pending:
+        if call.state == "pending":
+            key = next((k for k in merged if k[0] == call.caller and k[1] == call.callee and k[3] == call.kind
+                        and _same_function(k[2], call.func)), (call.caller, call.callee, call.func, call.kind))
+            open_calls[key] = open_calls.get(key, 0) + 1
+            merged.setdefault(key, {"count": 0, "errors": 0, "timeouts": 0, "total": 0.0, "max": 0.0, "hist": {}})
+    out = []
+    for key, entry in merged.items():
+        count = entry["count"]
+        out.append(CallSummary(
+            caller=key[0], callee=key[1], func=key[2], kind=key[3], count=count,
+            p50_s=_at_most(tracking.quantile(entry["hist"], 0.5), entry["max"]),
+            p99_s=_at_most(tracking.quantile(entry["hist"], 0.99), entry["max"]),
+            max_s=entry["max"] if count else None, mean_s=entry["total"] / count if count else None,
+            errors=entry["errors"], timeouts=entry["timeouts"], pending=open_calls.get(key, 0)))
+    out.sort(key=lambda c: (c.caller or "", c.callee, -c.count, c.func))
+    return out

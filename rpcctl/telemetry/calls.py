@@ -1,0 +1,443 @@
+"""RPC call tracking inside a process: who calls whom, for what, since when; and what this
+process is running for others right now.
+
+Hooks (installed when torch is imported, before ``init_rpc``: torch's RPC handler captures
+``api.rpc_sync`` / ``rpc_async`` / ``remote`` and ``internal._run_function`` then, so RRef proxy
+calls, ``rref.rpc_sync().method()``, go through them too):
+
+=================================  ==========================================================
+hook                               hot path
+=================================  ==========================================================
+``rpc_sync``                       a ``_Call`` in ``_pending``; timed inline, then queued
+``rpc_async`` / ``remote``         the same, ended by a done-callback on the call's future
+                                   (``remote``: the RRef's creation future, which completes
+                                   when the owner has run the function)
+``internal._run_function``         the callee's side: ``_serving[thread] = [udf, start]``
+``init_rpc``                       a ``join`` event when it starts (a rank stuck before it
+                                   is named by the watchdog), the worker list when it ends
+=================================  ==========================================================
+
+Everything else happens on the telemetry sender thread (``Summariser.process``, every 0.1 s):
+ended calls are counted per (callee, function, kind) into a log-scale histogram (``cstat``
+events: count, errors, timeouts, durations), so a fast call costs one small object and no
+event of its own. Only calls running for at least ``LONG_S`` are listed one by one (``call``
+when seen, ``cend`` when over), and only functions served for that long (``srv`` / ``send``),
+with the caller's thread, so the watchdog can tie a waiting thread to what it waits on.
+
+Not recorded: request bytes on the caller (walking the arguments would cost the hot path);
+the callee reports the bytes of the tensor arguments of the functions it lists (``srv``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import sys
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from rpcctl.telemetry.protocol import MAX_QUEUE
+from rpcctl.telemetry.rrefs import Tracker, _qualname as qualname
+
+LONG_S = 1.0  # calls (and served functions) running this long are listed one by one
+MAX_LISTED = 100_000  # per process: beyond this, long calls are only counted
+HIST_BUCKETS_PER_OCTAVE = 4  # duration histogram: bucket b covers 2**(b/4) µs onwards
+OK, ERROR, TIMEOUT = "ok", "error", "timeout"
+KINDS = ("rpc_sync", "rpc_async", "remote")
+_TORCH_INTERNAL = "torch.distributed.rpc."
+
+_q: Any = None  # the worker's queue while telemetry is active; None: the hooks only call through
+_time = time.time
+_get_ident = threading.get_ident
+_getframe = sys._getframe
+_pending: dict[int, _Call] = {}  # id(call) → call, for calls in flight
+_done: deque[_Call] = deque()  # ended calls, for the sender
+_serving: dict[int, list[Any]] = {}  # thread ident → [python_udf, started]: what this process runs for others
+_sender_tid = 0  # the telemetry thread: its own calls (RRef descriptions) are not the job's
+_installed = False
+_skip_prefixes: tuple[str, ...] = ()
+_skip_codes: dict[Any, bool] = {}
+_local_invokes: tuple[Any, ...] = ()  # rref_proxy's functions behind rref.rpc_sync().method()
+_me: str | None = None
+_workers: dict[int, str] = {}
+_dropped = 0
+
+
+class _Call:
+    __slots__ = ("kind", "to", "func", "args", "code", "lasti", "tid", "t0", "t1", "status", "listed")
+
+    def finish(self, fut: Any) -> None:
+        """Done-callback of an async call's future (a torch thread)."""
+        try:
+            fut.value()
+            self.status = OK
+        except BaseException as exc:  # noqa: BLE001 - an RPC error of any type ends the call
+            self.status = _failure(exc)
+        _end(self)
+
+
+def _failure(exc: BaseException) -> str:
+    text = str(exc)
+    return TIMEOUT if "timeout" in text.lower() or "timed out" in text else ERROR
+
+
+def _end(call: _Call) -> None:
+    call.t1 = _time()
+    _pending.pop(id(call), None)
+    if len(_done) < MAX_QUEUE:
+        _done.append(call)
+    else:
+        _drop()
+
+
+def _drop() -> None:
+    global _dropped
+    _dropped += 1
+
+
+def dropped() -> int:
+    return _dropped
+
+
+def _start(kind: str, to: Any, func: Any, args: Any) -> _Call | None:
+    tid = _get_ident()
+    if tid == _sender_tid:
+        return None
+    call = _Call()
+    call.kind, call.to, call.func, call.tid, call.listed = kind, to, func, tid, 0
+    # rref.rpc_sync().method(): args = (rref, method name, ...); only the name is kept.
+    call.args = args[1] if func in _local_invokes and args and len(args) > 1 else None
+    call.code, call.lasti = _caller()
+    call.t0 = _time()
+    _pending[id(call)] = call
+    return call
+
+
+def _caller() -> tuple[Any, int]:
+    """The innermost frame outside torch.distributed.rpc and rpcctl's telemetry: the call site."""
+    frame = _getframe(3)
+    while frame is not None:
+        code = frame.f_code
+        skip = _skip_codes.get(code)
+        if skip is None:
+            skip = _skip_codes[code] = code.co_filename.startswith(_skip_prefixes)
+        if not skip:
+            return code, frame.f_lasti
+        frame = frame.f_back
+    return None, 0
+
+
+def _wrap_rpc_sync(orig: Any, unset_timeout: float) -> Any:
+    @functools.wraps(orig)
+    def rpc_sync(to, func, args=None, kwargs=None, timeout=unset_timeout):  # noqa: ANN001 - torch's signature
+        call = _start("rpc_sync", to, func, args) if _q is not None else None
+        if call is None:
+            return orig(to, func, args, kwargs, timeout)
+        try:
+            result = orig(to, func, args, kwargs, timeout)
+        except BaseException as exc:
+            call.status = _failure(exc)
+            _end(call)
+            raise
+        call.status = OK
+        _end(call)
+        return result
+
+    rpc_sync._rpcctl_calls = True  # type: ignore[attr-defined]
+    return rpc_sync
+
+
+def _wrap_async(orig: Any, unset_timeout: float, kind: str, future_of: Any) -> Any:
+    """rpc_async and remote: the call ends when ``future_of(result)`` completes (remote: the
+    RRef's creation future, complete once the owner ran the function)."""
+
+    @functools.wraps(orig)
+    def wrapper(to, func, args=None, kwargs=None, timeout=unset_timeout):  # noqa: ANN001 - torch's signature
+        call = _start(kind, to, func, args) if _q is not None else None
+        if call is None:
+            return orig(to, func, args, kwargs, timeout)
+        try:
+            result = orig(to, func, args, kwargs, timeout)
+        except BaseException as exc:
+            call.status = _failure(exc)
+            _end(call)
+            raise
+        try:
+            future_of(result).add_done_callback(call.finish)
+        except Exception:  # no future to watch: count the call as sent
+            call.status = OK
+            _end(call)
+        return result
+
+    wrapper._rpcctl_calls = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _future(fut: Any) -> Any:
+    return fut
+
+
+def _creation_future(rref: Any) -> Any:
+    return rref._get_future()
+
+
+def _wrap_run_function(orig: Any) -> Any:
+    def _run_function(python_udf):  # noqa: ANN001 - called by torch's C++ RPC handler only
+        if _q is None:
+            return orig(python_udf)
+        tid = _get_ident()
+        previous = _serving.get(tid)
+        _serving[tid] = [python_udf, _time()]
+        try:
+            return orig(python_udf)
+        finally:
+            if previous is None:
+                _serving.pop(tid, None)
+            else:
+                _serving[tid] = previous
+
+    _run_function._rpcctl_calls = True  # type: ignore[attr-defined]
+    return _run_function
+
+
+def _wrap_init_rpc(orig: Any) -> Any:
+    @functools.wraps(orig)
+    def init_rpc(*args: Any, **kwargs: Any) -> Any:
+        global _me, _workers
+        q = _q
+        if q is not None:
+            q.append({"e": "join", "t": _time()})
+        result = orig(*args, **kwargs)
+        try:
+            import torch.distributed.rpc as rpc
+
+            _me = rpc.get_worker_info().name
+            _workers = {info.id: info.name for info in rpc.api._get_current_rpc_agent().get_worker_infos()}
+        except Exception:
+            pass
+        return result
+
+    init_rpc._rpcctl_calls = True  # type: ignore[attr-defined]
+    return init_rpc
+
+
+def install() -> bool:
+    """Wrap torch.distributed.rpc's call paths (idempotent). Call before ``rrefs.install()``: its
+    wrappers then sit outside these, and it sees ``rpc.remote`` as not yet wrapped by itself."""
+    global _installed, _skip_prefixes, _local_invokes
+    if _installed:
+        return True
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return False
+    import torch.distributed.rpc as rpc
+
+    if not hasattr(rpc, "init_rpc"):
+        return False
+    from torch.distributed.rpc import api, internal, rref_proxy
+    from torch.distributed.rpc.constants import UNSET_RPC_TIMEOUT
+
+    if getattr(api.rpc_sync, "_rpcctl_calls", False):
+        _installed = True
+        return True
+    telemetry_dir = os.path.dirname(os.path.abspath(__file__))
+    _skip_prefixes = (os.path.dirname(rpc.__file__) + os.sep, telemetry_dir + os.sep)
+    _local_invokes = (rref_proxy._local_invoke, rref_proxy._local_invoke_async_execution)
+    wrappers = {"rpc_sync": _wrap_rpc_sync(api.rpc_sync, UNSET_RPC_TIMEOUT),
+                "rpc_async": _wrap_async(api.rpc_async, UNSET_RPC_TIMEOUT, "rpc_async", _future),
+                "remote": _wrap_async(api.remote, UNSET_RPC_TIMEOUT, "remote", _creation_future)}
+    for name, wrapped in wrappers.items():
+        setattr(api, name, wrapped)
+        setattr(rpc, name, wrapped)
+    # rref_proxy tells rref.rpc_async() from the blocking proxies by identity with this name.
+    rref_proxy.rpc_async = api.rpc_async
+    internal._run_function = _wrap_run_function(internal._run_function)
+    rpc.init_rpc = _wrap_init_rpc(rpc.init_rpc)
+    _installed = True
+    return True
+
+
+def activate(queue: Any) -> None:
+    global _q
+    _q = queue
+
+
+def deactivate() -> None:
+    global _q
+    _q = None
+
+
+def after_fork_in_child() -> None:
+    """A forked child starts with nothing in flight and serves nothing."""
+    global _q, _dropped, _summariser, _sender_tid
+    _q = None
+    _dropped = 0
+    _sender_tid = 0
+    _pending.clear()
+    _done.clear()
+    _serving.clear()
+    _summariser = Summariser()
+
+
+# ---------------------------------------------------------------------------------------------
+# Off the hot path: the sender thread turns ended calls into counts, and lists the long ones
+
+
+def bucket(seconds: float) -> int:
+    """The histogram bucket of a duration: 4 per octave from 1 µs (b = 4·log2(µs))."""
+    micros = seconds * 1e6
+    return 0 if micros <= 1.0 else min(159, int(math.log2(micros) * HIST_BUCKETS_PER_OCTAVE))
+
+
+def bucket_seconds(index: int) -> float:
+    """A duration that stands for bucket ``index``: its geometric middle."""
+    return 2 ** ((index + 0.5) / HIST_BUCKETS_PER_OCTAVE) / 1e6
+
+
+def quantile(hist: dict[int, int], q: float) -> float | None:
+    total = sum(hist.values())
+    if not total:
+        return None
+    rank, seen = q * (total - 1), 0
+    for index in sorted(hist):
+        seen += hist[index]
+        if seen > rank:
+            return bucket_seconds(index)
+    return bucket_seconds(max(hist))
+
+
+class Summariser:
+    """Per-process state of the call reports. Used only by the sender thread."""
+
+    def __init__(self) -> None:
+        self.names: dict[Any, str] = {}
+        self.sites: dict[tuple[Any, int], str] = {}
+        self.stats: dict[tuple[str, str, str], list[Any]] = {}  # (callee, func, kind) → [n, err, tmo, sum, max, hist]
+        self.listed = 0
+        self.serving: dict[int, tuple[int, list[Any]]] = {}  # serve id → (thread, entry) listed as long
+        self.next_id = 1
+
+    def process(self, now: float, final: bool = False) -> list[dict[str, Any]]:
+        global _sender_tid
+        _sender_tid = _get_ident()
+        out: list[dict[str, Any]] = []
+        for _ in range(len(_done)):
+            call = _done.popleft()
+            self._ended(call, out)
+        for call in list(_pending.values()):
+            if not call.listed and now - call.t0 >= LONG_S:
+                self._list(call, out)
+        for (callee, func, kind), (n, err, tmo, total, longest, hist) in self.stats.items():
+            out.append({"e": "cstat", "callee": callee, "func": func, "kind": kind, "n": n, "err": err, "tmo": tmo,
+                        "sum": total, "max": longest, "h": {str(k): v for k, v in hist.items()}, "t": now})
+        self.stats.clear()
+        self._serving(now, out)
+        return out
+
+    def _ended(self, call: _Call, out: list[dict[str, Any]]) -> None:
+        duration = max(0.0, call.t1 - call.t0)
+        if not call.listed and duration >= LONG_S:
+            self._list(call, out)
+        if call.listed:
+            out.append({"e": "cend", "id": call.listed, "status": call.status, "t": call.t1})
+        name = self._name(call)
+        if name.startswith(_TORCH_INTERNAL):  # torch's own protocol (shutdown's barrier, proxies' type lookups)
+            return
+        key = (self._callee(call.to), name, call.kind)
+        entry = self.stats.get(key)
+        if entry is None:
+            entry = self.stats[key] = [0, 0, 0, 0.0, 0.0, {}]
+        entry[0] += 1
+        if call.status == ERROR:
+            entry[1] += 1
+        elif call.status == TIMEOUT:
+            entry[2] += 1
+        entry[3] += duration
+        entry[4] = max(entry[4], duration)
+        b = bucket(duration)
+        entry[5][b] = entry[5].get(b, 0) + 1
+
+    def _list(self, call: _Call, out: list[dict[str, Any]]) -> None:
+        if self.listed >= MAX_LISTED:
+            return
+        self.listed += 1
+        call.listed = self.next_id
+        self.next_id += 1
+        out.append({"e": "call", "id": call.listed, "kind": call.kind, "callee": self._callee(call.to), "func": self._name(call),
+                    "site": self._site(call.code, call.lasti), "thread": call.tid, "t": call.t0})
+
+    def _serving(self, now: float, out: list[dict[str, Any]]) -> None:
+        listed = {id(entry) for _, entry in self.serving.values()}
+        for tid, entry in list(_serving.items()):
+            if id(entry) in listed or now - entry[1] < LONG_S or len(self.serving) >= 10_000:
+                continue
+            udf = entry[0]
+            name = _udf_name(udf)
+            if name is None:
+                continue
+            serve_id = self.next_id
+            self.next_id += 1
+            self.serving[serve_id] = (tid, entry)
+            out.append({"e": "srv", "id": serve_id, "thread": tid, "func": name, "nbytes": _tensor_bytes(udf), "t": entry[1]})
+        for serve_id, (tid, entry) in list(self.serving.items()):
+            current = _serving.get(tid)
+            if current is not entry:  # over (the hot path only removes it: the end is seen here)
+                del self.serving[serve_id]
+                out.append({"e": "send", "id": serve_id, "t": now})
+
+    def _callee(self, to: Any) -> str:
+        if type(to) is str:
+            return to
+        if isinstance(to, int):
+            return _workers.get(to, str(to))
+        return str(getattr(to, "name", to))
+
+    def _name(self, call: _Call) -> str:
+        if call.args is not None:  # an RRef proxy: the caller knows the method, not the type
+            return f"rref.{call.args}"
+        func = call.func
+        try:
+            name = self.names.get(func)
+        except TypeError:  # unhashable callable
+            return qualname(func)
+        if name is None:
+            name = qualname(func)
+            if len(self.names) < 10_000:
+                self.names[func] = name
+        return name
+
+    _site = Tracker._site  # call sites resolved (and cached) as RRef creation sites are
+
+
+_summariser = Summariser()
+
+
+def summariser() -> Summariser:
+    return _summariser
+
+
+def _udf_name(udf: Any) -> str | None:
+    """What a served request runs: ``Class.method`` for RRef proxy calls (the owner knows the type)."""
+    try:
+        func = udf.func
+        if func in _local_invokes:
+            rref, method = udf.args[0], udf.args[1]
+            return f"{type(rref.local_value()).__qualname__}.{method}"
+        name = qualname(func)
+    except Exception:
+        return None
+    return None if name.endswith("_describe_on_owner") else name  # rpcctl's own RRef descriptions
+
+
+def _tensor_bytes(udf: Any) -> int | None:
+    torch = sys.modules.get("torch")
+    try:
+        args = list(udf.args or ()) + list((udf.kwargs or {}).values())
+        tensors = [a for a in args[:64] if isinstance(a, torch.Tensor)]
+        return sum(int(t.nbytes) for t in tensors) if tensors else None
+    except Exception:
+        return None

@@ -1,0 +1,152 @@
+"""RPC call tracking in real jobs: calls in flight with their call site, the per caller → callee
+summary, and the callee's view of what it runs for whom (``rpcctl inspect calls``)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import assert_no_process_left, only_run, rpcctl, start_rpcctl, wait_until
+from rpcctl import inspect_calls
+from rpcctl.telemetry import calls as tracking
+
+pytestmark = pytest.mark.timeout(180)
+
+SCRIPT = textwrap.dedent(
+    '''
+    import os, sys, time
+    from pathlib import Path
+
+    import torch
+    import torch.distributed.rpc as rpc
+
+    SYNC = Path(sys.argv[1])
+
+
+    class PS:
+        def __init__(self):
+            self.n = 0
+
+        def update(self, x):
+            self.n += 1
+            return x + 1
+
+        def hold(self):
+            while not (SYNC / "release").exists():
+                time.sleep(0.02)
+            return self.n
+
+
+    def add(a, b):
+        return a + b
+
+
+    def boom():
+        raise ValueError("boom")
+
+
+    def main():
+        rank = int(os.environ["RANK"])
+        rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
+        if rank == 0:
+            for i in range(300):
+                rpc.rpc_sync("worker1", add, args=(i, 1))
+            torch.futures.wait_all([rpc.rpc_async("worker1", add, args=(i, 2)) for i in range(40)])
+            [r.to_here() for r in [rpc.remote("worker1", add, args=(i, 3)) for i in range(20)]]
+            ps = rpc.remote("worker1", PS)
+            for i in range(10):
+                ps.rpc_sync().update(i)
+            try:
+                rpc.rpc_sync("worker1", boom)
+            except ValueError:
+                pass
+            (SYNC / "fast-done").write_text("1")
+            ps.rpc_sync().hold()
+        rpc.shutdown()
+
+
+    main()
+    '''
+)
+
+
+def _line(text: str) -> int:
+    return next(i for i, line in enumerate(SCRIPT.splitlines(), 1) if text in line)
+
+
+def test_bucket_quantiles_stay_within_a_bucket():
+    durations = [0.0003] * 90 + [0.02] * 10
+    hist: dict[int, int] = {}
+    for d in durations:
+        hist[tracking.bucket(d)] = hist.get(tracking.bucket(d), 0) + 1
+    p50, p99 = tracking.quantile(hist, 0.5), tracking.quantile(hist, 0.99)
+    assert 0.0003 / 1.2 < p50 < 0.0003 * 1.2
+    assert 0.02 / 1.2 < p99 < 0.02 * 1.2
+    assert tracking.quantile({}, 0.5) is None
+
+
+def test_a_live_job_shows_its_calls_in_flight_the_summary_and_the_callee_view(tmp_path, runs_dir):
+    sync = tmp_path / "sync"
+    sync.mkdir()
+    (tmp_path / "calls_job.py").write_text(SCRIPT)
+    config = tmp_path / "calls_job.yaml"
+    config.write_text(f"script: calls_job.py\nargs: [{json.dumps(str(sync))}]\nnproc_per_node: 2\ntimeout: 150\n")
+    launcher = start_rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir))
+    try:
+        run_dir = only_run(runs_dir)
+        wait_until(lambda: (sync / "fast-done").exists() or launcher.poll() is not None, 90, "the fast calls", logs=run_dir / "logs")
+        assert launcher.poll() is None, launcher.communicate()
+
+        # The held call shows as pending, named as the owner calls it, at its call site; the
+        # callee says what it runs and for whom.
+        def held():
+            report = inspect_calls.calls(run_dir)
+            return report if report.pending and report.serving else None
+
+        report = wait_until(held, 30, "the held call in flight", logs=run_dir / "logs")
+        [call] = report.pending
+        assert (call.caller, call.callee, call.func, call.kind, call.state) == ("worker0", "worker1", "PS.hold", "rpc_sync", "pending")
+        assert call.call_site.endswith(f"calls_job.py:{_line('ps.rpc_sync().hold()')} in main")
+        assert call.age_s >= tracking.LONG_S
+        [served] = report.serving
+        assert (served.worker, served.func, served.caller, served.state) == ("worker1", "PS.hold", "worker0", "running")
+        assert served.describe().startswith("worker1 has run PS.hold for worker0 for ")
+
+        # Fast calls are only counted: per caller, callee, function and kind.
+        summary = {(s.func, s.kind): s for s in report.summary if s.caller == "worker0"}
+        assert summary[("add", "rpc_sync")].count == 300
+        assert summary[("add", "rpc_async")].count == 40
+        assert summary[("add", "remote")].count == 20
+        assert summary[("rref.update", "rpc_sync")].count == 10
+        assert (summary[("boom", "rpc_sync")].count, summary[("boom", "rpc_sync")].errors) == (1, 1)
+        add = summary[("add", "rpc_sync")]
+        assert 0 < add.p50_s <= add.p99_s <= add.max_s and add.errors == 0 and add.pending == 0
+        assert summary[("PS.hold", "rpc_sync")].pending == 1  # not ended: not counted yet, named by its owner
+        assert not any(s.func.startswith("torch.distributed.rpc.") for s in report.summary)  # torch's own protocol
+
+        # The same through the real CLI, as a table.
+        result = rpcctl("inspect", "calls", "--runs-dir", str(runs_dir))
+        assert result.returncode == 0, result.stderr
+        assert "PS.hold" in result.stdout and "worker1 has run PS.hold for worker0 for" in result.stdout
+
+        (sync / "release").write_text("1")
+        out, err = launcher.communicate(timeout=90)
+        assert launcher.returncode == 0, (out, err)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.communicate()
+
+    # After the run: nothing pending, the held call counted, from the store.
+    result = rpcctl("inspect", "calls", "--json", "--runs-dir", str(runs_dir))
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["pending"] == [] and document["serving"] == []
+    hold = next(s for s in document["summary"] if s["func"] == "rref.hold")
+    assert hold["count"] == 1 and hold["pending"] == 0 and hold["max_s"] >= tracking.LONG_S
+    history = inspect_calls.calls(run_dir, history=True)
+    assert [(c.func, c.state) for c in history.pending] == [("PS.hold", "ok")]
+    assert_no_process_left(run_dir)
