@@ -14,6 +14,11 @@ Everything here is in-process and file-only: no process is spawned.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -169,6 +174,65 @@ def test_env_var_expansion_in_script_path(tmp_path, write, monkeypatch):
     (sub / "run.py").write_text("")
     monkeypatch.setenv("RPCCTL_T_SUB", "code")
     assert load_config(write("script: ${RPCCTL_T_SUB}/run.py\n")).script == (sub / "run.py").resolve()
+
+
+def test_nested_defaults_are_expanded(write, monkeypatch):
+    monkeypatch.setenv("RPCCTL_T_B", "from-b")
+    monkeypatch.delenv("RPCCTL_T_A", raising=False)
+    spec = load_config(
+        write(
+            f"""\
+script: train.py
+env:
+  ONE: ${{RPCCTL_T_A:-${{RPCCTL_T_B}}}}
+  TWO: ${{RPCCTL_T_A:-${{{UNSET}:-deep}}}}/x
+  SET: ${{RPCCTL_T_B:-${{{UNSET}}}}}
+  BRACES: ${{RPCCTL_T_A:-{{a}}}}
+"""
+        )
+    )
+    # SET: the default is not expanded when the variable is set, so its unset variable is fine.
+    assert spec.env == {"ONE": "from-b", "TWO": "deep/x", "SET": "from-b", "BRACES": "{a}"}
+
+
+def test_expanded_values_take_the_field_type(write, monkeypatch):
+    # ${VAR} yields a string; for a typed key it is read as that type (a quoted "4" is not).
+    monkeypatch.setenv("RPCCTL_T_N", "3")
+    monkeypatch.setenv("RPCCTL_T_INIT", "true")
+    monkeypatch.setenv("RPCCTL_T_TIMEOUT", "2.5")
+    spec = load_config(
+        write("script: train.py\nnproc_per_node: ${RPCCTL_T_N}\nrpc:\n  init: ${RPCCTL_T_INIT}\n  rpc_timeout: ${RPCCTL_T_TIMEOUT}\n")
+    )
+    assert (spec.nproc_per_node, spec.rpc.init, spec.rpc.rpc_timeout) == (3, True, 2.5)
+    monkeypatch.setenv("RPCCTL_T_TIMEOUT", "inf")
+    with pytest.raises(ConfigError, match="finite number"):
+        load_config(write("script: train.py\nrpc:\n  rpc_timeout: ${RPCCTL_T_TIMEOUT}\n"))
+
+
+def test_anchors_aliases_and_merge_keys(write, monkeypatch):
+    monkeypatch.setenv("RPCCTL_T_DATA", "/d")
+    spec = load_config(
+        write(
+            """\
+script: train.py
+args: &common [--data, &data "${RPCCTL_T_DATA}/x"]
+env:
+  <<: {A: "1", B: "2"}
+  B: own
+  DATA: *data
+rpc:
+  device_maps: {w1: &m {"0": "1"}, w2: *m}
+"""
+        )
+    )
+    assert spec.args == ["--data", "/d/x"]
+    assert spec.env == {"A": "1", "B": "own", "DATA": "/d/x"}  # the mapping's own key beats the merge
+    assert spec.rpc.device_maps == {"w1": {"0": "1"}, "w2": {"0": "1"}}
+
+
+def test_set_into_an_aliased_mapping_changes_only_that_key(write):
+    spec = load_config(write("script: train.py\nrpc:\n  device_maps: {w1: &m {'0': '1'}, w2: *m}\n"), ["rpc.device_maps.w2.0=cuda:2"])
+    assert spec.rpc.device_maps == {"w1": {"0": "1"}, "w2": {"0": "cuda:2"}}
 
 
 def test_set_values_are_not_env_expanded(write):
@@ -340,9 +404,9 @@ BAD: dict[str, Bad] = {
         "script: train.py\nrpc:\n  init: true\n   name: x\n", "{file}:4:", None, ("YAML syntax error", "mapping values are not allowed")
     ),
     "yaml-dedent-mid-mapping": Bad(
-        "script: train.py\nrpc:\n    init: true\n  name: x\n", "{file}:4:", None, ("YAML syntax error", "expected <block end>")
+        "script: train.py\nrpc:\n    init: true\n  name: x\n", "{file}:4:", None, ("YAML syntax error", "while parsing a block mapping")
     ),
-    "yaml-tab-indent": Bad("script: train.py\n\tnproc_per_node: 2\n", "{file}:2:", None, ("YAML syntax error", "cannot start any token")),
+    "yaml-tab-indent": Bad("script: train.py\n\tnproc_per_node: 2\n", "{file}:2:", None, ("YAML syntax error", "tab character")),
     "empty-file": Bad("", "{file}", None, ("config file is empty", "'script'")),
     "comments-only-file": Bad("# nothing here\n\n", "{file}", None, ("config file is empty",)),
     "file-is-a-list": Bad("- script: train.py\n- nproc_per_node: 2\n", "{file}:1", None, ("must be a mapping", "got a list")),
@@ -357,10 +421,10 @@ BAD: dict[str, Bad] = {
         "script: train.py\nrpc:\n  init: true\n  num_worker_thread: 4\n",
         "{file}:4",
         "rpc.num_worker_thread",
-        ("unknown key 'num_worker_thread'", "did you mean 'num_worker_threads'?"),
+        ("unknown key 'rpc.num_worker_thread'", "did you mean 'rpc.num_worker_threads'?"),
     ),
     "unknown-nested-key-no-close-match": Bad(
-        "script: train.py\nrpc:\n  zzz: 1\n", "{file}:3", "rpc.zzz", ("unknown key 'zzz'", "known keys: init, name")
+        "script: train.py\nrpc:\n  zzz: 1\n", "{file}:3", "rpc.zzz", ("unknown key 'rpc.zzz'", "known keys: init, name")
     ),
     "missing-required-script": Bad("nproc_per_node: 2\n", "{file}", "script", ("missing required key 'script'",)),
     "script-file-missing": Bad("name: x\nscript: nope.py\n", "{file}:2", "script", ("script not found", "nope.py")),
@@ -411,7 +475,7 @@ BAD: dict[str, Bad] = {
         "script: train.py\n", "--set nprocs_per_node=2", "nprocs_per_node", ("did you mean 'nproc_per_node'?",), overrides=["nprocs_per_node=2"]
     ),
     "set-unknown-nested-key": Bad(
-        "script: train.py\nrpc: {init: true}\n", "--set rpc.bogus=1", "rpc.bogus", ("unknown key 'bogus'",), overrides=["rpc.bogus=1"]
+        "script: train.py\nrpc: {init: true}\n", "--set rpc.bogus=1", "rpc.bogus", ("unknown key 'rpc.bogus'",), overrides=["rpc.bogus=1"]
     ),
     "set-out-of-range": Bad(
         "script: train.py\nnproc_per_node: 2\n",
@@ -466,6 +530,48 @@ BAD: dict[str, Bad] = {
     "null-env-value": Bad("script: train.py\nenv:\n  FOO:\n", "{file}:3", "env.FOO", ("(got None)",)),
     "bool-for-int": Bad("script: train.py\nnproc_per_node: true\n", "{file}:2", "nproc_per_node", ("expected a number, got True",)),
     "yaml-unhashable-key": Bad("script: train.py\n? [a, b]\n: 1\n", "{file}:2:3", None, ("unhashable",)),
+    # --- issue 15 item 11: silently accepted before (each of these loaded, with a wrong value)
+    "quoted-int": Bad('script: train.py\nnproc_per_node: "4"\n', "{file}:2", "nproc_per_node", ("got the string '4'", "without quotes")),
+    "quoted-float": Bad("script: train.py\ngrace: '5'\n", "{file}:2", "grace", ("got the string '5'",)),
+    "quoted-bool": Bad('script: train.py\nrpc:\n  init: "true"\n', "{file}:3", "rpc.init", ("got the string 'true'", "without quotes")),
+    "int-for-bool": Bad("script: train.py\nrpc:\n  init: 1\n", "{file}:3", "rpc.init", ("expected true or false, got 1",)),
+    "set-quoted-int": Bad(
+        "script: train.py\n", "--set nproc_per_node='2'", "nproc_per_node", ("got the string '2'",), overrides=["nproc_per_node='2'"]
+    ),
+    "octal-looking-int": Bad("script: train.py\nnproc_per_node: 010\n", "{file}:2", "nproc_per_node", ("ambiguous number 010", "octal 8", "write 10")),
+    "octal-looking-arg": Bad("script: train.py\nargs:\n  - --mode\n  - 0755\n", "{file}:4", "args.1", ("octal 493", "quote it ('0755')")),
+    "octal-looking-set": Bad("script: train.py\n", "--set master_port=029500", "master_port", ("ambiguous number 029500", "write 29500"), overrides=["master_port=029500"]),
+    "exponent-without-dot": Bad("script: train.py\ngrace: 1e3\n", "{file}:2", "grace", ("needs a dot",)),
+    "base-60-looking-arg": Bad("script: train.py\nargs: [--time, 1:30]\n", "{file}:2", "args.1", ("base 60", "quote it ('1:30')")),
+    "rpc-timeout-inf": Bad("script: train.py\nrpc:\n  rpc_timeout: .inf\n", "{file}:3", "rpc.rpc_timeout", ("finite number", "inf")),
+    "rpc-timeout-nan": Bad("script: train.py\nrpc:\n  rpc_timeout: .nan\n", "{file}:3", "rpc.rpc_timeout", ("finite number",)),
+    "rpc-timeout-negative": Bad("script: train.py\nrpc:\n  rpc_timeout: -1\n", "{file}:3", "rpc.rpc_timeout", ("greater than 0",)),
+    "timeout-inf": Bad("script: train.py\ntimeout: .inf\n", "{file}:2", "timeout", ("finite number",)),
+    "var-unterminated": Bad("script: train.py\nenv:\n  A: ${HOME\n", "{file}:3", "env.A", ("unterminated", "'}' is missing")),
+    "var-shell-form": Bad("script: train.py\nenv:\n  A: ${HOME-x}\n", "{file}:3", "env.A", ("only ${NAME} and ${NAME:-default}",)),
+    "var-no-name": Bad("script: train.py\nenv:\n  A: ${}\n", "{file}:3", "env.A", ("expected ${NAME}", "$$ for a literal $")),
+    "var-nested-default-unset": Bad(
+        f"script: train.py\nenv:\n  A: ${{{UNSET}:-${{{UNSET}_B}}}}\n", "{file}:3", "env.A", (f"{UNSET}_B is not set",)
+    ),
+    # --- issue 15 item 9: YAML bombs and odd shapes (the bounded-memory ones are in Part 4)
+    "yaml-recursive-alias": Bad("script: train.py\nargs: &a [x, *a]\n", "{file}:2", "args.1", ("recursive alias *a",)),
+    "yaml-alias-without-anchor": Bad("script: train.py\nargs: *nope\n", "{file}:2", "args", ("alias *nope has no anchor",)),
+    "yaml-too-deep-block": Bad(
+        "script: train.py\nenv:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 40)), "{file}:34",
+        "env." + ".".join(f"k{i}" for i in range(1, 32)),
+        ("nested more than 32 levels",),
+    ),
+    "yaml-two-documents": Bad("script: train.py\n---\nscript: other.py\n", "{file}:2", None, ("one YAML document",)),
+    "yaml-python-tag": Bad("script: !!python/name:os.system train.py\n", "{file}:1", "script", ("unsupported YAML tag",)),
+    "yaml-set-tag": Bad("script: train.py\nargs: !!set {a, b}\n", "{file}:2", "args", ("unsupported YAML tag",)),
+    # --- issue 13: a nested typo names the nested key, on its own line
+    "unknown-nested-key-named-like-a-type": Bad(
+        "script: train.py\nrpc:\n  int: true\n", "{file}:3", "rpc.int", ("unknown key 'rpc.int'", "did you mean 'rpc.init'?")
+    ),
+    "set-unknown-nested-key-named-like-a-type": Bad(
+        "script: train.py\n", "--set rpc.int=true", "rpc.int", ("unknown key 'rpc.int'", "did you mean 'rpc.init'?"), overrides=["rpc.int=true"]
+    ),
+    "env-key-named-like-a-type": Bad("script: train.py\nenv:\n  str: [x]\n", "{file}:3", "env.str", ("got ['x']",)),
 }
 
 XFAIL: dict[str, str] = {}  # case id → reason, for known bugs (strict)
@@ -576,6 +682,125 @@ def test_unset_var_is_checked_even_when_set_overrides_the_key(write):
     with pytest.raises(ConfigError) as info:
         load_config(path, ["args=[x]"])
     assert info.value.where == f"{path}:3"
+
+
+# =============================================================================================
+# Part 2b: hostile files (issue 15 items 9 and 12), each loaded in a child process whose address
+# space may grow by at most 200 MB past what its imports take, and with a deadline: so a bomb
+# that still went off ends as a MemoryError or a timeout, a test failure, never a stuck machine.
+
+MEMORY_BUDGET = 200 << 20
+
+_BOUNDED_LOAD = textwrap.dedent(
+    """
+    import json, resource, sys
+    from rpcctl.config import load_config
+    from rpcctl.errors import ConfigError
+    status = open("/proc/self/status").read()
+    vm = int(status.split("VmSize:")[1].split()[0]) * 1024
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (vm + int(sys.argv[2]), vm + int(sys.argv[2])))
+    try:
+        load_config(sys.argv[1])
+        error = None
+    except ConfigError as exc:
+        error = str(exc)
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss
+    print(json.dumps({"error": error, "grown": grown}))
+    """
+)
+
+
+def load_bounded(path: Path, timeout: float = 60) -> dict:
+    """Load ``path`` in a child with ``MEMORY_BUDGET``: its error (or None) and peak RSS growth."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _BOUNDED_LOAD, str(path), str(MEMORY_BUDGET)],
+            capture_output=True, text=True, timeout=timeout, cwd=path.parent,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"loading {path.name} did not finish in {timeout} s")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert result["grown"] < MEMORY_BUDGET, result
+    return result
+
+
+def billion_laughs(levels: int = 9) -> str:
+    lines = ["script: train.py", 'args: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels):
+        lines.append(f"env{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_billion_laughs_is_refused_in_bounded_memory(tmp_path, script):
+    path = tmp_path / "laughs.yaml"
+    path.write_text(billion_laughs())
+    assert path.stat().st_size < 600  # 9**9 strings once expanded
+    result = load_bounded(path)
+    assert "more than 10,000 values" in result["error"] and "aliases count" in result["error"], result
+    assert f"{path}:" in result["error"]
+
+
+def test_a_bomb_inside_a_known_key_is_refused_too(tmp_path, script):
+    # Every anchor inside `args`, a key the schema accepts: stopped by the parser's budget.
+    levels = ["&l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"] + [
+        f"&l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, 9)
+    ]
+    path = tmp_path / "laughs.yaml"
+    path.write_text("script: train.py\nargs: [" + ", ".join(levels) + "]\n")
+    result = load_bounded(path)
+    assert "more than 10,000 values" in result["error"] and "key 'args." in result["error"], result
+
+
+@pytest.mark.parametrize("shape", ["flow-lists", "flow-mappings"])
+def test_20000_deep_nesting_is_refused(tmp_path, script, shape):
+    opener, closer = ("[", "]") if shape == "flow-lists" else ("{a: ", "}")
+    path = tmp_path / "deep.yaml"
+    path.write_text("script: train.py\nargs: " + opener * 20000 + closer * 20000 + "\n")
+    result = load_bounded(path)
+    assert result["error"] and "nest" in result["error"], result  # ours (32 levels) or libyaml's own bound
+    assert "Recursion" not in result["error"]
+
+
+def test_many_values_without_aliases_are_refused(tmp_path, script):
+    path = tmp_path / "wide.yaml"
+    path.write_text("script: train.py\nargs: [" + ", ".join(["a"] * 200_000) + "]\n")  # 600 kB, under the size cap
+    result = load_bounded(path)
+    assert "more than 10,000 values" in result["error"], result
+
+
+def test_a_config_over_1_mib_is_refused_before_parsing(tmp_path, script):
+    path = tmp_path / "big.yaml"
+    path.write_text("script: train.py\nenv:\n" + "".join(f"  V{i}: value-{i}\n" for i in range(80_000)))
+    assert path.stat().st_size > 1 << 20
+    result = load_bounded(path)
+    assert "too big" in result["error"] and "limit is 1 MiB" in result["error"], result
+    # A sparse 8 GiB file: refused by its size, never read.
+    huge = tmp_path / "huge.yaml"
+    with open(huge, "wb") as f:
+        f.truncate(8 << 30)
+    result = load_bounded(huge, timeout=30)
+    assert "too big" in result["error"], result
+
+
+def test_a_fifo_as_config_path_is_refused_without_blocking(tmp_path, script):
+    fifo = tmp_path / "job.yaml"
+    os.mkfifo(fifo)
+    result = load_bounded(fifo, timeout=30)  # opening a FIFO for reading blocks until a writer comes
+    assert result["error"] == f"config path is a FIFO, not a regular file: {fifo}", result
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/null"])
+def test_a_device_as_config_path_is_refused(tmp_path, script, device):
+    result = load_bounded(Path(device), timeout=30)
+    assert result["error"] == f"config path is a character device, not a regular file: {device}", result
+
+
+def test_a_symlink_to_a_regular_file_is_fine(tmp_path, script):
+    (tmp_path / "real.yaml").write_text("script: train.py\n")
+    (tmp_path / "link.yaml").symlink_to(tmp_path / "real.yaml")
+    assert load_config(tmp_path / "link.yaml").nproc_per_node == 1
 
 
 # =============================================================================================
