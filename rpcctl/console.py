@@ -89,7 +89,9 @@ class Column:
     """One column of a record type, declared once: the table and the JSON both come from it.
 
     ``key`` is the record's attribute and the JSON key; ``fmt`` humanises the raw value for the
-    table only; ``detail`` columns are left out of the table unless asked for.
+    table only; ``detail`` columns are left out of the table unless asked for; ``wrap`` columns
+    (long free text) wrap on a narrow terminal, so that the others (names, ids, status) are
+    never cut.
     """
 
     key: str
@@ -97,6 +99,7 @@ class Column:
     fmt: Callable[[Any], str] | None = None
     justify: str = "left"
     detail: bool = False
+    wrap: bool = False
 
     @property
     def title(self) -> str:
@@ -122,7 +125,7 @@ def render_table(
     shown = [c for c in columns if detail or not c.detail]
     table = Table(title=title, title_justify="left", header_style="bold", box=None, pad_edge=False)
     for column in shown:
-        table.add_column(column.title, justify=column.justify, no_wrap=True)
+        table.add_column(column.title, justify=column.justify, no_wrap=not column.wrap, overflow="fold" if column.wrap else "ellipsis")
     for record in records:
         table.add_row(*(column.cell(record) for column in shown))
     return table

@@ -3,6 +3,7 @@ tuning, and the adapter interface run in-process. No launches here (see test_ben
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
@@ -227,6 +228,21 @@ def test_compare_command_prints_ratios_and_can_fail_on_regression(tmp_path):
     assert isinstance(result.exception, RpcctlError) and result.exception.exit_code == 1
 
 
+def test_compare_common_shows_only_the_rows_both_have(tmp_path):
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    BenchReport([row("rpc", p50=100.0), row("tcp", op="echo", p50=10.0)], {}).save(old)
+    BenchReport([row("rpc", p50=100.0), row("memcpy", op="copy", p50=1.0, world=1)], {}).save(new)
+    everything = json.loads(CliRunner().invoke(bench_app, ["compare", str(old), str(new), "--json"]).stdout)
+    assert sorted(c["verdict"] for c in everything["comparisons"]) == ["added", "removed", "same"]
+    common = json.loads(CliRunner().invoke(bench_app, ["compare", str(old), str(new), "--json", "--common"]).stdout)
+    assert [(c["transport"], c["verdict"]) for c in common["comparisons"]] == [("rpc", "same")]
+    assert common["summary"]["added"] == common["summary"]["removed"] == 0
+    console, out, _ = capture_console()
+    assert CliRunner().invoke(bench_app, ["compare", str(old), str(new), "--common"]).exit_code == 0
+    table = out.export_text()
+    assert "rpc" in table and "tcp" not in table and "memcpy" not in table
+
+
 def test_compare_json_is_one_document(tmp_path, capsys):
     path = tmp_path / "r.json"
     BenchReport([row("rpc")], {}).save(path)
@@ -294,13 +310,93 @@ def test_every_known_transport_is_listed():
     assert set(QUICK.default_transports) <= set(transports()) and set(FULL.default_transports) <= set(transports())
 
 
+@pytest.mark.parametrize("width", [80, 160])
+def test_list_never_cuts_a_transport_name_or_status(width):
+    out = RichConsole(record=True, width=width, no_color=True, file=io.StringIO())
+    set_console(Console(out=out, err=RichConsole(record=True, width=width, file=io.StringIO())))
+    result = CliRunner().invoke(bench_app, ["--list"])
+    assert result.exit_code == 0, result.output
+    lines = out.export_text().splitlines()
+    assert all(len(line) <= width for line in lines)
+    heads = [line.split()[:4] for line in lines[1:] if line.strip() and not line.startswith(" ")]
+    assert {h[0] for h in heads} == set(transports())  # whole names; a wrapped summary goes below
+    for head in heads:
+        assert not any("…" in cell for cell in head), head
+        assert head[3] in ("ok", "missing") or head[2] in ("ok", "missing"), head
+
+
+def test_every_column_key_is_a_field_or_property_of_its_record():
+    from rpcctl.bench.api import TransportInfo
+    from rpcctl.bench.compare import Comparison
+    from rpcctl.bench.results import SUITE_COLUMNS
+
+    def attributes(cls):
+        return {f.name for f in dataclasses.fields(cls)} | {n for n in dir(cls) if isinstance(getattr(cls, n, None), property)}
+
+    views = [(BenchResult, c) for columns in SUITE_COLUMNS.values() for c in columns]
+    views += [(Comparison, c) for c in Comparison.COLUMNS] + [(TransportInfo, c) for c in TransportInfo.COLUMNS]
+    for cls, column in views:
+        assert column.key in attributes(cls), (cls.__name__, column.key)
+    # and each suite's rows render every declared column from a real record
+    sample = row("rpc")
+    for column in {c.key: c for _, c in views if _ is BenchResult}.values():
+        assert column.cell(sample) is not None
+
+
+def test_verdict_ranks_only_beyond_the_noise():
+    from rpcctl.bench.api import verdict
+
+    rows = with_ratios([
+        row("rpc", p50=100.0, spread=0.02), row("tcp", op="echo", p50=25.0, spread=0.02),
+        row("gloo", op="send_recv", p50=97.0, spread=0.02), row("ray", op="actor_call", p50=400.0, spread=0.02),
+    ])
+    line = verdict(BenchReport(rows, {}))
+    assert line.startswith("verdict: faster than rpc: tcp 4.00×; slower: ray 0.25×; within the noise of rpc: gloo 1.03×"), line
+    assert "\n" not in line
+    noisy = with_ratios([row("rpc", p50=100.0, spread=0.6), row("tcp", op="echo", p50=80.0, spread=0.6)])
+    assert "within the noise of rpc: tcp 1.25×" in verdict(BenchReport(noisy, {}))
+
+
 def test_bad_flag_combinations_are_usage_errors(tmp_path):
-    result = CliRunner().invoke(bench_app, ["--write-config", str(tmp_path / "c.yaml")])
-    assert isinstance(result.exception, UsageError)
-    result = CliRunner().invoke(bench_app, ["--tune", "--suite", "latency"])
-    assert isinstance(result.exception, UsageError)
-    result = CliRunner().invoke(bench_app, ["--transport", "nope"])
-    assert isinstance(result.exception, UsageError)
+    """Each refusal names its own reason, exits 2, and starts nothing (no run directory)."""
+    runs = tmp_path / "runs"
+    refusals = [
+        (["--write-config", str(tmp_path / "c.yaml")], "--write-config goes with --tune"),
+        (["--tune", "--suite", "latency"], "drop --suite/--transport"),
+        (["--tune", "--transport", "rpc"], "drop --suite/--transport"),
+        (["--transport", "nope"], "unknown transport 'nope'"),
+        (["--suite", "latncy"], "unknown suite 'latncy'"),
+    ]
+    for args, message in refusals:
+        result = CliRunner().invoke(bench_app, [*args, "--runs-dir", str(runs)])
+        assert isinstance(result.exception, UsageError), (args, result.exception)
+        assert message in str(result.exception) and result.exception.exit_code == 2, (args, str(result.exception))
+        assert not runs.exists(), args
+
+
+def test_deprecated_spellings_still_work_and_say_so():
+    from rpcctl.commands.bench import rewrite_deprecated
+
+    _, _, err = capture_console()
+    subcommands = {"compare"}
+    assert rewrite_deprecated(["-s", "latency", "-t", "rpc", "--detail"], subcommands) == [
+        "--suite", "latency", "--transport", "rpc", "--wide"]
+    assert rewrite_deprecated(["--json", "out.json", "--quick"], subcommands) == ["--out", "out.json", "--quick"]
+    assert rewrite_deprecated(["--json=out.json"], subcommands) == ["--out", "out.json"]
+    assert rewrite_deprecated(["--json", "-"], subcommands) == ["--json"]
+    warnings = err.export_text()
+    for old, new in (("-s", "--suite"), ("-t", "--transport"), ("--detail", "--wide"), ("--json FILE", "--out out.json")):
+        assert f"'{old}' is deprecated: use '{new}'" in warnings, warnings
+    # the switch itself, and a subcommand's own flags, are left alone
+    assert rewrite_deprecated(["--json", "--quick"], subcommands) == ["--json", "--quick"]
+    assert rewrite_deprecated(["--json", "compare", "a", "b"], subcommands) == ["--json", "compare", "a", "b"]
+    assert rewrite_deprecated(["compare", "a", "b", "-s"], subcommands) == ["compare", "a", "b", "-s"]
+
+    # and through the command: -s and -t reach --suite and --transport
+    result = CliRunner().invoke(bench_app, ["-s", "latncy"])
+    assert isinstance(result.exception, UsageError) and "unknown suite 'latncy'" in str(result.exception)
+    result = CliRunner().invoke(bench_app, ["-t", "nope"])
+    assert isinstance(result.exception, UsageError) and "unknown transport 'nope'" in str(result.exception)
 
 
 def test_event_follower_waits_for_whole_lines(tmp_path):
@@ -475,19 +571,28 @@ def test_ray_adapter_against_a_stand_in(monkeypatch):
 
 
 def test_payloads_are_identical_for_every_transport():
-    assert payload(4096).equal(payload(4096))
-    assert payload(4096).numel() == 4096 and payload(4096).dtype.itemsize == 1
+    """Every rank builds its payload in its own process: the bytes must not depend on the process
+    (an unseeded or uninitialised tensor would differ), and must not be a constant fill."""
+    import hashlib
+    import subprocess
+
+    code = "import hashlib; from rpcctl.bench.suites import payload; print(hashlib.sha256(payload(4096).numpy().tobytes()).hexdigest())"
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    here = payload(4096)
+    assert hashlib.sha256(here.numpy().tobytes()).hexdigest() == other
+    assert here.numel() == 4096 and here.dtype.itemsize == 1
+    assert len(set(here.tolist())) > 200  # random-looking bytes, not zeros or a pattern
 
 
 def test_results_doc_path_is_a_dir_or_file(tmp_path):
-    from rpcctl.commands.bench import _results_path
+    from rpcctl.bench.api import results_path
 
     (tmp_path / "results.json").write_text("{}")
-    assert _results_path(tmp_path) == tmp_path / "results.json"
-    assert _results_path(Path("x.json")) == Path("x.json")
+    assert results_path(tmp_path) == tmp_path / "results.json"
+    assert results_path(Path("x.json")) == Path("x.json")
     (tmp_path / "empty").mkdir()
     with pytest.raises(UsageError):
-        _results_path(tmp_path / "empty")
+        results_path(tmp_path / "empty")
 
 
 def test_a_setting_that_did_not_take_effect_becomes_a_note():

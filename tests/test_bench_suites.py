@@ -31,7 +31,7 @@ def quick(tmp_path_factory):
     runs = tmp_path_factory.mktemp("bench-runs")
     out = runs / "quick.json"
     result = CliRunner().invoke(
-        bench_app, ["--quick", "--repeats", str(REPEATS), "--transport", ",".join(TRANSPORTS), "--runs-dir", str(runs), "--json", str(out)]
+        bench_app, ["--quick", "--repeats", str(REPEATS), "--transport", ",".join(TRANSPORTS), "--runs-dir", str(runs), "-o", str(out)]
     )
     assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
     document = json.loads(out.read_text())
@@ -59,6 +59,7 @@ def test_quick_bench_runs_every_suite_and_saves_one_document(quick):
     assert {r["suite"] for r in document["results"]} == {"latency", "payload", "throughput", "train"}
     for title in ("latency: one round trip", "payload: echo", "throughput: calls/s", "train: parameter-server", "VS RPC"):
         assert title in result.stdout
+    assert result.stderr.strip().splitlines()[-1].startswith("verdict: "), result.stderr  # the last word
     for run_dir in launches(bench_dir):
         assert json.loads((run_dir / "run.json").read_text())["status"] == "succeeded"
         assert_no_process_left(run_dir)
@@ -111,10 +112,11 @@ def test_train_rows_per_world_size(quick):
 
 def test_tuned_rpc_gets_what_it_asks_for(tmp_path):
     out = tmp_path / "tuned.json"
-    result = CliRunner().invoke(
+    result = CliRunner().invoke(  # the old spelling --json FILE still writes the file (with a warning)
         bench_app, ["--quick", "--repeats", "2", "--suite", "latency", "--transport", "rpc-tuned", "--runs-dir", str(tmp_path), "--json", str(out)]
     )
     assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
+    assert f"'--json FILE' is deprecated: use '--out {out}'" in result.stderr
     document = json.loads(out.read_text())
     assert {r["transport"] for r in document["results"]} == {"rpc-tuned"}
     for row in document["results"]:
@@ -159,7 +161,7 @@ def test_ray_for_real_when_installed(tmp_path):
     out = tmp_path / "ray.json"
     result = CliRunner().invoke(
         bench_app, ["--quick", "--repeats", "2", "--suite", "latency,payload", "--transport", "ray",
-                    "--runs-dir", str(tmp_path / "runs"), "--json", str(out)]
+                    "--runs-dir", str(tmp_path / "runs"), "-o", str(out)]
     )
     assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
     document = json.loads(out.read_text())

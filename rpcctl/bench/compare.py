@@ -10,6 +10,7 @@ two rows: half the wider of their repeat spreads, and never less than 5%
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from rpcctl.bench.results import RATE_SUITES, BenchReport, BenchResult, RowId, fmt_rate, fmt_us
 from rpcctl.bench.stats import tolerance
@@ -30,6 +31,53 @@ class Comparison(RowId):
     @property
     def regression(self) -> bool:
         return self.verdict == SLOWER
+
+    # -- what the table shows (the JSON keeps the raw fields) --
+
+    @property
+    def case(self) -> str:
+        if self.suite == "throughput":
+            return f"×{self.in_flight} in flight"
+        if self.suite == "train":
+            return f"world {self.world_size}"
+        return human_bytes(self.payload_bytes or 0)
+
+    @property
+    def old_shown(self) -> str:
+        return self._figure(self.old)
+
+    @property
+    def new_shown(self) -> str:
+        return self._figure(self.new)
+
+    @property
+    def change(self) -> str:
+        return "-" if self.speedup is None else f"{(self.speedup - 1) * 100:+.1f}%"
+
+    @property
+    def noise(self) -> str:
+        return f"±{self.tolerance * 100:.0f}%" if self.tolerance is not None else "-"
+
+    @property
+    def verdict_shown(self) -> str:
+        return {SLOWER: "REGRESSION"}.get(self.verdict, self.verdict)
+
+    def _figure(self, value: float | None) -> str:
+        if value is None:
+            return "-"
+        return fmt_rate(value) + "/s" if self.metric == "calls_per_s" else fmt_us(value)
+
+    COLUMNS: ClassVar[list[Column]] = [
+        Column("suite", "SUITE"),
+        Column("transport", "TRANSPORT"),
+        Column("op", "OP"),
+        Column("case", "CASE", justify="right"),
+        Column("old_shown", "OLD", justify="right"),
+        Column("new_shown", "NEW", justify="right"),
+        Column("change", "SPEED", justify="right"),
+        Column("noise", "NOISE", justify="right"),
+        Column("verdict_shown", "VERDICT"),
+    ]
 
 
 def _metric(row: BenchResult) -> tuple[str, float | None]:
@@ -74,64 +122,8 @@ def machine_differences(old: BenchReport, new: BenchReport) -> list[str]:
     return [f"{k}: {old.machine.get(k)!r} → {new.machine.get(k)!r}" for k in keys if old.machine.get(k) != new.machine.get(k)]
 
 
-# -- rendering ---------------------------------------------------------------------------------
-
-
-def _case(c: Comparison) -> str:
-    if c.suite == "payload":
-        return human_bytes(c.payload_bytes or 0)
-    if c.suite == "throughput":
-        return f"×{c.in_flight} in flight"
-    if c.suite == "train":
-        return f"world {c.world_size}"
-    return human_bytes(c.payload_bytes or 0)
-
-
-def _figure(c: Comparison, value: float | None) -> str:
-    if value is None:
-        return "-"
-    return fmt_rate(value) + "/s" if c.metric == "calls_per_s" else fmt_us(value)
-
-
-def _change(c: Comparison) -> str:
-    if c.speedup is None:
-        return "-"
-    return f"{(c.speedup - 1) * 100:+.1f}%"
-
-
-def _verdict(c: Comparison) -> str:
-    return {SLOWER: "[red]REGRESSION[/red]", FASTER: "[green]faster[/green]"}.get(c.verdict, c.verdict)
-
-
-COLUMNS = [
-    Column("suite", "SUITE"),
-    Column("transport", "TRANSPORT"),
-    Column("op", "OP"),
-    Column("case", "CASE", justify="right"),
-    Column("old_fmt", "OLD", justify="right"),
-    Column("new_fmt", "NEW", justify="right"),
-    Column("change", "SPEED", justify="right"),
-    Column("noise", "NOISE", justify="right"),
-    Column("verdict_fmt", "VERDICT"),
-]
-
-
 def render_comparisons(comparisons: list[Comparison]):
-    records = [
-        {
-            "suite": c.suite,
-            "transport": c.transport,
-            "op": c.op,
-            "case": _case(c),
-            "old_fmt": _figure(c, c.old),
-            "new_fmt": _figure(c, c.new),
-            "change": _change(c),
-            "noise": f"±{c.tolerance * 100:.0f}%" if c.tolerance is not None else "-",
-            "verdict_fmt": _verdict(c),
-        }
-        for c in comparisons
-    ]
-    return render_table(records, COLUMNS, title="NEW vs OLD (SPEED: + is faster)", empty="no rows to compare")
+    return render_table(comparisons, Comparison.COLUMNS, title="NEW vs OLD (SPEED: + is faster)", empty="no rows to compare")
 
 
 def summary_counts(comparisons: list[Comparison]) -> dict[str, int]:

@@ -43,6 +43,26 @@ BASELINE_OP = {"latency": "rpc_sync", "payload": "rpc_sync", "throughput": "rpc_
 RATE_SUITES = frozenset({"throughput", "train"})  # speed is calls/s; elsewhere it is 1/p50
 
 
+def fmt_us(us: float) -> str:
+    if us < 1000:
+        return f"{us:.1f} µs" if us < 100 else f"{us:.0f} µs"
+    if us < 1_000_000:
+        return f"{us / 1000:.2f} ms"
+    return f"{us / 1e6:.2f} s"
+
+
+def fmt_rate(value: float) -> str:
+    if value >= 1e6:
+        return f"{value / 1e6:.2f} M"
+    if value >= 1e4:
+        return f"{value / 1e3:.1f} k"
+    return f"{value:.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def fmt_ratio(value: float) -> str:
+    return f"{value:.2f}×" if value < 100 else f"{value:.0f}×"
+
+
 @dataclass
 class RowId:
     """Which row: a transport and a case. Shared by results and comparisons."""
@@ -87,6 +107,12 @@ class BenchResult(RowId):
             return self.calls_per_s
         return 1e6 / self.p50_us if self.p50_us > 0 else None
 
+    @property
+    def noise(self) -> str:
+        """Half the range of the repeats around their median; ``*`` marks a noisy row."""
+        text = f"±{self.spread * 50:.0f}%" if math.isfinite(self.spread) else "±?"
+        return f"{text}*" if self.noisy else text
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -94,6 +120,36 @@ class BenchResult(RowId):
     def from_dict(cls, data: dict[str, Any]) -> BenchResult:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+# The table's columns, per suite, beside the record they read (every key is a BenchResult
+# field or property: tests/test_bench.py checks).
+_TRANSPORT = Column("transport", "TRANSPORT")
+_OP = Column("op", "OP")
+_P50 = Column("p50_us", "P50", fmt_us, "right")
+_P90 = Column("p90_us", "P90", fmt_us, "right", detail=True)
+_P99 = Column("p99_us", "P99", fmt_us, "right")
+_MIN = Column("min_us", "MIN", fmt_us, "right", detail=True)
+_MAX = Column("max_us", "MAX", fmt_us, "right", detail=True)
+_N = Column("n", "N", str, "right", detail=True)
+_NOISE = Column("noise", "NOISE", justify="right")
+_VS = Column("vs_rpc", "VS RPC", fmt_ratio, "right")
+
+SUITE_COLUMNS: dict[str, list[Column]] = {
+    "latency": [_TRANSPORT, _OP, _P50, _P90, _P99, _MIN, _MAX, _VS, _N, _NOISE],
+    "payload": [
+        Column("payload_bytes", "PAYLOAD", human_bytes, "right"), _TRANSPORT, _OP,
+        Column("gbps", "GB/S", lambda v: f"{v:.2f}", "right"), _P50, _P90, _P99, _MIN, _MAX, _VS, _N, _NOISE,
+    ],
+    "throughput": [
+        Column("in_flight", "IN FLIGHT", str, "right"), _TRANSPORT, _OP,
+        Column("calls_per_s", "CALLS/S", fmt_rate, "right"), _P50, _P90, _P99, _MAX, _VS, _N, _NOISE,
+    ],
+    "train": [
+        Column("world_size", "WORLD", str, "right"), _TRANSPORT, _OP,
+        Column("calls_per_s", "STEPS/S", fmt_rate, "right"), _P50, _P90, _P99, _MAX, _VS, _N, _NOISE,
+    ],
+}
 
 
 def result_from_measurement(transport: str, case: Any, measured: dict, bytes_per_call: int | None) -> dict:
@@ -285,59 +341,6 @@ def load_report(path: Path) -> BenchReport:
 # -- the table ---------------------------------------------------------------------------------
 
 
-def fmt_us(us: float) -> str:
-    if us < 1000:
-        return f"{us:.1f} µs" if us < 100 else f"{us:.0f} µs"
-    if us < 1_000_000:
-        return f"{us / 1000:.2f} ms"
-    return f"{us / 1e6:.2f} s"
-
-
-def fmt_rate(value: float) -> str:
-    if value >= 1e6:
-        return f"{value / 1e6:.2f} M"
-    if value >= 1e4:
-        return f"{value / 1e3:.1f} k"
-    return f"{value:.0f}" if value >= 100 else f"{value:.1f}"
-
-
-def fmt_ratio(value: float) -> str:
-    return f"{value:.2f}×" if value < 100 else f"{value:.0f}×"
-
-
-def fmt_noise(result: BenchResult) -> str:
-    """Half the range of the repeats around their median; ``*`` marks a noisy row."""
-    text = f"±{result.spread * 50:.0f}%" if math.isfinite(result.spread) else "±?"
-    return f"{text}*" if result.noisy else text
-
-
-_TRANSPORT = Column("transport", "TRANSPORT")
-_OP = Column("op", "OP")
-_P50 = Column("p50_us", "P50", fmt_us, "right")
-_P90 = Column("p90_us", "P90", fmt_us, "right", detail=True)
-_P99 = Column("p99_us", "P99", fmt_us, "right")
-_MIN = Column("min_us", "MIN", fmt_us, "right", detail=True)
-_MAX = Column("max_us", "MAX", fmt_us, "right", detail=True)
-_N = Column("n", "N", str, "right", detail=True)
-_NOISE = Column("noise", "NOISE", justify="right")
-_VS = Column("vs_rpc", "VS RPC", fmt_ratio, "right")
-
-SUITE_COLUMNS: dict[str, list[Column]] = {
-    "latency": [_TRANSPORT, _OP, _P50, _P90, _P99, _MIN, _MAX, _VS, _N, _NOISE],
-    "payload": [
-        Column("payload_bytes", "PAYLOAD", human_bytes, "right"), _TRANSPORT, _OP,
-        Column("gbps", "GB/S", lambda v: f"{v:.2f}", "right"), _P50, _P90, _P99, _MIN, _MAX, _VS, _N, _NOISE,
-    ],
-    "throughput": [
-        Column("in_flight", "IN FLIGHT", str, "right"), _TRANSPORT, _OP,
-        Column("calls_per_s", "CALLS/S", fmt_rate, "right"), _P50, _P90, _P99, _MAX, _VS, _N, _NOISE,
-    ],
-    "train": [
-        Column("world_size", "WORLD", str, "right"), _TRANSPORT, _OP,
-        Column("calls_per_s", "STEPS/S", fmt_rate, "right"), _P50, _P90, _P99, _MAX, _VS, _N, _NOISE,
-    ],
-}
-
 SUITE_TITLES = {
     "latency": "latency: one round trip, 8-byte payload",
     "payload": "payload: echo, GB/s counts bytes both ways",
@@ -373,6 +376,5 @@ def render_report(report: BenchReport, *, detail: bool = False, order: list[str]
         in_suite = sorted_for_display([r for r in rows if r.suite == suite], order)
         if not in_suite:
             continue
-        records = [{**r.to_dict(), "noise": fmt_noise(r)} for r in in_suite]
-        tables.append(render_table(records, SUITE_COLUMNS[suite], title=SUITE_TITLES[suite], detail=detail))
+        tables.append(render_table(in_suite, SUITE_COLUMNS[suite], title=SUITE_TITLES[suite], detail=detail))
     return tables

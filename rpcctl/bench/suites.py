@@ -106,8 +106,6 @@ FULL = Profile(
     ),
 )
 
-PROFILES = {p.name: p for p in (QUICK, FULL)}
-
 
 def cases_for(ops: dict[str, tuple[str, ...]], suites: tuple[str, ...], profile: Profile, world_size: int = 2) -> list[Case]:
     """The cases a transport offering ``ops`` (suite → op names) runs in ``suites``.

@@ -126,6 +126,10 @@ class Candidate:
     def loses(self) -> bool:
         return self.score is not None and self.score < 1 - self.tolerance
 
+    @property
+    def verdict(self) -> str:
+        return "faster" if self.wins else ("slower" if self.loses else ("no data" if self.score is None else "within noise"))
+
 
 def score(
     rows: list, before: list, after: list | None = None, between: Mapping[tuple, float] | None = None

@@ -22,11 +22,6 @@ LR = 0.01
 COLLECT_TIMEOUT_S = 600.0
 
 
-def batch_bytes(batch: int) -> int:
-    """Bytes of the input batch a trainer sends to the server each step (float32)."""
-    return batch * N_FEATURES * 4
-
-
 class ParameterServer:
     def __init__(self) -> None:
         import torch
