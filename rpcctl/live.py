@@ -59,14 +59,13 @@ class LiveView:
         # and a print(markup=False) while the panel is up renders the panel without markup.
         for state in record.ranks:
             exit_text = state.signal or ("" if state.exit_code is None else str(state.exit_code))
-            tail = sup.tails.get(state.rank)
             table.add_row(
                 Text(str(state.rank)),
                 Text(str(state.pid or "-")),
                 Text(state.state, style=STATE_STYLE.get(state.state, "")),
                 Text(state.device),
                 Text(exit_text),
-                Text(tail[-1] if tail else ""),
+                Text(sup.latest_line(state.rank)),
             )
         parts = [table]
         parts.extend(_telemetry_panels(Path(record.run_dir)))

@@ -6,7 +6,7 @@ server to start ranks, receives their exit statuses, signals whole process trees
 with one escalation: SIGTERM every tree, wait ``grace``, SIGKILL what is left.
 
 ``LogPump`` is one thread that moves every rank's output from its pipe to its log file and to
-a line callback (console echo, loss capture).
+a callback (console echo, loss capture), split into lines as a terminal shows them.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pathlib import Path
 import psutil
 
 from rpcctl.errors import RpcctlError
+from rpcctl.lines import LineSplitter, Piece
 from rpcctl.plan import RankPlan
 from rpcctl.zygote import MAX_MESSAGE
 
@@ -196,13 +197,14 @@ def _alive(proc: psutil.Process) -> bool:
 
 
 class LogPump(threading.Thread):
-    """Copies each rank's output pipe to its log file and hands complete lines to ``on_line``."""
+    """Copies each rank's output pipe to its log file (every byte) and hands its text, split as a
+    terminal shows it (``rpcctl.lines``), to ``on_piece(rank, piece)``."""
 
-    def __init__(self, on_line: Callable[[int, str], None]):
+    def __init__(self, on_piece: Callable[[int, Piece], None]):
         super().__init__(name="rpcctl-log-pump", daemon=True)
-        self.on_line = on_line
+        self.on_piece = on_piece
         self._lock = threading.Lock()
-        self._streams: dict[int, tuple[int, object, bytearray]] = {}  # fd → (rank, log file, partial line)
+        self._streams: dict[int, tuple[int, object, LineSplitter]] = {}  # fd → (rank, log file, splitter)
         self._wake_r, self._wake_w = os.pipe()
         self._stopping = False
 
@@ -214,7 +216,7 @@ class LogPump(threading.Thread):
         if header:
             log.write(header.encode())
         with self._lock:
-            self._streams[read_fd] = (rank, log, bytearray())
+            self._streams[read_fd] = (rank, log, LineSplitter())
         os.write(self._wake_w, b"x")
         return write_fd
 
@@ -232,31 +234,27 @@ class LogPump(threading.Thread):
                 self._read(fd)
 
     def _read(self, fd: int) -> None:
-        rank, log, partial = self._streams[fd]
+        rank, log, splitter = self._streams[fd]
         try:
             chunk = os.read(fd, 65536)
         except OSError:
             chunk = b""
         if chunk:
             log.write(chunk)
-            partial.extend(chunk)
-            *lines, rest = partial.split(b"\n")
-            partial[:] = rest
-            for line in lines:
-                self._emit(rank, line)
+            self._emit(rank, splitter.feed(chunk))
             return
-        if partial:
-            self._emit(rank, bytes(partial))
+        self._emit(rank, splitter.close())
         log.close()
         os.close(fd)
         with self._lock:
             del self._streams[fd]
 
-    def _emit(self, rank: int, line: bytes) -> None:
-        try:
-            self.on_line(rank, line.decode(errors="replace").rstrip("\r"))
-        except Exception as exc:  # noqa: BLE001 - a display problem must never lose output
-            print(f"rpcctl: log callback failed: {exc}", file=sys.stderr)
+    def _emit(self, rank: int, pieces: list[Piece]) -> None:
+        for piece in pieces:
+            try:
+                self.on_piece(rank, piece)
+            except Exception as exc:  # noqa: BLE001 - a display problem must never lose output
+                print(f"rpcctl: log callback failed: {exc}", file=sys.stderr)
 
     def idle(self) -> bool:
         with self._lock:

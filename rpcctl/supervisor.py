@@ -28,6 +28,7 @@ from pathlib import Path
 from rpcctl.cluster import RendezvousError
 from rpcctl.config import JobSpec
 from rpcctl.console import Console, human_seconds
+from rpcctl.lines import Piece
 from rpcctl.plan import LaunchPlan, NodeFacts, build_plan, free_port
 from rpcctl.procs import ExitStatus, LogPump, RankProcesses
 from rpcctl.runs import CANCELLED, FAILED, RUNNING, SUCCEEDED, Failure, RankState, RunRecord, now_iso, save_record
@@ -65,6 +66,7 @@ class Supervisor:
         self.hurry = False
         self.tails: dict[int, deque[str]] = {r.rank: deque(maxlen=LOG_TAIL) for r in plan.ranks}
         self.recent: deque[tuple[int, str]] = deque(maxlen=8)
+        self.progress: dict[int, str] = {}  # rank → latest \r update of a line not finished yet
         self._out_lock = threading.Lock()
         self._view = None
 
@@ -88,10 +90,19 @@ class Supervisor:
 
     # -- output -------------------------------------------------------------------------------
 
+    def _on_piece(self, rank: int, piece: Piece) -> None:
+        """Every state a rank drew goes to the loss parser once; only finished lines (a progress
+        bar's last state, not its ``\\r`` history) are echoed and kept in the tail."""
+        if piece.new and self.telemetry is not None:
+            self.telemetry.log_line(rank, piece.text)
+        if not piece.final:
+            self.progress[rank] = piece.text
+            return
+        self.progress.pop(rank, None)
+        self._on_line(rank, piece.text)
+
     def _on_line(self, rank: int, line: str) -> None:
         self.tails[rank].append(line)
-        if self.telemetry is not None:
-            self.telemetry.log_line(rank, line)
         if not self.echo or (self.ranks_shown is not None and rank not in self.ranks_shown):
             return
         if self._view is not None:
@@ -105,6 +116,14 @@ class Supervisor:
             except BrokenPipeError:  # `rpcctl launch ... | head`: keep running, stop echoing
                 self.echo = False
 
+    def latest_line(self, rank: int) -> str:
+        """What the rank's terminal line shows now: a progress bar's latest state, else its last line."""
+        progress = self.progress.get(rank)
+        if progress is not None:
+            return progress
+        tail = self.tails.get(rank)
+        return tail[-1] if tail else ""
+
     # -- the loop -----------------------------------------------------------------------------
 
     def run(self) -> RunRecord:
@@ -112,7 +131,7 @@ class Supervisor:
         telemetry_env = self.telemetry.start() if self.telemetry is not None else {}
         # The run id in its environment marks the rank server as part of this run (leak checks).
         procs = RankProcesses(self.run_dir, self.plan.preload, env={"RPCCTL_RUN_ID": self.record.run_id})
-        pump = LogPump(self._on_line)
+        pump = LogPump(self._on_piece)
         pump.start()
         deadline = time.monotonic() + self.spec.timeout if self.spec.timeout else None
         try:

@@ -14,6 +14,7 @@ import typer
 from rpcctl.commands.common import JsonOption, RunArgument, RunsDirOption
 from rpcctl.console import Column, get_console, human_time, render_table
 from rpcctl.errors import RpcctlError, UsageError
+from rpcctl.lines import final_lines
 from rpcctl.runs import RUNNING, TERMINAL, default_runs_dir, launcher_alive, list_runs, load_record, rank_log, resolve_run
 from rpcctl.supervisor import describe_duration
 
@@ -109,7 +110,7 @@ def _print_new(path: Path, offset: int, rank: int, out) -> int:
     except FileNotFoundError:
         return offset
     complete = data.rfind(b"\n") + 1  # leave a partial last line for the next round
-    for line in data[:complete].decode(errors="replace").splitlines():
+    for line in final_lines(data[:complete]):  # a progress bar's last state, not its \r history
         out.write(f"[rank{rank}]: {line}\n")
     out.flush()
     return offset + complete
