@@ -779,8 +779,18 @@ def _validation_error(exc: ValidationError, where, data: Any) -> ConfigError:
     return ConfigError(text, where=where_first, key=key_first or None)
 
 
-def locate(path: str | os.PathLike[str], key: str) -> str:
-    """``FILE:LINE`` of a key (or of its nearest parent present in the file)."""
+def locate(
+    path: str | os.PathLike[str], key: str, *, overrides: list[str] = (), flags: dict[str, tuple[Any, str]] | None = None
+) -> str:
+    """Where a key's value came from: the flag or ``--set`` that set it (they beat the file), else
+    ``FILE:LINE`` of the key (or of its nearest parent present in the file)."""
+    for flag_key, (_, origin) in (flags or {}).items():
+        if key == flag_key or key.startswith(flag_key + "."):
+            return origin
+    for override in reversed(overrides):
+        set_key = override.partition("=")[0].strip()
+        if key == set_key or key.startswith(set_key + ".") or set_key.startswith(key + "."):
+            return f"--set {override}"
     display = str(path)
     try:
         _, lines = _parse_yaml(read_config_text(Path(path)), display)

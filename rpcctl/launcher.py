@@ -20,6 +20,7 @@ from rpcctl.config import JobSpec, dump_spec
 from rpcctl.console import Console, get_console
 from rpcctl.errors import ConfigError
 from rpcctl.plan import LaunchPlan, NodeFacts, build_plan, free_port, probe_node
+from rpcctl.preflight import check_before_spawn
 from rpcctl.runs import RUNNING, RankState, RunRecord, default_runs_dir, hostname, new_run_id, now_iso, save_record
 from rpcctl.supervisor import Supervisor
 
@@ -77,6 +78,7 @@ def launch(
     before anything is created or spawned.
     """
     console = console or get_console()
+    check_before_spawn(spec)  # before meeting other nodes: a mistake here is the same on every node
     cluster = join_cluster(spec)
     if cluster is not None:
         console.info(f"rpcctl: node {spec.node_rank} of {spec.nnodes}: joining the rendezvous at {spec.master_addr}:{cluster.master_port}")

@@ -691,19 +691,20 @@ def test_unset_var_is_checked_even_when_set_overrides_the_key(write):
 
 MEMORY_BUDGET = 200 << 20
 
-_BOUNDED_LOAD = textwrap.dedent(
+_BOUNDED = textwrap.dedent(
     """
     import json, resource, sys
+    from rpcctl.commands.launch import parse_ranks
     from rpcctl.config import load_config
-    from rpcctl.errors import ConfigError
+    from rpcctl.errors import RpcctlError
     status = open("/proc/self/status").read()
     vm = int(status.split("VmSize:")[1].split()[0]) * 1024
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (vm + int(sys.argv[2]), vm + int(sys.argv[2])))
+    resource.setrlimit(resource.RLIMIT_AS, (vm + int(sys.argv[1]), vm + int(sys.argv[1])))
     try:
-        load_config(sys.argv[1])
+        exec(sys.argv[2])
         error = None
-    except ConfigError as exc:
+    except RpcctlError as exc:
         error = str(exc)
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss
     print(json.dumps({"error": error, "grown": grown}))
@@ -711,19 +712,22 @@ _BOUNDED_LOAD = textwrap.dedent(
 )
 
 
-def load_bounded(path: Path, timeout: float = 60) -> dict:
-    """Load ``path`` in a child with ``MEMORY_BUDGET``: its error (or None) and peak RSS growth."""
+def run_bounded(statement: str, cwd: Path, timeout: float = 60) -> dict:
+    """Run ``statement`` in a child with ``MEMORY_BUDGET``: its RpcctlError (or None) and peak RSS growth."""
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", _BOUNDED_LOAD, str(path), str(MEMORY_BUDGET)],
-            capture_output=True, text=True, timeout=timeout, cwd=path.parent,
+            [sys.executable, "-c", _BOUNDED, str(MEMORY_BUDGET), statement], capture_output=True, text=True, timeout=timeout, cwd=cwd
         )
     except subprocess.TimeoutExpired:
-        pytest.fail(f"loading {path.name} did not finish in {timeout} s")
+        pytest.fail(f"{statement} did not finish in {timeout} s")
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     assert result["grown"] < MEMORY_BUDGET, result
     return result
+
+
+def load_bounded(path: Path, timeout: float = 60) -> dict:
+    return run_bounded(f"load_config({str(path)!r})", path.parent, timeout)
 
 
 def billion_laughs(levels: int = 9) -> str:
@@ -958,6 +962,21 @@ def test_parse_ranks_errors(text, phrase):
     with pytest.raises(UsageError) as info:
         parse_ranks(text, 4)
     assert phrase in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["0-99999999999", "99999999999", "0-" + "9" * 5000, "3,0-4294967296"])
+def test_parse_ranks_checks_a_range_before_building_it(tmp_path, text):
+    # Today's code built the whole set first (0-99999999999: 10 GB), so run it with a memory cap.
+    result = run_bounded(f"parse_ranks({text!r}, 4)", tmp_path, timeout=30)
+    assert result["error"] and "does not exist (the job has ranks 0-3)" in result["error"], result
+
+
+def test_cli_ranks_empty(cli, tmp_path, script):
+    cfg = tmp_path / "two.yaml"
+    cfg.write_text("script: train.py\nnproc_per_node: 2\n")
+    runs = tmp_path / "runs"
+    result = cli.invoke(app, ["launch", str(cfg), "--runs-dir", str(runs), "--dry-run", "--ranks", ""])
+    _assert_config_error(result, runs, "--ranks '': no rank given", "0,2 or 0-3")
 
 
 def test_parse_ranks_reversed_range():

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import json
+import socket
 import sys
 from pathlib import Path
 
@@ -398,3 +399,174 @@ def test_dry_run_default_runs_dir_not_created(cli, config, tmp_path):
     assert result.exit_code == 0, (result.output, result.exception)
     assert json.loads(result.stdout)["run_dir"].startswith(str((tmp_path / "runs").resolve()))
     assert not (tmp_path / "runs").exists()
+
+
+# --- checks before spawn (issue 15 items 10 and 13) --------------------------------------------
+# Each of these configs loaded and planned before, and failed only once the ranks ran (exit 1).
+# Through the dry run (the same check as `launch`), then once through the real launcher.
+
+PREFLIGHT = {
+    # id: (config text, extra files {name: text}, key, phrases)
+    "script-not-python": (
+        "script: train.sh\n", {"train.sh": "#!/bin/sh\necho hi\nif [ 1 ]; then echo; fi\n"}, "script",
+        ("train.sh:2: not valid Python (invalid syntax)", "rpcctl runs the script with"),
+    ),
+    "script-binary": ("script: prog.py\n", {"prog.py": "\x7fELF\x00\x01"}, "script", ("not valid Python", "null bytes")),
+    "rpc-name-with-space": (
+        "script: train.py\nrpc:\n  init: true\n  name: 'worker {rank}'\n", {}, "rpc.name",
+        ("worker name 'worker 0' (rank 0) is not one torch accepts", "A-Z a-z 0-9 _ - :"),
+    ),
+    "rpc-name-too-long": ("script: train.py\nrpc:\n  init: true\n  name: 'w{rank}" + "x" * 127 + "'\n", {}, "rpc.name", ("1 to 127 characters",)),
+    "rpc-name-repeats": (
+        "script: train.py\nnproc_per_node: 2\nrpc:\n  init: true\n  name: trainer\n", {}, "rpc.name",
+        ("ranks 0 and 1 would both be worker 'trainer'", "use {rank}"),
+    ),
+    "device-maps-unknown-worker": (
+        "script: train.py\nnproc_per_node: 2\nrpc:\n  init: true\n  device_maps:\n    worker2: {cpu: cpu}\n", {},
+        "rpc.device_maps.worker2", ("no worker 'worker2' in this job", "worker0, worker1"),
+    ),
+    "device-maps-gpu-not-there": (
+        "script: train.py\nnproc_per_node: 2\nrpc:\n  init: true\n  device_maps:\n    worker1:\n      cuda:0: cuda:1\n", {},
+        "rpc.device_maps.worker1.cuda:0", ("GPU cuda:0 does not exist for rank 0", "it sees 0 GPU(s)"),
+    ),
+    "device-maps-not-a-device": (
+        "script: train.py\nnproc_per_node: 2\nrpc:\n  init: true\n  device_maps:\n    worker1: {'0': '1'}\n", {},
+        "rpc.device_maps.worker1.0", ("'0' is not a device TensorPipe takes", "cuda:N or cpu"),
+    ),
+    "rpc-devices-gpu-not-there": (
+        "script: train.py\nrpc:\n  init: true\n  devices: [cpu, 'cuda:3']\n", {}, "rpc.devices.1", ("GPU cuda:3 does not exist",),
+    ),
+    "preload-misspelt": (
+        "script: train.py\npreload: [json, torch.distributed.rcp]\n", {}, "preload.1", ("no module named 'torch.distributed.rcp'",),
+    ),
+    "preload-no-such-package": ("script: train.py\npreload: [nosuchpackage_xyz]\n", {}, "preload.0", ("'nosuchpackage_xyz'",)),
+    "ifname-missing": ("script: train.py\nifname: nosuchif0\n", {}, "ifname", ("no network interface 'nosuchif0'", "it has: ")),
+}
+
+
+@pytest.mark.parametrize("case", list(PREFLIGHT.values()), ids=list(PREFLIGHT))
+def test_caught_before_spawn(cli, tmp_path, script, case):
+    text, files, key, phrases = case
+    for name, content in files.items():
+        (tmp_path / name).write_text(content)
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(text)
+    runs = tmp_path / "runs"
+    result = cli.invoke(app, ["launch", str(cfg), "--dry-run", "--runs-dir", str(runs)])
+    assert result.exit_code == 2, (result.output, result.exception)
+    errors = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and "Traceback" not in result.output, result.stderr
+    # The config's line of the key (the last line of the text: each case puts its key there).
+    assert errors[0].startswith(f"error: {cfg}:{len(text.splitlines())}: key '{key}': "), errors[0]
+    for phrase in phrases:
+        assert phrase in errors[0], (phrase, errors[0])
+    assert not runs.exists()
+
+
+def test_script_syntax_error_names_the_config_line_and_the_script_line(cli, tmp_path):
+    (tmp_path / "train.py").write_text("import os\n\ndef f(:\n    pass\n")
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text("name: x\nscript: train.py\n")
+    result = cli.invoke(app, ["launch", str(cfg), "--dry-run"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: {cfg}:2: key 'script': {tmp_path / 'train.py'}:3: not valid Python"), result.stderr
+
+
+def test_master_port_in_use_is_caught_and_named_where_it_was_set(cli, tmp_path, script):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        cfg = tmp_path / "job.yaml"
+        cfg.write_text(f"script: train.py\nmaster_port: {port}\n")
+        result = cli.invoke(app, ["launch", str(cfg), "--dry-run"])
+        assert result.exit_code == 2
+        assert result.stderr.startswith(f"error: {cfg}:2: key 'master_port': port {port} is already in use on 127.0.0.1"), result.stderr
+        cfg.write_text("script: train.py\nmaster_port: 1\n")
+        result = cli.invoke(app, ["launch", str(cfg), "--dry-run", "--master-port", str(port)])
+        assert result.exit_code == 2
+        assert result.stderr.startswith(f"error: --master-port {port}: key 'master_port': port {port} is already in use"), result.stderr
+        result = cli.invoke(app, ["launch", str(cfg), "--dry-run", "--set", f"master_port={port}"])
+        assert result.stderr.startswith(f"error: --set master_port={port}: key 'master_port': "), result.stderr
+    free = cli.invoke(app, ["launch", str(cfg), "--dry-run", "--json", "--master-port", str(port)])
+    assert free.exit_code == 0, free.output  # closed again: the check holds nothing
+
+
+def _external_interface() -> str | None:
+    import psutil
+
+    loopback = psutil.net_if_addrs()
+    for name, addrs in loopback.items():
+        if not any(a.family == socket.AF_INET and a.address.startswith("127.") for a in addrs):
+            return name
+    return None
+
+
+def test_ifname_on_one_node_is_refused_not_exposed(cli, tmp_path, script):
+    ifname = _external_interface()
+    if ifname is None:
+        pytest.skip("this host has no interface besides loopback")
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(f"script: train.py\nifname: {ifname}\n")
+    result = cli.invoke(app, ["launch", str(cfg), "--dry-run", "--json"])
+    assert result.exit_code == 2, result.output
+    error = result.stderr.strip()
+    assert error.startswith(f"error: {cfg}:2: key 'ifname': ifname '{ifname}' would make TensorPipe and Gloo listen beyond this machine")
+    assert "loopback only" in error and "several nodes" in error and "nnodes" in error
+    assert result.stdout == ""  # no plan with TP_SOCKET_IFNAME=<external> is printed
+
+
+def test_loopback_ifname_and_good_rpc_settings_pass(cli, tmp_path, script):
+    from rpcctl.plan import loopback_interface
+
+    (tmp_path / "mymod.py").write_text("")  # the fork server runs in the launcher's cwd (python -m)
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(
+        f"script: train.py\nnproc_per_node: 2\nifname: {loopback_interface()}\npreload: [os.path, json.decoder, mymod, torch.distributed.rpc]\n"
+        "rpc:\n  init: true\n  name: 'w:{rank}'\n  device_maps: {'w:1': {cpu: cpu}}\n  devices: [cpu]\n"
+    )
+    result = cli.invoke(app, ["launch", str(cfg), "--dry-run", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["ranks"][0]["env"]["TP_SOCKET_IFNAME"] == loopback_interface()
+
+
+def test_multi_node_checks(tmp_path, script):
+    from rpcctl.preflight import check_before_spawn
+
+    base = {"name": "job", "script": script, "nnodes": 2, "master_addr": "10.0.0.1"}
+    # {local_rank} repeats on every node: rank 2 (node 1) would be worker 'w0' again.
+    with pytest.raises(ConfigError, match=r"ranks 0 and 2 would both be worker 'w0'.*repeats on every node"):
+        check_before_spawn(JobSpec.model_validate({**base, "nproc_per_node": 2, "rpc": {"init": True, "name": "w{local_rank}"}}))
+    with pytest.raises(ConfigError, match="no network interface 'nosuchif0'") as info:
+        check_before_spawn(JobSpec.model_validate({**base, "ifname": "nosuchif0"}))
+    assert info.value.key == "ifname"
+    ifname = _external_interface()
+    if ifname is not None:
+        check_before_spawn(JobSpec.model_validate({**base, "ifname": ifname}))  # several nodes: the point of ifname
+
+
+def test_the_real_launcher_refuses_before_spawning(tmp_path, script):
+    # Not a dry run: `rpcctl launch` itself, as a subprocess. Nothing may be spawned or created.
+    from conftest import rpcctl
+
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text("script: train.py\nnproc_per_node: 2\nrpc:\n  init: true\n  name: trainer\n")
+    runs = tmp_path / "runs"
+    result = rpcctl("launch", str(cfg), "--runs-dir", str(runs), "--no-live", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (
+        f"error: {cfg}:5: key 'rpc.name': ranks 0 and 1 would both be worker 'trainer': names must be unique (use {{rank}} in it)"
+    )
+    assert result.stdout == ""
+    assert not runs.exists()
+
+
+def test_launch_api_refuses_before_making_the_run_directory(tmp_path, script):
+    from rpcctl.launcher import launch
+
+    spec = JobSpec.model_validate({"name": "job", "script": script, "preload": ["nosuchpackage_xyz"]})
+    runs = tmp_path / "runs"
+    with pytest.raises(ConfigError) as info:
+        launch(spec, runs_dir=runs)
+    assert info.value.key == "preload.0"
+    assert not runs.exists()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -17,6 +19,7 @@ from rpcctl.errors import ConfigError, UsageError
 from rpcctl.launcher import launch as launch_job
 from rpcctl.launcher import plan_job
 from rpcctl.plan import LaunchPlan
+from rpcctl.preflight import check_before_spawn
 from rpcctl.runs import CANCELLED, SUCCEEDED, RunRecord
 from rpcctl.slurm import slurm_flags
 from rpcctl.supervisor import describe_duration
@@ -56,17 +59,20 @@ def launch(
         if value is not None:
             flags[key] = (value, f"{flag} {value}")
     spec = load_config(config, set_ or [], nproc_per_node=nproc_per_node, flags=flags)
-    shown = parse_ranks(ranks, spec.nproc_per_node) if ranks else None
+    shown = parse_ranks(ranks, spec.nproc_per_node) if ranks is not None else None
+    if nproc_per_node is not None:
+        flags["nproc_per_node"] = (nproc_per_node, f"-n {nproc_per_node}")
+    located = partial(_located, config, set_ or [], flags)  # errors found later name where the key was set
     if json_ and not dry_run:
         raise UsageError("--json goes with --dry-run (a running job streams its output; see `rpcctl runs --json`)")
     if dry_run:
-        plan, _ = _located(config, lambda: plan_job(spec, runs_dir))
+        plan = located(lambda: _checked_plan(spec, runs_dir))
         if json_:
             console.json(plan.to_dict())
         else:
             render_plan(console, plan)
         return
-    record = _located(config, lambda: launch_job(
+    record = located(lambda: launch_job(
         spec,
         runs_dir=runs_dir,
         console=console,
@@ -79,33 +85,42 @@ def launch(
         raise typer.Exit(record.exit_code or 1)
 
 
-def _located(config: Path, action):
-    """Give config errors found at plan time (a GPU that is not there) the file and line."""
+def _checked_plan(spec, runs_dir: Path | None) -> LaunchPlan:
+    check_before_spawn(spec)  # what `launch` would refuse, a dry run refuses too
+    return plan_job(spec, runs_dir)[0]
+
+
+def _located(config: Path, overrides: list[str], flags: dict, action):
+    """Give config errors found before spawn (a GPU that is not there, a port in use) the file
+    and line of their key, or the flag that set it."""
     try:
         return action()
     except ConfigError as exc:
         if exc.where or not exc.key:
             raise
-        raise ConfigError(exc.message, where=locate(config, exc.key), key=exc.key) from None
+        raise ConfigError(exc.message, where=locate(config, exc.key, overrides=overrides, flags=flags), key=exc.key) from None
+
+
+_RANKS_PART = re.compile(r"([0-9]+)(?:-([0-9]+))?")
 
 
 def parse_ranks(text: str, world_size: int) -> set[int]:
+    """``--ranks``: ranks and ranges, ``0-2,5``. Every rank must exist; a range is checked
+    against the world size before it is expanded."""
+    if not text.strip():
+        raise UsageError("--ranks '': no rank given: write ranks and ranges like 0,2 or 0-3")
     ranks: set[int] = set()
     for part in text.split(","):
         part = part.strip()
-        try:
-            if "-" in part:
-                low, high = (int(p) for p in part.split("-", 1))
-                if low > high:
-                    raise UsageError(f"--ranks: '{part}' is an empty range (write {high}-{low})")
-                ranks.update(range(low, high + 1))
-            else:
-                ranks.add(int(part))
-        except ValueError:
-            raise UsageError(f"--ranks: '{part}' is not a rank or a range like 0-3") from None
-    outside = sorted(r for r in ranks if not 0 <= r < world_size)
-    if outside:
-        raise UsageError(f"--ranks: rank {outside[0]} does not exist (the job has ranks 0-{world_size - 1})")
+        match = _RANKS_PART.fullmatch(part)
+        if match is None:
+            raise UsageError(f"--ranks: '{part}' is not a rank or a range like 0-3")
+        low, high = (int(n) if len(n) < 19 else 10**18 for n in (match.group(1), match.group(2) or match.group(1)))
+        if low > high:
+            raise UsageError(f"--ranks: '{part}' is an empty range (write {high}-{low})")
+        if high >= world_size:
+            raise UsageError(f"--ranks: rank {max(low, world_size)} does not exist (the job has ranks 0-{world_size - 1})")
+        ranks.update(range(low, high + 1))
     return ranks
 
 
