@@ -1,7 +1,7 @@
 """Start, poll, signal and reap ranked processes. Policy lives in ``supervisor``; this module
 only does what it is told.
 
-``RankProcesses`` is the launcher's handle on the rank server (``rpcctl.zygote``): it asks the
+``RankProcesses`` is the launcher's handle on the rank server (``rpcctl.rank_server``): it asks the
 server to start ranks, receives their exit statuses, signals whole process trees, and closes
 with one escalation: SIGTERM every tree, wait ``grace``, SIGKILL what is left.
 
@@ -29,7 +29,7 @@ import psutil
 from rpcctl.errors import RpcctlError
 from rpcctl.lines import LineSplitter, Piece
 from rpcctl.plan import RankPlan
-from rpcctl.zygote import MAX_MESSAGE
+from rpcctl.rank_server import MAX_MESSAGE
 
 
 @dataclass(frozen=True)
@@ -64,14 +64,14 @@ def signal_name(number: int) -> str:
 
 
 class RankProcesses:
-    """The launcher's side of the rank server protocol (see ``rpcctl.zygote``)."""
+    """The launcher's side of the rank server protocol (see ``rpcctl.rank_server``)."""
 
     def __init__(self, run_dir: Path, preload: list[str], env: dict[str, str] | None = None):
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         server_log = open(run_dir / "launcher.log", "ab")  # noqa: SIM115 - handed to the child
         try:
             self.server = subprocess.Popen(
-                [sys.executable, "-m", "rpcctl.zygote", str(theirs.fileno()), ",".join(preload)],
+                [sys.executable, "-m", "rpcctl.rank_server", str(theirs.fileno()), ",".join(preload)],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
                 stdout=server_log,
