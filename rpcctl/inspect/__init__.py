@@ -1,0 +1,47 @@
+"""The inspection SDK: typed records over a run's telemetry store, live or after the run.
+
+Used by ``rpcctl inspect``, the live dashboard and the launcher's end-of-run report::
+
+    from rpcctl import inspect
+    run_dir = resolve_run(None)                      # rpcctl.runs
+    inspect.rrefs(run_dir, owner="worker1", state="live")   -> list[RRefRecord]
+    inspect.rref_owners(run_dir)                     -> list[OwnerSummary]
+    inspect.workers(run_dir)                         -> list[WorkerRecord]
+    inspect.gpus(run_dir)                            -> list[DeviceRecord]
+    inspect.losses(run_dir, rank=0)                  -> list[LossRecord]
+    inspect.leaked_rrefs(run_dir)                    -> list[RRefRecord]
+    inspect.telemetry_cost(run_dir)                  -> TelemetryCost | None
+    inspect.dump_stacks(run_dir, rank)               -> list[StackDump] (rank, then its children)
+
+Each record type declares its columns once (``COLUMNS``): the table and the JSON keys come from
+the same fields. JSON keeps raw units (bytes, seconds, ISO-8601 times).
+
+One module per view, over one shared reader of the store::
+
+    _store.py   _Store: one read of a run's store (connection, meta, 'now'); has_telemetry
+    rrefs.py    RRefRecord, OwnerSummary: rrefs, rref_owners, leaked_rrefs (RRef states)
+    workers.py  WorkerRecord: workers
+    gpus.py     DeviceRecord: gpus
+    losses.py   LossRecord, LossSummary: losses, loss_summaries, loss_grid, sparkline, plot_losses
+    stacks.py   StackDump: dump_stacks
+    cost.py     TelemetryCost: telemetry_cost
+
+This package re-exports every public name, so ``inspect.rrefs(...)`` is the function (the
+``rrefs`` module is ``rpcctl.inspect.rrefs`` only through ``sys.modules``/``import``).
+"""
+
+from __future__ import annotations
+
+from rpcctl.inspect._store import has_telemetry
+from rpcctl.inspect.cost import TelemetryCost, telemetry_cost
+from rpcctl.inspect.gpus import DeviceRecord, gpus
+from rpcctl.inspect.losses import LossRecord, LossSummary, loss_grid, loss_summaries, losses, plot_losses, sparkline
+from rpcctl.inspect.rrefs import RREF_STATES, OwnerSummary, RRefRecord, leaked_rrefs, rref_owners, rrefs
+from rpcctl.inspect.stacks import StackDump, dump_stacks
+from rpcctl.inspect.workers import WorkerRecord, workers
+
+__all__ = [
+    "RREF_STATES", "DeviceRecord", "LossRecord", "LossSummary", "OwnerSummary", "RRefRecord", "StackDump",
+    "TelemetryCost", "WorkerRecord", "dump_stacks", "gpus", "has_telemetry", "leaked_rrefs", "loss_grid",
+    "loss_summaries", "losses", "plot_losses", "rref_owners", "rrefs", "sparkline", "telemetry_cost", "workers",
+]

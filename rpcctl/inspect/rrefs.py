@@ -1,0 +1,226 @@
+"""The RRefs view: one record per RRef (``rrefs``), per-owner summaries (``rref_owners``), and
+what was still referenced at shutdown (``leaked_rrefs``).
+
+RRef states: ``pending`` (created by ``rpc.remote``, not yet confirmed by the owner) → ``live``
+→ ``deleted`` (every known reference dropped, or the owner freed the value). RRefs that lived
+less than 0.2 s are not listed one by one: ``OwnerSummary.short_lived`` counts them.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rpcctl.console import Column, human_bytes, human_time, iso_time, join
+from rpcctl.errors import UsageError
+from rpcctl.inspect._store import _loads, _Store, has_telemetry
+
+RREF_STATES = ("pending", "live", "deleted")
+
+
+def _shape(value: Any) -> str:
+    return "(" + ", ".join(str(v) for v in value) + (",)" if len(value) == 1 else ")")
+
+
+@dataclass
+class RRefRecord:
+    rref_id: str  # torch's GloballyUniqueId of the RRef, "created_on:local_id"
+    owner: str | None
+    owner_rank: int | None
+    creator: str | None
+    creator_rank: int | None
+    holders: list[str]  # workers holding a reference now (creator and forks)
+    type: str | None
+    shape: list[int] | None
+    dtype: str | None
+    device: str | None
+    nbytes: int | None
+    state: str
+    created_at: str | None
+    confirmed_at: str | None
+    deleted_at: str | None
+    call_site: str | None
+    callee: str | None
+    kind: str  # remote (rpc.remote) | local (rpc.RRef(value) on its owner)
+    forks: int  # references received by other workers, ever
+    live_at_shutdown: bool
+    restart: int
+
+    COLUMNS = (
+        Column("rref_id", "RREF"),
+        Column("owner"),
+        Column("creator", detail=True),
+        Column("holders", fmt=join),
+        Column("type"),
+        Column("shape", fmt=_shape),
+        Column("dtype", detail=True),
+        Column("device"),
+        Column("nbytes", "BYTES", fmt=human_bytes, justify="right"),
+        Column("state"),
+        Column("created_at", "CREATED", fmt=human_time, detail=True),
+        Column("callee", detail=True),
+        Column("call_site", "CALL SITE"),
+        Column("kind", detail=True),
+        Column("forks", detail=True, justify="right"),
+        Column("restart", detail=True, justify="right"),
+    )
+
+
+@dataclass
+class OwnerSummary:
+    owner: str
+    owner_rank: int | None
+    live: int
+    pending: int
+    deleted: int
+    live_bytes: int
+    short_lived: int  # created and dropped within 0.2 s: counted, not listed
+
+    COLUMNS = (
+        Column("owner"),
+        Column("live", justify="right"),
+        Column("pending", justify="right"),
+        Column("deleted", justify="right"),
+        Column("live_bytes", "LIVE BYTES", fmt=human_bytes, justify="right"),
+        Column("short_lived", "SHORT-LIVED", justify="right"),
+    )
+
+
+def rrefs(run_dir: Path, *, owner: str | None = None, state: str | None = None, restart: int | None = None) -> list[RRefRecord]:
+    """One record per RRef of the run's latest restart (or ``restart``), oldest first."""
+    if state is not None and state not in RREF_STATES:
+        raise UsageError(f"unknown RRef state '{state}' (choose from {', '.join(RREF_STATES)})")
+    with _Store(run_dir) as s:
+        records = _rrefs(s, s.latest_restart() if restart is None else restart)
+    if owner is not None:
+        records = [r for r in records if owner in (r.owner, str(r.owner_rank))]
+    if state is not None:
+        records = [r for r in records if r.state == state]
+    return records
+
+
+def _rrefs(s: _Store, restart: int) -> list[RRefRecord]:
+    procs = {row["proc_id"]: row for row in s.rows("SELECT * FROM procs WHERE restart = ?", (restart,))}
+    names = {row["rpc_rank"]: row["name"] for row in s.rows("SELECT rpc_rank, name FROM rpc_workers WHERE restart = ?", (restart,))}
+    handles: dict[str, list[sqlite3.Row]] = defaultdict(list)
+    for row in s.rows("SELECT * FROM handles WHERE restart = ?", (restart,)):
+        handles[row["rref_id"]].append(row)
+    rows = s.rows("SELECT * FROM rrefs WHERE restart = ? ORDER BY created_at, rref_id", (restart,))
+    types_by_id = {row["rref_id"]: row["type"] for row in rows}
+    records = []
+    for row in rows:
+        mine = handles.get(row["rref_id"], [])
+        holders = sorted({_holder(h, procs) for h in mine if h["released_at"] is None})
+        released = [h["released_at"] for h in mine]
+        freed = row["value_freed_at"]
+        deleted_at = freed
+        if deleted_at is None and mine and all(r is not None for r in released):
+            deleted_at = max(released)
+        if deleted_at is not None:
+            state = "deleted"
+        elif row["kind"] == "remote" and row["confirmed_at"] is None:
+            state = "pending"
+        else:
+            state = "live"
+        owner_rank = row["owner_rank"]
+        records.append(
+            RRefRecord(
+                rref_id=row["rref_id"],
+                owner=row["owner"] or names.get(owner_rank),
+                owner_rank=owner_rank,
+                creator=row["creator"] or names.get(row["creator_rank"]) or names.get(_created_on(row["rref_id"])),
+                creator_rank=row["creator_rank"] if row["creator_rank"] is not None else _created_on(row["rref_id"]),
+                holders=holders,
+                type=row["type"],
+                shape=_loads(row["shape"]),
+                dtype=row["dtype"],
+                device=row["device"],
+                nbytes=row["nbytes"],
+                state=state,
+                created_at=iso_time(row["created_at"]),
+                confirmed_at=iso_time(row["confirmed_at"]),
+                deleted_at=iso_time(deleted_at),
+                call_site=row["call_site"],
+                callee=_callee(row["callee"], types_by_id),
+                kind=row["kind"] or "remote",
+                forks=sum(1 for h in mine if h["role"] == "fork"),
+                live_at_shutdown=_live_at_shutdown(mine, freed, procs),
+                restart=restart,
+            )
+        )
+    return records
+
+
+_ON_RREF = re.compile(r"^rref\((?P<id>[\d:]+)\)\.(?P<method>.+)$")
+
+
+def _callee(callee: str | None, types_by_id: dict[str, str | None]) -> str | None:
+    """``rref(0:3).value`` (a method called through ``rref.remote()``) → ``Accumulator.value``."""
+    match = _ON_RREF.match(callee or "")
+    if match is None:
+        return callee
+    type_name = types_by_id.get(match["id"])
+    return f"{type_name}.{match['method']}" if type_name else callee
+
+
+def _created_on(rref_id: str) -> int | None:
+    head = rref_id.split(":", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def _holder(handle: sqlite3.Row, procs: dict[int, sqlite3.Row]) -> str:
+    proc = procs.get(handle["proc_id"])
+    return handle["holder"] or (proc["name"] if proc is not None and proc["name"] else f"pid {proc['pid'] if proc else '?'}")
+
+
+def _live_at_shutdown(handles: list[sqlite3.Row], freed: float | None, procs: dict[int, sqlite3.Row]) -> bool:
+    """A reference its holder still had when it began rpc.shutdown() (or, without one, exited)."""
+    for handle in handles:
+        proc = procs.get(handle["proc_id"])
+        if proc is None:
+            continue
+        end = proc["rpc_shutdown_at"] or proc["ended_at"]
+        if end is None or handle["acquired_at"] is None or handle["acquired_at"] > end:
+            continue
+        released = handle["released_at"]
+        if (released is None or released >= end) and (freed is None or freed >= end):
+            return True
+    return False
+
+
+def rref_owners(run_dir: Path, *, restart: int | None = None, records: list[RRefRecord] | None = None) -> list[OwnerSummary]:
+    """Per owner: RRefs by state, bytes of live values, and short-lived RRefs (counted only)."""
+    with _Store(run_dir) as s:
+        restart = s.latest_restart() if restart is None else restart
+        if records is None:
+            records = _rrefs(s, restart)
+        churn = s.rows("SELECT owner, sum(count) AS n FROM churn WHERE restart = ? GROUP BY owner", (restart,))
+    summaries: dict[str, OwnerSummary] = {}
+
+    def summary(owner: str, rank: int | None) -> OwnerSummary:
+        if owner not in summaries:
+            summaries[owner] = OwnerSummary(owner, rank, 0, 0, 0, 0, 0)
+        elif summaries[owner].owner_rank is None:
+            summaries[owner].owner_rank = rank
+        return summaries[owner]
+
+    for record in records:
+        entry = summary(record.owner or "?", record.owner_rank)
+        setattr(entry, record.state, getattr(entry, record.state) + 1)
+        if record.state == "live" and record.nbytes:
+            entry.live_bytes += record.nbytes
+    for row in churn:
+        summary(row["owner"] or "?", None).short_lived += int(row["n"] or 0)
+    return sorted(summaries.values(), key=lambda e: (e.owner_rank is None, e.owner_rank or 0, e.owner))
+
+
+def leaked_rrefs(run_dir: Path) -> list[RRefRecord]:
+    """RRefs some worker still referenced when it began rpc.shutdown() (or exited without it),
+    with their creation site: what the launcher reports at the end of a run."""
+    if not has_telemetry(run_dir):
+        return []
+    return [r for r in rrefs(run_dir) if r.live_at_shutdown]

@@ -1,0 +1,64 @@
+"""The stacks view: the Python stacks of a live rank and of the processes it started
+(``dump_stacks``), through ``rpcctl.stacks``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rpcctl import stacks
+from rpcctl.errors import UsageError
+from rpcctl.runs import load_record, rank_stack_file
+
+
+@dataclass
+class StackDump:
+    """The Python stacks of one live process of a rank: the rank itself, or a process it
+    started (``mp.spawn``, ``subprocess``) that registered for dumps (``rpcctl.stacks``)."""
+
+    rank: int
+    pid: int
+    kind: str  # rank | child
+    cmdline: list[str]
+    text: str | None  # None: the child wrote nothing in time
+
+
+def dump_stacks(run_dir: Path, rank: int, timeout: float = 5.0) -> list[StackDump]:
+    """Ask a live rank to dump its Python stacks (SIGUSR1 → faulthandler), then every live
+    process it started that can dump them; return the dumps in that order."""
+    record = load_record(run_dir)
+    state = next((r for r in record.ranks if r.rank == rank), None)
+    if state is None:
+        raise UsageError(f"run {record.run_id} has no rank {rank} (ranks 0..{len(record.ranks) - 1})")
+    if state.state != "running" or state.pid is None:
+        raise UsageError(f"rank {rank} is not running (state: {state.state}): no stack to dump")
+    if not _belongs_to_run(state.pid, record.run_id):
+        raise UsageError(f"pid {state.pid} of rank {rank} is gone or no longer part of run {record.run_id}")
+    descendants = stacks.registered_descendants(run_dir, state.pid)
+    try:
+        text = stacks.dump(state.pid, rank_stack_file(run_dir, rank), timeout)
+    except ProcessLookupError:
+        raise UsageError(f"rank {rank} (pid {state.pid}) exited before its stack could be dumped") from None
+    except PermissionError:
+        raise UsageError(f"not allowed to signal pid {state.pid} of rank {rank}") from None
+    if text is None:
+        raise UsageError(f"rank {rank} (pid {state.pid}) wrote no stack within {timeout:.0f} s: is faulthandler registered (rpcctl runtime)?")
+    dumps = [StackDump(rank, state.pid, "rank", [], text)]
+    for pid, cmdline, path in descendants:
+        try:
+            child_text = stacks.dump(pid, path, timeout)
+        except (ProcessLookupError, PermissionError):
+            continue  # it exited meanwhile
+        dumps.append(StackDump(rank, pid, "child", cmdline, child_text))
+    return dumps
+
+
+def _belongs_to_run(pid: int, run_id: str) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).environ().get("RPCCTL_RUN_ID") == run_id
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+    except psutil.AccessDenied:
+        return False

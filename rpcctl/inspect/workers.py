@@ -1,0 +1,136 @@
+"""The workers view: every rank of the latest restart (the launcher's view, with its probes),
+then the processes those ranks spawned (``workers``)."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+from rpcctl.console import Column, human_bytes, human_seconds, iso_time
+from rpcctl.inspect._store import _column, _loads, _Store
+from rpcctl.telemetry import protocol
+
+
+def _percent(value: float) -> str:
+    return f"{value:.0f}%"
+
+
+def _age(value: float) -> str:
+    return human_seconds(value)
+
+
+@dataclass
+class WorkerRecord:
+    rank: int | None  # the launcher's rank (a spawned child: the rank that spawned it)
+    name: str | None  # RPC worker name, once init_rpc ran
+    host: str | None
+    pid: int | None
+    state: str  # starting | running | exited | failed | killed
+    exit_code: int | None
+    cpu_percent: float | None
+    rss_bytes: int | None
+    device: str | None
+    gpu_memory_bytes: int | None
+    heartbeat_age_s: float | None
+    stale: bool  # running, but no heartbeat for STALE_AFTER_S
+    kind: str  # rank | child (a process the rank spawned itself)
+    rpc_rank: int | None
+    parent_pid: int | None
+    threads: int | None
+    restart: int
+    cuda_visible_devices: str | None
+    device_maps: dict[str, dict[str, str]] | None
+    dropped_events: int
+    started_at: str | None
+    ended_at: str | None
+    cpu_s: float | None  # CPU time the process used, all threads (at its last probe)
+    telemetry_cpu_s: float | None  # of which rpcctl's telemetry sender thread
+
+    COLUMNS = (
+        Column("rank", justify="right"),
+        Column("name"),
+        Column("kind", detail=True),
+        Column("host", detail=True),
+        Column("pid", justify="right"),
+        Column("state"),
+        Column("exit_code", "EXIT", justify="right"),
+        Column("cpu_percent", "CPU", fmt=_percent, justify="right"),
+        Column("rss_bytes", "RSS", fmt=human_bytes, justify="right"),
+        Column("threads", detail=True, justify="right"),
+        Column("device"),
+        Column("gpu_memory_bytes", "GPU MEM", fmt=human_bytes, justify="right"),
+        Column("heartbeat_age_s", "HEARTBEAT", fmt=_age, justify="right"),
+        Column("cuda_visible_devices", "CUDA VISIBLE", detail=True),
+        Column("dropped_events", "DROPPED", detail=True, justify="right"),
+        Column("cpu_s", "CPU TIME", fmt=human_seconds, detail=True, justify="right"),
+        Column("telemetry_cpu_s", "TELEMETRY CPU", fmt=human_seconds, detail=True, justify="right"),
+    )
+
+
+_LAUNCHER_STATES = {"running": "running", "pending": "starting", "succeeded": "exited", "failed": "failed", "killed": "killed"}
+
+
+def workers(run_dir: Path) -> list[WorkerRecord]:
+    """Every rank of the latest restart (the launcher's view, with its probes), then the
+    processes those ranks spawned that joined RPC or reported metrics."""
+    with _Store(run_dir) as s:
+        restart = s.latest_restart()
+        ranks = s.rows("SELECT * FROM ranks WHERE restart = ? ORDER BY rank", (restart,))
+        procs = s.rows("SELECT * FROM procs WHERE restart = ? ORDER BY proc_id", (restart,))
+        records: list[WorkerRecord] = []
+        used: set[int] = set()
+        for rank in ranks:
+            # pid and rank together: on a multi-node run pids repeat across hosts.
+            proc = next((p for p in reversed(procs) if (p["rank"], p["pid"]) == (rank["rank"], rank["pid"])), None)
+            if proc is not None:
+                used.add(proc["proc_id"])
+            records.append(_worker(s, proc, rank, restart))
+        for proc in procs:
+            if proc["proc_id"] not in used:
+                records.append(_worker(s, proc, None, restart))
+    records.sort(key=lambda w: (w.rank if w.rank is not None else 1 << 30, w.kind != "rank", w.rpc_rank or 0, w.pid or 0))
+    return records
+
+
+def _worker(s: _Store, proc: sqlite3.Row | None, rank: sqlite3.Row | None, restart: int) -> WorkerRecord:
+    ended = proc["ended_at"] if proc is not None else None
+    if rank is not None:
+        state = _LAUNCHER_STATES.get(rank["state"], rank["state"])
+        if state == "running" and proc is None:
+            state = "starting"
+    else:
+        state = "running" if ended is None and s.live else "exited"
+    running = state == "running" and proc is not None and ended is None and s.live
+    age = max(0.0, s.now - proc["last_seen"]) if running and proc["last_seen"] is not None else None
+    placed = rank["device"] if rank is not None else None
+    probed = proc["device"] if proc is not None else None
+    device = probed if probed and probed != "cpu" else (placed or probed)
+    started = rank["started_at"] if rank is not None else (proc["connected_at"] if proc is not None else None)
+    finished = rank["ended_at"] if rank is not None and rank["ended_at"] is not None else ended
+    return WorkerRecord(
+        rank=rank["rank"] if rank is not None else (proc["rank"] if proc is not None else None),
+        name=proc["name"] if proc is not None else None,
+        host=proc["host"] if proc is not None else None,
+        pid=rank["pid"] if rank is not None else proc["pid"],
+        state=state,
+        exit_code=rank["exit_code"] if rank is not None else None,
+        cpu_percent=proc["cpu_percent"] if proc is not None and running else None,
+        rss_bytes=proc["rss_bytes"] if proc is not None and running else None,
+        device=device,
+        gpu_memory_bytes=proc["gpu_memory_bytes"] if proc is not None and running else None,
+        heartbeat_age_s=age,
+        stale=age is not None and age > protocol.STALE_AFTER_S,
+        kind=proc["kind"] if proc is not None and proc["kind"] else "rank",
+        rpc_rank=proc["rpc_rank"] if proc is not None else None,
+        parent_pid=proc["ppid"] if proc is not None else None,
+        threads=proc["threads"] if proc is not None and running else None,
+        restart=restart,
+        cuda_visible_devices=proc["cuda_visible_devices"] if proc is not None else None,
+        device_maps=_loads(proc["device_maps"]) if proc is not None else None,
+        dropped_events=int(proc["dropped"] or 0) if proc is not None else 0,
+        started_at=iso_time(started),
+        ended_at=iso_time(finished),
+        cpu_s=_column(proc, "cpu_s"),
+        telemetry_cpu_s=_column(proc, "telemetry_cpu_s"),
+    )
