@@ -89,16 +89,16 @@ def workload(calls: int, window: int, rounds: int) -> None:
         result: dict = {k: statistics.median(v) for k, v in rates.items()}
         tracking = _tracking_queue()
         if tracking is not None:
-            from rpcctl.telemetry import rrefs
+            from rpcctl.telemetry.rrefs import hooks
 
             pairs: dict[str, list[float]] = {"churn": [], "hold": []}
             for i in range(2 * rounds):
                 for shape in ("churn", "hold"):
                     measured = {}
                     for on in ((True, False) if i % 2 == 0 else (False, True)):
-                        rrefs._q = tracking if on else None
+                        hooks._q = tracking if on else None
                         measured[on] = one_round(shape == "hold")
-                    rrefs._q = tracking
+                    hooks._q = tracking
                     pairs[shape].append(measured[True] / measured[False])
             result["paired"] = {k: statistics.median(v) for k, v in pairs.items()}
         print("RESULT " + json.dumps(result), flush=True)
@@ -115,12 +115,12 @@ class _StandInRRef:
         return False  # stays in the poll list: no describe RPC in a process without RPC
 
 
-def _tracked(rrefs, handles: list, released=None) -> list:
+def _tracked(hooks, handles: list, released=None) -> list:
     """Queued entries for ``handles``, as the remote() hook makes them (``released``: the hook's
     callback, which queues a handle again when it dies)."""
     items = []
     for handle in handles:
-        ref = rrefs._Ref(handle, released)
+        ref = hooks._Ref(handle, released)
         ref.kind, ref.to, ref.func, ref.target, ref.code, ref.lasti, ref.t, ref.seen = "r", "worker1", echo, None, echo.__code__, 0, 0.0, 0
         items.append(ref)
     return items
@@ -135,14 +135,15 @@ def gil(cycles: int = 10, per_cycle: int = 2000) -> dict[str, dict[str, float]]:
     import gc
     import threading
 
-    from rpcctl.telemetry import protocol, rrefs, worker
+    from rpcctl.telemetry import protocol, worker
+    from rpcctl.telemetry.rrefs import hooks, sender
 
     gc.freeze()  # as in a rank forked by rpcctl: a full collection must not land in a cycle
     report = {}
-    sliced = rrefs.GIL_SLICE
+    sliced = sender.GIL_SLICE
     for label, slice_ in (("unsliced", 1 << 30), (f"sliced every {sliced}", sliced)):
-        rrefs.GIL_SLICE = slice_
-        tracker, queue = rrefs.Tracker(), []
+        sender.GIL_SLICE = slice_
+        tracker, queue = sender.Tracker(), []
         tracker._send_describes = lambda final: None  # no RPC here
         work = [[_StandInRRef() for _ in range(per_cycle)] for _ in range(cycles)]
         delays: list[float] = []
@@ -158,11 +159,11 @@ def gil(cycles: int = 10, per_cycle: int = 2000) -> dict[str, dict[str, float]]:
 
         thread = threading.Thread(target=pinger)
         thread.start()
-        rrefs._q = queue
+        hooks._q = queue
         cpu = []
         try:
             for handles in work:
-                items = _tracked(rrefs, handles, rrefs._released)
+                items = _tracked(hooks, handles, hooks._released)
                 busy.set()
                 started = time.thread_time()
                 events = tracker.process(items, 10.0)
@@ -175,8 +176,8 @@ def gil(cycles: int = 10, per_cycle: int = 2000) -> dict[str, dict[str, float]]:
                 busy.clear()
                 time.sleep(0.05)
         finally:
-            rrefs._q = None
-            rrefs.GIL_SLICE = sliced
+            hooks._q = None
+            sender.GIL_SLICE = sliced
             done.set()
             thread.join()
         delays.sort()
@@ -197,29 +198,29 @@ def micro(repeats: int = 15, n: int = 5000) -> dict[str, float]:
 
     import torch
 
-    from rpcctl.telemetry import rrefs
+    from rpcctl.telemetry.rrefs import hooks, sender
 
-    rrefs.install()
+    hooks.install()
     x = torch.ones(16)
     Handle = _StandInRRef
 
     def bare(to, func, args=None, kwargs=None, timeout=-1.0):
         return Handle()
 
-    hook = rrefs._wrap_remote(bare, -1.0)
+    hook = hooks._wrap_remote(bare, -1.0)
     queue: collections.deque = collections.deque()
 
     def sender_items(alive: bool) -> tuple[list, list]:
         """100 queued handles as the hook makes them (and the handles, if they stay alive)."""
         handles = [Handle() for _ in range(100)]
-        return _tracked(rrefs, handles), handles if alive else []
+        return _tracked(hooks, handles), handles if alive else []
 
     cases = {
         "caller: remote() with the hook": lambda: (hook("worker1", echo, (x,)), len(queue) > 4096 and queue.clear()),
         "caller: remote() without": lambda: (bare("worker1", echo, (x,)), len(queue) > 4096 and queue.clear()),
     }
     best: dict[str, float] = {}
-    rrefs._q = queue
+    hooks._q = queue
     try:
         for _ in range(repeats):
             for name, fn in cases.items():
@@ -231,19 +232,19 @@ def micro(repeats: int = 15, n: int = 5000) -> dict[str, float]:
                 batches = [sender_items(alive) for _ in range(n // 100)]
                 start = time.thread_time()  # CPU: the sender's pauses cost the job nothing
                 for items, _handles in batches:
-                    rrefs.Tracker().process(items, 10.0)
+                    sender.Tracker().process(items, 10.0)
                 key = f"sender thread, per RRef {label}"
                 best[key] = min(best.get(key, 1e9), (time.thread_time() - start) / n * 1e6)
                 del batches
     finally:
-        rrefs._q = None
+        hooks._q = None
     return best
 
 
 def _tracking_queue():
     """The live tracking queue when this rank runs under rpcctl with telemetry on, else None."""
-    rrefs = sys.modules.get("rpcctl.telemetry.rrefs")
-    return getattr(rrefs, "_q", None)
+    hooks = sys.modules.get("rpcctl.telemetry.rrefs.hooks")
+    return getattr(hooks, "_q", None)
 
 
 # ---------------------------------------------------------------------------------------------

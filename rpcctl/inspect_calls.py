@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rpcctl.console import Column, human_seconds, iso_time
-from rpcctl.inspect import _loads, _Store
+from rpcctl.inspect._store import _loads, _Store
 from rpcctl.telemetry import calls as tracking
 
 

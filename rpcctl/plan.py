@@ -83,7 +83,7 @@ def build_plan(spec: JobSpec, facts: NodeFacts, *, run_id: str, run_dir: Path, r
     rpc = json.dumps(spec.rpc.model_dump(mode="json")) if spec.rpc.init else None
     tuned = {}
     if spec.rpc.tuning == "auto" and not spec.multi_node:
-        from rpcctl.bench.tuning import auto_rpc_env  # standard library only: keeps the launcher light
+        from rpcctl.rpc_settings import auto_rpc_env  # standard library only: keeps the launcher light
 
         tuned = auto_rpc_env()
     ranks = []

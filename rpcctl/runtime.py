@@ -41,10 +41,11 @@ import sys
 import time
 import traceback
 import types
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from rpcctl.rpc_settings import silence_torch_internal_warnings
 
 _stack_file = None  # kept open for faulthandler.register
 
@@ -91,20 +92,6 @@ def run_rank(argv: list[str]) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
     return code
-
-
-def silence_torch_internal_warnings() -> None:
-    # init_rpc's TensorPipe handshake passes torch's own ProcessGroupGloo to
-    # all_gather_object, and torch warns about that in every rank of every RPC job. The user
-    # can do nothing about it, so it only buries their output. The filter is narrow (this
-    # message, this module); a script that itself passes a raw Backend as a group loses the
-    # warning too, which is the price of not printing it twice per rank for everyone else.
-    warnings.filterwarnings(
-        "ignore",
-        message=r"You are using a Backend <class 'torch\.distributed\.distributed_c10d\.ProcessGroupGloo'> as a ProcessGroup",
-        category=UserWarning,
-        module=r"torch\.distributed\.distributed_c10d",
-    )
 
 
 def _run_script(argv: list[str]) -> int:
@@ -244,7 +231,7 @@ def bind_rendezvous_store_to_master_addr(rendezvous: types.ModuleType) -> None:
 def _init_rpc(spec: dict[str, Any]) -> None:
     import torch.distributed.rpc as rpc
 
-    from rpcctl.bench.tuning import backend_options_kwargs
+    from rpcctl.rpc_settings import backend_options_kwargs
 
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     name = spec["name"].format(rank=rank, local_rank=int(os.environ.get("LOCAL_RANK", 0)))

@@ -416,7 +416,7 @@ def test_event_follower_waits_for_whole_lines(tmp_path):
 
 
 def test_auto_env_and_backend_options():
-    from rpcctl.bench import tuning
+    from rpcctl import rpc_settings as tuning
 
     env = tuning.auto_rpc_env()
     assert env and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
@@ -433,7 +433,7 @@ def test_auto_env_and_backend_options():
 
 
 def test_auto_settings_build_real_backend_options():
-    from rpcctl.bench import tuning
+    from rpcctl import rpc_settings as tuning
     from rpcctl.bench.transports.rpc import backend_options
 
     options = backend_options(tuning.AUTO_SETTINGS)

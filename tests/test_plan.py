@@ -254,7 +254,7 @@ def test_rpc_init_spec_is_passed_as_json(spec, run_dir):
 
 
 def test_rpc_tuning_auto_adds_the_tuned_env_but_the_users_env_wins(spec, run_dir):
-    from rpcctl.bench.tuning import auto_rpc_env
+    from rpcctl.rpc_settings import auto_rpc_env
 
     tuned = auto_rpc_env()
     assert tuned  # something to apply

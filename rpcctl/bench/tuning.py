@@ -1,78 +1,18 @@
-"""RPC settings that make single-node jobs faster: the ``auto`` set, and the search behind ``--tune``.
+"""The search behind ``rpcctl bench --tune``: which RPC settings make this machine faster.
 
-``rpc.tuning: auto`` applies ``AUTO_SETTINGS``: the settings measured to be good on one machine
-(see ``docs/bench.md`` and ``rpcctl bench --transport rpc,rpc-tuned``):
-
-- ``THP_MEM_ALLOC_ENABLE=1``: c10 backs CPU tensors of 2 MiB and more with transparent huge
-  pages, so large payloads fault in far fewer pages (64 MiB echo 1.5-1.7× here; no consistent
-  gain from 1 to 16 MiB, see docs/bench.md). c10 reads it once, at the process's first CPU tensor allocation: set
-  in a rank's environment it works for spawned ranks and for ranks forked by rpcctl (whose fork
-  server imports torch but allocates no tensor); ``rpcctl bench`` checks that it took effect.
-- the shared-memory transport first (``shm``, then ``uv`` so that other machines are still
-  reachable): TensorPipe already prefers it where it is usable, this pins that choice.
-
-As environment (``auto_rpc_env``), for a launch config:
-
-=============================  ===============================================================
-THP_MEM_ALLOC_ENABLE           read by c10 (torch) itself
-RPCCTL_RPC_TRANSPORTS          comma list → TensorPipeRpcBackendOptions(_transports=...)
-RPCCTL_RPC_CHANNELS            comma list → TensorPipeRpcBackendOptions(_channels=...)
-RPCCTL_RPC_WORKER_THREADS      → TensorPipeRpcBackendOptions(num_worker_threads=...)
-=============================  ===============================================================
-
-The ``RPCCTL_RPC_*`` variables take effect where rpcctl builds the backend options (``rpc.init:
-true``, through ``backend_options_kwargs``); a script that calls ``init_rpc`` itself can pass
-``**backend_options_kwargs()`` to its ``TensorPipeRpcBackendOptions``.
+The settings themselves (``AUTO_SETTINGS``, ``settings_to_env``, the ``RPCCTL_RPC_*``
+variables) belong to the launch core, in ``rpcctl.rpc_settings``; this module measures them.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-
-AUTO_SETTINGS: dict[str, Any] = {
-    "transports": ["shm", "uv"],
-    "env": {"THP_MEM_ALLOC_ENABLE": "1"},
-}
-
-ENV_TRANSPORTS = "RPCCTL_RPC_TRANSPORTS"
-ENV_CHANNELS = "RPCCTL_RPC_CHANNELS"
-ENV_WORKER_THREADS = "RPCCTL_RPC_WORKER_THREADS"
-
-
-def settings_to_env(settings: Mapping[str, Any]) -> dict[str, str]:
-    """rpc adapter settings → the environment a launch config carries."""
-    env = {str(k): str(v) for k, v in (settings.get("env") or {}).items()}
-    if settings.get("transports"):
-        env[ENV_TRANSPORTS] = ",".join(settings["transports"])
-    if settings.get("channels"):
-        env[ENV_CHANNELS] = ",".join(settings["channels"])
-    if settings.get("num_worker_threads"):
-        env[ENV_WORKER_THREADS] = str(int(settings["num_worker_threads"]))
-    return env
-
-
-def auto_rpc_env() -> dict[str, str]:
-    """The environment ``rpc.tuning: auto`` adds to every rank of a single-node job."""
-    return settings_to_env(AUTO_SETTINGS)
-
-
-def backend_options_kwargs(env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Keyword arguments for ``TensorPipeRpcBackendOptions`` from ``RPCCTL_RPC_*`` (``{}`` if unset)."""
-    env = os.environ if env is None else env
-    kwargs: dict[str, Any] = {}
-    if env.get(ENV_TRANSPORTS):
-        kwargs["_transports"] = [t.strip() for t in env[ENV_TRANSPORTS].split(",") if t.strip()]
-    if env.get(ENV_CHANNELS):
-        kwargs["_channels"] = [c.strip() for c in env[ENV_CHANNELS].split(",") if c.strip()]
-    if env.get(ENV_WORKER_THREADS):
-        kwargs["num_worker_threads"] = int(env[ENV_WORKER_THREADS])
-    return kwargs
+from rpcctl.rpc_settings import settings_to_env
 
 
 # -- --tune: a greedy search over single knobs, then their combination ---------------------------

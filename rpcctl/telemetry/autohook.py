@@ -55,15 +55,22 @@ def _uninstall(hook: _TorchImportHook) -> None:
         pass
 
 
+# How the init_rpc hook joins telemetry (``rrefs.set_join``): given by whoever installs, since
+# the worker imports this module and so cannot be imported from here.
+_join: Any = None
+
+
 def _torch_imported() -> None:
     try:
         from rpcctl.telemetry import calls, rrefs
 
         calls.install()  # first: rrefs' wrappers go around these
+        if _join is not None:
+            rrefs.set_join(_join)
         rrefs.install()
     except Exception as exc:
         print(f"rpcctl: RRef hooks not installed: {exc!r}", file=sys.stderr)
-    from rpcctl.runtime import silence_torch_internal_warnings
+    from rpcctl.rpc_settings import silence_torch_internal_warnings
 
     silence_torch_internal_warnings()  # as in the ranks: spawned trainers call init_rpc too
     # A process a rank started (not the rank: its bootstrap registers its own file) that uses
@@ -81,7 +88,12 @@ def _torch_imported() -> None:
             print(f"rpcctl: stack dumps not registered: {exc!r}", file=sys.stderr)
 
 
-def install() -> None:
+def install(join: Any = None) -> None:
+    """Hook torch.distributed.rpc now, or when torch is imported. ``join``: what the init_rpc
+    hook calls to join this process to telemetry (``worker.join_at_init_rpc``)."""
+    global _join
+    if join is not None:
+        _join = join
     if "torch" in sys.modules:
         _torch_imported()
         return

@@ -40,7 +40,7 @@ from collections import deque
 from typing import Any
 
 from rpcctl.telemetry.protocol import MAX_QUEUE
-from rpcctl.telemetry.rrefs import Tracker, _qualname as qualname
+from rpcctl.telemetry.rrefs.sender import Tracker, _qualname as qualname
 
 LONG_S = 1.0  # calls (and served functions) running this long are listed one by one
 MAX_LISTED = 100_000  # per process: beyond this, long calls are only counted

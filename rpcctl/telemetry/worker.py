@@ -94,12 +94,19 @@ def joining() -> _Worker | None:
     return worker if worker.active else None
 
 
+def join_at_init_rpc() -> Callable[[dict[str, Any]], None]:
+    """What the ``init_rpc`` hook calls (``rrefs.set_join``): join telemetry now, so a spawned
+    child shows up even if the rendezvous then hangs; the hook posts the "rpc" event after."""
+    joining()
+    return post
+
+
 def _install_hooks() -> None:
     """The RRef hooks now if torch is imported, else as soon as it is: never import torch
     here (a rank that does not use it must not pay for it)."""
     from rpcctl.telemetry import autohook
 
-    autohook.install()
+    autohook.install(join=join_at_init_rpc)
 
 
 def post(event: dict[str, Any]) -> None:
@@ -292,8 +299,9 @@ class _Worker:
 def send_in_slices(send: Callable[[dict[str, Any]], bool], events: list[dict[str, Any]]) -> bool:
     """Send ``events`` as batches of GIL_SLICE, pausing in between: encoding is pure Python
     under the GIL, and a cycle with thousands of events must not stall the RPC threads."""
-    starts = range(0, len(events), rrefs.GIL_SLICE)
-    return all(send({"k": "batch", "ev": events[start : start + rrefs.GIL_SLICE]}) for start in rrefs.in_slices(starts, every=1))
+    every = rrefs.sender.GIL_SLICE  # read each time: benchmarks/tracking_overhead.py --gil varies it
+    starts = range(0, len(events), every)
+    return all(send({"k": "batch", "ev": events[start : start + every]}) for start in rrefs.in_slices(starts, every=1))
 
 
 def _cuda_probe() -> dict[str, Any]:

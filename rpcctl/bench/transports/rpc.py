@@ -158,7 +158,7 @@ def variant(name: str, summary: str, **settings: Any) -> TransportSpec:
 
 
 def _tuned() -> TransportSpec:
-    from rpcctl.bench.tuning import AUTO_SETTINGS
+    from rpcctl.rpc_settings import AUTO_SETTINGS
 
     return variant("rpc-tuned", "rpc.tuning: auto: " + describe(AUTO_SETTINGS), **AUTO_SETTINGS)
 

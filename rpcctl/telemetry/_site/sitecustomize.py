@@ -6,13 +6,21 @@ import os
 import sys
 
 
+def _rpcctl_join():
+    """Joins telemetry when the process calls init_rpc (imported only then: most helper
+    interpreters never do)."""
+    from rpcctl.telemetry import worker
+
+    return worker.join_at_init_rpc()
+
+
 def _rpcctl_chain() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     if os.environ.get("RPCCTL_TELEMETRY_SOCKET"):
         try:
             from rpcctl.telemetry import autohook
 
-            autohook.install()
+            autohook.install(join=_rpcctl_join)
         except Exception as exc:  # never break an unrelated interpreter
             print(f"rpcctl: telemetry hook not installed: {exc!r}", file=sys.stderr)
     import importlib.machinery

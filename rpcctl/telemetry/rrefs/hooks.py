@@ -1,0 +1,294 @@
+"""The hot path of RRef tracking: wrappers on torch.distributed.rpc that queue what they see.
+
+Each hook appends one object to the active worker's queue (``activate``) and returns; the
+sender thread turns the queue into events (``sender.Tracker``). With no queue active, the
+hooks only call through. What each hook records is listed in the package's docstring.
+
+Also here, because they run outside the sender thread: ``_describe_on_owner`` (an RPC target,
+on the owner), and the identity ``init_rpc`` learns (``identity``), which the sender's Tracker reads.
+
+The hooks never import the worker (the worker imports them): the ``init_rpc`` hook joins the
+process to telemetry through the function given to ``set_join``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import sys
+import time
+import types
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from rpcctl.telemetry.protocol import MAX_QUEUE
+from rpcctl.telemetry.rrefs.values import describe
+
+# An RRef's text names its ids: "...RRefId = GloballyUniqueId(created_on=0, local_id=1)...".
+RREF_ID = re.compile(r"GloballyUniqueId\(created_on=(\d+), local_id=(\d+)\)")
+
+# The active worker's queue (a deque), or None: the hooks then only call through.
+_q: Any = None
+_dropped = 0
+_installed = False
+_time = time.time
+_weakref = weakref.ref
+_getframe = sys._getframe
+_PLAIN = (types.FunctionType, types.MethodType, type)  # callees whose type is hashable and known
+_skip_dirs: tuple[str, ...] = ()
+_skip_codes: dict[Any, bool] = {}
+_proxy_calls: tuple[Any, ...] = ()  # rref_proxy's _local_invoke functions: rref.remote().method()
+_shutting_down = False
+# (name, rank, {rank: name}) once init_rpc returned here; None before, and in a forked child.
+identity: tuple[str, int, dict[int, str]] | None = None
+# Called by the init_rpc hook before the rendezvous: joins telemetry, returns how to post the
+# "rpc" event (or None). Set by the worker, or by sitecustomize in processes a rank spawns.
+_join: Callable[[], Callable[[dict[str, Any]], None] | None] | None = None
+
+
+def dropped() -> int:
+    return _dropped
+
+
+def _drop() -> None:
+    global _dropped
+    _dropped += 1
+
+
+def set_join(join: Callable[[], Callable[[dict[str, Any]], None] | None]) -> None:
+    """What the ``init_rpc`` hook calls to join this process to telemetry."""
+    global _join
+    _join = join
+
+
+# ---------------------------------------------------------------------------------------------
+# Hot path (the user's threads and torch's RPC threads)
+
+
+class _Ref(weakref.ref):
+    """A weak reference to an RRef handle that carries what the hook saw: one object per event
+    (a tuple beside it would double the garbage-collected allocations on the hot path, and
+    trigger collections a plain torch RPC loop never does). Queued when the handle is made, and
+    queued again, by its callback, when the handle dies."""
+
+    __slots__ = ("kind", "to", "func", "target", "code", "lasti", "data", "t", "released", "seen")
+
+
+def _released(ref: _Ref) -> None:
+    q = _q
+    if q is not None:
+        ref.released = _time()
+        q.append(ref)
+
+
+def _value_freed(wr: weakref.ref) -> None:
+    q = _q
+    if q is not None:
+        q.append(("vx", wr, _time()))
+
+
+def _caller() -> tuple[Any, int]:
+    """The user's frame that called the hook: (code, f_lasti); the line is resolved later
+    (``f_lineno`` costs twice as much as ``f_lasti`` here)."""
+    frame = _getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        skip = _skip_codes.get(code)
+        if skip is None:
+            skip = _skip_codes[code] = code.co_filename.startswith(_skip_dirs)
+        if not skip:
+            return code, frame.f_lasti
+        frame = frame.f_back
+    return None, 0
+
+
+def _wrap_remote(orig: Any, unset_timeout: float) -> Any:
+    @functools.wraps(orig)
+    def remote(to, func, args=None, kwargs=None, timeout=unset_timeout):  # noqa: ANN001 - torch's signature
+        rref = orig(to, func, args, kwargs, timeout)
+        q = _q
+        if q is not None:
+            if len(q) < MAX_QUEUE:
+                ref = _Ref(rref, _released)
+                ref.kind, ref.to, ref.func, ref.t, ref.seen = "r", to, func, _time(), 0
+                ref.code, ref.lasti = _caller()
+                # rref.remote().method(): remember the target RRef (weakly) and the method name
+                ref.target = (_weakref(args[0]), args[1]) if func in _proxy_calls and args and len(args) > 1 else None
+                q.append(ref)
+            else:
+                _drop()
+        return rref
+
+    remote._rpcctl_wrapped = True  # type: ignore[attr-defined]
+    return remote
+
+
+def _wrap_rref_init(orig: Any) -> Any:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+        orig(self, *args, **kwargs)
+        q = _q
+        if q is not None:
+            if len(q) < MAX_QUEUE:
+                ref = _Ref(self, _released)
+                ref.kind, ref.t, ref.seen = "l", _time(), 0
+                ref.code, ref.lasti = _caller()
+                q.append(ref)
+            else:
+                _drop()
+
+    __init__._rpcctl_wrapped = True  # type: ignore[attr-defined]
+    return __init__
+
+
+def _wrap_receiver(orig: Any) -> Any:
+    def _py_rref_receiver(cls: Any, rref_fork_data: Any) -> Any:
+        rref = orig(cls, rref_fork_data)
+        q = _q
+        if q is not None and not rref.is_owner():  # the owner getting its own RRef back is no fork
+            if len(q) < MAX_QUEUE:
+                ref = _Ref(rref, _released)
+                ref.kind, ref.data, ref.t, ref.seen = "f", rref_fork_data, _time(), 0
+                q.append(ref)
+            else:
+                _drop()
+        return rref
+
+    # Pickle sends the receiver by name: ours must answer to the original's.
+    _py_rref_receiver.__qualname__ = "_InternalRPCPickler._py_rref_receiver"
+    _py_rref_receiver._rpcctl_wrapped = True  # type: ignore[attr-defined]
+    return _py_rref_receiver
+
+
+def _wrap_init_rpc(orig: Any) -> Any:
+    @functools.wraps(orig)
+    def init_rpc(*args: Any, **kwargs: Any) -> Any:
+        join = _join
+        post = join() if join is not None else None  # a spawned child shows up now, even if rendezvous then hangs
+        result = orig(*args, **kwargs)
+        try:
+            options = kwargs.get("rpc_backend_options", args[4] if len(args) > 4 else None)
+            info = _rpc_info(options)
+            if post is not None:
+                post(info)
+        except Exception:
+            pass
+        return result
+
+    init_rpc._rpcctl_wrapped = True  # type: ignore[attr-defined]
+    return init_rpc
+
+
+def _wrap_shutdown(orig: Any) -> Any:
+    @functools.wraps(orig)
+    def shutdown(*args: Any, **kwargs: Any) -> Any:
+        global _shutting_down
+        _shutting_down = True  # no more describe calls from the sender thread
+        q = _q
+        if q is not None:
+            q.append({"e": "shutdown", "t": _time()})
+        return orig(*args, **kwargs)
+
+    shutdown._rpcctl_wrapped = True  # type: ignore[attr-defined]
+    return shutdown
+
+
+def install() -> bool:
+    """Wrap torch.distributed.rpc in this process (idempotent). False where RPC is unavailable."""
+    global _installed, _skip_dirs, _proxy_calls
+    if _installed:
+        return True
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return False
+    import torch.distributed.rpc as rpc
+
+    if not hasattr(rpc, "init_rpc"):
+        return False
+    from torch.distributed.rpc import api, internal, rref_proxy
+    from torch.distributed.rpc.constants import UNSET_RPC_TIMEOUT
+
+    # `import torch` above may have run the sitecustomize import hook, which installs too.
+    if _installed or getattr(api.remote, "_rpcctl_wrapped", False):
+        _installed = True
+        return True
+
+    telemetry_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # rpcctl/telemetry/
+    _skip_dirs = (os.path.dirname(rpc.__file__) + os.sep, telemetry_dir + os.sep)
+    _proxy_calls = (rref_proxy._local_invoke, rref_proxy._local_invoke_async_execution)
+
+    remote = _wrap_remote(api.remote, UNSET_RPC_TIMEOUT)
+    api.remote = remote
+    rpc.remote = remote
+    shutdown = _wrap_shutdown(api.shutdown)
+    api.shutdown = shutdown
+    rpc.shutdown = shutdown
+    rpc.init_rpc = _wrap_init_rpc(rpc.init_rpc)
+    api.RRef.__init__ = _wrap_rref_init(api.RRef.__init__)
+    pickler = internal._InternalRPCPickler
+    pickler._py_rref_receiver = classmethod(_wrap_receiver(pickler.__dict__["_py_rref_receiver"].__func__))
+    _installed = True
+    return True
+
+
+def _rpc_info(options: Any) -> dict[str, Any]:
+    import torch.distributed.rpc as rpc
+
+    me = rpc.get_worker_info()
+    workers = {}
+    try:
+        workers = {info.id: info.name for info in rpc.api._get_current_rpc_agent().get_worker_infos()}
+    except Exception:
+        pass
+    device_maps = devices = None
+    if options is not None:
+        device_maps = {str(k): {str(a): str(b) for a, b in v.items()} for k, v in (getattr(options, "device_maps", None) or {}).items()}
+        devices = [str(d) for d in (getattr(options, "devices", None) or [])]
+    world_size = len(workers) or None
+    global identity
+    identity = (me.name, me.id, workers)
+    return {"e": "rpc", "name": me.name, "rpc_rank": me.id, "world_size": world_size, "workers": workers,
+            "device_maps": device_maps, "devices": devices, "t": _time()}
+
+
+def activate(queue: Any) -> None:
+    global _q
+    _q = queue
+
+
+def deactivate() -> None:
+    global _q
+    _q = None
+
+
+def after_fork_in_child() -> None:
+    """A forked child starts with no queue and no state."""
+    global _q, _dropped, _shutting_down, identity
+    _q = None
+    _dropped = 0
+    _shutting_down = False
+    identity = None
+
+
+def _describe_on_owner(rrefs: list[Any]) -> None:
+    """Runs on the owner (one batched rpc_async from a creator's sender thread): describe each
+    value, and watch it so that its release is seen. Reports through the owner's own channel."""
+    q = _q
+    if q is None:
+        return
+    now = _time()
+    for rref in rrefs:
+        try:
+            ids = RREF_ID.findall(str(rref))
+            rref_id = f"{ids[0][0]}:{ids[0][1]}"
+            value = rref.local_value()
+        except Exception:
+            continue
+        q.append({"e": "desc", "id": rref_id, "value": describe(value), "t": now})
+        try:
+            q.append(("vw", _weakref(value, _value_freed), rref_id))
+        except TypeError:
+            pass
+        del value

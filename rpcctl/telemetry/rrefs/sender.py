@@ -1,0 +1,320 @@
+"""The sender thread's side of RRef tracking: the hooks' queue → protocol events (``Tracker``).
+
+RRefs gone before ``MIN_AGE_S`` are only counted per call site (``churn``); the others get
+their ids, owner and call site resolved, and once the owner confirmed them a batched
+``rpc_async`` per owner asks it to describe the values (``hooks._describe_on_owner``).
+Also here: the slicing that lets go of the GIL during long cycles (``in_slices``), which the
+worker's sends use too.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import time
+import weakref
+from collections import Counter
+from typing import Any
+
+from rpcctl.telemetry.protocol import MIN_AGE_S
+from rpcctl.telemetry.rrefs import hooks
+from rpcctl.telemetry.rrefs.hooks import _PLAIN, RREF_ID, _describe_on_owner, _Ref, _value_freed, _weakref
+from rpcctl.telemetry.rrefs.values import describe
+
+# The sender thread lets go of the GIL after every GIL_SLICE items (~0.15 ms of work). Without
+# it, a cycle with thousands of events (a round of RRefs released at once) holds the GIL for
+# 10+ ms, and every RPC thread that needs it waits a full switch interval (5 ms) or more:
+# benchmarks/tracking_overhead.py --gil measures those stalls (64/50 µs: waits p50 ~0.13 ms;
+# 128/100 µs: ~0.25 ms for the same CPU; 32: more CPU for little gain).
+GIL_SLICE = 64
+PAUSE_S = 0.00005  # a real sleep: time.sleep(0) may take the GIL straight back
+
+
+def pause() -> None:
+    time.sleep(PAUSE_S)
+
+
+def in_slices(items: Any, every: int | None = None) -> Any:
+    """``items``, one by one, letting go of the GIL after every ``every`` (GIL_SLICE) of them."""
+    every = every or GIL_SLICE
+    for index, item in enumerate(items):
+        if index and not index % every:
+            pause()
+        yield item
+
+
+DESCRIBE_PER_CYCLE = 16  # RRefs per owner per sender cycle (0.1 s): at most 160/s per owner
+DESCRIBE_BACKLOG = 10_000  # beyond this, RRefs stay undescribed
+
+class Tracker:
+    """Per-process state of what was reported. Used only by the sender thread."""
+
+    def __init__(self) -> None:
+        self.name: str | None = None
+        self.rank: int | None = None
+        self.workers: dict[int, str] = {}
+        self.ranks_by_name: dict[str, int] = {}
+        self.sent: dict[int, tuple[weakref.ref, str, str]] = {}  # id(weakref) → (weakref, rref id, fork id)
+        self.unconfirmed: dict[int, tuple[weakref.ref, str, str | None]] = {}  # … (weakref, rref id, owner)
+        self.values: dict[int, tuple[weakref.ref, str]] = {}  # id(weakref of a value we own) → (weakref, rref id)
+        self.to_describe: dict[str, collections.deque[weakref.ref]] = {}  # owner → confirmed RRefs to describe
+        self.deferred: list[tuple[Any, ...]] = []
+        self.churn: Counter[tuple[str, str, str]] = Counter()
+        self.sites: dict[tuple[Any, int], str] = {}
+        self.meta: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self.pending_events: list[dict[str, Any]] = []  # made while handling another event
+        self.described: set[str] = set()  # forks whose description this process asked for
+        self._identity: tuple[str, int, dict[int, str]] | None = None  # the hooks' identity, as last seen
+
+    def set_identity(self, name: str, rank: int, workers: dict[int, str]) -> None:
+        self.name, self.rank = name, rank
+        self.workers = dict(workers)
+        self.ranks_by_name = {v: k for k, v in workers.items()}
+
+    def process(self, items: list[Any], now: float, final: bool = False) -> list[dict[str, Any]]:
+        if hooks.identity is not self._identity and hooks.identity is not None:  # init_rpc returned since the last cycle
+            self._identity = hooks.identity
+            self.set_identity(*self._identity)
+        out: list[dict[str, Any]] = []
+        todo, self.deferred = self.deferred + items, []
+        for item in in_slices(todo):
+            kind = type(item)
+            try:
+                if kind is _Ref:
+                    seen = item.seen
+                    if seen == 0:  # a new handle: report it if it outlived MIN_AGE_S
+                        if not final and now - item.t < MIN_AGE_S and item() is not None:
+                            self.deferred.append(item)
+                            continue
+                        event = self._created(item)
+                    elif seen == 1 and item() is None:  # a reported handle died
+                        event = self._dropped(item, now)
+                    else:
+                        continue
+                elif kind is dict:
+                    event = item
+                else:
+                    event = getattr(self, "_" + item[0])(*item[1:])
+            except Exception:
+                event = None  # a torch object that misbehaves must not stop the sender
+            if event is not None:
+                out.append(event)
+            if self.pending_events:
+                out.extend(self.pending_events)
+                self.pending_events.clear()
+        for key, (wr, rref_id, owner) in in_slices(list(self.unconfirmed.items())):
+            rref = wr()
+            if rref is None:
+                del self.unconfirmed[key]
+            elif rref.confirmed_by_owner():
+                del self.unconfirmed[key]
+                out.append({"e": "conf", "id": rref_id, "t": now})
+                self._describe(rref, owner, rref_id, out, now)
+            del rref
+        self._send_describes(final)
+        if self.churn:
+            for (owner, callee, site), n in self.churn.items():
+                out.append({"e": "churn", "owner": owner, "callee": callee, "site": site, "n": n, "t": now})
+            self.churn.clear()
+        return out
+
+    # -- handles (``_Ref``) and tuples (``vw``, ``vx``) --------------------------------------------
+    def _created(self, ref: _Ref) -> dict | None:
+        event = {"r": self._r, "l": self._l, "f": self._f}[ref.kind](ref)
+        ref.seen = 1 if event is not None else 2
+        return event
+
+    def _dropped(self, ref: _Ref, now: float) -> dict | None:
+        ref.seen = 3
+        entry = self.sent.pop(id(ref), None)
+        self.unconfirmed.pop(id(ref), None)
+        if entry is None:
+            return None
+        return {"e": "rel", "id": entry[1], "fork": entry[2], "t": getattr(ref, "released", now)}
+
+    def _r(self, ref: _Ref) -> dict | None:
+        to, func, target, t = ref.to, ref.func, ref.target, ref.t
+        method = target[1] if target else None
+        key = (to, func, method, ref.code, ref.lasti) if type(to) is str and type(func) in _PLAIN else None
+        meta = self.meta.get(key) if key is not None else None
+        if meta is None:
+            owner_rank, owner = self._owner(to)
+            meta = (owner_rank, owner, f"?.{method}" if method else _qualname(func), self._site(ref.code, ref.lasti))
+            if key is not None and len(self.meta) < 10_000:
+                self.meta[key] = meta
+        owner_rank, owner, callee, site = meta
+        rref = ref()
+        if rref is None:
+            self.churn[(owner or "?", callee, site)] += 1
+            return None
+        if target is not None:  # name the method after the RRef it was called on: "rref(0:3).value"
+            on = target[0]()
+            if on is not None:
+                ids = RREF_ID.findall(str(on))
+                callee = f"rref({ids[0][0]}:{ids[0][1]}).{method}" if ids else callee
+            del on
+        ids = RREF_ID.findall(str(rref))
+        confirmed = rref.confirmed_by_owner()
+        rref_id = f"{ids[0][0]}:{ids[0][1]}"
+        fork_id = f"{ids[1][0]}:{ids[1][1]}" if len(ids) > 1 else ""
+        self.sent[id(ref)] = (ref, rref_id, fork_id)
+        event = {"e": "rref", "id": rref_id, "fork": fork_id, "owner": owner, "owner_rank": owner_rank, "kind": "remote",
+                 "callee": callee, "site": site, "confirmed": confirmed, "t": t}
+        if confirmed:
+            self._describe(rref, owner, rref_id, None, t)
+        else:
+            self.unconfirmed[id(ref)] = (ref, rref_id, owner)
+        del rref
+        return event
+
+    def _describe(self, rref: Any, owner: str | None, rref_id: str, out: list | None, t: float) -> None:
+        """Describe a confirmed RRef's value: here if we own it, else batched to its owner."""
+        if rref.is_owner():
+            value = rref.local_value()
+            self._watch_value(value, rref_id)
+            event = {"e": "desc", "id": rref_id, "value": describe(value), "t": t}
+            if out is not None:
+                out.append(event)
+            else:
+                self.pending_events.append(event)
+        elif owner is not None and not hooks._shutting_down:
+            backlog = self.to_describe.setdefault(owner, collections.deque())
+            if len(backlog) < DESCRIBE_BACKLOG:
+                backlog.append(_weakref(rref))
+
+    def _send_describes(self, final: bool) -> None:
+        """At most DESCRIBE_PER_CYCLE RRefs per owner per cycle, oldest first: passing an RRef
+        to its owner costs torch a few messages, so a burst of long-lived RRefs is described
+        over the next cycles instead of doubling the job's RPC traffic."""
+        if final or hooks._shutting_down or not self.to_describe:
+            return
+        import torch.distributed.rpc as rpc
+
+        for owner, backlog in list(self.to_describe.items()):
+            batch = []
+            while backlog and len(batch) < DESCRIBE_PER_CYCLE:
+                rref = backlog.popleft()()
+                if rref is not None:
+                    batch.append(rref)
+            if not backlog:
+                del self.to_describe[owner]
+            if not batch:
+                continue
+            try:
+                future = rpc.rpc_async(owner, _describe_on_owner, args=(batch,))
+                future.add_done_callback(_ignore_result)
+            except Exception:
+                continue  # the agent is going away: these stay undescribed
+            del batch
+
+    def _watch_value(self, value: Any, rref_id: str) -> None:
+        try:
+            vwr = _weakref(value, _value_freed)
+        except TypeError:
+            return
+        self.values[id(vwr)] = (vwr, rref_id)
+
+    def _l(self, ref: _Ref) -> dict | None:
+        t = ref.t
+        site = self._site(ref.code, ref.lasti)
+        rref = ref()
+        if rref is None:
+            self.churn[(self.name or "?", "RRef", site)] += 1
+            return None
+        ids = RREF_ID.findall(str(rref))
+        rref_id = f"{ids[0][0]}:{ids[0][1]}"
+        value = rref.local_value()
+        description = describe(value)
+        self.sent[id(ref)] = (ref, rref_id, "")
+        self._watch_value(value, rref_id)
+        del rref, value
+        return {"e": "rref", "id": rref_id, "fork": "", "owner": self.name, "owner_rank": self.rank, "kind": "local",
+                "callee": None, "site": site, "confirmed": True, "value": description, "t": t}
+
+    def _f(self, ref: _Ref) -> dict | None:
+        data, t = ref.data, ref.t
+        rref = ref()
+        if rref is None:
+            return None
+        owner_rank, rref_on, rref_local, fork_on, fork_local = (int(x) for x in data[:5])
+        rref_id, fork_id = f"{rref_on}:{rref_local}", f"{fork_on}:{fork_local}"
+        self.sent[id(ref)] = (ref, rref_id, fork_id)
+        type_name = data[6] if len(data) > 6 and isinstance(data[6], str) else None
+        if type_name and "." in type_name:
+            type_name = type_name.rsplit(".", 1)[1]
+        # An RRef its owner made (rpc.RRef(value) there) and handed out: its creator never
+        # reports it, so the first holder asks for the description. Its value exists already;
+        # an RRef rpc.remote() made is described by its creator, once the owner confirmed it.
+        if rref_on == owner_rank and rref_id not in self.described and len(self.described) < 100_000:
+            self.described.add(rref_id)
+            self._describe(rref, self.workers.get(owner_rank), rref_id, None, t)
+        del rref
+        return {"e": "fork", "id": rref_id, "fork": fork_id, "owner_rank": owner_rank,
+                "type": None if type_name == "PyObject" else type_name, "t": t}
+
+    def _vw(self, wr: weakref.ref, rref_id: str) -> None:
+        if wr() is not None:
+            self.values[id(wr)] = (wr, rref_id)
+
+    def _vx(self, wr: weakref.ref, t: float) -> dict | None:
+        entry = self.values.pop(id(wr), None)
+        if entry is None or entry[0] is not wr:
+            return None
+        return {"e": "vfree", "id": entry[1], "t": t}
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _owner(self, to: Any) -> tuple[int | None, str | None]:
+        if isinstance(to, str):
+            return self.ranks_by_name.get(to), to
+        if isinstance(to, int):
+            return to, self.workers.get(to)
+        rank, name = getattr(to, "id", None), getattr(to, "name", None)
+        return rank, name
+
+    def _site(self, code: Any, lasti: int) -> str:
+        if code is None:
+            return "?"
+        key = (code, lasti)
+        site = self.sites.get(key)
+        if site is None:
+            line = next((ln for start, end, ln in code.co_lines() if start <= lasti < end and ln is not None), code.co_firstlineno)
+            site = f"{_short_path(code.co_filename)}:{line} in {code.co_name}"
+            if len(self.sites) < 10_000:
+                self.sites[key] = site
+        return site
+
+
+_tracker = Tracker()
+
+
+def tracker() -> Tracker:
+    return _tracker
+
+
+def after_fork_in_child() -> None:
+    """A forked child starts with nothing reported."""
+    global _tracker
+    _tracker = Tracker()
+
+
+def _ignore_result(future: Any) -> None:
+    try:
+        future.wait()
+    except Exception:
+        pass  # the owner went away, or shut down: nothing to describe
+
+
+def _qualname(func: Any) -> str:
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+    if name is None:
+        return type(func).__name__
+    module = getattr(func, "__module__", None)
+    return f"{module}.{name}" if module and module not in ("__main__", "__mp_main__", "builtins") else name
+
+
+def _short_path(path: str) -> str:
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:
+        return path
+    return relative if not relative.startswith("..") else path
