@@ -17,9 +17,10 @@ import pytest
 from conftest import wait_until
 from rpcctl import inspect
 from rpcctl.telemetry import protocol, worker
+from rpcctl.telemetry.channel import SITE_DIR
 from rpcctl.telemetry.dashboard import dashboard_panels
 from rpcctl.telemetry.losses import LossParser
-from rpcctl.telemetry.server import SITE_DIR, TelemetryServer
+from rpcctl.telemetry.server import TelemetryServer
 
 # ---------------------------------------------------------------------------------------------
 # Loss parsing

@@ -9,7 +9,8 @@ import pytest
 
 from rpcctl import inspect
 from rpcctl.telemetry import protocol
-from rpcctl.telemetry.forward import TelemetryForwarder, connect_authenticated
+from rpcctl.telemetry.channel import connect_authenticated
+from rpcctl.telemetry.forward import TelemetryForwarder
 from rpcctl.telemetry.server import TelemetryServer
 
 pytestmark = pytest.mark.timeout(60)

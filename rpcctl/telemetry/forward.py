@@ -2,17 +2,16 @@
 holds every rank of a multi-node run.
 
 ``TelemetryForwarder`` stands in for ``TelemetryServer`` on nodes 1..N-1 (same calls). Ranks
-connect to a local Unix socket (mode 0600) exactly as they would on one node; each connection is
-relayed byte for byte over its own TCP connection to node 0, and the launcher's own events go
-over one more. Every TCP connection first answers node 0's HMAC challenge with the run's secret
-(``RPCCTL_SECRET``); the payload stays JSON lines, never pickle.
+connect to a local Unix socket (mode 0600) exactly as they would on one node, and only the
+run's owner gets in (the same-user check of ``channel.accept_local``, as on node 0); each
+connection is relayed byte for byte over its own TCP connection to node 0, and the launcher's
+own events go over one more. Every TCP connection first answers node 0's HMAC challenge with
+the run's secret (``RPCCTL_SECRET``); the payload stays JSON lines, never pickle.
 """
 
 from __future__ import annotations
 
 import collections
-import hashlib
-import hmac
 import socket
 import threading
 from pathlib import Path
@@ -20,21 +19,7 @@ from typing import Any
 
 from rpcctl.telemetry import protocol
 from rpcctl.telemetry.losses import LossParser
-from rpcctl.telemetry.server import close_unix, listen_unix, worker_env
-
-
-def connect_authenticated(address: tuple[str, int], secret: bytes, timeout: float = 10.0) -> socket.socket:
-    sock = socket.create_connection(address, timeout=timeout)
-    reader = sock.makefile("rb")
-    challenge = protocol.decode(reader.readline(protocol.MAX_LINE))
-    reader.close()
-    if not challenge or challenge.get("k") != "challenge":
-        sock.close()
-        raise ConnectionError(f"no telemetry challenge from {address[0]}:{address[1]}")
-    mac = hmac.new(secret, str(challenge["nonce"]).encode(), hashlib.sha256).hexdigest()
-    sock.sendall(protocol.encode({"k": "auth", "mac": mac}))
-    sock.settimeout(None)
-    return sock
+from rpcctl.telemetry.channel import Refusals, accept_local, close_unix, connect_authenticated, listen_unix, worker_env
 
 
 class TelemetryForwarder:
@@ -49,6 +34,7 @@ class TelemetryForwarder:
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self.errors: list[str] = []
+        self.refused = Refusals("telemetry relay")  # local connections from another user
 
     def start(self) -> dict[str, str]:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -104,11 +90,13 @@ class TelemetryForwarder:
         assert self._listener is not None
         while not self._stopping.is_set():
             try:
-                local, _ = self._listener.accept()
+                local = accept_local(self._listener, self.refused)
             except TimeoutError:
                 continue
             except OSError:
                 return
+            if local is None:
+                continue
             thread = threading.Thread(target=self._relay, args=(local,), name="rpcctl-telemetry-pipe", daemon=True)
             thread.start()
             self._threads.append(thread)

@@ -1,14 +1,35 @@
-"""Names and framing shared by the worker (inside ranks) and the server (inside the launcher).
+"""Names, messages and framing of the telemetry channel (worker → launcher, node → node 0).
 
-The channel is a Unix stream socket. Each message is one line of UTF-8 JSON (an object with a
-``k`` key); the worker sends ``hello`` first, then ``batch`` messages, each carrying a list of
-events (objects with an ``e`` key). Nothing is ever unpickled on either side.
+Each message is one line of UTF-8 JSON: an object whose ``k`` key names it. Nothing is ever
+unpickled on either side. Who may connect, and how, is ``channel``'s business.
+
+Messages (``k``), in the order a connection sends them:
+
+=========  ============  ====================================================================
+message    sent by       fields
+=========  ============  ====================================================================
+challenge  node 0        nonce (32 hex digits, fresh per connection). First line on every
+                         TCP connection from another node; local connections get none.
+auth       other node    mac: hex HMAC-SHA256(run secret, nonce). Must be the first line
+                         such a connection sends; anything else (or a wrong mac) ends it.
+hello      worker        pid, ppid, host, rank (the launcher's rank, or null), kind (rank |
+                         child: a process the rank spawned itself), t. First line of a
+                         worker; a connection's batches count only after it.
+batch      worker        ev: a list of events (below), at most one per sender cycle
+                         (``SEND_INTERVAL_S``); also the heartbeat
+launcher   other node    op, args: another node's launcher calls, relayed to node 0:
+                         started [rank, pid, local_rank, device, restart],
+                         exited [rank, pid, state, exit_code], log [rank, line]
+=========  ============  ====================================================================
+
+Events (``e``) inside a batch:
 
 =========  =========================================================================
 event      fields (``t`` is the wall-clock time of the observation, epoch seconds)
 =========  =========================================================================
 probe      cpu_percent, rss_bytes, threads, device, cuda_visible_devices, gpus,
-           gpu_memory_bytes, dropped (a heartbeat with the process's vital signs)
+           gpu_memory_bytes, dropped, cpu_s, telemetry_cpu_s (a heartbeat with the
+           process's vital signs)
 rpc        name, rpc_rank, world_size, workers {rank: name}, device_maps, devices
 rref       id, fork, owner, owner_rank, kind (remote|local), callee, site, confirmed,
            value (local RRefs: the value's description)
@@ -26,6 +47,7 @@ call       id, kind, callee, func, site, thread (a call running for calls.LONG_S
 cend       id, status (ok|error|timeout) (a listed call ended)
 srv        id, thread, func, nbytes (this process has run func for an incoming call for LONG_S)
 send       id (that function returned)
+error      message (the sender hit a bug of its own; not stored)
 bye        dropped (the worker stopped cleanly)
 =========  =========================================================================
 """

@@ -12,27 +12,24 @@ Lifecycle (the launcher calls these; all but ``start``/``close`` may come from a
 The server thread waits on the listening socket, the worker connections and a wake-up pipe,
 and commits at most every ``COMMIT_INTERVAL_S``, so a reader sees a change within ~0.1 s.
 Connections are accepted only from the same user (SO_PEERCRED), on top of the socket's 0600
-mode. The store is SQLite in WAL mode while the run lives and a single plain file after.
+mode, and other nodes only after the HMAC challenge: both in ``channel``. The store is SQLite
+in WAL mode while the run lives and a single plain file after.
 """
 
 from __future__ import annotations
 
 import collections
-import hashlib
-import hmac
 import os
-import secrets
 import selectors
 import socket
-import struct
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rpcctl.telemetry import protocol
+from rpcctl.telemetry.channel import LineBuffer, Refusals, accept_local, challenge, close_unix, is_answer, listen_unix, worker_env
 from rpcctl.telemetry.losses import LossParser
 from rpcctl.telemetry.store import ProcInfo, StoreWriter
 
@@ -40,7 +37,6 @@ if TYPE_CHECKING:
     from rpcctl.config import JobSpec
 
 COMMIT_INTERVAL_S = 0.1
-SITE_DIR = Path(__file__).resolve().parent / "_site"
 
 
 class TelemetryServer:
@@ -65,6 +61,7 @@ class TelemetryServer:
         self._procs_by_key: dict[tuple[int, int], ProcInfo] = {}
         self._log_index: dict[int, int] = {}
         self.bad_messages = 0
+        self.refused = Refusals("telemetry server")  # local connections from another user
         self._tcp_listener: socket.socket | None = None
         self._secret = b""
 
@@ -195,11 +192,10 @@ class TelemetryServer:
     def _accept(self, selector: selectors.BaseSelector) -> None:
         assert self._listener is not None
         try:
-            conn, _ = self._listener.accept()
+            conn = accept_local(self._listener, self.refused)
         except (BlockingIOError, InterruptedError):
             return
-        if not _same_user(conn):
-            conn.close()
+        if conn is None:
             return
         conn.setblocking(False)
         selector.register(conn, selectors.EVENT_READ, _Conn())
@@ -211,9 +207,9 @@ class TelemetryServer:
         except (BlockingIOError, InterruptedError):
             return
         state = _Conn()
-        state.nonce = secrets.token_hex(16)
+        state.nonce, line = challenge()
         try:
-            conn.sendall(protocol.encode({"k": "challenge", "nonce": state.nonce}))
+            conn.sendall(line)
         except OSError:
             conn.close()
             return
@@ -221,8 +217,7 @@ class TelemetryServer:
         selector.register(conn, selectors.EVENT_READ, state)
 
     def _authenticate(self, conn: _Conn, message: dict[str, Any]) -> None:
-        expected = hmac.new(self._secret, str(conn.nonce).encode(), hashlib.sha256).hexdigest()
-        if message.get("k") == "auth" and hmac.compare_digest(str(message.get("mac", "")), expected):
+        if is_answer(self._secret, str(conn.nonce), message):
             conn.nonce = None
         else:
             conn.rejected = True
@@ -238,12 +233,10 @@ class TelemetryServer:
         if not data:
             self._disconnect(selector, sock, conn)
             return
-        conn.buffer += data
-        if b"\n" not in data:
-            if len(conn.buffer) > protocol.MAX_LINE:
-                self._disconnect(selector, sock, conn)
+        lines = conn.lines.feed(data)
+        if lines is None:  # a line longer than protocol.MAX_LINE
+            self._disconnect(selector, sock, conn)
             return
-        *lines, conn.buffer = conn.buffer.split(b"\n")
         for line in lines:
             message = protocol.decode(line)
             if message is None:
@@ -342,68 +335,13 @@ class TelemetryServer:
 
 
 class _Conn:
-    __slots__ = ("buffer", "proc", "nonce", "rejected")
+    __slots__ = ("lines", "proc", "nonce", "rejected")
 
     def __init__(self) -> None:
-        self.buffer = b""
+        self.lines = LineBuffer()
         self.proc: ProcInfo | None = None
         self.nonce: str | None = None  # set until another node's connection answers its challenge
         self.rejected = False
-
-
-def listen_unix(run_dir: Path) -> tuple[socket.socket, Path, str | None]:
-    """The run's telemetry socket (mode 0600), and the private directory that holds it when
-    the run directory's path is too long for a Unix socket (else None)."""
-    path, private_dir = run_dir / protocol.SOCKET_NAME, None
-    if len(os.fsencode(path)) > protocol.MAX_SOCKET_PATH:
-        # Too long for sun_path: a private directory (0700) holds it instead.
-        private_dir = tempfile.mkdtemp(prefix="rpcctl-")
-        path = Path(private_dir) / protocol.SOCKET_NAME
-    if path.exists() or path.is_symlink():
-        path.unlink()
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(path))
-    os.chmod(path, 0o600)
-    listener.listen(128)
-    return listener, path, private_dir
-
-
-def close_unix(listener: socket.socket | None, path: Path | None, private_dir: str | None) -> None:
-    if listener is not None:
-        listener.close()
-    if path is not None:
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
-    if private_dir is not None:
-        try:
-            os.rmdir(private_dir)
-        except OSError:
-            pass
-
-
-def worker_env(socket_path: Path) -> dict[str, str]:
-    """What every rank needs to reach the telemetry socket, and processes it spawns too."""
-    paths = [str(SITE_DIR)]
-    package_root = str(Path(__file__).resolve().parents[2])
-    if not _on_default_path(package_root):
-        paths.append(package_root)  # a source checkout: spawned children must import rpcctl
-    existing = os.environ.get("PYTHONPATH")
-    if existing:
-        paths.append(existing)
-    return {protocol.ENV_SOCKET: str(socket_path), "PYTHONPATH": os.pathsep.join(paths)}
-
-
-def _same_user(conn: socket.socket) -> bool:
-    peercred = getattr(socket, "SO_PEERCRED", None)
-    if peercred is None:  # not Linux: the socket's 0600 mode is the guard
-        return True
-    try:
-        _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, peercred, struct.calcsize("3i")))
-    except OSError:
-        return False
-    return uid == os.getuid()
 
 
 def _drain_pipe(fd: int) -> None:
@@ -412,13 +350,3 @@ def _drain_pipe(fd: int) -> None:
             pass
     except (BlockingIOError, InterruptedError):
         pass
-
-
-def _on_default_path(directory: str) -> bool:
-    import site
-
-    default = set(site.getsitepackages())
-    user = site.getusersitepackages() if site.ENABLE_USER_SITE else None
-    if user:
-        default.add(user)
-    return os.path.realpath(directory) in {os.path.realpath(p) for p in default}

@@ -1,0 +1,195 @@
+"""The telemetry channel: how a process reaches the run's store, and who may.
+
+Written once, used by both ends that accept connections: ``server.TelemetryServer`` (the
+launcher of node 0, which owns the store) and ``forward.TelemetryForwarder`` (the launcher of
+every other node, which relays to node 0). The messages are listed in ``protocol``.
+
+Two ways in::
+
+    rank, or a process it spawned                    launcher of node 1..N-1
+      │ Unix socket, run directory, mode 0600          │ TCP to node 0
+      │ + same user (SO_PEERCRED): ``accept_local``     │ + HMAC challenge with the run's secret
+      ▼                                                ▼
+    node's launcher (server, or forwarder ──TCP──▶ node 0's server)
+
+- Local: the socket is the owner's alone (0600, in the run directory or a private 0700
+  directory), and every accepted connection is checked again for the owner's uid: a socket
+  made reachable by a looser directory, or a process that changed its uid, is still refused.
+  Refusals are counted, and the first one from each uid is logged (``Refusals``).
+- Across nodes: node 0 sends ``challenge`` (a fresh nonce); the peer's first line must be
+  ``auth`` with ``HMAC-SHA256(secret, nonce)`` (``challenge``, ``is_answer``,
+  ``connect_authenticated``). Then it speaks the same lines as a local worker.
+
+Framing is one JSON object per line (``protocol.encode``/``decode``); ``LineBuffer`` splits a
+stream into lines and refuses a line longer than ``protocol.MAX_LINE``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+import socket
+import struct
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rpcctl.telemetry import protocol
+
+SITE_DIR = Path(__file__).resolve().parent / "_site"
+
+
+# -- framing --------------------------------------------------------------------------------------
+
+
+class LineBuffer:
+    """Bytes from a stream → complete lines; what follows the last newline waits for more."""
+
+    __slots__ = ("pending",)
+
+    def __init__(self) -> None:
+        self.pending = b""
+
+    def feed(self, data: bytes) -> list[bytes] | None:
+        """The lines ``data`` completes ([] if none yet); None when a line grew past MAX_LINE."""
+        self.pending += data
+        if b"\n" not in data:
+            return None if len(self.pending) > protocol.MAX_LINE else []
+        *lines, self.pending = self.pending.split(b"\n")
+        return lines
+
+
+# -- the local socket ----------------------------------------------------------------------------
+
+
+def listen_unix(run_dir: Path) -> tuple[socket.socket, Path, str | None]:
+    """The run's telemetry socket (mode 0600), and the private directory that holds it when
+    the run directory's path is too long for a Unix socket (else None)."""
+    path, private_dir = run_dir / protocol.SOCKET_NAME, None
+    if len(os.fsencode(path)) > protocol.MAX_SOCKET_PATH:
+        # Too long for sun_path: a private directory (0700) holds it instead.
+        private_dir = tempfile.mkdtemp(prefix="rpcctl-")
+        path = Path(private_dir) / protocol.SOCKET_NAME
+    if path.exists() or path.is_symlink():
+        path.unlink()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    os.chmod(path, 0o600)
+    listener.listen(128)
+    return listener, path, private_dir
+
+
+def close_unix(listener: socket.socket | None, path: Path | None, private_dir: str | None) -> None:
+    if listener is not None:
+        listener.close()
+    if path is not None:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+    if private_dir is not None:
+        try:
+            os.rmdir(private_dir)
+        except OSError:
+            pass
+
+
+def peer_uid(conn: socket.socket) -> int | None:
+    """The uid of the process at the other end of a Unix socket; None where the system cannot
+    say (not Linux: the socket's 0600 mode is then the only guard)."""
+    peercred = getattr(socket, "SO_PEERCRED", None)
+    if peercred is None:
+        return None
+    try:
+        _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, peercred, struct.calcsize("3i")))
+    except OSError:
+        return -1  # unknown peer: refused
+    return uid
+
+
+@dataclass
+class Refusals:
+    """Local connections refused because another user made them: counted; the first one from
+    each uid is logged on stderr (later ones only counted, so a loop cannot flood the log)."""
+
+    where: str  # "telemetry server", "telemetry relay": who refused, for the log line
+    count: int = 0
+    uids: set[int] = field(default_factory=set)
+
+    def refuse(self, uid: int) -> None:
+        self.count += 1
+        if uid not in self.uids:
+            self.uids.add(uid)
+            print(f"rpcctl: {self.where} refused a connection from uid {uid}: only the run's owner "
+                  f"(uid {os.getuid()}) may send telemetry", file=sys.stderr)
+
+
+def accept_local(listener: socket.socket, refusals: Refusals) -> socket.socket | None:
+    """Accept one connection on the run's Unix socket: the connection if its peer is this
+    user, else None (closed and counted). Raises what ``accept()`` raises (nothing pending,
+    timeout, listener closed)."""
+    conn, _ = listener.accept()
+    uid = peer_uid(conn)
+    if uid is not None and uid != os.getuid():
+        conn.close()
+        refusals.refuse(uid)
+        return None
+    return conn
+
+
+def worker_env(socket_path: Path) -> dict[str, str]:
+    """What every rank needs to reach the telemetry socket, and processes it spawns too."""
+    paths = [str(SITE_DIR)]
+    package_root = str(Path(__file__).resolve().parents[2])
+    if not _on_default_path(package_root):
+        paths.append(package_root)  # a source checkout: spawned children must import rpcctl
+    existing = os.environ.get("PYTHONPATH")
+    if existing:
+        paths.append(existing)
+    return {protocol.ENV_SOCKET: str(socket_path), "PYTHONPATH": os.pathsep.join(paths)}
+
+
+def _on_default_path(directory: str) -> bool:
+    import site
+
+    default = set(site.getsitepackages())
+    user = site.getusersitepackages() if site.ENABLE_USER_SITE else None
+    if user:
+        default.add(user)
+    return os.path.realpath(directory) in {os.path.realpath(p) for p in default}
+
+
+# -- across nodes: the HMAC challenge --------------------------------------------------------------
+
+
+def challenge() -> tuple[str, bytes]:
+    """A fresh nonce, and the ``challenge`` line that sends it."""
+    nonce = secrets.token_hex(16)
+    return nonce, protocol.encode({"k": "challenge", "nonce": nonce})
+
+
+def _mac(secret: bytes, nonce: str) -> str:
+    return hmac.new(secret, nonce.encode(), hashlib.sha256).hexdigest()
+
+
+def is_answer(secret: bytes, nonce: str, message: dict[str, Any]) -> bool:
+    """Whether ``message`` is the ``auth`` line that answers ``nonce`` with ``secret``."""
+    return message.get("k") == "auth" and hmac.compare_digest(str(message.get("mac", "")), _mac(secret, nonce))
+
+
+def connect_authenticated(address: tuple[str, int], secret: bytes, timeout: float = 10.0) -> socket.socket:
+    """A TCP connection to node 0's server that has answered its challenge (blocking)."""
+    sock = socket.create_connection(address, timeout=timeout)
+    reader = sock.makefile("rb")
+    message = protocol.decode(reader.readline(protocol.MAX_LINE))
+    reader.close()
+    if not message or message.get("k") != "challenge":
+        sock.close()
+        raise ConnectionError(f"no telemetry challenge from {address[0]}:{address[1]}")
+    sock.sendall(protocol.encode({"k": "auth", "mac": _mac(secret, str(message["nonce"]))}))
+    sock.settimeout(None)
+    return sock
