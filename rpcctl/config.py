@@ -154,6 +154,10 @@ class JobSpec(_Spec):
     timeout: Float | None = Field(None, gt=0)  # job deadline in seconds; none by default
     max_restarts: Int = Field(0, ge=0)
     grace: Float = Field(5.0, ge=0)  # seconds between SIGTERM and SIGKILL at teardown
+    # No progress (no call ended, no loss, no output line) for this long in a job that uses
+    # RPC: dump stacks and calls, name the suspect, then stop the job or keep it. 0: off.
+    hang_timeout: Float = Field(300.0, ge=0)
+    on_hang: Literal["stop", "keep"] = "stop"
     # cpu: hide GPUs; inherit: leave CUDA_VISIBLE_DEVICES alone (what torchrun does);
     # auto: one local GPU per rank, round-robin; a list: one entry per local rank (GPU index or "cpu").
     devices: str | list[int | str] = "inherit"

@@ -5,6 +5,7 @@ Job states (``RunRecord.status``)::
     running ──all ranks exit 0──────────────────────────▶ succeeded
        │ ──a rank fails (exit ≠ 0, signal, spawn error)─▶ failed     (restart if restarts remain)
        │ ──the job deadline (`timeout`) passes──────────▶ failed     (reason: timeout)
+       │ ──no progress for `hang_timeout` (watchdog)────▶ failed     (reason: hang; on_hang: keep → running)
        └ ──SIGINT / SIGTERM to the launcher─────────────▶ cancelled  (exit 130 / 143)
 
 Rank states (``RankState.state``): pending → running → succeeded | failed | killed.
@@ -69,6 +70,11 @@ class Supervisor:
         self.progress: dict[int, str] = {}  # rank → latest \r update of a line not finished yet
         self._out_lock = threading.Lock()
         self._view = None
+        self.watchdog = None
+        if telemetry is not None and spec.hang_timeout and spec.nnodes == 1:  # it reads the store and signals local ranks
+            from rpcctl.watchdog import HangWatchdog
+
+            self.watchdog = HangWatchdog(self.run_dir, spec.hang_timeout, spec.on_hang == "keep", console)
 
     # -- signals ------------------------------------------------------------------------------
 
@@ -93,6 +99,8 @@ class Supervisor:
     def _on_piece(self, rank: int, piece: Piece) -> None:
         """Every state a rank drew goes to the loss parser once; only finished lines (a progress
         bar's last state, not its ``\\r`` history) are echoed and kept in the tail."""
+        if piece.new and self.watchdog is not None:
+            self.watchdog.output_line()  # a progress bar that moves is progress too
         if piece.new and self.telemetry is not None:
             self.telemetry.log_line(rank, piece.text)
         if not piece.final:
@@ -229,6 +237,8 @@ class Supervisor:
             finally:
                 os.close(write_fd)
         save_record(self.record)
+        if self.watchdog is not None:
+            self.watchdog.attempt_started(self.plan.restart)
 
         failure: Failure | None = None
         while True:
@@ -246,6 +256,8 @@ class Supervisor:
                     failure = self._failure(status)
             if failure is None and self.cluster is not None:
                 failure = self._cluster_news()
+            if failure is None and self.watchdog is not None:
+                failure = self.watchdog.check(self.record)
             if failure is not None:
                 self.record.root_cause = failure
                 self._tell_cluster_failed(failure, final=self.record.restarts >= self.spec.max_restarts)

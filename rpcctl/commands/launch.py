@@ -37,6 +37,8 @@ def launch(
     ranks: Annotated[Optional[str], typer.Option("--ranks", help="Show only these ranks' output on the console, e.g. 0,2 or 0-3 (logs keep everything).", show_default=False)] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the launch plan (commands, environment, devices, logs) and start nothing.")] = False,
     json_: JsonOption = False,
+    hang_timeout: Annotated[Optional[float], typer.Option("--hang-timeout", help="Seconds without progress (no call ended, no loss, no output) before rpcctl diagnoses a hang; 0: off (config: hang_timeout, default 300).", show_default=False)] = None,
+    keep_on_hang: Annotated[bool, typer.Option("--keep-on-hang", help="On a hang, dump and diagnose but keep the job running (config: on_hang: keep).")] = False,
     nnodes: Annotated[Optional[int], typer.Option("--nnodes", help="Nodes in the job; run one launcher per node (under srun: from SLURM).", show_default=False, rich_help_panel="Multi-node")] = None,
     node_rank: Annotated[Optional[int], typer.Option("--node-rank", help="This node's rank, 0..nnodes-1 (under srun: SLURM_NODEID).", show_default=False, rich_help_panel="Multi-node")] = None,
     master_addr: Annotated[Optional[str], typer.Option("--master-addr", help="Host of node 0, which hosts the rendezvous (under srun: the job's first node).", show_default=False, rich_help_panel="Multi-node")] = None,
@@ -55,6 +57,8 @@ def launch(
         ("node_rank", "--node-rank", node_rank),
         ("master_addr", "--master-addr", master_addr),
         ("master_port", "--master-port", master_port),
+        ("hang_timeout", "--hang-timeout", hang_timeout),
+        ("on_hang", "--keep-on-hang", "keep" if keep_on_hang else None),
     ):
         if value is not None:
             flags[key] = (value, f"{flag} {value}")

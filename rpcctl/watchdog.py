@@ -1,0 +1,394 @@
+"""The hang watchdog: notice that a job stopped moving, keep the evidence, name the suspect.
+
+Progress, precisely: a line of output from any rank, a loss or metrics record (printed or
+``rpcctl.report``), or the end (ok, error or timeout) of any RPC call in any rank or process
+a rank spawned. Not progress: heartbeats and probes (a hung process still sends them), RRef
+bookkeeping, torch's own calls (shutdown's barrier), a call that is still running.
+
+The supervisor calls ``check()`` from its loop (at most once a second does work). When no
+progress was seen for ``hang_timeout`` seconds in a job that uses RPC (a process entered
+``init_rpc``), it:
+
+1. dumps the Python stacks of every running rank and of the processes they spawned (what
+   ``rpcctl stack`` does; a stopped process cannot answer and is said to be stopped),
+2. snapshots the calls in flight and the callees' view (``rpcctl.inspect_calls``),
+3. writes ``stacks.txt``, ``calls.json`` and ``diagnosis.txt`` into ``<run_dir>/hang/``
+   (``hang-2/``… for later reports), owner-only,
+4. prints the diagnosis: the wait chain from the oldest call in flight to the process at its
+   end, what that process is running and where (file, line, the source line: the lock it
+   waits on), a cycle of workers if the chain comes back (a deadlock); else the rank that
+   never joined RPC, else where the ranks' main threads are,
+5. returns the failure (root cause: hang; the job is torn down, exit 1) or, with
+   ``on_hang: keep``, keeps the job and reports again only after progress resumed and stopped.
+
+Earlier, within ``JOIN_WARN_S`` (or half ``hang_timeout`` if shorter) of the first process
+entering ``init_rpc``, a rank that has not entered it yet is named with where it is, once.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import re
+import sysconfig
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rpcctl import inspect_calls
+from rpcctl.console import human_seconds, to_jsonable
+from rpcctl.runs import Failure, RunRecord, now_iso, write_json_atomic
+from rpcctl.telemetry.rrefs import _short_path as _short
+
+JOIN_WARN_S = 20.0
+CHECK_EVERY_S = 1.0
+DUMP_TIMEOUT_S = 2.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Stacks: faulthandler's text, parsed
+
+
+@dataclass
+class Frame:
+    file: str
+    line: int
+    func: str
+
+    @property
+    def site(self) -> str:
+        return f"{_short(self.file)}:{self.line} in {self.func}"
+
+    @property
+    def source(self) -> str:
+        return linecache.getline(self.file, self.line).strip()
+
+
+@dataclass
+class ThreadStack:
+    ident: int
+    current: bool  # the thread that took the signal (the main thread, for a process signal)
+    frames: list[Frame]  # innermost first
+
+    def user_frame(self) -> Frame | None:
+        return next((f for f in self.frames if _is_user_file(f.file)), None)
+
+    @property
+    def is_main(self) -> bool:
+        return any(f.func == "_run_script" and f.file.endswith(os.path.join("rpcctl", "runtime.py")) for f in self.frames)
+
+
+_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+) \(most recent call first\):")
+_FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
+
+
+def parse_stacks(text: str) -> list[ThreadStack]:
+    """Threads of one faulthandler dump (``Thread 0x… (most recent call first):`` blocks)."""
+    threads: list[ThreadStack] = []
+    for line in text.splitlines():
+        header = _THREAD.match(line)
+        if header:
+            threads.append(ThreadStack(int(header.group(2), 16), header.group(1) == "Current thread", []))
+            continue
+        frame = _FRAME.match(line)
+        if frame and threads:
+            threads[-1].frames.append(Frame(frame.group(1), int(frame.group(2)), frame.group(3)))
+    return threads
+
+
+_NOT_USER = tuple(p for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
+                              os.path.dirname(os.path.abspath(__file__))} if p)
+
+
+_LIBRARY = re.compile(r"[/\\]lib[/\\]python\d+\.\d+[/\\]")  # any interpreter's stdlib, this one's or a rank's
+
+
+def _is_user_file(path: str) -> bool:
+    return not path.startswith("<") and not path.startswith(_NOT_USER) and _LIBRARY.search(path) is None
+
+
+def where(thread: ThreadStack | None) -> str | None:
+    """``train.py:12 in load_data (`time.sleep(600)`)``: the innermost frame of the user's code."""
+    frame = thread.user_frame() if thread is not None else None
+    if frame is None:
+        return None
+    source = frame.source
+    return f"{frame.site} (`{source}`)" if source else frame.site
+
+
+# ---------------------------------------------------------------------------------------------
+# The evidence, and the diagnosis
+
+
+@dataclass
+class Proc:
+    """A process of the attempt as the watchdog sees it."""
+
+    proc_id: int | None
+    pid: int
+    rank: int | None
+    kind: str  # rank | child
+    name: str | None  # RPC name
+    joined_at: float | None  # entered init_rpc
+    stopped: bool = False
+    threads: list[ThreadStack] = field(default_factory=list)
+    dumped: bool = False
+
+    def describe(self) -> str:
+        if self.kind == "rank":
+            named = f"{self.name}, " if self.name else ""
+            return f"rank {self.rank} ({named}pid {self.pid})"
+        return f"{self.name or 'process'} (pid {self.pid}, started by rank {self.rank})"
+
+    def thread(self, ident: int | None) -> ThreadStack | None:
+        return next((t for t in self.threads if t.ident == ident), None)
+
+    def main_thread(self) -> ThreadStack | None:
+        return next((t for t in self.threads if t.is_main), None) or next((t for t in self.threads if t.current), None)
+
+
+@dataclass
+class Diagnosis:
+    headline: str
+    details: list[str]
+    suspect: Proc | None
+
+    def text(self) -> str:
+        return "\n".join([self.headline, *(f"  {line}" for line in self.details)]) + "\n"
+
+
+def diagnose(procs: list[Proc], report: inspect_calls.CallsReport, stalled_s: float) -> Diagnosis:
+    by_name = {p.name: p for p in procs if p.name}
+    by_proc_id = {p.proc_id: p for p in procs if p.proc_id is not None}
+    details = [f"no progress for {human_seconds(stalled_s)}: no call ended, no loss, no output line"]
+    for proc in procs:
+        if proc.stopped:
+            details.append(f"{proc.describe()} is stopped (SIGSTOP or SIGTSTP): it cannot run or answer until SIGCONT")
+    waiting = [c for c in report.pending if c.state == "pending"]
+    for call in waiting:
+        details.append(f"{call.caller} → {call.callee}: {call.kind} {call.func} at {call.call_site}, for {human_seconds(call.age_s)}")
+    for served in report.serving:
+        if served.state == "running":
+            details.append(served.describe())
+    if waiting:
+        headline, suspect = _chain(waiting[0], waiting, report.serving, by_name, by_proc_id)
+        return Diagnosis(headline, details, suspect)
+    joined = [p for p in procs if p.joined_at is not None]
+    absent = [p for p in procs if p.kind == "rank" and p.joined_at is None]
+    if joined and absent:
+        proc = absent[0]
+        at = where(proc.main_thread())
+        headline = f"{proc.describe()} has not joined RPC" + (f"; it is at {at}" if at else "") + \
+            f"; {', '.join(p.describe() for p in joined if p.kind == 'rank')} wait in init_rpc"
+        if proc.stopped:
+            headline = f"{proc.describe()} has not joined RPC: it is stopped (SIGSTOP)"
+        return Diagnosis(headline, details, proc)
+    stopped = next((p for p in procs if p.stopped), None)
+    if stopped is not None:
+        return Diagnosis(f"{stopped.describe()} is stopped (SIGSTOP or SIGTSTP)", details, stopped)
+    places = [f"{p.describe()} at {where(p.main_thread())}" for p in procs if where(p.main_thread())]
+    headline = "no call in flight; " + ("; ".join(places) if places else "see the stacks")
+    return Diagnosis(headline, details, None)
+
+
+def _chain(first: inspect_calls.PendingCall, waiting: list[inspect_calls.PendingCall], serving: list[inspect_calls.ServingRecord],
+           by_name: dict[str, Proc], by_proc_id: dict[int, Proc]) -> tuple[str, Proc | None]:
+    """Follow the oldest call: its callee runs something for it; if that thread itself waits
+    on a call, follow that one; stop at a process that waits on nothing (the suspect)."""
+    caller = by_proc_id.get(first.caller_proc)
+    who = caller.describe() if caller is not None else (first.caller or "a process")
+    parts = [f"{who} has waited {human_seconds(first.age_s)} on {first.kind} → {first.callee} ({first.func}, {first.call_site})"]
+    path = [first.caller or who]
+    call, suspect = first, None
+    for _ in range(16):
+        path.append(call.callee)
+        callee = by_name.get(call.callee)
+        served = next((s for s in serving if s.call == (call.caller_proc, call.call_id) and s.state == "running"), None) or next(
+            (s for s in serving if s.worker == call.callee and s.state == "running" and inspect_calls._same_function(call.func, s.func)), None)
+        if callee is not None and callee.stopped:
+            parts.append(f"{callee.describe()} is stopped (SIGSTOP or SIGTSTP): it cannot answer")
+            suspect = callee
+            break
+        if served is None:
+            suspect = callee
+            at = where(callee.main_thread()) if callee is not None else None
+            parts.append(f"{call.callee} shows nothing running for it" + (f"; its main thread is at {at}" if at else ""))
+            break
+        thread = callee.thread(served.thread) if callee is not None else None
+        onward = next((c for c in waiting if callee is not None and c.caller_proc == callee.proc_id and c.thread == served.thread), None)
+        if onward is None:
+            suspect = callee
+            at = where(thread)
+            parts.append(f"{served.worker} is running {served.func} for {served.caller or '?'} ({human_seconds(served.age_s)})"
+                         + (f", blocked at {at}" if at else ""))
+            break
+        parts.append(f"{served.worker} runs {served.func}, which waits on {onward.kind} → {onward.callee} ({onward.func}, {onward.call_site})")
+        call = onward
+    headline = "; ".join(parts)
+    repeated = [name for index, name in enumerate(path) if name in path[:index]]
+    if repeated:
+        headline += f" — a deadlock: {' → '.join(path)} comes back to {repeated[0]}"
+    return headline, suspect
+
+
+# ---------------------------------------------------------------------------------------------
+# The watchdog the supervisor runs
+
+
+class HangWatchdog:
+    def __init__(self, run_dir: Path, timeout: float, keep: bool, console: Any):
+        self.run_dir = Path(run_dir)
+        self.timeout = timeout
+        self.keep = keep
+        self.console = console
+        self.join_warn_s = min(JOIN_WARN_S, timeout / 2)  # named before the hang is declared
+        self._output_at = time.time()
+        self._next_check = 0.0
+        self._restart = 0
+        self._warned_join: set[int] = set()
+        self._reported_at: float | None = None
+        self.reports = 0
+
+    def output_line(self) -> None:
+        """A rank printed a line (the log pump's thread: one assignment, no lock needed)."""
+        self._output_at = time.time()
+
+    def attempt_started(self, restart: int) -> None:
+        self._restart = restart
+        self._output_at = time.time()
+        self._warned_join.clear()
+        self._reported_at = None
+
+    def check(self, record: RunRecord) -> Failure | None:
+        now = time.monotonic()
+        if now < self._next_check:
+            return None
+        self._next_check = now + CHECK_EVERY_S
+        facts = self._facts()
+        if facts is None:
+            return None
+        procs, progress_at, first_join = facts
+        wall = time.time()
+        self._warn_absent(procs, record, first_join, wall)
+        progress_at = max(progress_at, self._output_at)
+        if self._reported_at is not None:
+            if progress_at <= self._reported_at:
+                return None
+            self._reported_at = None  # it moved again: a new stall will be reported
+        stalled = wall - progress_at
+        if stalled < self.timeout:
+            return None
+        diagnosis, folder = self.report(procs, record, stalled)
+        self._reported_at = wall
+        self.console.warn(f"hang: {diagnosis.headline}")
+        for line in diagnosis.details:
+            self.console.info(f"  {line}")
+        self.console.info(f"  stacks, calls and this diagnosis: {folder}")
+        if self.keep:
+            self.console.info("  on_hang: keep — the job keeps running")
+            return None
+        suspect = diagnosis.suspect
+        return Failure(rank=-1, pid=suspect.pid if suspect is not None else None, exit_code=None, signal=None, reason="hang",
+                       message=f"hang: {diagnosis.headline}", timestamp=now_iso(), traceback=diagnosis.text() + f"evidence: {folder}\n")
+
+    # -- evidence ------------------------------------------------------------------------------
+    def _facts(self) -> tuple[list[Proc], float, float] | None:
+        """Processes of this attempt, the last progress the store saw, the first init_rpc; None
+        while no process of the job entered init_rpc (the job does not use RPC, or not yet)."""
+        from rpcctl.inspect import _Store
+
+        with _Store(self.run_dir) as s:
+            rows = s.rows("SELECT * FROM procs WHERE restart = ? AND ended_at IS NULL", (self._restart,))
+            joins = [r["rpc_join_at"] for r in rows if r["rpc_join_at"] is not None]
+            if not joins:
+                return None
+            marks = s.rows(
+                "SELECT (SELECT max(updated_at) FROM call_stats WHERE restart = ?) AS a, (SELECT max(ended_at) FROM calls WHERE restart = ?) AS b,"
+                " (SELECT time FROM losses WHERE restart = ? ORDER BY id DESC LIMIT 1) AS c", (self._restart,) * 3)
+        progress = max([m for m in (marks[0]["a"], marks[0]["b"], marks[0]["c"]) if m is not None] or [0.0])
+        procs = [Proc(r["proc_id"], r["pid"], r["rank"], r["kind"] or "rank", r["name"], r["rpc_join_at"]) for r in rows]
+        return procs, progress, min(joins)
+
+    def _warn_absent(self, procs: list[Proc], record: RunRecord, first_join: float, wall: float) -> None:
+        if wall - first_join < self.join_warn_s:
+            return
+        connected = {p.rank for p in procs if p.kind == "rank"}
+        for proc in procs:
+            if proc.kind != "rank" or proc.joined_at is not None or proc.rank in self._warned_join:
+                continue
+            self._warned_join.add(proc.rank)
+            self._dump(proc, record)
+            at = where(proc.main_thread())
+            state = "it is stopped (SIGSTOP)" if proc.stopped else (f"it is at {at}" if at else "its stack did not come")
+            self.console.warn(f"{proc.describe()} has not joined RPC after {human_seconds(wall - first_join)}; {state}")
+        for state in record.ranks:  # a rank whose telemetry never connected is absent too
+            if state.state == "running" and state.rank not in connected and state.rank not in self._warned_join:
+                self._warned_join.add(state.rank)
+                self.console.warn(f"rank {state.rank} (pid {state.pid}) has not joined RPC after {human_seconds(wall - first_join)}"
+                                  " and never reported: see `rpcctl stack`")
+
+    def _dump(self, proc: Proc, record: RunRecord) -> list[Any]:
+        """Dump a rank (and its children) unless it is stopped; fill in the threads."""
+        from rpcctl import inspect
+        from rpcctl.errors import RpcctlError
+
+        proc.stopped = _is_stopped(proc.pid)
+        if proc.stopped or proc.kind != "rank" or proc.rank is None:
+            return []
+        try:
+            dumps = inspect.dump_stacks(self.run_dir, proc.rank, timeout=DUMP_TIMEOUT_S)
+        except RpcctlError:
+            return []
+        proc.dumped = True
+        proc.threads = parse_stacks(dumps[0].text or "")
+        return dumps
+
+    def report(self, procs: list[Proc], record: RunRecord, stalled: float) -> tuple[Diagnosis, Path]:
+        by_pid = {p.pid: p for p in procs}
+        texts = []
+        for proc in procs:
+            if proc.kind != "rank":
+                continue
+            dumps = self._dump(proc, record)
+            if proc.stopped:
+                texts.append(f"── {proc.describe()} ──\n(stopped: no stack until SIGCONT)\n")
+            for dump in dumps:
+                child = by_pid.get(dump.pid)
+                if dump.kind == "child" and child is not None:
+                    child.threads = parse_stacks(dump.text or "")
+                    child.stopped = _is_stopped(dump.pid)
+                header = f"── rank {dump.rank} (pid {dump.pid}) ──" if dump.kind == "rank" else f"── rank {dump.rank} › pid {dump.pid}: {' '.join(dump.cmdline)} ──"
+                texts.append(f"{header}\n{dump.text or '(wrote no stack in time)'}\n")
+        for proc in procs:  # spawned processes the dumps did not reach (stopped ones)
+            if proc.kind != "rank" and not proc.threads:
+                proc.stopped = _is_stopped(proc.pid)
+        calls = inspect_calls.calls(self.run_dir, restart=self._restart)
+        diagnosis = diagnose(procs, calls, stalled)
+        folder = self._folder()
+        _write_private(folder / "stacks.txt", "\n".join(texts))
+        write_json_atomic(folder / "calls.json", to_jsonable(calls))
+        _write_private(folder / "diagnosis.txt", diagnosis.text())
+        self.reports += 1
+        return diagnosis, folder
+
+    def _folder(self) -> Path:
+        name = "hang" if self.reports == 0 else f"hang-{self.reports + 1}"
+        folder = self.run_dir / name
+        folder.mkdir(mode=0o700, exist_ok=True)
+        return folder
+
+
+def _is_stopped(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+    except psutil.Error:
+        return False
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
