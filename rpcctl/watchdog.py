@@ -1,8 +1,8 @@
 """The hang watchdog: notice that a job stopped moving, keep the evidence, name the suspect.
 
 Progress, precisely: a line of output from any rank, a loss or metrics record (printed or
-``rpcctl.report``), or the end (ok, error or timeout) of any RPC call in any rank or process
-a rank spawned. Not progress: heartbeats and probes (a hung process still sends them), RRef
+``rpcctl.report``), the end (ok, error or timeout) of any RPC call in any rank or process a
+rank spawned, or a process that starts (connects to telemetry) or enters ``init_rpc``. Not progress: heartbeats and probes (a hung process still sends them), RRef
 bookkeeping, torch's own calls (shutdown's barrier), a call that is still running.
 
 The supervisor calls ``check()`` from its loop (at most once a second does work). When no
@@ -179,8 +179,9 @@ def diagnose(procs: list[Proc], report: inspect_calls.CallsReport, stalled_s: fl
     if joined and absent:
         proc = absent[0]
         at = where(proc.main_thread())
+        others = [p.describe() for p in joined if p.kind == "rank"]
         headline = f"{proc.describe()} has not joined RPC" + (f"; it is at {at}" if at else "") + \
-            f"; {', '.join(p.describe() for p in joined if p.kind == 'rank')} wait in init_rpc"
+            f"; {', '.join(others)} {'waits' if len(others) == 1 else 'wait'} in init_rpc"
         if proc.stopped:
             headline = f"{proc.describe()} has not joined RPC: it is stopped (SIGSTOP)"
         return Diagnosis(headline, details, proc)
@@ -306,7 +307,10 @@ class HangWatchdog:
             marks = s.rows(
                 "SELECT (SELECT max(updated_at) FROM call_stats WHERE restart = ?) AS a, (SELECT max(ended_at) FROM calls WHERE restart = ?) AS b,"
                 " (SELECT time FROM losses WHERE restart = ? ORDER BY id DESC LIMIT 1) AS c", (self._restart,) * 3)
-        progress = max([m for m in (marks[0]["a"], marks[0]["b"], marks[0]["c"]) if m is not None] or [0.0])
+        # A process that connects or enters init_rpc moves the job on too (the fork server may
+        # take seconds to start the ranks).
+        starts = [r["connected_at"] for r in rows] + joins
+        progress = max([m for m in (marks[0]["a"], marks[0]["b"], marks[0]["c"], *starts) if m is not None] or [0.0])
         procs = [Proc(r["proc_id"], r["pid"], r["rank"], r["kind"] or "rank", r["name"], r["rpc_join_at"]) for r in rows]
         return procs, progress, min(joins)
 
