@@ -55,7 +55,7 @@ def _root(
 
 
 def _register() -> None:
-    from rpcctl.commands import calls, launch, runs, sbatch
+    from rpcctl.commands import calls, launch, report, runs, sbatch
     from rpcctl.commands.bench import bench_app
     from rpcctl.commands.inspect import inspect_app, stack
 
@@ -68,6 +68,8 @@ def _register() -> None:
     app.add_typer(inspect_app, name="inspect")
     app.command("stack")(stack)
     app.add_typer(bench_app, name="bench")
+    app.command("report")(report.report)
+    app.command("web")(report.web)
 
 
 _register()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -70,8 +71,10 @@ def launch(
     ranks_shown: set[int] | None = None,
     config_path: Path | None = None,
     telemetry: bool = True,
+    on_start: Callable[[RunRecord], None] | None = None,
 ) -> RunRecord:
-    """Run ``spec`` to the end (blocking) and return its run record.
+    """Run ``spec`` to the end (blocking) and return its run record. ``on_start`` is called
+    once the run directory and record exist, before any rank starts (``launch --web``).
 
     The job's failure is not an exception: look at ``record.status`` (``succeeded``,
     ``failed`` or ``cancelled``) and ``record.root_cause``. Bad specs raise ``ConfigError``
@@ -118,6 +121,8 @@ def launch(
             ranks=[RankState(rank=r.rank, local_rank=r.local_rank, device=r.device, log=r.log) for r in plan.ranks],
         )
         save_record(record)
+        if on_start is not None:
+            on_start(record)
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)  # never leave a half-made run directory
         raise

@@ -39,6 +39,7 @@ def launch(
     json_: JsonOption = False,
     hang_timeout: Annotated[Optional[float], typer.Option("--hang-timeout", help="Seconds without progress (no call ended, no loss, no output) before rpcctl diagnoses a hang; 0: off (config: hang_timeout, default 300).", show_default=False)] = None,
     keep_on_hang: Annotated[bool, typer.Option("--keep-on-hang", help="On a hang, dump and diagnose but keep the job running (config: on_hang: keep).")] = False,
+    web: Annotated[bool, typer.Option("--web", help="Serve the run's live page on 127.0.0.1 while it runs (the URL is printed; needs rpcctl[report]).")] = False,
     nnodes: Annotated[Optional[int], typer.Option("--nnodes", help="Nodes in the job; run one launcher per node (under srun: from SLURM).", show_default=False, rich_help_panel="Multi-node")] = None,
     node_rank: Annotated[Optional[int], typer.Option("--node-rank", help="This node's rank, 0..nnodes-1 (under srun: SLURM_NODEID).", show_default=False, rich_help_panel="Multi-node")] = None,
     master_addr: Annotated[Optional[str], typer.Option("--master-addr", help="Host of node 0, which hosts the rendezvous (under srun: the job's first node).", show_default=False, rich_help_panel="Multi-node")] = None,
@@ -76,14 +77,24 @@ def launch(
         else:
             render_plan(console, plan)
         return
-    record = located(lambda: launch_job(
-        spec,
-        runs_dir=runs_dir,
-        console=console,
-        live=not no_live and console.is_terminal,
-        ranks_shown=shown,
-        config_path=config,
-    ))
+    page = None
+    if web:
+        from rpcctl.web.server import LaunchPage
+
+        page = LaunchPage(console)  # checks the extra is installed before anything starts
+    try:
+        record = located(lambda: launch_job(
+            spec,
+            runs_dir=runs_dir,
+            console=console,
+            live=not no_live and console.is_terminal,
+            ranks_shown=shown,
+            config_path=config,
+            on_start=page.start if page else None,
+        ))
+    finally:
+        if page is not None:
+            page.stop()  # the page stops with the job
     render_outcome(console, record)
     if record.status != SUCCEEDED:
         raise typer.Exit(record.exit_code or 1)

@@ -1,0 +1,56 @@
+"""``rpcctl report [RUN|BENCH.json] -o FILE`` and ``rpcctl web [RUN]``: a run as a web page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from rpcctl.commands.common import RunsDirOption
+from rpcctl.console import get_console
+from rpcctl.runs import resolve_run
+
+TargetArgument = Annotated[
+    Optional[str],
+    typer.Argument(
+        metavar="RUN|BENCH.json",
+        help="Run id (or a unique prefix), run directory, or a bench result file (default: the latest run).",
+        show_default=False,
+    ),
+]
+
+
+def report(
+    target: TargetArgument = None,
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write (self-contained, opens with no network).")] = Path("report.html"),
+    runs_dir: RunsDirOption = None,
+) -> None:
+    """Write one self-contained HTML page of a run (summary, losses, RRef graph, placement,
+    workers, timeline) or of a bench result. Needs: pip install 'rpcctl[report]'."""
+    from rpcctl.web import page
+
+    page.require_plotly()
+    if target is not None and Path(target).is_file():
+        from rpcctl.web.bench import bench_view
+
+        view, sections = bench_view(Path(target))
+        html = page.render(view, sections)
+    else:
+        html = page.render(page.run_view(resolve_run(target, runs_dir)))
+    page.write_report(html, output)
+    get_console().info(f"rpcctl: wrote {output}")
+
+
+def web(
+    run: Annotated[Optional[str], typer.Argument(metavar="RUN", help="Run id (or a unique prefix) or run directory (default: the latest run).", show_default=False)] = None,
+    port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1 (default: a free one).")] = 0,
+    runs_dir: RunsDirOption = None,
+) -> None:
+    """Serve a run's page live on 127.0.0.1 (it follows a running job) until Ctrl-C."""
+    from rpcctl.web.server import LiveServer
+
+    run_dir = resolve_run(run, runs_dir)
+    server = LiveServer(run_dir, port=port)
+    get_console().info(f"rpcctl: live page of {run_dir.name} at {server.url} (Ctrl-C to stop)")
+    server.serve_forever()

@@ -1,0 +1,305 @@
+"""Plotly figure specs (plain dicts in plotly.js's JSON schema) for a run snapshot.
+
+Each figure is ``{"data": [...], "layout": {...}, "area": SECTION}``; the page draws it with
+``Plotly.react`` in the section named by ``area``. Traces carry a ``meta`` dict (rank, metric,
+edge...) that says what they show, for people reading the JSON and for the browser tests.
+
+Plotly reads a small set of tags (``<b>``, ``<br>``...) and entities in its text, so every
+string that came from a rank goes through ``label()`` first: it is then drawn literally.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections import defaultdict
+from typing import Any
+
+from rpcctl.console import human_bytes
+from rpcctl.web.data import RunSnapshot, thin
+
+STATE_COLOURS = {
+    "running": "#1f77b4", "starting": "#9ecae1", "succeeded": "#2ca02c", "exited": "#2ca02c",
+    "failed": "#d62728", "killed": "#ff7f0e", "pending": "#bbbbbb", "cancelled": "#ff7f0e", "lost": "#7f7f7f",
+}
+_BASE_LAYOUT = {
+    "margin": {"l": 60, "r": 20, "t": 40, "b": 45},
+    "height": 340,
+    "hovermode": "closest",
+    "uirevision": "keep",  # the live page redraws every second: keep the reader's zoom and legend
+    "legend": {"orientation": "h", "y": -0.2},
+    "paper_bgcolor": "white",
+    "plot_bgcolor": "#fafafa",
+}
+
+
+def label(text: Any) -> str:
+    """A rank's text as Plotly text: shown literally, never read as tags or entities."""
+    return html.escape(str(text), quote=False)
+
+
+def layout(title: str, **extra: Any) -> dict[str, Any]:
+    out = dict(_BASE_LAYOUT, title={"text": title, "x": 0, "xanchor": "left", "font": {"size": 15}})
+    out.update(extra)
+    return out
+
+
+def log_scale_menu(axis: str = "yaxis") -> list[dict[str, Any]]:
+    """Buttons that switch an axis between linear and log scale."""
+    return [{
+        "type": "buttons", "direction": "left", "x": 1, "xanchor": "right", "y": -0.16, "yanchor": "top",
+        "showactive": True, "pad": {"r": 0, "t": 0},
+        "buttons": [
+            {"label": "linear", "method": "relayout", "args": [{f"{axis}.type": "linear"}]},
+            {"label": "log", "method": "relayout", "args": [{f"{axis}.type": "log"}]},
+        ],
+    }]
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Losses
+
+
+def loss_figures(snap: RunSnapshot) -> dict[str, dict[str, Any]]:
+    """One chart per metric (``loss`` first, then every other reported metric), one series per rank."""
+    series: dict[str, dict[int, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
+    for record in snap.losses:
+        if _finite(record.loss):
+            series["loss"][record.rank].append((record.step, record.loss))
+        for name, value in (record.metrics or {}).items():
+            if _finite(value):
+                series[str(name)][record.rank].append((record.step, value))
+    names = (["loss"] if "loss" in series else []) + sorted(n for n in series if n != "loss")
+    figures = {}
+    for index, name in enumerate(names):
+        traces = []
+        for rank in sorted(series[name]):
+            points = thin(series[name][rank])
+            traces.append({
+                "type": "scatter", "mode": "lines+markers" if len(points) <= 60 else "lines",
+                "name": f"rank {rank}", "x": [p[0] for p in points], "y": [p[1] for p in points],
+                "hovertemplate": f"rank {rank}<br>step %{{x}}<br>{label(name)} %{{y:.6g}}<extra></extra>",
+                "meta": {"rank": rank, "metric": name},
+            })
+        figures[f"fig-metric-{index}"] = {
+            "area": "losses",
+            "data": traces,
+            "layout": layout(label(name), xaxis={"title": {"text": "step"}}, yaxis={"title": {"text": label(name)}, "type": "linear"},
+                             updatemenus=log_scale_menu()),
+        }
+    return figures
+
+
+# ---------------------------------------------------------------------------------------------
+# RRefs: who owns what, who holds it
+
+
+def ownership_edges(snap: RunSnapshot) -> dict[tuple[str, str, str], dict[str, int]]:
+    """(from, to, relation) → counts and bytes, relation ``created`` (creator → owner) or
+    ``holds`` (a holder other than the creator → owner)."""
+    edges: dict[tuple[str, str, str], dict[str, int]] = defaultdict(lambda: {"live": 0, "pending": 0, "deleted": 0, "live_bytes": 0})
+    for ref in snap.rrefs:
+        owner = ref.owner or "?"
+        pairs = []
+        if ref.creator and ref.creator != owner:
+            pairs.append((ref.creator, owner, "created"))
+        for holder in ref.holders:
+            if holder != owner and holder != ref.creator:
+                pairs.append((holder, owner, "holds"))
+        for pair in pairs:
+            entry = edges[pair]
+            entry[ref.state] += 1
+            if ref.state == "live":
+                entry["live_bytes"] += ref.nbytes or 0
+    return edges
+
+
+def ownership_graph(snap: RunSnapshot) -> dict[str, Any]:
+    """Workers as nodes (sized by the bytes of live values they own), edges to the owner."""
+    import networkx as nx
+
+    edges = ownership_edges(snap)
+    owners = {o.owner: o for o in snap.owners}
+    graph = nx.DiGraph()
+    for worker in snap.workers:
+        if worker.name:
+            graph.add_node(worker.name)
+    graph.add_nodes_from(owners)
+    for source, target, _ in edges:
+        graph.add_edge(source, target)
+    nodes = sorted(graph.nodes, key=_natural)
+    if not nodes:
+        return {"area": "rrefs", "data": [], "layout": layout("RRef ownership: no RRefs yet")}
+    # A circle keeps every rank visible and the picture stable as the run grows; the spring
+    # layout then pulls workers that share RRefs together.
+    start = nx.circular_layout(nodes)
+    position = start if len(nodes) <= 3 else nx.spring_layout(graph.to_undirected(), pos=start, seed=7, iterations=30)
+    traces, annotations = [], []
+    for (source, target, relation), counts in sorted(edges.items()):
+        (x0, y0), (x1, y1) = (float(v) for v in position[source]), (float(v) for v in position[target])
+        alive = counts["live"] + counts["pending"]
+        text = (f"{label(source)} → {label(target)} ({relation})<br>live {counts['live']}, pending {counts['pending']}, "
+                f"deleted {counts['deleted']}<br>live bytes {human_bytes(counts['live_bytes'])}")
+        traces.append({
+            "type": "scatter", "mode": "lines", "x": [x0, (x0 + x1) / 2, x1], "y": [y0, (y0 + y1) / 2, y1],
+            "line": {"width": 1 + min(6, alive), "color": "#555" if alive else "#ccc", "dash": "solid" if relation == "created" else "dot"},
+            "hoverinfo": "text", "text": ["", text, ""], "showlegend": False,
+            "meta": {"edge": [source, target], "relation": relation, **counts},
+        })
+        annotations.append({
+            "x": x1, "y": y1, "ax": x0, "ay": y0, "xref": "x", "yref": "y", "axref": "x", "ayref": "y",
+            "showarrow": True, "arrowhead": 3, "arrowsize": 1.5, "standoff": 22, "startstandoff": 22,
+            "arrowcolor": "#555" if alive else "#ccc", "text": "",
+        })
+    sizes, texts, hovers = [], [], []
+    for name in nodes:
+        owner = owners.get(name)
+        owned = owner.live_bytes if owner else 0
+        sizes.append(28 + min(40, 4 * math.log2(1 + owned / 1024)) if owned else 28)
+        live = owner.live if owner else 0
+        texts.append(f"{label(name)}<br>{live} live, {human_bytes(owned)}")
+        hovers.append(
+            f"{label(name)}<br>owns {live} live RRef(s), {human_bytes(owned)}"
+            + (f"<br>pending {owner.pending}, deleted {owner.deleted}, short-lived {owner.short_lived}" if owner else "")
+        )
+    traces.append({
+        "type": "scatter", "mode": "markers+text", "x": [float(position[n][0]) for n in nodes], "y": [float(position[n][1]) for n in nodes],
+        "text": texts, "textposition": "bottom center", "hovertext": hovers, "hoverinfo": "text",
+        "marker": {"size": sizes, "color": "#4c78a8", "line": {"width": 1, "color": "#223"}},
+        "showlegend": False, "meta": {"nodes": nodes},
+    })
+    hidden = {"visible": False, "range": [-1.5, 1.5]}
+    return {
+        "area": "rrefs",
+        "data": traces,
+        "layout": layout("RRef ownership",
+                         xaxis=hidden, yaxis=dict(hidden, scaleanchor="x"), annotations=annotations, height=420),
+    }
+
+
+def rrefs_over_time(snap: RunSnapshot) -> dict[str, Any]:
+    """Live RRefs per owner over the run (a step up at creation, down at deletion)."""
+    changes: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for ref in snap.rrefs:
+        created = snap.since_start(ref.created_at)
+        if created is None:
+            continue
+        owner = ref.owner or "?"
+        changes[owner].append((created, 1))
+        deleted = snap.since_start(ref.deleted_at)
+        if deleted is not None:
+            changes[owner].append((deleted, -1))
+    now = round((snap.ended or snap.taken_at) - snap.started, 3)
+    traces = []
+    for owner in sorted(changes, key=_natural):
+        xs, ys, count = [0.0], [0], 0
+        for moment, delta in sorted(changes[owner]):
+            count += delta
+            xs.append(moment)
+            ys.append(count)
+        xs.append(max(now, xs[-1]))
+        ys.append(count)
+        traces.append({"type": "scatter", "mode": "lines", "line": {"shape": "hv"}, "name": label(owner), "x": xs, "y": ys,
+                       "meta": {"owner": owner}})
+    return {"area": "rrefs", "data": traces,
+            "layout": layout("Live RRefs per owner over time", xaxis={"title": {"text": "seconds since start"}},
+                             yaxis={"title": {"text": "live RRefs"}, "rangemode": "tozero"})}
+
+
+# ---------------------------------------------------------------------------------------------
+# Placement, workers, timeline
+
+
+def placement(snap: RunSnapshot) -> dict[str, Any]:
+    """Ranks per device and, where there are any, the bytes of live RRef values on it."""
+    devices = [d.device for d in snap.devices]
+    traces = [{"type": "bar", "name": "ranks", "x": devices, "y": [len(d.ranks) for d in snap.devices], "offsetgroup": 0,
+               "hovertext": [f"ranks {', '.join(map(str, d.ranks)) or '-'}" for d in snap.devices], "meta": {"what": "ranks"}}]
+    extra: dict[str, Any] = {}
+    if any(d.rref_bytes for d in snap.devices):
+        traces.append({"type": "bar", "name": "live RRef MiB", "x": devices, "y": [d.rref_bytes / 2**20 for d in snap.devices],
+                       "yaxis": "y2", "offsetgroup": 1, "meta": {"what": "rref_bytes"}})
+        extra["yaxis2"] = {"title": {"text": "MiB of live RRefs"}, "overlaying": "y", "side": "right", "rangemode": "tozero"}
+    return {"area": "placement", "data": traces,
+            "layout": layout("Placement per device", barmode="group", yaxis={"title": {"text": "ranks"}, "dtick": 1}, **extra)}
+
+
+def worker_usage(snap: RunSnapshot) -> dict[str, Any] | None:
+    """CPU and RSS of each running process, as last probed (None: nothing is running)."""
+    shown = [w for w in snap.workers if w.cpu_percent is not None or w.rss_bytes is not None]
+    if not shown:
+        return None
+    names = [label(w.name or f"rank {w.rank} pid {w.pid}") for w in shown]
+    return {
+        "area": "workers",
+        "data": [
+            {"type": "bar", "name": "CPU %", "x": names, "y": [w.cpu_percent for w in shown], "meta": {"what": "cpu_percent"}},
+            {"type": "bar", "name": "RSS MiB", "x": names, "y": [(w.rss_bytes or 0) / 2**20 for w in shown], "yaxis": "y2",
+             "meta": {"what": "rss_bytes"}},
+        ],
+        "layout": layout("Workers: CPU and RSS (last probe)",
+                         barmode="group", yaxis={"title": {"text": "CPU %"}},
+                         yaxis2={"title": {"text": "RSS MiB"}, "overlaying": "y", "side": "right"}),
+    }
+
+
+def timeline(snap: RunSnapshot) -> dict[str, Any]:
+    """One bar per rank from its start to its exit (or now), coloured by how it ended."""
+    now = round((snap.ended or snap.taken_at) - snap.started, 3)
+    ranks = snap.record.ranks
+    names, bases, lengths, colours, hovers = [], [], [], [], []
+    for state in ranks:
+        start = snap.since_start(state.started_at)
+        if start is None:
+            continue
+        end = snap.since_start(state.ended_at)
+        end = now if end is None else end
+        names.append(f"rank {state.rank}")
+        bases.append(start)
+        lengths.append(max(end - start, 0.001))
+        colours.append(STATE_COLOURS.get(state.state, "#999"))
+        how = f"exit code {state.exit_code}" if state.exit_code is not None else ""
+        if state.signal:
+            how = f"killed by {label(state.signal)}"
+        hovers.append(f"rank {state.rank}: {label(state.state)} {how}<br>{start:.2f} s → {end:.2f} s")
+    shapes, annotations = [], []
+    cause = snap.record.root_cause
+    if cause is not None:
+        moment = snap.since_start(cause.timestamp)
+        if moment is not None:
+            shapes.append({"type": "line", "x0": moment, "x1": moment, "yref": "paper", "y0": 0, "y1": 1,
+                           "line": {"color": "#d62728", "dash": "dash"}})
+            annotations.append({"x": moment, "yref": "paper", "y": 1, "text": f"root cause: rank {cause.rank}", "showarrow": False,
+                                "font": {"color": "#d62728"}, "xanchor": "left", "yanchor": "bottom"})
+    return {
+        "area": "timeline",
+        "data": [{"type": "bar", "orientation": "h", "y": names, "x": lengths, "base": bases, "marker": {"color": colours},
+                  "hovertext": hovers, "hoverinfo": "text", "showlegend": False, "meta": {"what": "ranks"}}],
+        "layout": layout(f"Ranks over time (restarts: {snap.record.restarts})",
+                         xaxis={"title": {"text": "seconds since start"}, "rangemode": "tozero"},
+                         yaxis={"autorange": "reversed"}, shapes=shapes, annotations=annotations,
+                         height=max(160, 60 + 28 * len(names))),
+    }
+
+
+def run_figures(snap: RunSnapshot) -> dict[str, dict[str, Any]]:
+    figures = {"fig-timeline": timeline(snap)}
+    figures.update(loss_figures(snap))
+    figures["fig-rref-graph"] = ownership_graph(snap)
+    figures["fig-rref-time"] = rrefs_over_time(snap)
+    figures["fig-placement"] = placement(snap)
+    usage = worker_usage(snap)
+    if usage is not None:
+        figures["fig-workers"] = usage
+    return figures
+
+
+def _natural(name: str) -> tuple:
+    """worker2 before worker10."""
+    head = name.rstrip("0123456789")
+    tail = name[len(head):]
+    return (head, int(tail) if tail else -1, name)

@@ -1,0 +1,153 @@
+"""The page's text: escaped HTML tables and summaries for a run snapshot.
+
+Tables come from the record types' ``COLUMNS`` (the same columns as ``rpcctl inspect``), so
+the page, the terminal tables and the JSON agree. Every value is escaped here: this module is
+the only one that writes HTML from data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from html import escape
+from typing import Any, Sequence
+
+from rpcctl.console import Column, human_seconds
+from rpcctl.web.data import RunSnapshot
+
+MAX_TABLE_ROWS = 300
+
+
+def html_table(records: Sequence[Any], columns: Sequence[Column], *, detail: bool = False, empty: str = "nothing to show",
+               css: str = "") -> str:
+    if not records:
+        return f'<p class="empty">{escape(empty)}</p>'
+    shown = [c for c in columns if detail or not c.detail]
+    head = "".join(f'<th class="{c.justify}">{escape(c.title)}</th>' for c in shown)
+    rows = []
+    for record in records[:MAX_TABLE_ROWS]:
+        cells = "".join(f'<td class="{c.justify}">{escape(c.cell(record))}</td>' for c in shown)
+        rows.append(f"<tr>{cells}</tr>")
+    more = f'<p class="note">… and {len(records) - MAX_TABLE_ROWS} more</p>' if len(records) > MAX_TABLE_ROWS else ""
+    return f'<table class="{css}"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>{more}'
+
+
+def facts(pairs: Sequence[tuple[str, Any]]) -> str:
+    """A definition list of label → value (values escaped; None shown as '-')."""
+    items = "".join(f"<dt>{escape(k)}</dt><dd>{escape('-' if v is None else str(v))}</dd>" for k, v in pairs)
+    return f'<dl class="facts">{items}</dl>'
+
+
+def summary(snap: RunSnapshot) -> str:
+    record = snap.record
+    pairs = [
+        ("run", record.run_id), ("job", record.name), ("status", snap.status),
+        ("started", record.started_at), ("ended", record.ended_at), ("duration", human_seconds(snap.duration_s)),
+        ("ranks", f"{record.world_size} ({record.nnodes} node(s) × {record.nproc_per_node})"),
+        ("restarts", f"{record.restarts} of {record.max_restarts}"), ("hosts", ", ".join(snap.hosts)),
+        ("script", record.script), ("config", record.config_path), ("start method", record.start_method),
+        ("rendezvous", f"{record.master_addr}:{record.master_port}"),
+    ]
+    if record.reason:
+        pairs.append(("reason", record.reason))
+    if snap.telemetry_cost:
+        pairs.append(("telemetry", snap.telemetry_cost))
+    out = [f'<p class="status status-{escape(snap.status)}">{escape(snap.status)}</p>', facts(pairs)]
+    cause = record.root_cause
+    if cause is not None:
+        how = f"killed by {cause.signal}" if cause.signal else f"exit code {cause.exit_code}"
+        where = f"rank {cause.rank}" if cause.rank >= 0 else "launcher"
+        out.append(f'<h3>Root cause</h3><p class="root-cause">{escape(where)} ({escape(how)}): {escape(cause.message)}</p>')
+        text = cause.traceback or "\n".join(cause.log_tail)
+        if text:
+            out.append(f'<pre class="traceback">{escape(text)}</pre>')
+    if snap.config_text:
+        out.append(f'<details><summary>Resolved config</summary><pre>{escape(snap.config_text)}</pre></details>')
+    return "".join(out)
+
+
+def losses(snap: RunSnapshot) -> str:
+    from rpcctl.inspect import LossSummary
+
+    rows = [dataclasses.replace(s, trend="") for s in snap.loss_summaries]  # the chart is the trend
+    columns = [c for c in LossSummary.COLUMNS if c.key != "trend"]
+    return html_table(rows, columns, empty="no losses recorded (rpcctl.report(step=..., loss=...) or printed 'loss=...' lines)")
+
+
+def rrefs(snap: RunSnapshot) -> str:
+    from rpcctl.inspect import OwnerSummary, RRefRecord
+
+    live = [r for r in snap.rrefs if r.state != "deleted"]
+    leaked = [r for r in snap.rrefs if r.live_at_shutdown]
+    parts = ['<p class="note">Graph: an arrow from the worker that created or holds an RRef to its owner '
+             "(dotted: held through a fork; grey: every RRef on it deleted). Node size: bytes of live values owned.</p>",
+             "<h3>Per owner</h3>", html_table(snap.owners, OwnerSummary.COLUMNS, empty="no RRefs")]
+    if leaked:
+        parts.append(f'<p class="warn">{len(leaked)} RRef(s) were still referenced at shutdown.</p>')
+    parts.append(f"<h3>Live and pending RRefs ({len(live)} of {len(snap.rrefs)})</h3>")
+    parts.append(html_table(live, RRefRecord.COLUMNS, empty="none live"))
+    return "".join(parts)
+
+
+def placement(snap: RunSnapshot) -> str:
+    from rpcctl.inspect import DeviceRecord
+
+    return html_table(snap.devices, DeviceRecord.COLUMNS, detail=True, empty="no placement recorded")
+
+
+def workers(snap: RunSnapshot) -> str:
+    from rpcctl.inspect import WorkerRecord
+
+    return html_table(snap.workers, WorkerRecord.COLUMNS, empty="no workers recorded")
+
+
+def timeline(snap: RunSnapshot) -> str:
+    """Events in order: start, exits, the root cause, and a hang diagnosis for stale ranks."""
+    events: list[tuple[float, str, str]] = [(0.0, "", f"run started on {', '.join(snap.hosts)}")]
+    for state in snap.record.ranks:
+        start = snap.since_start(state.started_at)
+        if start is not None:
+            events.append((start, "", f"rank {state.rank} started (pid {state.pid}, {state.device})"))
+        end = snap.since_start(state.ended_at)
+        if end is not None:
+            how = f"killed by {state.signal}" if state.signal else f"exit code {state.exit_code}"
+            events.append((end, "bad" if state.state in ("failed", "killed") else "", f"rank {state.rank} {state.state} ({how})"))
+    cause = snap.record.root_cause
+    if cause is not None and snap.since_start(cause.timestamp) is not None:
+        events.append((snap.since_start(cause.timestamp), "bad", f"root cause: rank {cause.rank}: {cause.message}"))
+    events.sort(key=lambda e: e[0])  # stable: the run's end stays after the exits at the same moment
+    if snap.ended is not None:
+        events.append((snap.duration_s, "", f"run {snap.status}"))
+    items = "".join(f'<li class="{css}"><span class="t">{t:8.2f} s</span> {escape(text)}</li>' for t, css, text in events)
+    parts = [f'<ol class="events">{items}</ol>']
+    stale = [w for w in snap.workers if w.stale]
+    if stale:
+        lines = "".join(
+            f"<li>rank {w.rank} ({escape(w.name or '?')}, pid {w.pid}): no heartbeat for "
+            f"{escape(human_seconds(w.heartbeat_age_s or 0))}, see <code>rpcctl stack {escape(snap.record.run_id)} --rank {w.rank}</code></li>"
+            for w in stale
+        )
+        parts.append(f'<h3 class="bad">Possible hang</h3><ul class="hang">{lines}</ul>')
+    return "".join(parts)
+
+
+def calls(snap: RunSnapshot) -> str:
+    if snap.calls is None:
+        return '<p class="empty">in-flight calls: not recorded by this version of rpcctl</p>'
+    if not snap.calls:
+        return '<p class="empty">no calls in flight</p>'
+    first = snap.calls[0]
+    columns = getattr(first, "COLUMNS", None) or [Column(f.name) for f in dataclasses.fields(first)]
+    return html_table(snap.calls, columns)
+
+
+def run_sections(snap: RunSnapshot) -> dict[str, str]:
+    """Section id → its HTML (the page's text; charts are separate)."""
+    return {
+        "summary": summary(snap),
+        "timeline": timeline(snap),
+        "losses": losses(snap),
+        "rrefs": rrefs(snap),
+        "placement": placement(snap),
+        "workers": workers(snap),
+        "calls": calls(snap),
+    }
