@@ -20,7 +20,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rpcctl import inspect
 from browser import browser  # noqa: F401 - the fixture
 from conftest import WORKERS, assert_no_process_left, only_run, record, rpcctl, wait_until, write_config
 
@@ -130,9 +129,12 @@ def test_report_of_a_real_run_draws_a_series_per_rank_and_the_ownership_graph(br
         assert "rank 2 succeeded (exit code 0)" in page
         placement = _drawn(browser, "fig-placement")
         assert placement[0]["meta"] == {"what": "ranks"} and placement[0]["last"] == ["cpu", 3]
-        calls = browser.js("return document.getElementById('calls').innerText")
-        if not hasattr(inspect, "calls"):
-            assert "not recorded" in calls
+        # The call summary: rank 0's rpc.remote to each other worker.
+        summary = browser.js(
+            "var t = Array.from(document.querySelectorAll('#calls table')).find(t => t.tHead.innerText.indexOf('CALLS') >= 0);"
+            " return t ? Array.from(t.tBodies[0].rows).map(r => Array.from(r.cells).map(c => c.innerText)) : null;")
+        assert sorted((row[0], row[1], row[3], row[4]) for row in summary) == [
+            ("worker0", "worker1", "remote", "1"), ("worker0", "worker2", "remote", "1")]
 
         # Self-contained: nothing was fetched to draw it.
         assert browser.js("return performance.getEntriesByType('resource').length") == 0

@@ -131,13 +131,20 @@ def timeline(snap: RunSnapshot) -> str:
 
 
 def calls(snap: RunSnapshot) -> str:
-    if snap.calls is None:
+    """The SDK's call report: calls in flight for 1 s or more, per caller → callee, what the
+    callees run for whom (each table from its record type's columns)."""
+    report = snap.calls
+    if report is None:
         return '<p class="empty">in-flight calls: not recorded by this version of rpcctl</p>'
-    if not snap.calls:
-        return '<p class="empty">no calls in flight</p>'
-    first = snap.calls[0]
-    columns = getattr(first, "COLUMNS", None) or [Column(f.name) for f in dataclasses.fields(first)]
-    return html_table(snap.calls, columns)
+    parts = []
+    for heading, records, empty in (
+        ("In flight for 1 s or more, oldest first", getattr(report, "pending", []), "no call in flight for 1 s or more"),
+        ("Per caller → callee", getattr(report, "summary", []), "no calls recorded"),
+        ("What the callees are running", [s for s in getattr(report, "serving", []) if getattr(s, "state", "") != "done"], "nothing running"),
+    ):
+        columns = getattr(records[0], "COLUMNS", None) if records else ()
+        parts.append(f"<h3>{escape(heading)}</h3>" + html_table(records, columns or (), empty=empty))
+    return "".join(parts)
 
 
 def run_sections(snap: RunSnapshot) -> dict[str, str]:
