@@ -11,7 +11,7 @@ progress was seen for ``hang_timeout`` seconds in a job that uses RPC (a process
 
 1. dumps the Python stacks of every running rank and of the processes they spawned (what
    ``rpcctl stack`` does; a stopped process cannot answer and is said to be stopped),
-2. snapshots the calls in flight and the callees' view (``rpcctl.inspect_calls``),
+2. snapshots the calls in flight and the callees' view (``rpcctl.inspect.calls``),
 3. writes ``stacks.txt``, ``calls.json`` and ``diagnosis.txt`` into ``<run_dir>/hang/``
    (``hang-2/``… for later reports), owner-only,
 4. prints the diagnosis: the wait chain from the oldest call in flight to the process at its
@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rpcctl import inspect_calls
+from rpcctl.inspect import calls as inspect_calls
 from rpcctl.console import human_seconds, to_jsonable
 from rpcctl.runs import Failure, RunRecord, now_iso, write_json_atomic
-from rpcctl.telemetry.rrefs import _short_path as _short
+from rpcctl.telemetry.rrefs.sender import _short_path as _short
 
 JOIN_WARN_S = 20.0
 CHECK_EVERY_S = 1.0
@@ -297,7 +297,7 @@ class HangWatchdog:
     def _facts(self) -> tuple[list[Proc], float, float] | None:
         """Processes of this attempt, the last progress the store saw, the first init_rpc; None
         while no process of the job entered init_rpc (the job does not use RPC, or not yet)."""
-        from rpcctl.inspect import _Store
+        from rpcctl.inspect._store import _Store
 
         with _Store(self.run_dir) as s:
             rows = s.rows("SELECT * FROM procs WHERE restart = ? AND ended_at IS NULL", (self._restart,))

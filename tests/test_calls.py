@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_no_process_left, only_run, rpcctl, start_rpcctl, wait_until
-from rpcctl import inspect_calls
+from rpcctl.inspect import calls as inspect_calls
 from rpcctl.telemetry import calls as tracking
 
 pytestmark = pytest.mark.timeout(180)

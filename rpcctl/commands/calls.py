@@ -1,5 +1,5 @@
 """``rpcctl inspect calls``: the calls in flight (oldest first), per caller → callee summary,
-and what each worker is running for whom. Data from ``rpcctl.inspect_calls``."""
+and what each worker is running for whom. Data from ``rpcctl.inspect.calls``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import typer
 from rich.console import Group
 from rich.text import Text
 
-from rpcctl import inspect_calls as sdk
+from rpcctl.inspect import calls as sdk
 from rpcctl.commands.common import JsonOption, RunArgument, RunsDirOption, WatchOption
 from rpcctl.console import render_table
 

@@ -25,6 +25,7 @@ One module per view, over one shared reader of the store::
     losses.py   LossRecord, LossSummary: losses, loss_summaries, loss_grid, sparkline, plot_losses
     stacks.py   StackDump: dump_stacks
     cost.py     TelemetryCost: telemetry_cost
+    calls.py    CallsReport (PendingCall, CallSummary, ServingRecord): calls (import it as a module)
 
 This package re-exports every public name, so ``inspect.rrefs(...)`` is the function (the
 ``rrefs`` module is ``rpcctl.inspect.rrefs`` only through ``sys.modules``/``import``).

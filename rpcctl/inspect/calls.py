@@ -2,7 +2,7 @@
 
 ::
 
-    from rpcctl import inspect_calls
+    from rpcctl.inspect import calls as inspect_calls
     report = inspect_calls.calls(run_dir)     -> CallsReport
     report.pending   [PendingCall]   calls running for 1 s or more, oldest first
     report.summary   [CallSummary]   per caller → callee → function: count, p50/p99, errors, pending
