@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rpcctl.inspect import calls as inspect_calls
+from rpcctl import inspect
+from rpcctl.inspect.calls import CallsReport, PendingCall, ServingRecord, _same_function
 from rpcctl.console import human_seconds, to_jsonable
 from rpcctl.runs import Failure, RunRecord, now_iso, write_json_atomic
 from rpcctl.telemetry.rrefs.sender import _short_path as _short
@@ -158,7 +159,7 @@ class Diagnosis:
         return "\n".join([self.headline, *(f"  {line}" for line in self.details)]) + "\n"
 
 
-def diagnose(procs: list[Proc], report: inspect_calls.CallsReport, stalled_s: float) -> Diagnosis:
+def diagnose(procs: list[Proc], report: CallsReport, stalled_s: float) -> Diagnosis:
     by_name = {p.name: p for p in procs if p.name}
     by_proc_id = {p.proc_id: p for p in procs if p.proc_id is not None}
     details = [f"no progress for {human_seconds(stalled_s)}: no call ended, no loss, no output line"]
@@ -193,7 +194,7 @@ def diagnose(procs: list[Proc], report: inspect_calls.CallsReport, stalled_s: fl
     return Diagnosis(headline, details, None)
 
 
-def _chain(first: inspect_calls.PendingCall, waiting: list[inspect_calls.PendingCall], serving: list[inspect_calls.ServingRecord],
+def _chain(first: PendingCall, waiting: list[PendingCall], serving: list[ServingRecord],
            by_name: dict[str, Proc], by_proc_id: dict[int, Proc]) -> tuple[str, Proc | None]:
     """Follow the oldest call: its callee runs something for it; if that thread itself waits
     on a call, follow that one; stop at a process that waits on nothing (the suspect)."""
@@ -206,7 +207,7 @@ def _chain(first: inspect_calls.PendingCall, waiting: list[inspect_calls.Pending
         path.append(call.callee)
         callee = by_name.get(call.callee)
         served = next((s for s in serving if s.call == (call.caller_proc, call.call_id) and s.state == "running"), None) or next(
-            (s for s in serving if s.worker == call.callee and s.state == "running" and inspect_calls._same_function(call.func, s.func)), None)
+            (s for s in serving if s.worker == call.callee and s.state == "running" and _same_function(call.func, s.func)), None)
         if callee is not None and callee.stopped:
             parts.append(f"{callee.describe()} is stopped (SIGSTOP or SIGTSTP): it cannot answer")
             suspect = callee
@@ -334,7 +335,6 @@ class HangWatchdog:
 
     def _dump(self, proc: Proc, record: RunRecord) -> list[Any]:
         """Dump a rank (and its children) unless it is stopped; fill in the threads."""
-        from rpcctl import inspect
         from rpcctl.errors import RpcctlError
 
         proc.stopped = _is_stopped(proc.pid)
@@ -367,7 +367,7 @@ class HangWatchdog:
         for proc in procs:  # spawned processes the dumps did not reach (stopped ones)
             if proc.kind != "rank" and not proc.threads:
                 proc.stopped = _is_stopped(proc.pid)
-        calls = inspect_calls.calls(self.run_dir, restart=self._restart)
+        calls = inspect.calls(self.run_dir, restart=self._restart)
         diagnosis = diagnose(procs, calls, stalled)
         folder = self._folder()
         _write_private(folder / "stacks.txt", "\n".join(texts))

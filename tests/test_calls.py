@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_no_process_left, only_run, rpcctl, start_rpcctl, wait_until
-from rpcctl.inspect import calls as inspect_calls
+from rpcctl import inspect
 from rpcctl.telemetry import calls as tracking
 
 pytestmark = pytest.mark.timeout(180)
@@ -103,7 +103,7 @@ def test_a_live_job_shows_its_calls_in_flight_the_summary_and_the_callee_view(tm
         # The held call shows as pending, named as the owner calls it, at its call site; the
         # callee says what it runs and for whom.
         def held():
-            report = inspect_calls.calls(run_dir)
+            report = inspect.calls(run_dir)
             return report if report.pending and report.serving else None
 
         report = wait_until(held, 30, "the held call in flight", logs=run_dir / "logs")
@@ -147,6 +147,6 @@ def test_a_live_job_shows_its_calls_in_flight_the_summary_and_the_callee_view(tm
     assert document["pending"] == [] and document["serving"] == []
     hold = next(s for s in document["summary"] if s["func"] == "rref.hold")
     assert hold["count"] == 1 and hold["pending"] == 0 and hold["max_s"] >= tracking.LONG_S
-    history = inspect_calls.calls(run_dir, history=True)
+    history = inspect.calls(run_dir, history=True)
     assert [(c.func, c.state) for c in history.pending] == [("PS.hold", "ok")]
     assert_no_process_left(run_dir)

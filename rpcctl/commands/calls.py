@@ -10,7 +10,7 @@ import typer
 from rich.console import Group
 from rich.text import Text
 
-from rpcctl.inspect import calls as sdk
+from rpcctl import inspect as sdk
 from rpcctl.commands.common import JsonOption, RunArgument, RunsDirOption, WatchOption
 from rpcctl.console import render_table
 

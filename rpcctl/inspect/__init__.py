@@ -25,7 +25,7 @@ One module per view, over one shared reader of the store::
     losses.py   LossRecord, LossSummary: losses, loss_summaries, loss_grid, sparkline, plot_losses
     stacks.py   StackDump: dump_stacks
     cost.py     TelemetryCost: telemetry_cost
-    calls.py    CallsReport (PendingCall, CallSummary, ServingRecord): calls (import it as a module)
+    calls.py    CallsReport (PendingCall, CallSummary, ServingRecord): calls
 
 This package re-exports every public name, so ``inspect.rrefs(...)`` is the function (the
 ``rrefs`` module is ``rpcctl.inspect.rrefs`` only through ``sys.modules``/``import``).
@@ -34,6 +34,7 @@ This package re-exports every public name, so ``inspect.rrefs(...)`` is the func
 from __future__ import annotations
 
 from rpcctl.inspect._store import has_telemetry
+from rpcctl.inspect.calls import CallsReport, CallSummary, PendingCall, ServingRecord, calls
 from rpcctl.inspect.cost import TelemetryCost, telemetry_cost
 from rpcctl.inspect.gpus import DeviceRecord, gpus
 from rpcctl.inspect.losses import LossRecord, LossSummary, loss_grid, loss_summaries, losses, plot_losses, sparkline
@@ -42,6 +43,7 @@ from rpcctl.inspect.stacks import StackDump, dump_stacks
 from rpcctl.inspect.workers import WorkerRecord, workers
 
 __all__ = [
+    "CallSummary", "CallsReport", "PendingCall", "ServingRecord", "calls",
     "RREF_STATES", "DeviceRecord", "LossRecord", "LossSummary", "OwnerSummary", "RRefRecord", "StackDump",
     "TelemetryCost", "WorkerRecord", "dump_stacks", "gpus", "has_telemetry", "leaked_rrefs", "loss_grid",
     "loss_summaries", "losses", "plot_losses", "rref_owners", "rrefs", "sparkline", "telemetry_cost", "workers",

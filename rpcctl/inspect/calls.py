@@ -2,8 +2,8 @@
 
 ::
 
-    from rpcctl.inspect import calls as inspect_calls
-    report = inspect_calls.calls(run_dir)     -> CallsReport
+    from rpcctl import inspect
+    report = inspect.calls(run_dir)           -> CallsReport
     report.pending   [PendingCall]   calls running for 1 s or more, oldest first
     report.summary   [CallSummary]   per caller → callee → function: count, p50/p99, errors, pending
     report.serving   [ServingRecord] what each worker has been running for whom, for 1 s or more
