@@ -55,7 +55,7 @@ def _root(
 
 
 def _register() -> None:
-    from rpcctl.commands import calls, launch, report, runs, sbatch
+    from rpcctl.commands import calls, launch, report, runs, sbatch, trace
     from rpcctl.commands.bench import bench_app
     from rpcctl.commands.inspect import inspect_app, stack
 
@@ -67,6 +67,7 @@ def _register() -> None:
     inspect_app.command("calls")(calls.calls)
     app.add_typer(inspect_app, name="inspect")
     app.command("stack")(stack)
+    app.command("trace")(trace.trace)
     app.add_typer(bench_app, name="bench")
     app.command("report")(report.report)
     app.command("web")(report.web)

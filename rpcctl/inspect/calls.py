@@ -191,28 +191,37 @@ def _same_function(caller_name: str, callee_name: str) -> bool:
     return caller_name.rsplit(".", 1)[-1] == callee_name.rsplit(".", 1)[-1]
 
 
-def _match(pending: list[PendingCall], serving: list[ServingRecord], call_rows: list[Any], serve_rows: list[Any]) -> None:
-    """Give each served function its caller: the latest call to that worker and function that
-    started before it (and had not ended before it started), one call per served function."""
-    starts = {(c.caller_proc, c.call_id): row["started_at"] for c, row in zip(pending, call_rows)}
-    ends = {(c.caller_proc, c.call_id): row["ended_at"] for c, row in zip(pending, call_rows)}
+def pair_served(call_rows: list[Any], serve_rows: list[Any]) -> dict[tuple[int, int], Any]:
+    """(caller proc, call id) → the served-function row that answered it: for each served
+    function, the latest call to that worker and function that started before it (and had not
+    ended before it started), one call per served function. Rows of ``calls`` and ``serving``."""
+    out: dict[tuple[int, int], Any] = {}
     taken: set[tuple[int, int]] = set()
     slack = 0.05  # the two processes' clocks are the same host's, read at different moments
-    for served, row in sorted(zip(serving, serve_rows), key=lambda pair: pair[1]["started_at"]):
+    for served in sorted(serve_rows, key=lambda r: r["started_at"]):
         best = None
-        for call in pending:
-            key = (call.caller_proc, call.call_id)
-            if key in taken or call.callee != served.worker or not _same_function(call.func, served.func):
+        for call in call_rows:
+            key = (call["proc_id"], call["call_id"])
+            if key in taken or call["callee"] != served["worker"] or not _same_function(call["func"], served["func"]):
                 continue
-            started, ended = starts[key], ends[key]
-            if started > row["started_at"] + slack or (ended is not None and ended < row["started_at"] - slack):
+            if call["started_at"] > served["started_at"] + slack or (call["ended_at"] is not None and call["ended_at"] < served["started_at"] - slack):
                 continue
-            if best is None or started > starts[(best.caller_proc, best.call_id)]:
+            if best is None or call["started_at"] > best["started_at"]:
                 best = call
         if best is not None:
-            taken.add((best.caller_proc, best.call_id))
-            served.caller, served.call = best.caller, (best.caller_proc, best.call_id)
-            best.func = served.func  # the owner's name says more ("PS.update" for "rref.update")
+            taken.add((best["proc_id"], best["call_id"]))
+            out[(best["proc_id"], best["call_id"])] = served
+    return out
+
+
+def _match(pending: list[PendingCall], serving: list[ServingRecord], call_rows: list[Any], serve_rows: list[Any]) -> None:
+    """Give each served function its caller (``pair_served``); the call takes the owner's name."""
+    calls_by_key = {(c.caller_proc, c.call_id): c for c in pending}
+    served_by_key = {(s.proc_id, s.serve_id): s for s in serving}
+    for key, row in pair_served(call_rows, serve_rows).items():
+        call, served = calls_by_key[key], served_by_key[(row["proc_id"], row["serve_id"])]
+        served.caller, served.call = call.caller, key
+        call.func = served.func  # the owner's name says more ("PS.update" for "rref.update")
 
 
 def _at_most(value: float | None, limit: float) -> float | None:

@@ -1,0 +1,221 @@
+"""A run as Chrome trace-event JSON (``rpcctl trace``): what Perfetto UI, chrome://tracing and
+Holistic Trace Analysis open.
+
+The document is the JSON Object Format: ``{"traceEvents": [...], "displayTimeUnit": "ms",
+"otherData": {...}}``; times are microseconds from the run's first record.
+
+===========================  ===================================================================
+track (``pid``)              events
+===========================  ===================================================================
+one per process              ``M`` process_name / process_sort_index / thread_name
+(a rank, or a process it     ``X`` "rank R" on thread 0: the rank's lifetime (launcher's view)
+spawned; per restart)        ``X`` a call (1 s or more) on the caller's thread; ``s`` → ``f``
+                             flow arrow to the function its callee ran for it (``X`` on the
+                             callee's thread)
+                             ``X`` RRef lifetimes on thread 1 of the owner ("RRefs")
+                             ``C`` loss and metrics counters
+                             ``i`` rank exits (with code and state)
+global                       ``i`` restarts
+===========================  ===================================================================
+
+Calls that ended within 1 s are not in the telemetry one by one; their per caller → callee
+summary is in ``otherData.calls``. Bounded size for long runs: at most ``MAX_SPANS`` call and
+served-function spans each (the longest kept), ``MAX_RREFS`` RRef spans (the longest-lived
+kept) and ``MAX_POINTS`` points per counter (evenly thinned, the last one kept): about 10 MB at
+most, whatever the run's length; what was left out is counted in ``otherData.left_out``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from rpcctl import inspect
+from rpcctl.console import to_jsonable
+from rpcctl.inspect._store import _loads, _Store
+from rpcctl.inspect.calls import pair_served
+
+MAX_SPANS = 20_000
+MAX_RREFS = 10_000
+MAX_POINTS = 2_000
+PROCESS_THREAD, RREF_THREAD = 0, 1
+
+
+def build_trace(run_dir: Path) -> dict[str, Any]:
+    with _Store(run_dir) as s:
+        ranks = s.rows("SELECT * FROM ranks ORDER BY restart, rank")
+        procs = s.rows("SELECT * FROM procs ORDER BY proc_id")
+        calls = s.rows("SELECT * FROM calls")
+        serving = s.rows("SELECT * FROM serving")
+        rrefs = s.rows("SELECT r.*, (SELECT max(released_at) FROM handles h WHERE h.restart = r.restart AND h.rref_id = r.rref_id) AS released,"
+                       " (SELECT count(*) FROM handles h WHERE h.restart = r.restart AND h.rref_id = r.rref_id AND released_at IS NULL) AS held"
+                       " FROM rrefs r")
+        losses = s.rows("SELECT * FROM losses ORDER BY id")
+        end = s.closed_at or s.now
+    times = [t for t in [*(r["started_at"] for r in ranks), *(p["connected_at"] for p in procs)] if t is not None]
+    start = min(times) if times else end
+    builder = _Builder(start, end)
+    builder.processes(ranks, procs)
+    builder.calls(calls, serving, procs)
+    builder.rrefs(rrefs)
+    builder.losses(losses)
+    builder.exits(ranks)
+    report = inspect.calls(run_dir)
+    return {
+        "traceEvents": builder.events,
+        "displayTimeUnit": "ms",
+        "otherData": {"run_dir": str(run_dir), "start_epoch_s": start, "calls": to_jsonable(report.summary), "left_out": builder.left_out},
+    }
+
+
+class _Builder:
+    def __init__(self, start: float, end: float):
+        self.start, self.end = start, end
+        self.events: list[dict[str, Any]] = []
+        self.left_out: dict[str, int] = {}
+        self.track_of_proc: dict[int, int] = {}
+        self.track_of_rank: dict[tuple[int, int], int] = {}  # (rank, restart) → the rank's own track
+        self.named_threads: set[tuple[int, int]] = set()
+
+    def ts(self, t: float) -> float:
+        return round((t - self.start) * 1e6, 3)
+
+    def span(self, pid: int, tid: int, name: str, begin: float, finish: float | None, cat: str, args: dict[str, Any]) -> None:
+        finish = self.end if finish is None else finish
+        self.events.append({"ph": "X", "pid": pid, "tid": tid, "name": name, "cat": cat, "ts": self.ts(begin),
+                            "dur": round(max(0.0, finish - begin) * 1e6, 3), "args": args})
+
+    def meta(self, pid: int, name: str, args: dict[str, Any], tid: int | None = None) -> None:
+        event = {"ph": "M", "pid": pid, "name": name, "args": args}
+        if tid is not None:
+            event["tid"] = tid
+        self.events.append(event)
+
+    def thread(self, pid: int, tid: int, name: str) -> None:
+        if (pid, tid) not in self.named_threads:
+            self.named_threads.add((pid, tid))
+            self.meta(pid, "thread_name", {"name": name}, tid)
+
+    # -- tracks --------------------------------------------------------------------------------
+    def processes(self, ranks: list[Any], procs: list[Any]) -> None:
+        for proc in procs:
+            track = proc["proc_id"]
+            self.track_of_proc[proc["proc_id"]] = track
+            rank, restart = proc["rank"], proc["restart"] or 0
+            again = f", restart {restart}" if restart else ""
+            if proc["kind"] == "child":
+                label = f"{proc['name'] or 'process'} (pid {proc['pid']}, started by rank {rank}{again})"
+            else:
+                self.track_of_rank.setdefault((rank, restart), track)
+                label = f"rank {rank}" + (f" · {proc['name']}" if proc["name"] else "") + f" (pid {proc['pid']}{again})"
+            self.meta(track, "process_name", {"name": label})
+            self.meta(track, "process_sort_index", {"sort_index": (rank if rank is not None else 999) * 1000 + restart * 10 + (proc["kind"] == "child")})
+        for row in ranks:
+            key = (row["rank"], row["restart"])
+            if key not in self.track_of_rank:  # no telemetry from it: the launcher's view only
+                track = 1_000_000 + row["rank"] * 1000 + row["restart"]
+                self.track_of_rank[key] = track
+                self.meta(track, "process_name", {"name": f"rank {row['rank']} (pid {row['pid']})"})
+            track = self.track_of_rank[key]
+            if row["started_at"] is not None:
+                self.thread(track, PROCESS_THREAD, "process")
+                self.span(track, PROCESS_THREAD, f"rank {row['rank']}", row["started_at"], row["ended_at"], "rank",
+                          {"pid": row["pid"], "state": row["state"], "exit_code": row["exit_code"], "restart": row["restart"]})
+
+    # -- calls, with flow arrows to what the callee ran for them -------------------------------
+    def calls(self, calls: list[Any], serving: list[Any], procs: list[Any]) -> None:
+        ended = {p["proc_id"]: p["ended_at"] for p in procs}
+        calls = self._longest(calls, "calls", ended)
+        serving = self._longest(serving, "served", ended)
+        served_for = pair_served(calls, serving)
+        for row in calls:
+            pid, tid = self.track_of_proc.get(row["proc_id"]), row["thread"] or 0
+            if pid is None:
+                continue
+            self.thread(pid, tid, f"thread {tid:#x}")
+            finish = row["ended_at"] if row["ended_at"] is not None else ended.get(row["proc_id"])
+            self.span(pid, tid, f"{row['kind']} → {row['callee']}: {row['func']}", row["started_at"], finish, "rpc",
+                      {"callee": row["callee"], "func": row["func"], "site": row["call_site"], "status": row["status"] or "unfinished"})
+            target = served_for.get((row["proc_id"], row["call_id"]))
+            if target is not None and self.track_of_proc.get(target["proc_id"]) is not None:
+                flow = f"{row['proc_id']}.{row['call_id']}"
+                self.events.append({"ph": "s", "pid": pid, "tid": tid, "name": "rpc", "cat": "rpc", "id": flow, "ts": self.ts(row["started_at"])})
+                self.events.append({"ph": "f", "bp": "e", "pid": self.track_of_proc[target["proc_id"]], "tid": target["thread"] or 0,
+                                    "name": "rpc", "cat": "rpc", "id": flow, "ts": self.ts(max(target["started_at"], row["started_at"]))})
+        for row in serving:
+            pid, tid = self.track_of_proc.get(row["proc_id"]), row["thread"] or 0
+            if pid is None:
+                continue
+            self.thread(pid, tid, f"rpc thread {tid:#x}")
+            finish = row["ended_at"] if row["ended_at"] is not None else ended.get(row["proc_id"])
+            self.span(pid, tid, row["func"], row["started_at"], finish, "served", {"nbytes": row["nbytes"]})
+
+    def _longest(self, rows: list[Any], what: str, ended: dict[int, float | None]) -> list[Any]:
+        if len(rows) <= MAX_SPANS:
+            return rows
+        self.left_out[what] = len(rows) - MAX_SPANS
+
+        def duration(row: Any) -> float:
+            finish = row["ended_at"] if row["ended_at"] is not None else (ended.get(row["proc_id"]) or self.end)
+            return finish - row["started_at"]
+
+        return sorted(rows, key=duration, reverse=True)[:MAX_SPANS]
+
+    # -- RRefs, losses, exits ------------------------------------------------------------------
+    def rrefs(self, rows: list[Any]) -> None:
+        owners = {}
+        for track_rank, track in self.track_of_rank.items():
+            owners[track_rank] = track
+        spans = []
+        for row in rows:
+            if row["created_at"] is None or row["owner_rank"] is None:
+                continue
+            gone = row["value_freed_at"] or (row["released"] if not row["held"] else None)
+            spans.append((row, gone))
+        if len(spans) > MAX_RREFS:
+            self.left_out["rrefs"] = len(spans) - MAX_RREFS
+            spans.sort(key=lambda pair: (pair[1] or self.end) - pair[0]["created_at"], reverse=True)
+            spans = spans[:MAX_RREFS]
+        for row, gone in spans:
+            track = owners.get((row["owner_rank"], row["restart"]))
+            if track is None:
+                continue
+            self.thread(track, RREF_THREAD, "RRefs")
+            self.span(track, RREF_THREAD, f"RRef {row['type'] or '?'}", row["created_at"], gone, "rref",
+                      {"rref_id": row["rref_id"], "creator": row["creator"], "site": row["call_site"], "nbytes": row["nbytes"],
+                       "shape": _loads(row["shape"]), "device": row["device"]})
+
+    def losses(self, rows: list[Any]) -> None:
+        series: dict[tuple[int, int, str], list[tuple[float, float]]] = defaultdict(list)
+        for row in rows:
+            if row["time"] is None:
+                continue
+            values = {"loss": row["loss"], **(_loads(row["metrics"]) or {})}
+            for name, value in values.items():
+                if isinstance(value, (int, float)):
+                    series[(row["rank"], row["restart"] or 0, name)].append((row["time"], value))
+        for (rank, restart, name), points in series.items():
+            track = self.track_of_rank.get((rank, restart))
+            if track is None:
+                continue
+            if len(points) > MAX_POINTS:
+                self.left_out["counter_points"] = self.left_out.get("counter_points", 0) + len(points) - MAX_POINTS
+                step = len(points) / MAX_POINTS
+                points = [points[min(len(points) - 1, int(round((i + 1) * step)) - 1)] for i in range(MAX_POINTS)]
+            for t, value in points:
+                self.events.append({"ph": "C", "pid": track, "name": name, "ts": self.ts(t), "args": {name: value}})
+
+    def exits(self, ranks: list[Any]) -> None:
+        for row in ranks:
+            track = self.track_of_rank.get((row["rank"], row["restart"]))
+            if row["ended_at"] is not None and track is not None:
+                self.events.append({"ph": "i", "s": "p", "pid": track, "tid": PROCESS_THREAD, "ts": self.ts(row["ended_at"]),
+                                    "name": f"rank {row['rank']} {row['state']}" + (f" (exit {row['exit_code']})" if row["exit_code"] is not None else ""),
+                                    "args": {"exit_code": row["exit_code"], "state": row["state"]}})
+        firsts: dict[int, float] = {}
+        for row in ranks:
+            if row["restart"] and row["started_at"] is not None:
+                firsts[row["restart"]] = min(firsts.get(row["restart"], row["started_at"]), row["started_at"])
+        for restart, t in sorted(firsts.items()):
+            self.events.append({"ph": "i", "s": "g", "pid": 0, "tid": 0, "ts": self.ts(t), "name": f"restart {restart}", "args": {}})
