@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from rpcctl import inspect
 from browser import browser  # noqa: F401 - the fixture
 from conftest import WORKERS, assert_no_process_left, only_run, record, rpcctl, wait_until, write_config
 
@@ -127,6 +128,11 @@ def test_report_of_a_real_run_draws_a_series_per_rank_and_the_ownership_graph(br
         page = browser.js("return document.body.innerText")
         assert record(run_dir)["run_id"] in page and "succeeded" in page
         assert "rank 2 succeeded (exit code 0)" in page
+        # CPU and RSS over time: a series per worker, from its probes (a Python rank with torch: > 50 MiB).
+        for chart in ("fig-usage-cpu", "fig-usage-rss"):
+            usage = _drawn(browser, chart)
+            assert sorted(t["name"] for t in usage) == ["worker0", "worker1", "worker2"] and all(t["n"] >= 1 for t in usage), usage
+        assert all(t["last"][1] > 50 for t in _drawn(browser, "fig-usage-rss"))
         placement = _drawn(browser, "fig-placement")
         assert placement[0]["meta"] == {"what": "ranks"} and placement[0]["last"] == ["cpu", 3]
         # The call summary: rank 0's rpc.remote to each other worker.
@@ -330,11 +336,30 @@ def test_launch_web_serves_the_job_and_stops_with_it(browser, tmp_path, runs_dir
     assert_no_process_left(only_run(runs_dir))
 
 
-def test_live_server_refuses_wrong_tokens_hosts_origins_and_writes(tmp_path, runs_dir):
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    """One real 2-rank run for the tests that need a run but no browser."""
+    tmp_path = tmp_path_factory.mktemp("finished")
+    run_dir = _launch(tmp_path, tmp_path / "runs", ranks=2)
+    assert record(run_dir)["status"] == "succeeded"
+    return run_dir
+
+
+def test_usage_keeps_every_probe_of_every_rank(finished_run):
+    """inspect.usage: the history behind the CPU and RSS charts, one sample per probe."""
+    samples = inspect.usage(finished_run)
+    assert {s.rank for s in samples} == {0, 1}
+    assert all(s.rss_bytes and s.rss_bytes > 50 * 2**20 for s in samples)
+    times = [s.time for s in samples]
+    assert times == sorted(times)
+    last_probe = {w.rank: w for w in inspect.workers(finished_run)}
+    assert {s.name for s in samples} == {w.name for w in last_probe.values()} == {"worker0", "worker1"}
+
+
+def test_live_server_refuses_wrong_tokens_hosts_origins_and_writes(finished_run):
     """Real HTTP against `rpcctl web` on a finished run (no browser needed)."""
     pytest.importorskip("plotly", reason="needs plotly: pip install -c constraints.txt -e '.[test]'")
-    run_dir = _launch(tmp_path, runs_dir, ranks=2)
-    web, url = _start_web(run_dir.name, "--runs-dir", str(runs_dir))
+    web, url = _start_web(str(finished_run))
     try:
         port = int(re.search(r":(\d+)/", url).group(1))
         token = url.split("token=", 1)[1]

@@ -11,6 +11,7 @@ Used by ``rpcctl inspect``, the live dashboard and the launcher's end-of-run rep
     inspect.losses(run_dir, rank=0)                  -> list[LossRecord]
     inspect.leaked_rrefs(run_dir)                    -> list[RRefRecord]
     inspect.telemetry_cost(run_dir)                  -> TelemetryCost | None
+    inspect.usage(run_dir)                           -> list[UsageSample] (CPU, RSS per probe)
     inspect.dump_stacks(run_dir, rank)               -> list[StackDump] (rank, then its children)
 
 Each record type declares its columns once (``COLUMNS``): the table and the JSON keys come from
@@ -26,6 +27,7 @@ One module per view, over one shared reader of the store::
     stacks.py   StackDump: dump_stacks
     cost.py     TelemetryCost: telemetry_cost
     calls.py    CallsReport (PendingCall, CallSummary, ServingRecord): calls
+    usage.py    UsageSample: usage (every probe's CPU and RSS)
 
 This package re-exports every public name, so ``inspect.rrefs(...)`` is the function (the
 ``rrefs`` module is ``rpcctl.inspect.rrefs`` only through ``sys.modules``/``import``).
@@ -40,11 +42,12 @@ from rpcctl.inspect.gpus import DeviceRecord, gpus
 from rpcctl.inspect.losses import LossRecord, LossSummary, loss_grid, loss_summaries, losses, plot_losses, sparkline
 from rpcctl.inspect.rrefs import RREF_STATES, OwnerSummary, RRefRecord, leaked_rrefs, rref_owners, rrefs
 from rpcctl.inspect.stacks import StackDump, dump_stacks
+from rpcctl.inspect.usage import UsageSample, usage
 from rpcctl.inspect.workers import WorkerRecord, workers
 
 __all__ = [
     "CallSummary", "CallsReport", "PendingCall", "ServingRecord", "calls",
     "RREF_STATES", "DeviceRecord", "LossRecord", "LossSummary", "OwnerSummary", "RRefRecord", "StackDump",
-    "TelemetryCost", "WorkerRecord", "dump_stacks", "gpus", "has_telemetry", "leaked_rrefs", "loss_grid",
-    "loss_summaries", "losses", "plot_losses", "rref_owners", "rrefs", "sparkline", "telemetry_cost", "workers",
+    "TelemetryCost", "UsageSample", "WorkerRecord", "dump_stacks", "gpus", "has_telemetry", "leaked_rrefs", "loss_grid",
+    "loss_summaries", "losses", "plot_losses", "rref_owners", "rrefs", "sparkline", "telemetry_cost", "usage", "workers",
 ]

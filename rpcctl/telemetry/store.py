@@ -65,6 +65,8 @@ CREATE TABLE IF NOT EXISTS churn (
     restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, owner TEXT NOT NULL, callee TEXT NOT NULL,
     call_site TEXT NOT NULL, count INTEGER NOT NULL,
     PRIMARY KEY (restart, proc_id, owner, callee, call_site));
+CREATE TABLE IF NOT EXISTS probes (
+    proc_id INTEGER NOT NULL, t REAL NOT NULL, cpu_percent REAL, rss_bytes INTEGER);
 CREATE TABLE IF NOT EXISTS losses (
     id INTEGER PRIMARY KEY, rank INTEGER, restart INTEGER, step INTEGER, epoch INTEGER, loss REAL,
     metrics TEXT, time REAL, source TEXT);
@@ -184,6 +186,10 @@ class StoreWriter:
              ev.get("gpu_memory_bytes"), _json(ev.get("gpus")), ev.get("dropped", 0), ev.get("cpu_s"), ev.get("telemetry_cpu_s"),
              proc.proc_id),
         )
+        # The history behind the latest values (the report's CPU and RSS over time), one row per
+        # probe: PROBE_INTERVAL_S apart, so an hour of 8 ranks is ~30k small rows.
+        self._x("INSERT INTO probes (proc_id, t, cpu_percent, rss_bytes) VALUES (?, ?, ?, ?)",
+                (proc.proc_id, t, ev.get("cpu_percent"), ev.get("rss_bytes")))
 
     def _ev_rpc(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         proc.name, proc.rpc_rank = ev.get("name"), ev.get("rpc_rank")

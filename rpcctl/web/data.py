@@ -34,6 +34,7 @@ class RunSnapshot:
     owners: list[inspect.OwnerSummary] = field(default_factory=list)
     workers: list[inspect.WorkerRecord] = field(default_factory=list)
     devices: list[inspect.DeviceRecord] = field(default_factory=list)
+    usage: list[Any] = field(default_factory=list)  # inspect.UsageSample: CPU and RSS per probe
     calls: Any = None  # inspect's CallsReport (pending, summary, serving); None: calls not recorded
     telemetry_cost: str | None = None
 
@@ -93,24 +94,12 @@ def run_snapshot(run_dir: Path) -> RunSnapshot:
     snapshot.owners = inspect.rref_owners(run_dir, records=snapshot.rrefs)
     snapshot.workers = inspect.workers(run_dir)
     snapshot.devices = inspect.gpus(run_dir)
-    calls = _calls_sdk()
-    snapshot.calls = calls(run_dir) if calls is not None else None
+    snapshot.usage = inspect.usage(run_dir)
+    calls = getattr(inspect, "calls", None)  # call tracking, where this rpcctl has it
+    snapshot.calls = calls(run_dir) if callable(calls) else None
     cost = inspect.telemetry_cost(run_dir)
     snapshot.telemetry_cost = cost.describe() if cost is not None else None
     return snapshot
-
-
-def _calls_sdk() -> Any:
-    """The SDK's call tracking (``inspect.calls``, or the ``inspect_calls`` module it started
-    as), or None where this rpcctl does not record calls."""
-    found = getattr(inspect, "calls", None)
-    if callable(found):
-        return found
-    try:
-        from rpcctl import inspect_calls
-    except ImportError:
-        return None
-    return getattr(inspect_calls, "calls", None)
 
 
 def thin(points: list[Any], limit: int = MAX_POINTS_PER_SERIES) -> list[Any]:

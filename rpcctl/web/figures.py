@@ -23,11 +23,11 @@ STATE_COLOURS = {
     "failed": "#d62728", "killed": "#ff7f0e", "pending": "#bbbbbb", "cancelled": "#ff7f0e", "lost": "#7f7f7f",
 }
 _BASE_LAYOUT = {
-    "margin": {"l": 60, "r": 20, "t": 40, "b": 45},
+    "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
     "height": 340,
     "hovermode": "closest",
     "uirevision": "keep",  # the live page redraws every second: keep the reader's zoom and legend
-    "legend": {"orientation": "h", "y": -0.2},
+    "legend": {"orientation": "h", "y": -0.3, "yanchor": "top"},
     "paper_bgcolor": "white",
     "plot_bgcolor": "#fafafa",
 }
@@ -47,7 +47,7 @@ def layout(title: str, **extra: Any) -> dict[str, Any]:
 def log_scale_menu(axis: str = "yaxis") -> list[dict[str, Any]]:
     """Buttons that switch an axis between linear and log scale."""
     return [{
-        "type": "buttons", "direction": "left", "x": 1, "xanchor": "right", "y": -0.16, "yanchor": "top",
+        "type": "buttons", "direction": "left", "x": 1, "xanchor": "right", "y": -0.3, "yanchor": "top",
         "showactive": True, "pad": {"r": 0, "t": 0},
         "buttons": [
             {"label": "linear", "method": "relayout", "args": [{f"{axis}.type": "linear"}]},
@@ -217,34 +217,40 @@ def rrefs_over_time(snap: RunSnapshot) -> dict[str, Any]:
 def placement(snap: RunSnapshot) -> dict[str, Any]:
     """Ranks per device and, where there are any, the bytes of live RRef values on it."""
     devices = [d.device for d in snap.devices]
-    traces = [{"type": "bar", "name": "ranks", "x": devices, "y": [len(d.ranks) for d in snap.devices], "offsetgroup": 0,
+    traces = [{"type": "bar", "name": "ranks", "x": devices, "y": [len(d.ranks) for d in snap.devices], "offsetgroup": 0, "width": 0.3,
                "hovertext": [f"ranks {', '.join(map(str, d.ranks)) or '-'}" for d in snap.devices], "meta": {"what": "ranks"}}]
     extra: dict[str, Any] = {}
     if any(d.rref_bytes for d in snap.devices):
         traces.append({"type": "bar", "name": "live RRef MiB", "x": devices, "y": [d.rref_bytes / 2**20 for d in snap.devices],
-                       "yaxis": "y2", "offsetgroup": 1, "meta": {"what": "rref_bytes"}})
+                       "yaxis": "y2", "offsetgroup": 1, "width": 0.3, "meta": {"what": "rref_bytes"}})
         extra["yaxis2"] = {"title": {"text": "MiB of live RRefs"}, "overlaying": "y", "side": "right", "rangemode": "tozero"}
     return {"area": "placement", "data": traces,
-            "layout": layout("Placement per device", barmode="group", yaxis={"title": {"text": "ranks"}, "dtick": 1}, **extra)}
+            "layout": layout("Placement per device", barmode="group", yaxis={"title": {"text": "ranks"}, "dtick": 1}, height=280, **extra)}
 
 
-def worker_usage(snap: RunSnapshot) -> dict[str, Any] | None:
-    """CPU and RSS of each running process, as last probed (None: nothing is running)."""
-    shown = [w for w in snap.workers if w.cpu_percent is not None or w.rss_bytes is not None]
-    if not shown:
-        return None
-    names = [label(w.name or f"rank {w.rank} pid {w.pid}") for w in shown]
-    return {
-        "area": "workers",
-        "data": [
-            {"type": "bar", "name": "CPU %", "x": names, "y": [w.cpu_percent for w in shown], "meta": {"what": "cpu_percent"}},
-            {"type": "bar", "name": "RSS MiB", "x": names, "y": [(w.rss_bytes or 0) / 2**20 for w in shown], "yaxis": "y2",
-             "meta": {"what": "rss_bytes"}},
-        ],
-        "layout": layout("Workers: CPU and RSS (last probe)",
-                         barmode="group", yaxis={"title": {"text": "CPU %"}},
-                         yaxis2={"title": {"text": "RSS MiB"}, "overlaying": "y", "side": "right"}),
-    }
+def worker_usage(snap: RunSnapshot) -> dict[str, dict[str, Any]]:
+    """CPU % and RSS of every process over the run, one series per process (from its probes)."""
+    series: dict[tuple, list[Any]] = defaultdict(list)
+    for sample in snap.usage:
+        series[(sample.rank if sample.rank is not None else -1, sample.kind != "rank", sample.pid, sample.name)].append(sample)
+    figures = {}
+    for key, title, unit, value in (
+        ("cpu", "CPU over time", "CPU %", lambda s: s.cpu_percent),
+        ("rss", "RSS over time", "MiB", lambda s: None if s.rss_bytes is None else s.rss_bytes / 2**20),
+    ):
+        traces = []
+        for (rank, _child, pid, name), samples in sorted(series.items(), key=lambda item: item[0][:3]):
+            points = thin([(snap.since_start(s.time), value(s)) for s in samples if value(s) is not None])
+            who = name or (f"rank {rank} pid {pid}" if rank >= 0 else f"pid {pid}")
+            traces.append({"type": "scatter", "mode": "lines", "name": label(who), "x": [p[0] for p in points], "y": [p[1] for p in points],
+                           "hovertemplate": f"{label(who)}<br>%{{x:.1f}} s<br>%{{y:.1f}} {unit}<extra></extra>",
+                           "meta": {"rank": rank, "pid": pid, "what": key}})
+        figures[f"fig-usage-{key}"] = {
+            "area": "workers", "data": traces,
+            "layout": layout(title, xaxis={"title": {"text": "seconds since start"}, "rangemode": "tozero"},
+                             yaxis={"title": {"text": unit}, "rangemode": "tozero"}),
+        }
+    return figures if series else {}
 
 
 def timeline(snap: RunSnapshot) -> dict[str, Any]:
@@ -292,9 +298,7 @@ def run_figures(snap: RunSnapshot) -> dict[str, dict[str, Any]]:
     figures["fig-rref-graph"] = ownership_graph(snap)
     figures["fig-rref-time"] = rrefs_over_time(snap)
     figures["fig-placement"] = placement(snap)
-    usage = worker_usage(snap)
-    if usage is not None:
-        figures["fig-workers"] = usage
+    figures.update(worker_usage(snap))
     return figures
 
 

@@ -1,6 +1,7 @@
 """A small RPC job for the report tests: rank 0 makes RRefs owned by the other ranks, every
 rank reports known losses and a second metric; with GATE set, rank 0 reports one more loss
-only once that file exists (the live page test); with FAIL set, the last rank raises FAIL."""
+only once that file exists (the live page test); with FAIL set, the last rank raises FAIL
+(the others wait to be torn down)."""
 
 import os
 import time
@@ -20,8 +21,10 @@ if rank == 0:
 for step in range(steps):
     rpcctl.report(step=step, loss=(rank + 1) * 10.0 / (step + 1), **{metric: step / 10})
     time.sleep(0.1)
-if os.environ.get("FAIL") and rank == world - 1:
-    raise RuntimeError(os.environ["FAIL"])
+if os.environ.get("FAIL"):
+    if rank == world - 1:
+        raise RuntimeError(os.environ["FAIL"])
+    time.sleep(60)  # out of RPC until torn down: the failing rank is the root cause, never a peer's eof
 gate = os.environ.get("GATE")
 if gate and rank == 0:
     while not os.path.exists(gate):
