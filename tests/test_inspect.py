@@ -29,7 +29,7 @@ WORKER_KEYS = [
     "heartbeat_age_s", "stale", "kind", "rpc_rank", "parent_pid", "threads", "restart", "cuda_visible_devices", "device_maps",
     "dropped_events", "started_at", "ended_at", "cpu_s", "telemetry_cpu_s",
 ]
-LOSS_KEYS = ["rank", "step", "loss", "epoch", "metrics", "time", "source", "restart"]
+LOSS_KEYS = ["rank", "step", "loss", "epoch", "metrics", "time", "source", "restart", "seq", "keyed_by", "rule"]
 DEVICE_KEYS = ["device", "name", "ranks", "workers", "memory_used_bytes", "memory_total_bytes", "rref_bytes", "rrefs"]
 
 

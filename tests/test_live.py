@@ -89,4 +89,5 @@ def test_inspect_watch_follows_a_running_job_and_exits_when_it_ends(tmp_path, ru
     assert output.count(b"Per rank") >= 3, screen
     # ...and the screen it leaves is the finished run's: all 20 steps of both ranks.
     per_rank = screen[screen.index("Per rank"):].splitlines()[2:4]
-    assert [row.split()[:2] + row.split()[5:7] for row in per_rank] == [["0", "20", "0.05", "19"], ["1", "20", "1.05", "19"]], screen
+    # RANK N FIRST MIN AT LAST AT: the count, then LAST and where it is.
+    assert [row.split()[:2] + row.split()[6:9] for row in per_rank] == [["0", "20", "0.05", "step", "19"], ["1", "20", "1.05", "step", "19"]], screen

@@ -173,8 +173,10 @@ def test_store_follows_rrefs_forks_values_and_losses(server):
     srv.log_line(0, "loss=0.25")
     srv.log_line(1, "step 1 loss 0.5")
     wait_until(lambda: len(inspect.losses(run_dir)) == 3, 5, "three losses")
-    losses = [(r.rank, r.step, r.loss, r.source, r.metrics) for r in inspect.losses(run_dir)]
-    assert sorted(losses) == [(0, 0, 0.25, "log", {}), (0, 3, 0.52, "log", {}), (1, 1, 0.5, "report", {"acc": 0.9})]
+    losses = [(r.rank, r.seq, r.step, r.loss, r.source, r.metrics, r.where) for r in inspect.losses(run_dir)]
+    # Rank 0's second loss has no step: its records are keyed by arrival (#1, #2), not step 0.
+    assert sorted(losses) == [(0, 0, 3, 0.52, "log", {}, "#1"), (0, 1, None, 0.25, "log", {}, "#2"), (1, 0, 1, 0.5, "report", {"acc": 0.9}, "step 1")]
+    assert inspect.line_counts(run_dir) == {0: (3, 2), 1: (1, 1)}
 
     workers = {w.rank: w for w in inspect.workers(run_dir)}
     assert (workers[1].name, workers[1].pid, workers[1].state, workers[1].cpu_percent, workers[1].rss_bytes) == ("worker1", 1001, "running", 12.5, 1 << 20)

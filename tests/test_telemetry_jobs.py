@@ -221,12 +221,16 @@ def test_a_live_job_shows_its_rrefs_workers_stacks_and_losses(tmp_path, runs_dir
         _finish(launcher, sync)
 
     # After the run: printed losses match exactly; rank 1 reported its own (with a metric).
-    losses = [(r.rank, r.step, r.epoch, r.loss, r.source, r.metrics) for r in inspect.losses(run_dir)]
+    # Steps as printed (none on "Epoch 3: 0.125": epoch 3 comes after step 2, so the rank is
+    # still keyed by (epoch, step)) and as reported.
+    losses = [(r.rank, r.seq, r.step, r.epoch, r.loss, r.source, r.metrics) for r in inspect.losses(run_dir)]
     assert sorted(losses, key=lambda r: (r[0], r[1])) == [  # arrival order across ranks is free
-        (0, 0, None, 0.9, "log", {}), (0, 1, None, 0.52, "log", {}), (0, 2, None, 0.3125, "log", {}), (0, 3, 3, 0.125, "log", {}),
-        (1, 0, None, 1.0, "report", {"acc": 0.0}), (1, 1, None, 0.5, "report", {"acc": 0.5}),
-        (1, 2, None, 1.0 / 3, "report", {"acc": 1.0}),
+        (0, 0, 0, None, 0.9, "log", {}), (0, 1, 1, None, 0.52, "log", {}), (0, 2, 2, None, 0.3125, "log", {}),
+        (0, 3, None, 3, 0.125, "log", {}),
+        (1, 0, 0, None, 1.0, "report", {"acc": 0.0}), (1, 1, 1, None, 0.5, "report", {"acc": 0.5}),
+        (1, 2, 2, None, 1.0 / 3, "report", {"acc": 1.0}),
     ]
+    assert {r.keyed_by for r in inspect.losses(run_dir)} == {inspect.BY_STEP}
     # Still referenced when rank 0 called rpc.shutdown(): all but the deleted one.
     assert [(r.type, r.call_site.rsplit("/", 1)[-1]) for r in inspect.leaked_rrefs(run_dir)] == [
         ("KV", f"tracked.py:{_line(SCRIPT, 'kv = ')} in main"), ("Tensor", f"tracked.py:{_line(SCRIPT, 'local = ')} in main"),

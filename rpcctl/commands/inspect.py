@@ -179,49 +179,124 @@ def losses(
     run: RunArgument = None,
     rank: Annotated[Optional[int], typer.Option("--rank", "-r", help="Only this rank.", show_default=False)] = None,
     last: Annotated[int, typer.Option("--last", help="Steps shown in the steps × ranks table.")] = 10,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="Also write a loss chart to this PNG file (needs matplotlib).", show_default=False)] = None,
+    metric: Annotated[Optional[str], typer.Option("--metric", "-m", help="Show this metric (acc, lr, grad_norm, ...) instead of the loss.", show_default=False)] = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="Also write a chart to this PNG file (needs matplotlib).", show_default=False)] = None,
+    log_scale: Annotated[bool, typer.Option("--log", help="Log scale for the --plot chart's values.")] = False,
+    summary: Annotated[bool, typer.Option("--summary", help="Only the per-rank summary (with the printed lines that matched).")] = False,
+    explain: Annotated[Optional[list[str]], typer.Option("--explain", help="Say what this printed LINE yields and why (repeatable: lines in order); reads no run.", show_default=False)] = None,
     runs_dir: RunsDirOption = None,
     json_: JsonOption = False,
     watch: WatchOption = False,
 ) -> None:
     """Loss per rank and step: the last steps × ranks, then min/last and a trend per rank.
 
-    Losses come from rpcctl.report() and from the ranks' printed output (`step 3 loss 0.52`,
-    `loss=0.52`, `Epoch 3: 0.52`, or the config's losses.pattern).
+    Losses come from rpcctl.report() and from the ranks' printed output: `step 3 loss 0.52`,
+    `epoch 2 step 10 loss=0.5 acc=0.9`, JSON or Python dict lines (Hugging Face Trainer), tqdm,
+    Lightning and Keras progress bars, or the config's losses.pattern. Records are keyed by
+    (epoch, step), or by arrival order (#n) where steps repeat or are not printed.
+
+    Example: rpcctl inspect losses --metric acc --plot acc.png --log
     """
     _no_json_watch(json_, watch)
+    if explain:
+        _explain_lines(explain, json_)
+        return
     if last < 1:
         raise UsageError("--last must be at least 1")
     run_dir = _run_dir(run, runs_dir)
+
+    def records() -> list[sdk.LossRecord]:
+        found = sdk.losses(run_dir, rank=rank)
+        if metric is not None and found and not sdk.with_metric(found, metric):
+            names = ", ".join(sdk.metric_names(found)) or "none"
+            raise UsageError(f"--metric {metric}: no record of run {run_dir.name} has it (metrics: {names})")
+        return found
+
     if plot is not None:
-        sdk.plot_losses(sdk.losses(run_dir, rank=rank), plot, title=run_dir.name)
+        sdk.plot_losses(records(), plot, title=_plot_title(run_dir, rank), metric=metric, log_scale=log_scale)
         get_console().note(f"wrote {plot}")
     if json_:
-        get_console().json(sdk.losses(run_dir, rank=rank))
+        found = records()
+        get_console().json(sdk.loss_summaries(found, sdk.line_counts(run_dir)) if summary else found)
         return
 
     def render() -> Any:
-        records = sdk.losses(run_dir, rank=rank)
-        if not records:
-            return "no losses yet (print them, e.g. `step 3 loss 0.52`, or call rpcctl.report(step=..., loss=...))"
-        steps, ranks, cells = sdk.loss_grid(records, last)
-        grid = Table(title=f"Last {len(steps)} steps", title_justify="left", header_style="bold", box=None, pad_edge=False)
-        grid.add_column("STEP", justify="right", no_wrap=True)
-        for r in ranks:
-            grid.add_column(f"RANK {r}", justify="right", no_wrap=True)
-        for step in steps:
-            grid.add_row(str(step), *(_loss_cell(cells, step, r) for r in ranks))
-        summary = render_table(sdk.loss_summaries(records), sdk.LossSummary.COLUMNS, title="Per rank")
-        return Group(grid, "", summary)
+        found = records()
+        counts = sdk.line_counts(run_dir)
+        if not found:
+            matched = f" ({sum(n for n, _ in counts.values())} printed lines read, none matched)" if counts else ""
+            return (f"no losses yet{matched}: print them (e.g. `step 3 loss 0.52`), call rpcctl.report(step=..., loss=...), "
+                    "or check a line with `rpcctl inspect losses --explain 'LINE'`")
+        shown = sdk.with_metric(found, metric)
+        table = render_table(sdk.loss_summaries(shown, counts), sdk.LossSummary.COLUMNS, title=f"Per rank ({metric or 'loss'})")
+        if summary:
+            return table
+        return Group(_loss_grid(sdk.loss_grid(shown, last), metric), "", table)
 
     _show(run_dir, render, watch)
 
 
-def _loss_cell(cells: dict[tuple[int, int], float | None], step: int, rank: int) -> str:
-    if (step, rank) not in cells:
+def _loss_grid(grid: sdk.LossGrid, metric: str | None) -> Table:
+    by_arrival = grid.keyed_by == sdk.BY_ARRIVAL
+    title = f"Last {len(grid.rows)} {'records, in arrival order (steps repeat or are not printed)' if by_arrival else 'steps'}"
+    table = Table(title=title + (f": {metric}" if metric else ""), title_justify="left", header_style="bold", box=None, pad_edge=False)
+    headers = ["#"] if by_arrival else (["EPOCH"] if grid.has_epochs else []) + ["STEP"]
+    for header in headers:
+        table.add_column(header, justify="right", no_wrap=True)
+    for r in grid.ranks:
+        table.add_column(f"RANK {r}", justify="right", no_wrap=True)
+    for key in grid.rows:
+        epoch, step = grid.labels[key]
+        label = [f"{key[0] + 1}"] if by_arrival else ([_dash(epoch)] if grid.has_epochs else []) + [_dash(step)]
+        table.add_row(*label, *(_loss_cell(grid.cells, key, r) for r in grid.ranks))
+    return table
+
+
+def _dash(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _loss_cell(cells: dict, key: tuple[int, ...], rank: int) -> str:
+    if (key, rank) not in cells:
         return ""
-    value = cells[(step, rank)]
+    value = cells[(key, rank)]
     return "nan" if value is None else f"{value:.6g}"
+
+
+def _plot_title(run_dir: Path, rank: int | None) -> str:
+    try:
+        name = load_record(run_dir).name
+    except (RunNotFoundError, OSError, ValueError):
+        name = None
+    title = f"{name}  ({run_dir.name})" if name else run_dir.name
+    return title + (f", rank {rank}" if rank is not None else "")
+
+
+def _explain_lines(lines: list[str], json_: bool) -> None:
+    from rpcctl.telemetry.losses import LossParser
+
+    parser = LossParser()  # one rank's parser: an epoch header applies to the lines after it
+    explained = [parser.explain(line) for line in lines]
+    rows = [
+        {"line": e.line, "rule": e.rule, "matched": e.parsed is not None, "loss": e.parsed.loss if e.parsed else None,
+         "epoch": e.parsed.epoch if e.parsed else e.epoch_context, "step": e.parsed.step if e.parsed else None,
+         "metrics": e.parsed.metrics if e.parsed else {}, "why": e.reason}
+        for e in explained
+    ]
+    if json_:
+        get_console().json(rows)
+        return
+    console = get_console()
+    for row in rows:
+        console.print(Text(f"line: {row['line']}"))
+        if row["matched"]:
+            fields = [f"loss {row['loss']:.6g}"] + [f"{k} {row[k]}" for k in ("epoch", "step") if row[k] is not None]
+            fields += [f"{k} {v:.6g}" for k, v in row["metrics"].items()]
+            console.print(Text(f"  yields: {', '.join(fields)}  (rule: {row['rule']})"))
+        else:
+            decided = f" (rule: {row['rule']})" if row["rule"] else ""
+            console.print(Text(f"  yields: nothing{decided}"))
+        console.print(Text(f"  why: {row['why']}"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,7 +23,8 @@ One module per view, over one shared reader of the store::
     rrefs.py    RRefRecord, OwnerSummary: rrefs, rref_owners, leaked_rrefs (RRef states)
     workers.py  WorkerRecord: workers
     gpus.py     DeviceRecord: gpus
-    losses.py   LossRecord, LossSummary: losses, loss_summaries, loss_grid, sparkline, plot_losses
+    losses.py   LossRecord, LossSummary, LossGrid: losses, line_counts, loss_summaries, loss_grid, sparkline,
+                with_metric, x_axis, plot_losses
     stacks.py   StackDump: dump_stacks
     cost.py     TelemetryCost: telemetry_cost
     calls.py    CallsReport (PendingCall, CallSummary, ServingRecord): calls
@@ -39,7 +40,10 @@ from rpcctl.inspect._store import has_telemetry
 from rpcctl.inspect.calls import CallsReport, CallSummary, PendingCall, ServingRecord, calls
 from rpcctl.inspect.cost import TelemetryCost, telemetry_cost
 from rpcctl.inspect.gpus import DeviceRecord, gpus
-from rpcctl.inspect.losses import LossRecord, LossSummary, loss_grid, loss_summaries, losses, plot_losses, sparkline
+from rpcctl.inspect.losses import (
+    BY_ARRIVAL, BY_STEP, LossGrid, LossRecord, LossSummary, NothingToPlot, line_counts, loss_grid, loss_summaries, losses,
+    metric_names, plot_losses, sparkline, with_metric, x_axis,
+)
 from rpcctl.inspect.rrefs import RREF_STATES, OwnerSummary, RRefRecord, leaked_rrefs, rref_owners, rrefs
 from rpcctl.inspect.stacks import StackDump, dump_stacks
 from rpcctl.inspect.usage import UsageSample, usage
@@ -47,7 +51,7 @@ from rpcctl.inspect.workers import WorkerRecord, workers
 
 __all__ = [
     "CallSummary", "CallsReport", "PendingCall", "ServingRecord", "calls",
-    "RREF_STATES", "DeviceRecord", "LossRecord", "LossSummary", "OwnerSummary", "RRefRecord", "StackDump",
-    "TelemetryCost", "UsageSample", "WorkerRecord", "dump_stacks", "gpus", "has_telemetry", "leaked_rrefs", "loss_grid",
-    "loss_summaries", "losses", "plot_losses", "rref_owners", "rrefs", "sparkline", "telemetry_cost", "usage", "workers",
+    "BY_ARRIVAL", "BY_STEP", "RREF_STATES", "DeviceRecord", "LossGrid", "LossRecord", "LossSummary", "OwnerSummary", "RRefRecord", "StackDump",
+    "TelemetryCost", "UsageSample", "WorkerRecord", "dump_stacks", "gpus", "has_telemetry", "leaked_rrefs", "line_counts", "loss_grid",
+    "loss_summaries", "losses", "metric_names", "NothingToPlot", "plot_losses", "rref_owners", "rrefs", "sparkline", "telemetry_cost", "usage", "with_metric", "workers", "x_axis",
 ]

@@ -28,13 +28,12 @@ GROUP BY 1 ORDER BY 1
 """
 _CHURN = "SELECT owner, sum(count) AS n FROM churn WHERE restart = ?1 GROUP BY owner"
 _LOSSES = """
-SELECT rank, step, loss FROM (
-  SELECT rank, step, loss, row_number() OVER (PARTITION BY rank ORDER BY id DESC) AS k
+SELECT rank, epoch, step, loss FROM (
+  SELECT rank, epoch, step, loss, row_number() OVER (PARTITION BY rank ORDER BY id DESC) AS k
   FROM losses WHERE restart = ?1
     AND NOT (source = 'log' AND rank IN (SELECT rank FROM losses WHERE restart = ?1 AND source = 'report'))
 ) WHERE k <= 24 ORDER BY rank, k DESC
 """
-
 
 def dashboard_panels(run_dir: Path) -> list[Any]:
     """Rich renderables for the live view; [] when the run has no telemetry (yet)."""
@@ -67,14 +66,16 @@ def dashboard_panels(run_dir: Path) -> list[Any]:
             table.add_row(Text(owner), "0", human_bytes(0), str(churn[owner]))
         panels.append(table)
     if losses:
+        # The latest record of each rank: the value the table's last row and LAST show.
         table = Table(title="Losses", title_justify="left", header_style="bold", box=None, pad_edge=False)
-        for header, justify in (("RANK", "right"), ("STEP", "right"), ("LOSS", "right"), ("TREND", "left")):
+        for header, justify in (("RANK", "right"), ("AT", "left"), ("LOSS", "right"), ("TREND", "left")):
             table.add_column(header, justify=justify, no_wrap=True)
-        by_rank: dict[int, list[tuple[int, float | None]]] = {}
-        for rank, step, loss in losses:
-            by_rank.setdefault(rank, []).append((step, loss))
+        by_rank: dict[int, list[tuple[int | None, int | None, float | None]]] = {}
+        for rank, epoch, step, loss in losses:
+            by_rank.setdefault(rank, []).append((epoch, step, loss))
         for rank, rows in sorted(by_rank.items()):
-            step, loss = rows[-1]
-            table.add_row(str(rank), str(step), "-" if loss is None else f"{loss:.6g}", sparkline([r[1] for r in rows]))
+            epoch, step, loss = rows[-1]
+            at = " ".join([f"epoch {epoch}"] * (epoch is not None) + [f"step {step}"] * (step is not None)) or "-"
+            table.add_row(str(rank), at, "-" if loss is None else f"{loss:.6g}", sparkline([r[2] for r in rows]))
         panels.append(table)
     return panels

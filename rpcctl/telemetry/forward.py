@@ -25,7 +25,7 @@ from rpcctl.telemetry.channel import Refusals, accept_local, close_unix, connect
 class TelemetryForwarder:
     def __init__(self, run_dir: Path, address: tuple[str, int], secret: bytes, loss_pattern: str | None = None):
         self.run_dir, self.address, self.secret = Path(run_dir), address, secret
-        self._parser = LossParser(loss_pattern)
+        self._loss_pattern = loss_pattern
         self._listener: socket.socket | None = None
         self._socket_path: Path | None = None
         self._private_dir: str | None = None
@@ -55,8 +55,9 @@ class TelemetryForwarder:
         self._post("exited", [rank, pid, state, exit_code])
 
     def log_line(self, rank: int, line: str) -> None:
-        # Only loss lines are of use to node 0: parse here rather than ship every line across.
-        if self._parser.parse(line) is not None:
+        # Only lines that may hold a loss or an epoch header are of use to node 0 (it parses them,
+        # one parser per rank): filter here rather than ship every line across.
+        if self._loss_pattern is not None or LossParser.may_matter(line):
             self._post("log", [rank, line])
 
     def _post(self, op: str, args: list[Any]) -> None:

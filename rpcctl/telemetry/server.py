@@ -44,8 +44,13 @@ class TelemetryServer:
         self.run_dir = Path(run_dir)
         self.world_size = world_size
         self.run_id = os.environ.get("RPCCTL_RUN_ID") or self.run_dir.name
-        pattern = spec.losses.pattern if spec is not None else None
-        self._parser = LossParser(pattern)
+        self._loss_pattern = spec.losses.pattern if spec is not None else None
+        # One parser per rank (it remembers the rank's last epoch header), used on the pump's
+        # thread only; the line counts too: the server thread copies them (a dict copy is atomic).
+        self._parsers: dict[int, LossParser] = {}
+        self._line_counts: dict[int, tuple[int, int]] = {}  # rank → (lines read, lines that matched)
+        self._counts_written: dict[int, tuple[int, int]] = {}
+        self._last_loss: dict[int, tuple[tuple[Any, ...], int]] = {}  # rank → ((restart, epoch, step), id)
         self._inbox: collections.deque[tuple[Any, ...]] = collections.deque()
         self._store: StoreWriter | None = None
         self._listener: socket.socket | None = None
@@ -59,7 +64,6 @@ class TelemetryServer:
         # global rank tells the hosts apart.
         self._restart_of_proc: dict[tuple[int, int], int] = {}
         self._procs_by_key: dict[tuple[int, int], ProcInfo] = {}
-        self._log_index: dict[int, int] = {}
         self.bad_messages = 0
         self.refused = Refusals("telemetry server")  # local connections from another user
         self._tcp_listener: socket.socket | None = None
@@ -124,7 +128,12 @@ class TelemetryServer:
         self._post(("exited", rank, pid, state, exit_code, time.time()))
 
     def log_line(self, rank: int, line: str) -> None:
-        parsed = self._parser.parse(line)
+        parser = self._parsers.get(rank)
+        if parser is None:
+            parser = self._parsers[rank] = LossParser(self._loss_pattern)
+        parsed = parser.parse(line)
+        lines, matched = self._line_counts.get(rank, (0, 0))
+        self._line_counts[rank] = (lines + 1, matched + (parsed is not None))
         if parsed is not None:
             self._post(("loss", rank, parsed, time.time()))
 
@@ -307,16 +316,21 @@ class TelemetryServer:
             kind = item[0]
             if kind == "loss":
                 _, rank, parsed, t = item
-                step = parsed.step if parsed.step is not None else parsed.epoch
-                if step is None:
-                    step = self._log_index.get(rank, 0)
-                    self._log_index[rank] = step + 1
-                store.loss(rank, self._restart_of_rank.get(rank, 0), step, parsed.epoch, parsed.loss, parsed.metrics, t, "log")
+                restart = self._restart_of_rank.get(rank, 0)
+                key = (restart, parsed.epoch, parsed.step)
+                last = self._last_loss.get(rank)
+                if parsed.step is not None and last is not None and last[0] == key:
+                    # The same step drawn again: a bar redraws after set_postfix, with the new value.
+                    store.replace_loss(last[1], parsed.loss, parsed.metrics, t)
+                else:
+                    loss_id = store.loss(rank, restart, parsed.step, parsed.epoch, parsed.loss, parsed.metrics, t, "log", parsed.rule)
+                    self._last_loss[rank] = (key, loss_id)
             elif kind == "started":
                 _, rank, pid, local_rank, device, restart, t = item
                 self._restart_of_rank[rank] = restart
                 self._restart_of_proc[(rank, pid)] = restart
-                self._log_index.pop(rank, None)
+                self._write_line_counts()  # what the previous attempt printed counts for it
+                self._parsers.pop(rank, None)  # a new attempt starts with no epoch header seen
                 store.rank_started(rank, restart, pid, local_rank, device, t)
                 proc = self._procs_by_key.get((rank, pid))
                 if proc is not None and proc.restart != restart:  # it connected before we heard of it
@@ -325,6 +339,16 @@ class TelemetryServer:
             elif kind == "exited":
                 _, rank, pid, state, exit_code, t = item
                 store.rank_exited(rank, pid, state, exit_code, t)
+        self._write_line_counts()
+
+    def _write_line_counts(self) -> None:
+        store = self._store
+        assert store is not None
+        for rank, (lines, matched) in dict(self._line_counts).items():
+            done_lines, done_matched = self._counts_written.get(rank, (0, 0))
+            if lines != done_lines:
+                store.log_lines(rank, self._restart_of_rank.get(rank, 0), lines - done_lines, matched - done_matched)
+                self._counts_written[rank] = (lines, matched)
 
     def _remove_socket(self) -> None:
         if self._tcp_listener is not None:

@@ -20,7 +20,14 @@ losses      loss record (printed and parsed, or reported with rpcctl.report)
 calls       RPC call that ran for at least calls.LONG_S (caller side): callee, site, end
 call_stats  (process, callee, function, kind): every ended call, counted, with a histogram
 serving     function a process ran for at least calls.LONG_S for an incoming call
+log_lines   (rank, restart): lines the loss parser read, and how many yielded a loss
 ==========  ==================================================================
+
+A loss's ``step`` and ``epoch`` are as printed or reported (NULL when absent); ``seq`` is its
+arrival index among the records of its (rank, restart, source), which orders and keys them
+where steps repeat (epoch-local steps, no step at all). Stores before version 4 have no
+``seq``, ``rule`` or ``log_lines`` and filled a missing step with the epoch or the arrival
+index: readers take ``seq`` from the row order there (``rpcctl.inspect``).
 
 Only the standard library: the launcher imports this and must stay light.
 """
@@ -33,7 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 3  # 2: procs.cpu_s, procs.telemetry_cpu_s; meta server_cpu_s. 3: calls, call_stats, serving, procs.rpc_join_at
+SCHEMA_VERSION = 4  # 2: procs.cpu_s, procs.telemetry_cpu_s; meta server_cpu_s. 3: calls, call_stats, serving, procs.rpc_join_at
+# 4: losses.seq, losses.rule, log_lines
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -69,7 +77,7 @@ CREATE TABLE IF NOT EXISTS probes (
     proc_id INTEGER NOT NULL, t REAL NOT NULL, cpu_percent REAL, rss_bytes INTEGER);
 CREATE TABLE IF NOT EXISTS losses (
     id INTEGER PRIMARY KEY, rank INTEGER, restart INTEGER, step INTEGER, epoch INTEGER, loss REAL,
-    metrics TEXT, time REAL, source TEXT);
+    metrics TEXT, time REAL, source TEXT, seq INTEGER, rule TEXT);
 CREATE TABLE IF NOT EXISTS calls (
     restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, call_id INTEGER NOT NULL, kind TEXT,
     caller TEXT, caller_rank INTEGER, callee TEXT, func TEXT, call_site TEXT, thread INTEGER,
@@ -84,6 +92,9 @@ CREATE TABLE IF NOT EXISTS serving (
     restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, serve_id INTEGER NOT NULL, worker TEXT,
     worker_rank INTEGER, thread INTEGER, func TEXT, nbytes INTEGER, started_at REAL, ended_at REAL,
     PRIMARY KEY (proc_id, serve_id));
+CREATE TABLE IF NOT EXISTS log_lines (
+    rank INTEGER NOT NULL, restart INTEGER NOT NULL, lines INTEGER NOT NULL, matched INTEGER NOT NULL,
+    PRIMARY KEY (rank, restart));
 """
 
 
@@ -106,6 +117,7 @@ class StoreWriter:
         self.db.executescript(_SCHEMA)
         self.db.execute("BEGIN")
         self.dirty = False
+        self._loss_seq: dict[tuple[int, int, str], int] = {}  # (rank, restart, source) → next seq
         self.set_meta(schema_version=SCHEMA_VERSION, opened_at=time.time())
 
     # -- transactions ------------------------------------------------------------------------
@@ -149,10 +161,27 @@ class StoreWriter:
         )
 
     def loss(self, rank: int, restart: int, step: int | None, epoch: int | None, loss: float | None,
-             metrics: dict[str, float] | None, t: float, source: str) -> None:
+             metrics: dict[str, float] | None, t: float, source: str, rule: str | None = None) -> int:
+        """Add a loss record; returns its id."""
+        key = (rank, restart, source)
+        seq = self._loss_seq.get(key, 0)
+        self._loss_seq[key] = seq + 1
+        cursor = self._x(
+            "INSERT INTO losses (rank, restart, step, epoch, loss, metrics, time, source, seq, rule) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (rank, restart, step, epoch, loss, _json(metrics or None), t, source, seq, rule),
+        )
+        return int(cursor.lastrowid)
+
+    def replace_loss(self, loss_id: int, loss: float | None, metrics: dict[str, float] | None, t: float) -> None:
+        """A redraw of the same step (a progress bar after ``set_postfix``) replaces its value."""
+        self._x("UPDATE losses SET loss = ?, metrics = ?, time = ? WHERE id = ?", (loss, _json(metrics or None), t, loss_id))
+
+    def log_lines(self, rank: int, restart: int, lines: int, matched: int) -> None:
+        """Add to the count of lines the loss parser read on (rank, restart), and of those that matched."""
         self._x(
-            "INSERT INTO losses (rank, restart, step, epoch, loss, metrics, time, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (rank, restart, step, epoch, loss, _json(metrics or None), t, source),
+            "INSERT INTO log_lines (rank, restart, lines, matched) VALUES (?, ?, ?, ?) ON CONFLICT (rank, restart)"
+            " DO UPDATE SET lines = lines + excluded.lines, matched = matched + excluded.matched",
+            (rank, restart, lines, matched),
         )
 
     # -- processes -----------------------------------------------------------------------------
@@ -263,10 +292,7 @@ class StoreWriter:
 
     def _ev_loss(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         rank = proc.rpc_rank if proc.rpc_rank is not None else proc.rank
-        step = ev.get("step")
-        if step is None:
-            step = proc.next_loss_index()
-        self.loss(rank if rank is not None else -1, proc.restart, step, ev.get("epoch"), ev.get("loss"), ev.get("metrics"), t, "report")
+        self.loss(rank if rank is not None else -1, proc.restart, ev.get("step"), ev.get("epoch"), ev.get("loss"), ev.get("metrics"), t, "report")
 
     # -- calls (``rpcctl.telemetry.calls``) ------------------------------------------------------
     def _ev_join(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
@@ -331,17 +357,12 @@ class StoreWriter:
 class ProcInfo:
     """What the server remembers of one connected process."""
 
-    __slots__ = ("proc_id", "pid", "rank", "restart", "name", "rpc_rank", "_losses")
+    __slots__ = ("proc_id", "pid", "rank", "restart", "name", "rpc_rank")
 
     def __init__(self, proc_id: int, pid: int | None, rank: int | None, restart: int):
         self.proc_id, self.pid, self.rank, self.restart = proc_id, pid, rank, restart
         self.name: str | None = None
         self.rpc_rank: int | None = None
-        self._losses = 0
-
-    def next_loss_index(self) -> int:
-        self._losses += 1
-        return self._losses - 1
 
 
 # ---------------------------------------------------------------------------------------------

@@ -89,7 +89,7 @@ def run_snapshot(run_dir: Path) -> RunSnapshot:
     if not inspect.has_telemetry(run_dir):
         return snapshot
     snapshot.losses = inspect.losses(run_dir)
-    snapshot.loss_summaries = inspect.loss_summaries(snapshot.losses)
+    snapshot.loss_summaries = inspect.loss_summaries(snapshot.losses, inspect.line_counts(run_dir))
     snapshot.rrefs = inspect.rrefs(run_dir)
     snapshot.owners = inspect.rref_owners(run_dir, records=snapshot.rrefs)
     snapshot.workers = inspect.workers(run_dir)

@@ -15,6 +15,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
+from rpcctl import inspect
 from rpcctl.console import human_bytes
 from rpcctl.web.data import RunSnapshot, thin
 
@@ -67,12 +68,13 @@ def _finite(value: Any) -> bool:
 def loss_figures(snap: RunSnapshot) -> dict[str, dict[str, Any]]:
     """One chart per metric (``loss`` first, then every other reported metric), one series per rank."""
     series: dict[str, dict[int, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
+    x_title, x_of = inspect.x_axis(snap.losses)  # the step, or the arrival index where steps repeat
     for record in snap.losses:
         if _finite(record.loss):
-            series["loss"][record.rank].append((record.step, record.loss))
+            series["loss"][record.rank].append((x_of(record), record.loss))
         for name, value in (record.metrics or {}).items():
             if _finite(value):
-                series[str(name)][record.rank].append((record.step, value))
+                series[str(name)][record.rank].append((x_of(record), value))
     names = (["loss"] if "loss" in series else []) + sorted(n for n in series if n != "loss")
     figures = {}
     for index, name in enumerate(names):
@@ -82,13 +84,13 @@ def loss_figures(snap: RunSnapshot) -> dict[str, dict[str, Any]]:
             traces.append({
                 "type": "scatter", "mode": "lines+markers" if len(points) <= 60 else "lines",
                 "name": f"rank {rank}", "x": [p[0] for p in points], "y": [p[1] for p in points],
-                "hovertemplate": f"rank {rank}<br>step %{{x}}<br>{label(name)} %{{y:.6g}}<extra></extra>",
+                "hovertemplate": f"rank {rank}<br>{'step' if x_title == 'step' else '#'} %{{x}}<br>{label(name)} %{{y:.6g}}<extra></extra>",
                 "meta": {"rank": rank, "metric": name},
             })
         figures[f"fig-metric-{index}"] = {
             "area": "losses",
             "data": traces,
-            "layout": layout(label(name), xaxis={"title": {"text": "step"}}, yaxis={"title": {"text": label(name)}, "type": "linear"},
+            "layout": layout(label(name), xaxis={"title": {"text": x_title}}, yaxis={"title": {"text": label(name)}, "type": "linear"},
                              updatemenus=log_scale_menu()),
         }
     return figures
