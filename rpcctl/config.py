@@ -35,7 +35,7 @@ DEFAULT_PRELOAD = ["torch", "torch.distributed.rpc"]
 
 MAX_CONFIG_BYTES = 1 << 20  # 1 MiB: a config is kilobytes; anything bigger is a mistake or an attack
 MAX_DEPTH = 32  # the spec itself nests four deep (rpc.device_maps.WORKER.DEVICE)
-MAX_VALUES = 10_000  # values in the document, each alias counted as the values it stands for
+MAX_VALUES = 10_000  # values (not keys) in the document, each alias counted as the values it stands for
 MAX_EXPANDED_CHARS = 4 << 20  # characters that ${VAR} expansion may produce, in all
 MAX_VAR_NESTING = 8  # ${A:-${B:-${C}}}: defaults nested this deep
 
@@ -519,8 +519,7 @@ class _Builder:
         mark = event.start_mark
         if isinstance(event, yaml.AliasEvent):
             key = self._alias(event, parent.path)
-        elif isinstance(event, yaml.ScalarEvent):
-            self._count(1, mark, parent.path)
+        elif isinstance(event, yaml.ScalarEvent):  # a scalar key is not counted: its value is
             if event.tag in (None, "!") and event.implicit[0] and loader.resolve(yaml.ScalarNode, event.value, event.implicit) == _MERGE:
                 parent.key, parent.merge_line = _MERGE, mark.line + 1
                 return

@@ -801,6 +801,23 @@ def test_a_device_as_config_path_is_refused(tmp_path, script, device):
     assert result["error"] == f"config path is a character device, not a regular file: {device}", result
 
 
+def test_a_config_is_parsed_once(write, monkeypatch):
+    # The parser class is wrapped (not replaced) to count its uses: it was run twice per file before.
+    from rpcctl import config
+
+    parsed = []
+
+    class Counting(config._Loader):
+        def __init__(self, text):
+            parsed.append(text)
+            super().__init__(text)
+
+    monkeypatch.setattr(config, "_Loader", Counting)
+    text = "script: train.py\nnproc_per_node: 2\n"
+    assert load_config(write(text), ["grace=1"]).grace == 1
+    assert parsed == [text, "1"]  # the file once, the --set value once
+
+
 def test_a_symlink_to_a_regular_file_is_fine(tmp_path, script):
     (tmp_path / "real.yaml").write_text("script: train.py\n")
     (tmp_path / "link.yaml").symlink_to(tmp_path / "real.yaml")
