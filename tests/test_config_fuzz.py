@@ -6,10 +6,12 @@ exception, and each example stays within a memory budget (tracemalloc's peak) an
 time bound (the machine is shared: the bound catches blow-ups, not slowness; speed is measured
 by benchmarks/config_bombs.py).
 
-Three sources of input: arbitrary text; YAML-ish text assembled from the pieces that broke
+Four sources of input: arbitrary text; YAML-ish text assembled from the pieces that broke
 loaders before (anchors, aliases, merge keys, tags, octal-looking and base-60 numbers, ${VAR}
-forms, deep brackets, tabs); and structured documents (mappings of the spec's own keys with
-values of every type) dumped by PyYAML. Everything is in-process and file-only.
+forms, deep brackets, tabs); the known hazards themselves at random sizes (nesting depth,
+alias fan-out and depth, recursive aliases, nested defaults) after a valid start; and
+structured documents (mappings of the spec's own keys with values of every type) dumped by
+PyYAML. Everything is in-process and file-only.
 """
 
 from __future__ import annotations
@@ -120,6 +122,33 @@ def yamlish(draw) -> str:
 @FUZZ
 @given(yamlish())
 def test_yamlish_text(folder, text):
+    check_loads_or_refuses(folder, text)
+
+
+@st.composite
+def hazards(draw) -> str:
+    """A valid start, then one construct that blew up loaders: deep nesting, an alias chain
+    (billion laughs, any fan-out and depth), a recursive alias, or a long ${...} nest."""
+    kind = draw(st.sampled_from(["deep", "laughs", "recursive", "vars"]))
+    if kind == "deep":
+        depth = draw(st.integers(1, 5000))
+        opener, closer = draw(st.sampled_from([("[", "]"), ("{a: ", "}"), ("[{a: ", "}]")]))
+        return "script: train.py\nargs: " + opener * depth + closer * depth + "\n"
+    if kind == "laughs":
+        fanout, levels = draw(st.integers(1, 12)), draw(st.integers(1, 10))
+        lines = ["script: train.py", "env: {A: &l0 lol}"]
+        lines += [f"x{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * fanout) + "]" for i in range(1, levels)]
+        lines.append(f"args: *l{levels - 1}")
+        return "\n".join(lines) + "\n"
+    if kind == "recursive":
+        return "script: train.py\n" + draw(st.sampled_from(["args: &a [x, *a]", "env: &e {A: *e}", "rpc: &r {device_maps: {w: *r}}", "args: &a [[[*a]]]"])) + "\n"
+    depth = draw(st.integers(1, 40))
+    return "script: train.py\nenv:\n  A: " + "${RPCCTL_FUZZ_UNSET:-" * depth + "x" + "}" * draw(st.integers(0, depth)) + "\n"
+
+
+@FUZZ
+@given(hazards())
+def test_known_hazards(folder, text):
     check_loads_or_refuses(folder, text)
 
 
