@@ -12,7 +12,8 @@ Progress bars (tqdm, Keras, Lightning) redraw one line with ``\\r`` hundreds of 
          Piece("epoch 1 loss=0.7", new=False, final=True)   the line it leaves, already parsed
 
 Every state the terminal would have drawn is delivered once as ``new`` (the loss parser reads
-those), and every finished line once as ``final`` (the console echo, the log tail and
+those), when the next ``\\r`` or ``\\n`` shows it is whole (``preview()`` gives the state being
+drawn, for display), and every finished line once as ``final`` (the console echo, the log tail and
 ``rpcctl logs`` print those). A line that never saw ``\\r`` is one piece, new and final.
 Terminal control sequences (colours, cursor moves, ``\\b``) are removed from the text: they
 are the rank's drawing, not its words, and never reach rpcctl's terminal.
@@ -63,6 +64,14 @@ class LineSplitter:
                 pieces.append(self._end_line())
         self._take(chunk, start, len(chunk))
         return pieces
+
+    def preview(self) -> Piece | None:
+        """The state being drawn now (after the last \\r or \\n, possibly cut mid-write), for
+        display only: it is delivered as ``new`` once the next \\r or \\n shows it is whole."""
+        if not self._segment:
+            return None
+        text = _CONTROL.sub("", self._segment.decode(errors="replace"))
+        return Piece(text, new=False, final=False) if text.strip() else None
 
     def close(self) -> list[Piece]:
         """The end of the stream finishes a last line that had no \\n (if it has any text)."""

@@ -241,7 +241,9 @@ class LogPump(threading.Thread):
             chunk = b""
         if chunk:
             log.write(chunk)
-            self._emit(rank, splitter.feed(chunk))
+            pieces = splitter.feed(chunk)
+            preview = splitter.preview()  # a bar's state drawn now: the live view shows it
+            self._emit(rank, pieces if preview is None else [*pieces, preview])
             return
         self._emit(rank, splitter.close())
         log.close()

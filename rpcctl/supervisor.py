@@ -97,8 +97,9 @@ class Supervisor:
     # -- output -------------------------------------------------------------------------------
 
     def _on_piece(self, rank: int, piece: Piece) -> None:
-        """Every state a rank drew goes to the loss parser once; only finished lines (a progress
-        bar's last state, not its ``\\r`` history) are echoed and kept in the tail."""
+        """Every state a rank drew goes to the loss parser once; the latest (``progress``) is what
+        the live view shows; only finished lines (a progress bar's last state, not its ``\\r``
+        history) are echoed and kept in the tail."""
         if piece.new and self.watchdog is not None:
             self.watchdog.output_line()  # a progress bar that moves is progress too
         if piece.new and self.telemetry is not None:

@@ -18,7 +18,8 @@ from rpcctl import inspect
 from rpcctl.telemetry import protocol
 from rpcctl.telemetry.dashboard import dashboard_panels
 from rpcctl.telemetry.losses import LossParser
-from tests.conftest import assert_no_process_left, only_run, rpcctl, write_config
+from tests.conftest import assert_no_process_left, only_run, record, rpcctl, write_config
+from tests.terminal import CTRL_C, run_on_terminal, screen_text
 
 pytestmark = pytest.mark.timeout(180)
 CORPUS_SCRIPTS = Path(__file__).resolve().parent / "corpus" / "scripts"
@@ -171,6 +172,40 @@ def test_a_progress_bar_under_launch_every_update_captured_and_readable_output(t
     records = inspect.losses(run_dir)
     assert [(r.step, r.loss) for r in records] == [(s + 1, round(2 - s / 60, 4)) for s in range(60)] * 2
     assert {r.keyed_by for r in records} == {inspect.BY_ARRIVAL}
+
+
+BAR_THEN_WAIT = r"""
+import sys, time
+for step in range(1, 8):
+    sys.stderr.write(f"\rtrain {step}/10 loss={1 / step:.4f}")
+    sys.stderr.flush()
+    time.sleep(0.05)
+time.sleep(120)  # stuck mid-bar: no newline ever comes
+"""
+
+
+def test_the_live_view_shows_a_bars_latest_state_and_the_console_its_last(tmp_path, runs_dir):
+    script = tmp_path / "bar.py"
+    script.write_text(BAR_THEN_WAIT)
+    config = write_config(tmp_path, name="barred", script=str(script))
+    pressed = []
+
+    def press_ctrl_c_once_the_panel_shows_the_bar(output: bytes, _pid: int) -> bytes | None:
+        # The rank's unfinished line is never echoed: only the panel can have drawn this.
+        if not pressed and b"train 7/10 loss=0.1429" in output:
+            pressed.append(True)
+            return CTRL_C
+        return None
+
+    rc, output = run_on_terminal(["launch", str(config), "--runs-dir", str(runs_dir)], press_ctrl_c_once_the_panel_shows_the_bar, timeout=60)
+    screen = screen_text(output)
+    run_dir = only_run(runs_dir)
+    assert_no_process_left(run_dir)
+    assert pressed, f"the panel never showed the bar's latest state:\n{screen}"
+    assert rc == 130 and record(run_dir)["status"] == "cancelled", screen
+    # The bar's history never scrolled by: its last state is printed once, when the pipe closed.
+    assert output.count(b"[rank0]: train") == 1 and "[rank0]: train 7/10 loss=0.1429" in screen, screen
+    assert [r.step for r in inspect.losses(run_dir)] == list(range(1, 8))
 
 
 def test_plot_integer_steps_log_scale_metric_and_title_and_no_blank_picture(tmp_path, runs_dir):
