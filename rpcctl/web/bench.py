@@ -13,7 +13,7 @@ from typing import Any
 from rpcctl.bench.results import SUITE_COLUMNS, SUITE_TITLES, BenchReport, BenchResult, load_report, sorted_for_display, with_ratios
 from rpcctl.console import iso_time
 from rpcctl.web import tables
-from rpcctl.web.figures import label, layout, log_scale_menu
+from rpcctl.web.figures import PALETTE, label, layout, log_scale_menu
 
 BENCH_SECTIONS = (
     ("about", "Machine and settings"),
@@ -24,12 +24,8 @@ BENCH_SECTIONS = (
 )
 
 
-# plotly's own default colours, fixed per transport so a transport has one colour in every chart
-# and its noise band the colour of its line.
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
-
-
 def _colours(results: list[BenchResult]) -> dict[str, str]:
+    """A transport keeps one colour in every chart, and its noise band the colour of its line."""
     order = list(dict.fromkeys(r.transport for r in results))
     return {t: PALETTE[i % len(PALETTE)] for i, t in enumerate(order)}
 

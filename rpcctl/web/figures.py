@@ -19,6 +19,8 @@ from rpcctl import inspect
 from rpcctl.console import human_bytes
 from rpcctl.web.data import RunSnapshot, thin
 
+# plotly's default colours: one per owner or transport, the same in every chart of a page.
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 STATE_COLOURS = {
     "running": "#1f77b4", "starting": "#9ecae1", "succeeded": "#2ca02c", "exited": "#2ca02c",
     "failed": "#d62728", "killed": "#ff7f0e", "pending": "#bbbbbb", "cancelled": "#ff7f0e", "lost": "#7f7f7f",
@@ -135,7 +137,8 @@ def ownership_graph(snap: RunSnapshot) -> dict[str, Any]:
         graph.add_edge(source, target)
     nodes = sorted(graph.nodes, key=_natural)
     if not nodes:
-        return {"area": "rrefs", "data": [], "layout": layout("RRef ownership: no RRefs yet")}
+        hidden = {"visible": False}
+        return {"area": "rrefs", "data": [], "layout": layout("RRef ownership: no RRefs yet", xaxis=hidden, yaxis=hidden, height=200)}
     # A circle keeps every rank visible and the picture stable as the run grows; the spring
     # layout then pulls workers that share RRefs together.
     start = nx.circular_layout(nodes)
@@ -184,7 +187,7 @@ def ownership_graph(snap: RunSnapshot) -> dict[str, Any]:
 
 
 def rrefs_over_time(snap: RunSnapshot) -> dict[str, Any]:
-    """Live RRefs per owner over the run (a step up at creation, down at deletion)."""
+    """Per owner: RRefs live at each moment (solid) and deleted so far (dotted), one colour per owner."""
     changes: dict[str, list[tuple[float, int]]] = defaultdict(list)
     for ref in snap.rrefs:
         created = snap.since_start(ref.created_at)
@@ -197,19 +200,24 @@ def rrefs_over_time(snap: RunSnapshot) -> dict[str, Any]:
             changes[owner].append((deleted, -1))
     now = round((snap.ended or snap.taken_at) - snap.started, 3)
     traces = []
-    for owner in sorted(changes, key=_natural):
-        xs, ys, count = [0.0], [0], 0
+    for index, owner in enumerate(sorted(changes, key=_natural)):
+        xs, live, gone = [0.0], [0], [0]
         for moment, delta in sorted(changes[owner]):
-            count += delta
             xs.append(moment)
-            ys.append(count)
+            live.append(live[-1] + delta)
+            gone.append(gone[-1] + (delta < 0))
         xs.append(max(now, xs[-1]))
-        ys.append(count)
-        traces.append({"type": "scatter", "mode": "lines", "line": {"shape": "hv"}, "name": label(owner), "x": xs, "y": ys,
-                       "meta": {"owner": owner}})
+        live.append(live[-1])
+        gone.append(gone[-1])
+        colour = PALETTE[index % len(PALETTE)]
+        for state, ys, dash in (("live", live, "solid"), ("deleted", gone, "dot")):
+            traces.append({"type": "scatter", "mode": "lines", "line": {"shape": "hv", "color": colour, "dash": dash},
+                           "name": f"{label(owner)} {state}", "legendgroup": owner, "x": xs, "y": ys,
+                           "meta": {"owner": owner, "state": state}})
     return {"area": "rrefs", "data": traces,
-            "layout": layout("Live RRefs per owner over time", xaxis={"title": {"text": "seconds since start"}},
-                             yaxis={"title": {"text": "live RRefs"}, "rangemode": "tozero"})}
+            "layout": layout("RRefs per owner over time: live (solid), deleted so far (dotted)",
+                             xaxis={"title": {"text": "seconds since start"}, "rangemode": "tozero"},
+                             yaxis={"title": {"text": "RRefs"}, "rangemode": "tozero"})}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,7 +252,7 @@ def worker_usage(snap: RunSnapshot) -> dict[str, dict[str, Any]]:
         for (rank, _child, pid, name), samples in sorted(series.items(), key=lambda item: item[0][:3]):
             points = thin([(snap.since_start(s.time), value(s)) for s in samples if value(s) is not None])
             who = name or (f"rank {rank} pid {pid}" if rank >= 0 else f"pid {pid}")
-            traces.append({"type": "scatter", "mode": "lines", "name": label(who), "x": [p[0] for p in points], "y": [p[1] for p in points],
+            traces.append({"type": "scatter", "mode": "lines+markers" if len(points) <= 60 else "lines", "name": label(who), "x": [p[0] for p in points], "y": [p[1] for p in points],
                            "hovertemplate": f"{label(who)}<br>%{{x:.1f}} s<br>%{{y:.1f}} {unit}<extra></extra>",
                            "meta": {"rank": rank, "pid": pid, "what": key}})
         figures[f"fig-usage-{key}"] = {
