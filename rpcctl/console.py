@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
@@ -18,6 +19,7 @@ from typing import Any
 
 from rich.console import Console as RichConsole
 from rich.table import Table
+from rich.text import Text
 
 
 class Console:
@@ -37,16 +39,16 @@ class Console:
         self.out.print(*objects, **kwargs)
 
     def info(self, message: str) -> None:
-        self.err.print(message, markup=False)
+        self.err.print(sanitize(message), markup=False)
 
     def note(self, message: str) -> None:
-        self.err.print(f"[dim]{_escape(message)}[/dim]")
+        self.err.print(f"[dim]{sanitize(message, markup=True)}[/dim]")
 
     def warn(self, message: str) -> None:
-        self.err.print(f"[yellow]warning:[/yellow] {_escape(message)}")
+        self.err.print(f"[yellow]warning:[/yellow] {sanitize(message, markup=True)}")
 
     def error(self, message: str) -> None:
-        self.err.print(f"[bold red]error:[/bold red] {_escape(message)}")
+        self.err.print(f"[bold red]error:[/bold red] {sanitize(message, markup=True)}")
 
     def raw(self, text: str) -> None:
         """Text that must reach stdout byte for byte (a script, a file's content)."""
@@ -59,10 +61,29 @@ class Console:
         sys.stdout.flush()
 
 
-def _escape(text: str) -> str:
-    from rich.markup import escape
+# SGR ("select graphic rendition": colour, bold) is the one escape sequence a rank's output may
+# send to a terminal. Everything else (OSC: window title, clipboard writes; CSI: cursor moves,
+# screen clears; C1 controls; bidi overrides that reorder what is shown) is made visible.
+_SGR_OR_INVISIBLE = re.compile(r"(\x1b\[[0-9;:]*m)|[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
-    return escape(text)
+
+def _visible(match: re.Match[str]) -> str:
+    found = match.group()  # one invisible character, or a whole SGR sequence: show its ESC
+    code = ord(found[0])
+    return (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}") + found[1:]
+
+
+def sanitize(text: str, *, sgr: bool = False, markup: bool = False) -> str:
+    """Text that came from a rank or a file, made safe for a terminal: control characters and
+    escape sequences shown as ``\\x1b``-style codes (tabs and newlines kept). ``sgr=True`` lets
+    colour sequences through (streamed rank output); ``markup=True`` also escapes Rich markup,
+    for text embedded in a markup string. The one place that decides what reaches a terminal."""
+    text = _SGR_OR_INVISIBLE.sub(lambda m: m.group() if sgr and m.group(1) else _visible(m), text)
+    if markup:
+        from rich.markup import escape
+
+        text = escape(text)
+    return text
 
 
 _console: Console | None = None
@@ -105,11 +126,16 @@ class Column:
     def title(self) -> str:
         return self.header or self.key.replace("_", " ").upper()
 
-    def cell(self, record: Any) -> str:
+    def cell(self, record: Any) -> Text:
+        """The value as plain text: never parsed as markup, control characters made visible."""
         value = record.get(self.key) if isinstance(record, dict) else getattr(record, self.key)
         if value is None:
-            return "-"
-        return self.fmt(value) if self.fmt else str(value)
+            return Text("-")
+        try:
+            shown = self.fmt(value) if self.fmt else str(value)
+        except (TypeError, ValueError):  # a value of the wrong type from a damaged record
+            shown = repr(value)
+        return Text(sanitize(shown))
 
 
 def render_table(

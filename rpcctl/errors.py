@@ -6,8 +6,9 @@ class              exit code  meaning
 RpcctlError        1          base; anything rpcctl reports without a traceback
 UsageError         2          bad command line (flag values, unknown run, ...)
 ConfigError        2          bad config file or override; nothing was spawned
+DamagedRunError    1          a run.json or telemetry.db that cannot be read
 JobFailedError     1          the job ran and failed (the summary is printed)
-JobCancelledError  130 / 143  the launcher got SIGINT / SIGTERM
+JobCancelledError  128 + N    the launcher got signal N (INT, TERM, HUP, QUIT)
 =================  =========  ==================================================
 """
 
@@ -35,6 +36,14 @@ class ConfigError(RpcctlError):
 
 class RunNotFoundError(UsageError):
     pass
+
+
+class DamagedRunError(RpcctlError):
+    """A run's record (run.json) or telemetry store exists but cannot be read."""
+
+    def __init__(self, path, reason: str):
+        self.path, self.reason = path, reason
+        super().__init__(f"{path} is damaged: {reason}")
 
 
 class JobFailedError(RpcctlError):

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import socket
@@ -19,9 +20,10 @@ import psutil
 from rpcctl.cluster import NodeRendezvous, secret_from_env
 from rpcctl.config import JobSpec, dump_spec
 from rpcctl.console import Console, get_console
-from rpcctl.errors import ConfigError
+from rpcctl.errors import ConfigError, RpcctlError, UsageError
 from rpcctl.plan import LaunchPlan, NodeFacts, build_plan, free_port, probe_node
 from rpcctl.preflight import check_before_spawn
+from rpcctl.private import private_dir, private_open
 from rpcctl.runs import RUNNING, RankState, RunRecord, default_runs_dir, hostname, new_run_id, now_iso, save_record
 from rpcctl.supervisor import Supervisor
 
@@ -89,14 +91,14 @@ def launch(
     publish = {"telemetry_port": telemetry_listener.getsockname()[1]} if telemetry_listener else None
     try:
         plan, facts = plan_job(spec, runs_dir, cluster, publish)  # may raise: nothing exists yet
+        run_dir = make_run_dir(Path(plan.run_dir), runs_dir, spec)
     except BaseException:
         if telemetry_listener is not None:
             telemetry_listener.close()
         raise
-    run_dir = Path(plan.run_dir)
-    run_dir.mkdir(parents=True)
     try:
-        (run_dir / "config.yaml").write_text(dump_spec(spec))
+        with private_open(run_dir / "config.yaml", "w") as f:
+            f.write(dump_spec(spec))
         me = psutil.Process()
         record = RunRecord(
             run_id=plan.run_id,
@@ -123,14 +125,40 @@ def launch(
         save_record(record)
         if on_start is not None:
             on_start(record)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(run_dir, ignore_errors=True)  # never leave a half-made run directory
+        if isinstance(exc, OSError):  # a full disk: say so, nothing was started
+            raise RpcctlError(f"cannot set up the run directory {run_dir}: {exc.strerror or exc}") from None
         raise
-    server = _telemetry_server(run_dir, spec, plan.world_size, cluster, telemetry_listener) if telemetry else None
+    server = _telemetry_server(run_dir, spec, plan.world_size, cluster, telemetry_listener, console) if telemetry else None
     supervisor = Supervisor(
         spec, plan, facts, record, console, echo=echo, live=live, ranks_shown=ranks_shown, telemetry=server, cluster=cluster
     )
     return supervisor.run()
+
+
+def make_run_dir(run_dir: Path, runs_dir: Path | None, spec: JobSpec) -> Path:
+    """The run's own directory (0700), or one clear message (exit 2) naming what is wrong."""
+    flag = f"--runs-dir {runs_dir}" if runs_dir is not None else f"the runs directory {run_dir.parent}"
+    if run_dir.parent.exists() and not run_dir.parent.is_dir():
+        raise UsageError(f"{flag}: {run_dir.parent} is a file, not a directory")
+    try:
+        return private_dir(run_dir, exist_ok=False)
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise ConfigError(
+                f"job name '{spec.name}' is too long for a run directory ({len(os.fsencode(run_dir.name))} bytes "
+                f"with the run id's date and suffix; this file system allows {_name_max(run_dir.parent)})",
+                key="name",
+            ) from None
+        raise UsageError(f"{flag}: cannot create the run directory {run_dir}: {exc.strerror}") from None
+
+
+def _name_max(directory: Path) -> int:
+    try:
+        return os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
 
 
 def _telemetry_listener(cluster: NodeRendezvous | None) -> socket.socket | None:
@@ -143,7 +171,7 @@ def _telemetry_listener(cluster: NodeRendezvous | None) -> socket.socket | None:
     return listener
 
 
-def _telemetry_server(run_dir: Path, spec: JobSpec, world_size: int, cluster: NodeRendezvous | None, listener):
+def _telemetry_server(run_dir: Path, spec: JobSpec, world_size: int, cluster: NodeRendezvous | None, listener, console: Console):
     """One store per run, on node 0: other nodes forward their ranks' telemetry to it."""
     if cluster is not None and cluster.node_rank != 0:
         from rpcctl.telemetry.forward import TelemetryForwarder
@@ -152,7 +180,7 @@ def _telemetry_server(run_dir: Path, spec: JobSpec, world_size: int, cluster: No
         return TelemetryForwarder(run_dir, address, cluster.secret, spec.losses.pattern)
     from rpcctl.telemetry.server import TelemetryServer
 
-    server = TelemetryServer(run_dir, spec, world_size)
+    server = TelemetryServer(run_dir, spec, world_size, warn=console.warn)
     if listener is not None:
         server.listen_tcp(listener, cluster.secret)
     return server

@@ -12,6 +12,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from rpcctl.console import sanitize
+
 if TYPE_CHECKING:
     from rpcctl.supervisor import Supervisor
 
@@ -65,7 +67,7 @@ class LiveView:
                 Text(state.state, style=STATE_STYLE.get(state.state, "")),
                 Text(state.device),
                 Text(exit_text),
-                Text(sup.latest_line(state.rank)),
+                Text(sanitize(sup.latest_line(state.rank))),
             )
         parts = [table]
         parts.extend(_telemetry_panels(Path(record.run_dir)))

@@ -11,6 +11,7 @@ a callback (console echo, loss capture), split into lines as a terminal shows th
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import select
@@ -23,12 +24,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
 from rpcctl.errors import RpcctlError
 from rpcctl.lines import LineSplitter, Piece
 from rpcctl.plan import RankPlan
+from rpcctl.private import private_dir, private_open
 from rpcctl.rank_server import MAX_MESSAGE
 
 
@@ -68,7 +71,7 @@ class RankProcesses:
 
     def __init__(self, run_dir: Path, preload: list[str], env: dict[str, str] | None = None):
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        server_log = open(run_dir / "launcher.log", "ab")  # noqa: SIM115 - handed to the child
+        server_log = private_open(run_dir / "launcher.log", "ab")  # handed to the child
         try:
             self.server = subprocess.Popen(
                 [sys.executable, "-m", "rpcctl.rank_server", str(theirs.fileno()), ",".join(preload)],
@@ -196,23 +199,78 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
+LogErrorCallback = Callable[[int, Path, int, OSError], None]  # rank, log path, bytes kept, error
+
+
+class RankLog:
+    """One rank's log file, written by the pump. A write that fails (a full disk, the run
+    directory removed) closes the file and is reported once; the bytes written before it stay,
+    and ``write`` goes on accepting (and dropping) data, so the pump never stops draining."""
+
+    def __init__(self, rank: int, path: Path, on_error: LogErrorCallback, opener: Callable[..., Any] = private_open):
+        self.rank, self.path, self.on_error = rank, path, on_error
+        self.written = 0
+        self.file: Any = None
+        try:
+            private_dir(path.parent)
+            self.file = opener(path, "ab", buffering=0)
+        except OSError as exc:
+            self._failed(exc)
+
+    def write(self, data: bytes) -> None:
+        if self.file is None:
+            return
+        view = memoryview(data)
+        try:
+            while view:
+                n = self.file.write(view)
+                if not n:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                self.written += n
+                view = view[n:]
+        except OSError as exc:
+            self._failed(exc)
+
+    def _failed(self, exc: OSError) -> None:
+        self.close()
+        self.on_error(self.rank, self.path, self.written, exc)
+
+    def close(self) -> None:
+        file, self.file = self.file, None
+        if file is not None:
+            try:
+                file.close()
+            except OSError:
+                pass
+
+
+def _print_log_error(rank: int, path: Path, written: int, exc: OSError) -> None:
+    print(f"rpcctl: rank {rank}'s log truncated after {written} bytes, path {path}: {exc}", file=sys.stderr)
+
+
 class LogPump(threading.Thread):
     """Copies each rank's output pipe to its log file (every byte) and hands its text, split as a
-    terminal shows it (``rpcctl.lines``), to ``on_piece(rank, piece)``."""
+    terminal shows it (``rpcctl.lines``), to ``on_piece(rank, piece)``. Whatever happens to a log
+    file, every pipe is drained and every piece handed on."""
 
-    def __init__(self, on_piece: Callable[[int, Piece], None]):
+    def __init__(
+        self,
+        on_piece: Callable[[int, Piece], None],
+        on_log_error: LogErrorCallback = _print_log_error,
+        open_log: Callable[..., Any] = private_open,
+    ):
         super().__init__(name="rpcctl-log-pump", daemon=True)
         self.on_piece = on_piece
+        self.on_log_error, self._open_log = on_log_error, open_log
         self._lock = threading.Lock()
-        self._streams: dict[int, tuple[int, object, LineSplitter]] = {}  # fd → (rank, log file, splitter)
+        self._streams: dict[int, tuple[int, RankLog, LineSplitter]] = {}  # fd → (rank, log file, splitter)
         self._wake_r, self._wake_w = os.pipe()
         self._stopping = False
 
     def add(self, rank: int, log_path: Path, header: str | None = None) -> int:
         """Open a pipe for ``rank``; return its write end (for the child). The log is appended to."""
         read_fd, write_fd = os.pipe()
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(log_path, "ab", buffering=0)  # noqa: SIM115 - closed at EOF
+        log = RankLog(rank, log_path, self.on_log_error, self._open_log)  # closed at EOF
         if header:
             log.write(header.encode())
         with self._lock:

@@ -28,9 +28,10 @@ from typing import Any
 
 import psutil
 
-from rpcctl.errors import RunNotFoundError
+from rpcctl.errors import DamagedRunError, RunNotFoundError
 
 RUNNING, SUCCEEDED, FAILED, CANCELLED, LOST = "running", "succeeded", "failed", "cancelled", "lost"
+DAMAGED = "damaged"  # shown for a run.json that cannot be read; never stored
 TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, LOST})
 
 
@@ -100,6 +101,8 @@ class RunRecord:
     exit_code: int | None = None
     ranks: list[RankState] = field(default_factory=list)
     root_cause: Failure | None = None
+    # What went wrong around the job, not in it (a log truncated by a full disk, ...).
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -127,6 +130,31 @@ def launcher_alive(record: RunRecord) -> bool:
         return abs(proc.create_time() - record.launcher_started) < 1.0
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
+
+
+def process_in_run(pid: int, run_id: str) -> bool:
+    """True when ``pid`` is this user's and carries the run's id in its environment (the
+    rank server, a rank, or what a rank started)."""
+    try:
+        proc = psutil.Process(pid)
+        return proc.uids().real == os.getuid() and proc.environ().get("RPCCTL_RUN_ID") == run_id
+    except psutil.Error:
+        return False
+
+
+def launcher_of_run(record: RunRecord) -> psutil.Process | None:
+    """The record's launcher, if it really is this run's: alive, this user's, and the parent of
+    the run's rank server. A record is only a file: a stale or forged one may name any pid."""
+    if not launcher_alive(record):
+        return None
+    try:
+        launcher = psutil.Process(record.launcher_pid)
+        if launcher.uids().real != os.getuid():
+            return None
+        children = launcher.children()
+    except psutil.Error:
+        return None
+    return launcher if any(process_in_run(child.pid, record.run_id) for child in children) else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,36 +196,84 @@ def save_record(record: RunRecord) -> None:
 
 
 def load_record(run_dir: Path) -> RunRecord:
+    """Read and check a run record. A record that is not one (bad JSON, wrong types, a file
+    we cannot read) raises ``DamagedRunError``, which names the file."""
+    path = run_dir / "run.json"
     try:
-        return RunRecord.from_dict(json.loads((run_dir / "run.json").read_text()))
+        data = json.loads(path.read_bytes())
     except FileNotFoundError:
         raise RunNotFoundError(f"{run_dir} is not a run directory (no run.json)") from None
-    except (json.JSONDecodeError, TypeError) as exc:
-        raise RunNotFoundError(f"{run_dir / 'run.json'} is unreadable: {exc}") from None
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON or bad UTF-8
+        raise DamagedRunError(path, str(exc)) from None
+    return _checked_record(path, data)
+
+
+def _checked_record(path: Path, data: Any) -> RunRecord:
+    from pydantic import TypeAdapter, ValidationError
+
+    if not isinstance(data, dict):
+        raise DamagedRunError(path, f"a JSON {type(data).__name__}, not an object")
+    known = {f.name for f in dataclasses.fields(RunRecord)}
+    try:
+        record = TypeAdapter(RunRecord).validate_python({k: v for k, v in data.items() if k in known})
+        for moment in (record.started_at, record.ended_at):
+            if moment is not None:
+                datetime.fromisoformat(moment)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise DamagedRunError(path, f"key '{where}': {first['msg']}") from None
+    except ValueError as exc:
+        raise DamagedRunError(path, str(exc)) from None
+    return record
+
+
+@dataclass(frozen=True)
+class DamagedRun:
+    """A run directory whose record cannot be read: listed as damaged, never skipped silently."""
+
+    run_dir: Path
+    error: str
+
+    @property
+    def run_id(self) -> str:
+        return self.run_dir.name
+
+
+def scan_runs(runs_dir: Path) -> tuple[list[RunRecord], list[DamagedRun]]:
+    """Every run under ``runs_dir``, newest first, and the damaged ones apart."""
+    records: list[RunRecord] = []
+    damaged: list[DamagedRun] = []
+    try:
+        children = sorted(runs_dir.iterdir()) if runs_dir.is_dir() else []
+    except OSError:
+        children = []
+    for child in children:
+        if not (child / "run.json").is_file():
+            continue
+        try:
+            records.append(load_record(child))
+        except DamagedRunError as exc:
+            damaged.append(DamagedRun(child, exc.reason))
+        except RunNotFoundError:  # removed meanwhile
+            continue
+    records.sort(key=lambda r: datetime.fromisoformat(r.started_at).timestamp(), reverse=True)
+    return records, damaged
 
 
 def list_runs(runs_dir: Path) -> list[RunRecord]:
     """All readable runs under ``runs_dir``, newest first."""
-    records = []
-    if not runs_dir.is_dir():
-        return records
-    for child in runs_dir.iterdir():
-        if (child / "run.json").is_file():
-            try:
-                records.append(load_record(child))
-            except RunNotFoundError:
-                continue
-    records.sort(key=lambda r: r.started_at, reverse=True)
-    return records
+    return scan_runs(runs_dir)[0]
 
 
 def resolve_run(run: str | None, runs_dir: Path | None = None) -> Path:
     """A RUN argument (run id, path, or None for the latest) → that run's directory."""
     runs_dir = runs_dir or default_runs_dir()
     if run is None:
-        runs = list_runs(runs_dir)
+        runs, damaged = scan_runs(runs_dir)
         if not runs:
-            raise RunNotFoundError(f"no runs in {runs_dir} (use --runs-dir or RPCCTL_RUNS_DIR to look elsewhere)")
+            also = f" ({len(damaged)} damaged: see `rpcctl runs`)" if damaged else ""
+            raise RunNotFoundError(f"no runs in {runs_dir}{also} (use --runs-dir or RPCCTL_RUNS_DIR to look elsewhere)")
         return Path(runs[0].run_dir)
     as_path = Path(run)
     if (as_path / "run.json").is_file():

@@ -45,6 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rpcctl.private import private_dir, private_open
 from rpcctl.rpc_settings import silence_torch_internal_warnings
 
 _stack_file = None  # kept open for faulthandler.register
@@ -137,8 +138,8 @@ def _install_stack_dumps() -> None:
     faulthandler.enable(file=sys.stderr, all_threads=True)
     path = os.environ.get("RPCCTL_STACK_FILE")
     if path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        _stack_file = open(path, "a")  # noqa: SIM115 - must stay open for faulthandler
+        private_dir(Path(path).parent)
+        _stack_file = private_open(path, "a")  # must stay open for faulthandler
         faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True, chain=False)
 
 
@@ -157,9 +158,9 @@ def _write_error_file(exc: BaseException) -> None:
         "rpcctl": {"type": type(exc).__name__, "rank": os.environ.get("RANK"), "pid": os.getpid()},
     }
     try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        private_dir(Path(path).parent)
         tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
+        with private_open(tmp, "w") as f:
             json.dump(document, f)
         os.replace(tmp, path)
     except OSError as err:

@@ -22,6 +22,8 @@ import signal
 import time
 from pathlib import Path
 
+from rpcctl.private import private_dir, private_open
+
 _files: list = []  # kept open for faulthandler.register
 
 
@@ -48,8 +50,8 @@ def register_child(run_dir: str) -> None:
     if ticks is None:
         return
     path = child_stack_file(Path(run_dir), pid, ticks)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    f = open(path, "a")  # noqa: SIM115 - must stay open for faulthandler
+    private_dir(path.parent)
+    f = private_open(path, "a")  # must stay open for faulthandler
     _files.append(f)
     faulthandler.register(signal.SIGUSR1, file=f, all_threads=True, chain=False)
     atexit.register(_remove_if_empty, path)

@@ -6,7 +6,7 @@ Job states (``RunRecord.status``)::
        │ ──a rank fails (exit ≠ 0, signal, spawn error)─▶ failed     (restart if restarts remain)
        │ ──the job deadline (`timeout`) passes──────────▶ failed     (reason: timeout)
        │ ──no progress for `hang_timeout` (watchdog)────▶ failed     (reason: hang; on_hang: keep → running)
-       └ ──SIGINT / SIGTERM to the launcher─────────────▶ cancelled  (exit 130 / 143)
+       └ ──SIGINT/TERM/HUP/QUIT to the launcher─────────▶ cancelled  (exit 128 + signal)
 
 Rank states (``RankState.state``): pending → running → succeeded | failed | killed.
 
@@ -17,6 +17,7 @@ never leaves the others waiting on it. A second Ctrl-C skips the grace period.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -26,9 +27,11 @@ import time
 from collections import deque
 from pathlib import Path
 
+from rich.text import Text
+
 from rpcctl.cluster import RendezvousError
 from rpcctl.config import JobSpec
-from rpcctl.console import Console, human_seconds
+from rpcctl.console import Console, human_seconds, sanitize
 from rpcctl.lines import Piece
 from rpcctl.plan import LaunchPlan, NodeFacts, build_plan, free_port
 from rpcctl.procs import ExitStatus, LogPump, RankProcesses
@@ -36,6 +39,8 @@ from rpcctl.runs import CANCELLED, FAILED, RUNNING, SUCCEEDED, Failure, RankStat
 
 POLL_S = 0.1
 LOG_TAIL = 20
+# What cancels a job cleanly: Ctrl-C, kill, a closed ssh session or terminal (SIGHUP), Ctrl-\\.
+CANCEL_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
 class Supervisor:
@@ -75,6 +80,7 @@ class Supervisor:
             from rpcctl.watchdog import HangWatchdog
 
             self.watchdog = HangWatchdog(self.run_dir, spec.hang_timeout, spec.on_hang == "keep", console)
+        self._record_error: str | None = None
 
     # -- signals ------------------------------------------------------------------------------
 
@@ -89,10 +95,37 @@ class Supervisor:
     def _announce_cancel(self) -> None:
         if self.cancel_signal is not None and not self._cancel_announced:
             self._cancel_announced = True
-            self.console.info(
-                f"rpcctl: {signal.Signals(self.cancel_signal).name} received: stopping the job "
-                f"(grace {self.spec.grace:g}s; press Ctrl-C again to kill at once)"
-            )
+            try:
+                self.console.info(
+                    f"rpcctl: {signal.Signals(self.cancel_signal).name} received: stopping the job "
+                    f"(grace {self.spec.grace:g}s; press Ctrl-C again to kill at once)"
+                )
+            except OSError:  # SIGHUP: the terminal may be gone; the teardown must still happen
+                pass
+
+    # -- faults around the job ------------------------------------------------------------------
+
+    def _save(self) -> None:
+        """Write the run record; if that fails (a full disk, the run directory removed), warn
+        once and go on: the job's outcome is its own, not the record's."""
+        try:
+            save_record(self.record)
+        except OSError as exc:
+            if self._record_error is None:
+                self._record_error = str(exc)
+                self._warn(f"could not write the run record {self.run_dir / 'run.json'}: {exc.strerror or exc}; the job goes on")
+
+    def _on_log_error(self, rank: int, path: Path, written: int, exc: OSError) -> None:
+        what = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+        message = f"{what}: rank {rank}'s log truncated after {written} bytes, path {path}"
+        self.record.warnings.append(message)
+        self._warn(f"{message} (its output still reaches the console)")
+
+    def _warn(self, message: str) -> None:
+        try:
+            self.console.warn(message)
+        except OSError:  # no terminal left to warn on
+            pass
 
     # -- output -------------------------------------------------------------------------------
 
@@ -114,15 +147,16 @@ class Supervisor:
         self.tails[rank].append(line)
         if not self.echo or (self.ranks_shown is not None and rank not in self.ranks_shown):
             return
+        shown = f"[rank{rank}]: {sanitize(line, sgr=True)}"  # colour passes; other escapes are shown
         if self._view is not None:
             self.recent.append((rank, line))
-            self._view.console.print(f"[rank{rank}]: {line}", markup=False, highlight=False, soft_wrap=True)
+            self._view.console.print(Text.from_ansi(shown), highlight=False, soft_wrap=True)
             return
         with self._out_lock:
             try:
-                sys.stdout.write(f"[rank{rank}]: {line}\n")
+                sys.stdout.write(shown + "\n")
                 sys.stdout.flush()
-            except BrokenPipeError:  # `rpcctl launch ... | head`: keep running, stop echoing
+            except OSError:  # `rpcctl launch ... | head`, a closed terminal: keep running, stop echoing
                 self.echo = False
 
     def latest_line(self, rank: int) -> str:
@@ -136,11 +170,11 @@ class Supervisor:
     # -- the loop -----------------------------------------------------------------------------
 
     def run(self) -> RunRecord:
-        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        telemetry_env = self.telemetry.start() if self.telemetry is not None else {}
+        previous = {s: signal.signal(s, self._on_signal) for s in CANCEL_SIGNALS}
+        telemetry_env = self._start_telemetry()
         # The run id in its environment marks the rank server as part of this run (leak checks).
         procs = RankProcesses(self.run_dir, self.plan.preload, env={"RPCCTL_RUN_ID": self.record.run_id})
-        pump = LogPump(self._on_piece)
+        pump = LogPump(self._on_piece, self._on_log_error)
         pump.start()
         deadline = time.monotonic() + self.spec.timeout if self.spec.timeout else None
         try:
@@ -220,6 +254,17 @@ class Supervisor:
         self.record.master_port = self.plan.master_port
         return None
 
+    def _start_telemetry(self) -> dict[str, str]:
+        if self.telemetry is None:
+            return {}
+        try:
+            return self.telemetry.start()
+        except Exception as exc:  # noqa: BLE001 - telemetry must never stop a job (a full disk, ...)
+            self._warn(f"telemetry is off for this run: {exc}")
+            self.telemetry.close()
+            self.telemetry = self.watchdog = None  # the watchdog reads the store
+            return {}
+
     @staticmethod
     def _timed_out(deadline: float | None) -> bool:
         return deadline is not None and time.monotonic() >= deadline
@@ -237,7 +282,7 @@ class Supervisor:
                 procs.start(rank, {**base_env, **rank.env}, self.plan.start_method == "spawn", write_fd, os.getcwd())
             finally:
                 os.close(write_fd)
-        save_record(self.record)
+        self._save()
         if self.watchdog is not None:
             self.watchdog.attempt_started(self.plan.restart)
 
@@ -279,7 +324,7 @@ class Supervisor:
                 self._teardown(procs, states)
                 return CANCELLED
             if changed:
-                save_record(self.record)
+                self._save()
 
     def _cluster_news(self) -> Failure | None:
         """Poll the other nodes (twice a second): a failure there is this node's root cause too."""
@@ -355,7 +400,7 @@ class Supervisor:
         for state in states.values():  # never started, or gone without a word from the server
             if state.state in ("pending", RUNNING):
                 state.state = "killed"
-        save_record(self.record)
+        self._save()
 
     def _failure(self, status: ExitStatus) -> Failure:
         rank = status.rank
@@ -394,7 +439,7 @@ class Supervisor:
             self.record.exit_code = 1
         else:
             self.record.exit_code = 0
-        save_record(self.record)
+        self._save()
         if self.cluster is not None:
             self.cluster.finish(outcome)
 

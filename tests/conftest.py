@@ -77,6 +77,29 @@ def start_rpcctl(*args: str) -> subprocess.Popen:
     )
 
 
+def launch_job(tmp_path: Path, runs_dir: Path, *args: str, **keys) -> tuple[subprocess.CompletedProcess, Path, dict]:
+    """Run `rpcctl launch` on a behave.py config to the end; check it left no process behind."""
+    config = write_config(tmp_path, **keys)
+    result = rpcctl("launch", str(config), "--runs-dir", str(runs_dir), "--no-live", *args)
+    run_dir = only_run(runs_dir)
+    assert_no_process_left(run_dir)
+    return result, run_dir, record(run_dir)
+
+
+def launch_until_running(tmp_path: Path, runs_dir: Path, *args: str, **keys) -> tuple[subprocess.Popen, Path]:
+    """Start `rpcctl launch` on a behave.py config; return it and its run once every rank runs."""
+    config = write_config(tmp_path, **keys)
+    launcher = start_rpcctl("launch", str(config), "--runs-dir", str(runs_dir), "--no-live", *args)
+    run_dir = only_run(runs_dir)
+    wait_until(
+        lambda: all(r["state"] == "running" for r in record(run_dir)["ranks"]),
+        30,
+        "every rank running",
+        run_dir / "logs",
+    )
+    return launcher, run_dir
+
+
 def only_run(runs_dir: Path, timeout: float = 30) -> Path:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -140,6 +163,6 @@ def pids_gone(pids) -> bool:
 
 
 __all__ = [
-    "ROOT", "WORKERS", "write_config", "rpcctl", "start_rpcctl", "only_run", "record", "wait_until",
+    "ROOT", "WORKERS", "write_config", "rpcctl", "start_rpcctl", "launch_job", "launch_until_running", "only_run", "record", "wait_until",
     "processes_of_run", "assert_no_process_left", "pids_gone", "signal", "os",
 ]

@@ -13,6 +13,8 @@ import pytest
 
 from conftest import (
     assert_no_process_left,
+    launch_job as launch,
+    launch_until_running,
     only_run,
     pids_gone,
     record,
@@ -23,14 +25,6 @@ from conftest import (
 )
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def launch(tmp_path, runs_dir, *args, **keys):
-    config = write_config(tmp_path, **keys)
-    result = rpcctl("launch", str(config), "--runs-dir", str(runs_dir), "--no-live", *args)
-    run_dir = only_run(runs_dir)
-    assert_no_process_left(run_dir)
-    return result, run_dir, record(run_dir)
 
 
 def test_success_streams_prefixed_output_and_records_the_run(tmp_path, runs_dir):
@@ -173,22 +167,9 @@ def test_ranks_filter_limits_the_console_but_not_the_logs(tmp_path, runs_dir):
 # -- the launcher itself is signalled or killed ------------------------------------------------
 
 
-def _start_and_wait_running(tmp_path, runs_dir, **keys):
-    config = write_config(tmp_path, **keys)
-    launcher = start_rpcctl("launch", str(config), "--runs-dir", str(runs_dir), "--no-live")
-    run_dir = only_run(runs_dir)
-    wait_until(
-        lambda: all(r["state"] == "running" for r in record(run_dir)["ranks"]),
-        30,
-        "every rank running",
-        run_dir / "logs",
-    )
-    return launcher, run_dir
-
-
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_to_the_launcher_cancels_cleanly(tmp_path, runs_dir, sig, code):
-    launcher, run_dir = _start_and_wait_running(tmp_path, runs_dir, nproc_per_node=2, args=["0=child", "1=hang"])
+    launcher, run_dir = launch_until_running(tmp_path, runs_dir, nproc_per_node=2, args=["0=child", "1=hang"])
     wait_until(lambda: (run_dir / "grandchild-0.pid").exists(), 10, "the grandchild")
     launcher.send_signal(sig)
     out, err = launcher.communicate(timeout=30)
@@ -200,7 +181,7 @@ def test_signal_to_the_launcher_cancels_cleanly(tmp_path, runs_dir, sig, code):
 
 
 def test_kill_9_of_the_launcher_leaves_no_process_behind(tmp_path, runs_dir):
-    launcher, run_dir = _start_and_wait_running(tmp_path, runs_dir, nproc_per_node=2, args=["0=child", "1=ignore-term"])
+    launcher, run_dir = launch_until_running(tmp_path, runs_dir, nproc_per_node=2, args=["0=child", "1=ignore-term"])
     wait_until(lambda: (run_dir / "grandchild-0.pid").exists(), 10, "the grandchild")
     grandchild = int((run_dir / "grandchild-0.pid").read_text())
     ranks = [r["pid"] for r in record(run_dir)["ranks"]]
@@ -214,7 +195,7 @@ def test_kill_9_of_the_launcher_leaves_no_process_behind(tmp_path, runs_dir):
 
 
 def test_rpcctl_stop_cancels_a_live_run(tmp_path, runs_dir):
-    launcher, run_dir = _start_and_wait_running(tmp_path, runs_dir, nproc_per_node=2, args=["0=hang", "1=hang"])
+    launcher, run_dir = launch_until_running(tmp_path, runs_dir, nproc_per_node=2, args=["0=hang", "1=hang"])
     result = rpcctl("stop", "--runs-dir", str(runs_dir))
     assert result.returncode == 0, result.stderr
     assert "cancelled" in result.stderr
@@ -265,7 +246,7 @@ def test_rpc_job_listens_on_loopback_only(tmp_path, runs_dir):
 
 
 def test_logs_follow_streams_until_the_run_ends(tmp_path, runs_dir):
-    launcher, run_dir = _start_and_wait_running(tmp_path, runs_dir, nproc_per_node=2, args=["0=slow:2", "1=slow:2"])
+    launcher, run_dir = launch_until_running(tmp_path, runs_dir, nproc_per_node=2, args=["0=slow:2", "1=slow:2"])
     follow = rpcctl("logs", "-f", "--runs-dir", str(runs_dir), timeout=30)  # returns once the run ends
     launcher.communicate(timeout=30)
     assert follow.returncode == 0

@@ -9,12 +9,11 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from rpcctl.commands.common import JsonOption, RunsDirOption
 from rpcctl.config import load_config, locate
-from rpcctl.console import Console, get_console
+from rpcctl.console import Console, get_console, sanitize
 from rpcctl.errors import ConfigError, UsageError
 from rpcctl.launcher import launch as launch_job
 from rpcctl.launcher import plan_job
@@ -48,8 +47,8 @@ def launch(
     """Launch a job: spawn its ranks, stream their output, supervise them to the end.
 
     Exit code: 0 when every rank succeeds; 1 when the job fails (the root-cause rank is
-    named); 2 for a bad config or flag (nothing is started); 130/143 when stopped by
-    SIGINT/SIGTERM.
+    named); 2 for a bad config or flag (nothing is started); 128 + N when stopped by signal N
+    (130 SIGINT, 143 SIGTERM, 129 SIGHUP, 131 SIGQUIT).
     """
     console = get_console()
     flags = slurm_flags(os.environ)
@@ -95,7 +94,10 @@ def launch(
     finally:
         if page is not None:
             page.stop()  # the page stops with the job
-    render_outcome(console, record)
+    try:
+        render_outcome(console, record)
+    except OSError:  # the terminal went away (SIGHUP): the record says it all, the code still counts
+        pass
     if record.status != SUCCEEDED:
         raise typer.Exit(record.exit_code or 1)
 
@@ -141,9 +143,9 @@ def parse_ranks(text: str, world_size: int) -> set[int]:
 
 def render_plan(console: Console, plan: LaunchPlan) -> None:
     console.print(
-        f"[bold]{escape(plan.name)}[/bold]: {plan.world_size} rank(s), start method {plan.start_method}"
+        f"[bold]{sanitize(plan.name, markup=True)}[/bold]: {plan.world_size} rank(s), start method {plan.start_method}"
         f"{' (preload ' + ', '.join(plan.preload) + ')' if plan.preload else ''}, "
-        f"rendezvous {plan.master_addr}:{plan.master_port}\nrun directory: {escape(plan.run_dir)}\n"
+        f"rendezvous {plan.master_addr}:{plan.master_port}\nrun directory: {sanitize(plan.run_dir, markup=True)}\n"
     )
     shared = {k: v for k, v in plan.ranks[0].env.items() if all(r.env.get(k) == v for r in plan.ranks)}
     ranks = Table(box=None, header_style="bold", pad_edge=False, title="Ranks", title_justify="left")
@@ -151,14 +153,14 @@ def render_plan(console: Console, plan: LaunchPlan) -> None:
         ranks.add_column(column)
     for rank in plan.ranks:
         own = " ".join(f"{k}={v}" for k, v in rank.env.items() if k not in shared)
-        ranks.add_row(str(rank.rank), str(rank.local_rank), rank.device, escape(own), escape(rank.log))
+        ranks.add_row(str(rank.rank), str(rank.local_rank), rank.device, sanitize(own, markup=True), sanitize(rank.log, markup=True))
     console.print(ranks)
-    console.print(f"\n[bold]Command[/bold] (every rank)\n  {escape(' '.join(plan.ranks[0].argv))}\n")
+    console.print(f"\n[bold]Command[/bold] (every rank)\n  {sanitize(' '.join(plan.ranks[0].argv), markup=True)}\n")
     env = Table(box=None, header_style="bold", pad_edge=False, title="Environment (every rank, on top of the launcher's)", title_justify="left")
     env.add_column("VARIABLE")
     env.add_column("VALUE", overflow="fold")
     for key, value in shared.items():
-        env.add_row(key, escape(value))
+        env.add_row(key, sanitize(value, markup=True))
     console.print(env)
 
 
@@ -172,7 +174,7 @@ def render_leaks(console: Console, record: RunRecord) -> None:
     console.warn(f"{len(leaks)} RRef(s) were still live at shutdown (see `rpcctl inspect rrefs {record.run_id}`):")
     for leak in leaks[:10]:
         what = leak.type or "?"
-        console.err.print(f"  {leak.rref_id} owned by {leak.owner}: {escape(what)}, created at {escape(leak.call_site or '?')}", highlight=False)
+        console.err.print(sanitize(f"  {leak.rref_id} owned by {leak.owner}: {what}, created at {leak.call_site or '?'}", markup=True), highlight=False)
     if len(leaks) > 10:
         console.err.print(f"  ... and {len(leaks) - 10} more")
 
@@ -198,15 +200,15 @@ def render_outcome(console: Console, record: RunRecord) -> None:
     if cause.rank >= 0:
         how = f"killed by {cause.signal}" if cause.signal else f"exit code {cause.exit_code}"
         pid = f"pid {cause.pid}, " if cause.pid else ""
-        console.err.print(f"[bold]root cause:[/bold] rank {cause.rank}{on_node} ({pid}{how}): {escape(cause.message)}")
+        console.err.print(f"[bold]root cause:[/bold] rank {cause.rank}{on_node} ({pid}{how}): {sanitize(cause.message, markup=True)}")
     else:  # the launcher's own message (a rendezvous one names its node already)
         where = "" if cause.message.startswith(("node ", "the launcher of node ")) else on_node
-        console.err.print(f"[bold]root cause:[/bold]{where} {escape(cause.message)}")
+        console.err.print(f"[bold]root cause:[/bold]{where} {sanitize(cause.message, markup=True)}")
     if cause.traceback:
-        console.err.print(escape(cause.traceback.rstrip()), style="dim")
+        console.err.print(sanitize(cause.traceback.rstrip(), markup=True), style="dim")
     elif cause.log_tail:
         console.err.print(f"last lines of rank {cause.rank}:", style="bold")
-        console.err.print(escape("\n".join(f"  {line}" for line in cause.log_tail)), style="dim")
+        console.err.print(sanitize("\n".join(f"  {line}" for line in cause.log_tail), markup=True), style="dim")
     others = [s for s in record.ranks if s.rank != cause.rank]
     if others:
         console.err.print(

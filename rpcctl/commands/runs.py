@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
 from pathlib import Path
 from typing import Annotated, Optional
 
+import psutil
 import typer
+from rich.text import Text
 
 from rpcctl.commands.common import JsonOption, RunArgument, RunsDirOption
-from rpcctl.console import Column, get_console, human_time, render_table
+from rpcctl.console import Column, get_console, human_time, render_table, sanitize
 from rpcctl.errors import RpcctlError, UsageError
 from rpcctl.lines import final_lines
-from rpcctl.runs import RUNNING, TERMINAL, default_runs_dir, launcher_alive, list_runs, load_record, rank_log, resolve_run
+from rpcctl.runs import (
+    DAMAGED,
+    RUNNING,
+    TERMINAL,
+    default_runs_dir,
+    launcher_alive,
+    launcher_of_run,
+    list_runs,
+    load_record,
+    rank_log,
+    resolve_run,
+    scan_runs,
+)
 from rpcctl.supervisor import describe_duration
 
 RUN_COLUMNS = [
@@ -35,9 +48,9 @@ def runs(
     json_: JsonOption = False,
     limit: Annotated[int, typer.Option("--limit", help="Show at most this many runs (0: all).")] = 20,
 ) -> None:
-    """List runs, newest first."""
+    """List runs, newest first (damaged records last, with their path)."""
     console = get_console()
-    records = list_runs(runs_dir or default_runs_dir())
+    records, damaged = scan_runs(runs_dir or default_runs_dir())
     if limit:
         records = records[:limit]
     if json_:
@@ -46,6 +59,7 @@ def runs(
             document = record.to_dict()
             document["status"] = record.effective_status
             documents.append(document)
+        documents += [{"run_id": d.run_id, "status": DAMAGED, "run_dir": str(d.run_dir), "error": d.error} for d in damaged]
         console.json(documents)
         return
     rows = [
@@ -61,14 +75,20 @@ def runs(
         }
         for r in records
     ]
+    rows += [{"run_id": d.run_id, "status": DAMAGED, "root_cause": _short(d.error)} for d in damaged]
     console.print(render_table(rows, RUN_COLUMNS, empty=f"no runs in {runs_dir or default_runs_dir()}"))
+    for d in damaged:  # the whole path, which the table would cut
+        console.print(Text(sanitize(f"damaged: {d.run_dir / 'run.json'}: {d.error}")))
 
 
 def _short_cause(record) -> str | None:
     cause = record.root_cause
     if cause is None:
         return None
-    text = f"rank {cause.rank}: {cause.message}" if cause.rank >= 0 else cause.message
+    return _short(f"rank {cause.rank}: {cause.message}" if cause.rank >= 0 else cause.message)
+
+
+def _short(text: str) -> str:
     return text if len(text) <= 60 else text[:59] + "…"
 
 
@@ -76,9 +96,11 @@ def logs(
     run: RunArgument = None,
     rank: Annotated[Optional[int], typer.Option("--rank", "-r", help="Only this rank.", show_default=False)] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new output until the run ends.")] = False,
+    raw: Annotated[bool, typer.Option("--raw", help="The log bytes exactly as written: no rank prefix, escape sequences untouched.")] = False,
     runs_dir: RunsDirOption = None,
 ) -> None:
-    """Print a run's rank logs, each line prefixed with its rank."""
+    """Print a run's rank logs, each line prefixed with its rank (colour kept, other terminal
+    escape sequences shown as text; --raw for the bytes as written)."""
     run_dir = resolve_run(run, runs_dir)
     record = load_record(run_dir)
     ranks = [s.rank for s in record.ranks]
@@ -88,21 +110,21 @@ def logs(
         ranks = [rank]
     files = {r: rank_log(run_dir, r) for r in ranks}
     offsets = {r: 0 for r in ranks}
-    out = sys.stdout
+    write = _write_raw if raw else _write_lines
     while True:
         for r, path in files.items():
-            offsets[r] = _print_new(path, offsets[r], r, out)
+            offsets[r] = _print_new(path, offsets[r], r, write)
         if not follow:
             return
         record = load_record(run_dir)
         if record.status in TERMINAL or not launcher_alive(record):
             for r, path in files.items():  # what arrived meanwhile
-                offsets[r] = _print_new(path, offsets[r], r, out)
+                offsets[r] = _print_new(path, offsets[r], r, write)
             return
         time.sleep(0.2)
 
 
-def _print_new(path: Path, offset: int, rank: int, out) -> int:
+def _print_new(path: Path, offset: int, rank: int, write) -> int:
     try:
         with open(path, "rb") as f:
             f.seek(offset)
@@ -110,10 +132,21 @@ def _print_new(path: Path, offset: int, rank: int, out) -> int:
     except FileNotFoundError:
         return offset
     complete = data.rfind(b"\n") + 1  # leave a partial last line for the next round
-    for line in final_lines(data[:complete]):  # a progress bar's last state, not its \r history
-        out.write(f"[rank{rank}]: {line}\n")
-    out.flush()
+    if complete:
+        write(rank, data[:complete])
     return offset + complete
+
+
+def _write_lines(rank: int, data: bytes) -> None:
+    out = sys.stdout
+    for line in final_lines(data):  # a progress bar's last state, not its \r history
+        out.write(f"[rank{rank}]: {sanitize(line, sgr=True)}\n")
+    out.flush()
+
+
+def _write_raw(rank: int, data: bytes) -> None:
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
 
 
 def stop(
@@ -123,13 +156,29 @@ def stop(
 ) -> None:
     """Cancel a live run cleanly (SIGTERM to its launcher, which tears the ranks down)."""
     console = get_console()
+    if run is None:
+        live = [r for r in list_runs(runs_dir or default_runs_dir()) if r.effective_status == RUNNING]
+        if len(live) > 1:
+            raise UsageError(
+                f"{len(live)} runs are live; name the one to stop: `rpcctl stop RUN` with RUN one of "
+                + ", ".join(r.run_id for r in live)
+            )
     run_dir = resolve_run(run, runs_dir)
     record = load_record(run_dir)
     if record.status != RUNNING:
         raise UsageError(f"run {record.run_id} is not running (status: {record.status})")
     if not launcher_alive(record):
         raise RpcctlError(f"run {record.run_id} is marked running but its launcher (pid {record.launcher_pid}) is gone")
-    os.kill(record.launcher_pid, signal.SIGTERM)
+    launcher = _wait_for_launcher(record)
+    if launcher is None:
+        raise RpcctlError(
+            f"refusing to signal pid {record.launcher_pid}: it is not run {record.run_id}'s launcher "
+            f"(not yours, or no rank server of the run under it); {run_dir / 'run.json'} is stale or forged"
+        )
+    try:
+        launcher.send_signal(signal.SIGTERM)  # psutil checks the pid was not reused meanwhile
+    except psutil.NoSuchProcess:
+        pass
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         record = load_record(run_dir)
@@ -140,3 +189,13 @@ def stop(
             break
         time.sleep(0.1)
     raise RpcctlError(f"run {record.run_id} did not stop within {wait:g}s (status: {record.effective_status})")
+
+
+def _wait_for_launcher(record, timeout: float = 5.0):
+    """The run's verified launcher; a run that just started may not have its rank server yet."""
+    deadline = time.monotonic() + timeout
+    while True:
+        launcher = launcher_of_run(record)
+        if launcher is not None or time.monotonic() >= deadline or not launcher_alive(record):
+            return launcher
+        time.sleep(0.1)

@@ -14,7 +14,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from rpcctl.console import human_bytes
+from rpcctl.console import human_bytes, sanitize
 from rpcctl.inspect import sparkline
 from rpcctl.telemetry import protocol, store
 
@@ -61,9 +61,9 @@ def dashboard_panels(run_dir: Path) -> list[Any]:
         seen = set()
         for owner, count, nbytes in owners:
             seen.add(owner)
-            table.add_row(Text(owner), str(count), human_bytes(nbytes or 0), str(churn.get(owner, 0)))
+            table.add_row(Text(sanitize(str(owner))), str(count), human_bytes(nbytes or 0), str(churn.get(owner, 0)))
         for owner in sorted(set(churn) - seen):
-            table.add_row(Text(owner), "0", human_bytes(0), str(churn[owner]))
+            table.add_row(Text(sanitize(str(owner))), "0", human_bytes(0), str(churn[owner]))
         panels.append(table)
     if losses:
         # The latest record of each rank: the value the table's last row and LAST show.

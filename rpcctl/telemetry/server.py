@@ -25,6 +25,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,8 +41,9 @@ COMMIT_INTERVAL_S = 0.1
 
 
 class TelemetryServer:
-    def __init__(self, run_dir: Path, spec: JobSpec | None = None, world_size: int = 1):
+    def __init__(self, run_dir: Path, spec: JobSpec | None = None, world_size: int = 1, warn: Callable[[str], None] | None = None):
         self.run_dir = Path(run_dir)
+        self._warn_store = warn
         self.world_size = world_size
         self.run_id = os.environ.get("RPCCTL_RUN_ID") or self.run_dir.name
         self._loss_pattern = spec.losses.pattern if spec is not None else None
@@ -77,7 +79,7 @@ class TelemetryServer:
     def start(self) -> dict[str, str]:
         """Create the store and the socket, start the thread; returns env vars for every rank."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self._store = StoreWriter(protocol.db_path(self.run_dir))
+        self._store = StoreWriter(protocol.db_path(self.run_dir), **({"warn": self._warn_store} if self._warn_store else {}))
         self._store.set_meta(run_id=self.run_id, world_size=self.world_size)
         self._listener = self._listen()
         self._store.set_meta(socket=str(self._socket_path))

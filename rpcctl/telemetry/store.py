@@ -36,9 +36,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import stat
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from rpcctl.errors import DamagedRunError
+from rpcctl.private import private_file
 
 SCHEMA_VERSION = 4  # 2: procs.cpu_s, procs.telemetry_cpu_s; meta server_cpu_s. 3: calls, call_stats, serving, procs.rpc_join_at
 # 4: losses.seq, losses.rule, log_lines
@@ -106,11 +112,27 @@ def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value, separators=(",", ":"))
 
 
-class StoreWriter:
-    """The single writer. Not thread-safe: the server's one thread owns it."""
+# SQLite's result codes for a store that can no longer be written: disk full, I/O error, read
+# only (the run directory removed), cannot open (its journal), rather than a bad statement.
+_STORAGE_ERRORS = {13: "SQLITE_FULL", 10: "SQLITE_IOERR", 8: "SQLITE_READONLY", 14: "SQLITE_CANTOPEN"}
 
-    def __init__(self, path: Path):
+
+def _print_warning(message: str) -> None:
+    print(f"rpcctl: warning: {message}", file=sys.stderr)
+
+
+class StoreWriter:
+    """The single writer. Not thread-safe: the server's one thread owns it.
+
+    When the storage fails (a full disk, the run directory removed), the writer warns once
+    through ``warn`` and turns into a sink: later writes are dropped, and nothing it does raises
+    again, so telemetry never stops a rank or the launcher."""
+
+    def __init__(self, path: Path, warn: Callable[[str], None] = _print_warning):
         self.path = path
+        self.warn = warn
+        self.failed: str | None = None
+        private_file(path)  # 0600 before SQLite opens it: its -wal and -shm copy the mode
         self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
@@ -122,26 +144,55 @@ class StoreWriter:
 
     # -- transactions ------------------------------------------------------------------------
     def commit(self) -> None:
-        if self.dirty:
-            self.db.execute("COMMIT")
-            self.db.execute("BEGIN")
+        if self.dirty and self.failed is None:
+            try:
+                self.db.execute("COMMIT")
+                self.db.execute("BEGIN")
+            except sqlite3.Error as exc:
+                self._storage_failed(exc)
             self.dirty = False
 
-    def _x(self, sql: str, params: tuple | list = ()) -> sqlite3.Cursor:
+    def _x(self, sql: str, params: tuple | list = ()) -> sqlite3.Cursor | None:
+        if self.failed is not None:
+            return None
         self.dirty = True
-        return self.db.execute(sql, params)
+        try:
+            return self.db.execute(sql, params)
+        except sqlite3.Error as exc:
+            self._storage_failed(exc)
+            return None
+
+    def _storage_failed(self, exc: sqlite3.Error) -> None:
+        """Degrade on a storage error; re-raise anything else (a bad statement is a bug, bad
+        input is the caller's to reject)."""
+        if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) not in _STORAGE_ERRORS:
+            raise exc
+        self.failed = str(exc)
+        self.warn(f"telemetry store {self.path}: {exc}: telemetry is no longer recorded for this run (the job goes on)")
+        try:
+            self.db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
 
     def close(self) -> None:
         self.set_meta(closed_at=time.time())
-        self.db.execute("COMMIT")
+        if self.failed is None:
+            try:
+                self.db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._storage_failed(exc)
+        if self.failed is None:
+            try:
+                self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                # A single plain file once the run is over: readable without write access to -shm.
+                # (Fails harmlessly while a reader has the file open: it then stays in WAL mode.)
+                self.db.execute("PRAGMA journal_mode=DELETE")
+            except sqlite3.Error:
+                pass
         try:
-            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            # A single plain file once the run is over: readable without write access to -shm.
-            # (Fails harmlessly while a reader has the file open: it then stays in WAL mode.)
-            self.db.execute("PRAGMA journal_mode=DELETE")
-        except sqlite3.OperationalError:
+            self.db.close()
+        except sqlite3.Error:
             pass
-        self.db.close()
 
     def set_meta(self, **values: Any) -> None:
         for key, value in values.items():
@@ -190,7 +241,7 @@ class StoreWriter:
             "INSERT INTO procs (host, pid, ppid, rank, restart, kind, connected_at, last_seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (hello.get("host"), hello.get("pid"), hello.get("ppid"), hello.get("rank"), restart, hello.get("kind"), t, t),
         )
-        return int(cursor.lastrowid)
+        return int(cursor.lastrowid) if cursor is not None else -1
 
     def set_proc_restart(self, proc_id: int, restart: int) -> None:
         self._x("UPDATE procs SET restart = ? WHERE proc_id = ?", (restart, proc_id))
@@ -369,10 +420,30 @@ class ProcInfo:
 # Readers
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+NEW_STORE_S = 10.0  # SQLite writes its header with the first commit, right after the file appears
+
+
 def connect(path: Path) -> sqlite3.Connection | None:
-    """A read-only connection, or None when the run has no telemetry store."""
-    if not path.is_file():
+    """A read-only connection, or None when the run has no telemetry store (yet). A file that
+    is not one (empty for longer than a store takes to start, or not SQLite) raises
+    ``DamagedRunError``: a damaged store must never read as a run that recorded nothing."""
+    try:
+        info = path.stat()
+        with open(path, "rb") as f:
+            header = f.read(len(SQLITE_HEADER))
+    except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise DamagedRunError(path, exc.strerror or str(exc)) from None
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    if not header:
+        if time.time() - info.st_mtime < NEW_STORE_S:
+            return None
+        raise DamagedRunError(path, "an empty file (0 bytes), not a telemetry store")
+    if header != SQLITE_HEADER:
+        raise DamagedRunError(path, "not an SQLite database")
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=2.0, check_same_thread=False)
     db.row_factory = sqlite3.Row
     return db

@@ -1,0 +1,212 @@
+"""Faults around a job, with real launchers, ranks and signals: the launcher's own signals
+(SIGHUP, SIGQUIT), a full disk (an injected writer, and a real tiny tmpfs), a run directory
+that cannot be made or disappears, and the rank server killed with SIGKILL. After each: the
+record says what happened, no log byte written before the fault is lost, no process is left."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import (
+    assert_no_process_left,
+    launch_until_running,
+    only_run,
+    record,
+    rpcctl,
+    wait_until,
+    write_config,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+
+# -- signals to the launcher ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGQUIT])
+def test_sighup_and_sigquit_cancel_like_sigterm(tmp_path, runs_dir, sig):
+    launcher, run_dir = launch_until_running(tmp_path, runs_dir, nproc_per_node=2, args=["0=child", "1=hang"])
+    wait_until(lambda: (run_dir / "grandchild-0.pid").exists(), 10, "the grandchild")
+    launcher.send_signal(sig)
+    _, err = launcher.communicate(timeout=30)
+    assert launcher.returncode == 128 + sig, err
+    assert "Traceback" not in err
+    rec = record(run_dir)
+    assert rec["status"] == "cancelled" and rec["reason"] == f"cancelled by {sig.name}", rec
+    assert rec["exit_code"] == 128 + sig
+    assert {r["state"] for r in rec["ranks"]} == {"killed"}
+    assert not (run_dir / "telemetry.sock").exists()
+    assert not (run_dir / "telemetry.db-wal").exists()
+    assert_no_process_left(run_dir)
+    listed = json.loads(rpcctl("runs", "--runs-dir", str(runs_dir), "--json").stdout)
+    assert listed[0]["status"] == "cancelled"  # not "lost"
+
+
+# -- a full disk -------------------------------------------------------------------------------
+
+
+class _FillsUp:
+    """A log file on a disk with ``room`` bytes left: writes what fits, then raises ENOSPC, as
+    a real file does (a short write first, an error on the next)."""
+
+    def __init__(self, path, mode, buffering=0, room=0):
+        self.file = open(path, mode, buffering=buffering)  # noqa: SIM115 - closed by the pump
+        self.room = room
+
+    def write(self, data):
+        if self.room <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        n = self.file.write(bytes(data[: self.room]))
+        self.room -= n
+        return n
+
+    def close(self):
+        self.file.close()
+
+
+def test_log_pump_keeps_draining_after_enospc(tmp_path):
+    from rpcctl.procs import LogPump
+
+    lines: list[str] = []
+    errors: list[tuple[int, Path, int, OSError]] = []
+    pump = LogPump(lambda rank, line: lines.append(line), lambda *e: errors.append(e),
+                   open_log=lambda path, mode, buffering: _FillsUp(path, mode, buffering, room=1000))
+    pump.start()
+    log = tmp_path / "logs" / "rank-1.log"
+    write_fd = pump.add(1, log)
+    # A real process writes 4 MB: far more than a pipe holds, so it blocks unless the pump drains.
+    writer = subprocess.Popen([sys.executable, "-c", "import sys\nfor i in range(40000): print(f'line {i:06d} ' + 'x' * 88)"], stdout=write_fd)
+    os.close(write_fd)
+    assert writer.wait(timeout=60) == 0
+    pump.drain(timeout=30)
+    assert len(lines) == 40000 and lines[-1].startswith("line 039999")
+    assert len(errors) == 1
+    rank, path, written, exc = errors[0]
+    assert (rank, path, written, exc.errno) == (1, log, 1000, errno.ENOSPC)
+    assert log.read_bytes() == ("".join(f"line {i:06d} " + "x" * 88 + "\n" for i in range(10)).encode())[:1000]
+
+
+@contextlib.contextmanager
+def tmpfs(where: Path, options: str):
+    """A real tmpfs at ``where`` (root only; the test is skipped where it cannot mount)."""
+    where.mkdir(exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs ({options}) here: {mounted.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+    """A real 256 KiB file system."""
+    with tmpfs(tmp_path / "tiny", "size=256k,mode=0755") as where:
+        yield where
+
+
+def test_full_disk_truncates_the_log_with_one_warning_and_the_job_succeeds(tmp_path, tiny_tmpfs):
+    runs_dir = tiny_tmpfs / "runs"
+    # Rank 0 prints 2 MB, eight times the disk; rank 1 a little.
+    script = tmp_path / "loud.py"
+    script.write_text(
+        "import os\n"
+        "rank = int(os.environ['RANK'])\n"
+        "for i in range(20000 if rank == 0 else 10):\n"
+        "    print(f'rank {rank} line {i:06d} ' + 'y' * 80, flush=rank == 1)\n"
+        "print(f'rank {rank} the end', flush=True)\n"
+    )
+    config = write_config(tmp_path, script=str(script), nproc_per_node=2)
+    result = rpcctl("launch", str(config), "--runs-dir", str(runs_dir), "--no-live", timeout=90)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    # The console got every line, the disk or not.
+    assert result.stdout.count("[rank0]: rank 0 line") == 20000
+    assert "[rank0]: rank 0 the end" in result.stdout and "[rank1]: rank 1 the end" in result.stdout
+    # One warning per rank whose log lost bytes (rank 1 may find the disk already full).
+    warnings = [line for line in result.stderr.splitlines() if "log truncated" in line]
+    rank0 = [line for line in warnings if "rank 0's" in line]
+    assert len(rank0) == 1 and len(warnings) <= 2, result.stderr
+    assert "disk full: rank 0's log truncated after" in rank0[0] and "rank-0.log" in rank0[0]
+    run_dir = only_run(runs_dir)
+    kept = int(rank0[0].split("truncated after ")[1].split(" bytes")[0])
+    log = (run_dir / "logs" / "rank-0.log").read_bytes()
+    assert len(log) == kept and log.startswith(b"rank 0 line 000000 ")
+    assert_no_process_left(run_dir)
+
+
+def test_store_degrades_with_one_warning_on_a_full_disk(tiny_tmpfs):
+    from rpcctl.telemetry.store import StoreWriter
+
+    warnings: list[str] = []
+    store = StoreWriter(tiny_tmpfs / "telemetry.db", warn=warnings.append)
+    for i in range(20000):  # ~4 MB of rows into 256 KiB
+        store.loss(0, 0, i, None, 1.0 / (i + 1), {"note": "z" * 200}, time.time(), "log")
+        if i % 100 == 0:
+            store.commit()
+    store.close()  # no traceback: a warning already said it
+    assert len(warnings) == 1 and "disk is full" in warnings[0], warnings
+
+
+# -- the run directory -------------------------------------------------------------------------
+
+
+def test_runs_dir_that_is_a_file_is_a_usage_error(tmp_path):
+    not_a_dir = tmp_path / "runs-file"
+    not_a_dir.write_text("")
+    config = write_config(tmp_path, nproc_per_node=1)
+    result = rpcctl("launch", str(config), "--runs-dir", str(not_a_dir), "--no-live")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert f"--runs-dir {not_a_dir}" in result.stderr and "is a file, not a directory" in result.stderr
+
+
+def test_read_only_runs_dir_is_a_usage_error(tmp_path):
+    config = write_config(tmp_path, nproc_per_node=1)
+    with tmpfs(tmp_path / "ro", "ro,size=64k") as where:
+        result = rpcctl("launch", str(config), "--runs-dir", str(where), "--no-live")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "cannot create the run directory" in result.stderr and "Read-only file system" in result.stderr
+
+
+def test_job_name_over_the_file_name_limit_is_a_config_error(tmp_path, runs_dir):
+    config = write_config(tmp_path, name="n" * 250, nproc_per_node=1)
+    result = rpcctl("launch", str(config), "--runs-dir", str(runs_dir), "--no-live")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "key 'name'" in result.stderr and "too long" in result.stderr
+    assert not runs_dir.exists() or not any(runs_dir.iterdir())
+
+
+def test_run_dir_removed_mid_run_does_not_fail_the_job(tmp_path, runs_dir):
+    import shutil
+
+    launcher, run_dir = launch_until_running(tmp_path, runs_dir, nproc_per_node=2, args=["0=slow:3", "1=slow:3"])
+    run_id = record(run_dir)["run_id"]
+    for rank in (0, 1):  # past rpcctl's bootstrap, which makes files in the run directory
+        wait_until(lambda: "started" in (run_dir / "logs" / f"rank-{rank}.log").read_text(), 30, f"rank {rank} started")
+    shutil.rmtree(run_dir)
+    out, err = launcher.communicate(timeout=60)
+    assert launcher.returncode == 0, err
+    assert "Traceback" not in err
+    assert "could not write the run record" in err
+    assert "[rank0]: rank 0 started" in out
+    wait_until(lambda: not _processes_with_run_id(run_id), 10, "the run's processes to end")
+
+
+def _processes_with_run_id(run_id):
+    from conftest import processes_of_run
+
+    return processes_of_run(run_id)

@@ -1,0 +1,264 @@
+"""Hostile or broken records and text, with real launchers and the real CLI: a damaged
+run.json or telemetry.db is listed as damaged and the other runs still work; `rpcctl stop`
+signals only a launcher that is provably the run's; a rank's text reaches the terminal as plain
+text (markup escaped, control sequences made visible, colour kept in streams only); and every
+file of a run is the owner's alone, whatever the umask."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import (
+    assert_no_process_left,
+    launch_job as launch,
+    launch_until_running,
+    only_run,
+    record,
+    rpcctl,
+    start_rpcctl,
+    wait_until,
+    write_config,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+
+# -- damaged records ---------------------------------------------------------------------------
+
+DAMAGED_RECORDS = {
+    "not-utf8": b"\xff\xfe\x00garbage",
+    "a-list": b"[]",
+    "wrong-types": json.dumps({"run_id": 5, "status": "running", "started_at": 17, "ranks": "all"}).encode(),
+    "bad-time": json.dumps({**json.loads('{"run_id": "x", "name": "x", "status": "succeeded", "run_dir": "x", "config_path": null, '
+                                         '"script": "s", "world_size": 1, "nproc_per_node": 1, "start_method": "fork", "host": "h", '
+                                         '"launcher_pid": 1, "launcher_started": 0, "master_addr": "a", "master_port": 1}'),
+                            "started_at": "yesterday"}).encode(),
+}
+
+
+def test_damaged_records_are_listed_as_damaged_and_the_other_runs_still_work(tmp_path, runs_dir):
+    result, good, _ = launch(tmp_path, runs_dir, nproc_per_node=1)
+    assert result.returncode == 0, result.stderr
+    for name, content in DAMAGED_RECORDS.items():
+        (runs_dir / name).mkdir()
+        (runs_dir / name / "run.json").write_bytes(content)
+
+    listed = rpcctl("runs", "--runs-dir", str(runs_dir))
+    assert listed.returncode == 0, listed.stderr
+    assert good.name in listed.stdout
+    for name in DAMAGED_RECORDS:
+        row = next(line for line in listed.stdout.splitlines() if line.startswith(name))
+        assert "damaged" in row
+        assert f"damaged: {runs_dir / name / 'run.json'}: " in listed.stdout
+    documents = json.loads(rpcctl("runs", "--runs-dir", str(runs_dir), "--json").stdout)
+    assert documents[0]["run_id"] == good.name and documents[0]["status"] == "succeeded"
+    assert {d["run_id"]: d["status"] for d in documents[1:]} == dict.fromkeys(DAMAGED_RECORDS, "damaged")
+
+    # The latest readable run is still the default RUN.
+    logs = rpcctl("logs", "--runs-dir", str(runs_dir))
+    assert logs.returncode == 0 and "[rank0]: rank 0 done" in logs.stdout, logs.stderr
+    rrefs = rpcctl("inspect", "rrefs", "--runs-dir", str(runs_dir))
+    assert rrefs.returncode == 0, rrefs.stderr
+    stop = rpcctl("stop", "--runs-dir", str(runs_dir))
+    assert stop.returncode == 2 and "not running" in stop.stderr
+    # Naming a damaged run: one message with its path, no traceback.
+    for command in (["logs"], ["stop"]):
+        named = rpcctl(*command, "not-utf8", "--runs-dir", str(runs_dir))
+        assert named.returncode == 1, named.stderr
+        assert f"{runs_dir / 'not-utf8' / 'run.json'} is damaged" in named.stderr and "Traceback" not in named.stderr
+
+
+@pytest.mark.parametrize(("content", "why"), [(b"", "an empty file"), (b"\x00garbage" * 100, "not an SQLite database")])
+def test_damaged_telemetry_store_is_reported_not_read_as_empty(tmp_path, runs_dir, content, why):
+    result, run_dir, _ = launch(tmp_path, runs_dir, nproc_per_node=1)
+    assert result.returncode == 0, result.stderr
+    db = run_dir / "telemetry.db"
+    db.write_bytes(content)
+    an_hour_ago = time.time() - 3600
+    os.utime(db, (an_hour_ago, an_hour_ago))  # not a store still being created
+    for view in ("workers", "rrefs", "losses"):
+        shown = rpcctl("inspect", view, run_dir.name, "--runs-dir", str(runs_dir))
+        assert shown.returncode == 1, (view, shown.stdout, shown.stderr)
+        assert f"{db} is damaged: {why}" in shown.stderr, shown.stderr
+
+
+# -- rpcctl stop trusts nothing it reads --------------------------------------------------------
+
+
+def test_stop_refuses_a_record_whose_pid_is_not_the_runs_launcher(tmp_path, runs_dir):
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        run_dir = runs_dir / "forged-1"
+        run_dir.mkdir(parents=True)
+        from rpcctl.runs import RunRecord, save_record
+
+        save_record(RunRecord(
+            run_id="forged-1", name="forged", status="running", run_dir=str(run_dir), config_path=None, script="s.py",
+            world_size=1, nproc_per_node=1, start_method="fork", host="h", launcher_pid=bystander.pid,
+            launcher_started=psutil.Process(bystander.pid).create_time(), master_addr="127.0.0.1", master_port=1,
+            started_at="2026-01-01T00:00:00+00:00",
+        ))
+        result = rpcctl("stop", "forged-1", "--runs-dir", str(runs_dir))
+        assert result.returncode == 1, result.stderr
+        assert f"refusing to signal pid {bystander.pid}" in result.stderr
+        time.sleep(0.5)
+        assert bystander.poll() is None  # never signalled
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_bare_stop_with_several_live_runs_asks_for_one(tmp_path, runs_dir):
+    (tmp_path / "a").mkdir()
+    first, first_dir = launch_until_running(tmp_path / "a", runs_dir, nproc_per_node=1, args=["0=hang"])
+    second, _ = _second_live_run(tmp_path, runs_dir, first_dir)
+    try:
+        result = rpcctl("stop", "--runs-dir", str(runs_dir))
+        assert result.returncode == 2, result.stderr
+        assert "2 runs are live" in result.stderr
+        live = list(runs_dir.iterdir())
+        for run_dir in live:
+            assert run_dir.name in result.stderr
+        assert first.poll() is None and second.poll() is None  # neither was stopped
+        for run_dir in live:
+            stopped = rpcctl("stop", run_dir.name, "--runs-dir", str(runs_dir))
+            assert stopped.returncode == 0, stopped.stderr
+    finally:
+        for launcher in (first, second):
+            if launcher.poll() is None:
+                launcher.kill()
+            launcher.communicate(timeout=30)
+    for run_dir in runs_dir.iterdir():
+        assert_no_process_left(run_dir)
+
+
+def _second_live_run(tmp_path, runs_dir, first_dir):
+    (tmp_path / "b").mkdir()
+    config = write_config(tmp_path / "b", nproc_per_node=1, args=["0=hang"])
+    launcher = start_rpcctl("launch", str(config), "--runs-dir", str(runs_dir), "--no-live")
+
+    def second_running():
+        others = [p for p in runs_dir.iterdir() if p != first_dir and (p / "run.json").is_file()]
+        return others and all(r["state"] == "running" for r in record(others[0])["ranks"]) and others[0]
+
+    return launcher, wait_until(second_running, 30, "the second run's rank running")
+
+
+# -- rank text reaches the terminal as text ----------------------------------------------------
+
+HOSTILE = (
+    "\x1b]0;pwned title\x07"  # OSC 0: window title
+    "\x1b]52;c;ZXZpbA==\x07"  # OSC 52: clipboard write
+    "\x1b[2J\x1b[H"  # clear the screen, cursor home
+    "\x1b[31mred\x1b[0m"  # colour: allowed in streams
+    " [/bad] [bold]not bold[/bold]"
+)
+
+
+def _hostile_script(tmp_path: Path) -> Path:
+    script = tmp_path / "hostile.py"
+    script.write_text(
+        "import os\n"
+        f"text = {HOSTILE!r}\n"
+        "print(text, flush=True)\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    raise ValueError(text)\n"
+    )
+    return script
+
+
+def test_rank_text_with_markup_and_escape_sequences_is_shown_as_text(tmp_path, runs_dir):
+    result, run_dir, _ = launch(tmp_path, runs_dir, script=str(_hostile_script(tmp_path)), nproc_per_node=2)
+    assert result.returncode == 1, result.stderr
+    # The stream: colour passes, the title, clipboard and screen-clear sequences are shown.
+    for out in (result.stdout, rpcctl("logs", "--runs-dir", str(runs_dir)).stdout):
+        assert "\x1b]" not in out and "\x07" not in out and "\x1b[2J" not in out and "\x1b[H" not in out
+        assert "\x1b[31mred\x1b[0m" in out
+        assert "[rank0]: \\x1b]0;pwned title\\x07\\x1b]52;c;ZXZpbA==\\x07\\x1b[2J\\x1b[H" in out
+    # `logs --raw`: the bytes as the rank wrote them.
+    raw = subprocess.run([sys.executable, "-m", "rpcctl", "logs", "--raw", "--rank", "0", "--runs-dir", str(runs_dir)], capture_output=True, timeout=60)
+    assert raw.returncode == 0 and raw.stdout == (run_dir / "logs" / "rank-0.log").read_bytes()
+    assert (HOSTILE + "\n").encode() in raw.stdout
+    # The root cause (stderr) and the runs table: plain text, no escape at all, markup literal.
+    assert "\x1b" not in result.stderr and "\x07" not in result.stderr
+    assert "[/bad] [bold]not bold[/bold]" in result.stderr
+    listed = rpcctl("runs", "--runs-dir", str(runs_dir))
+    assert listed.returncode == 0, listed.stderr
+    assert "MarkupError" not in listed.stderr and "\x1b" not in listed.stdout
+    assert "rank 1: ValueError: \\x1b]0;pwned" in listed.stdout
+
+
+def test_sanitize_keeps_text_and_colour_and_shows_everything_else():
+    from rpcctl.console import sanitize
+
+    assert sanitize("plain [x] text\twith tab\n") == "plain [x] text\twith tab\n"
+    assert sanitize("\x1b[1;31mred\x1b[0m", sgr=True) == "\x1b[1;31mred\x1b[0m"
+    assert sanitize("\x1b[1;31mred\x1b[0m") == "\\x1b[1;31mred\\x1b[0m"
+    assert sanitize("a\x1b]0;t\x07b\x9bc\u202ed\x7f", sgr=True) == "a\\x1b]0;t\\x07b\\x9bc\\u202ed\\x7f"
+    assert sanitize("[/bad]", markup=True) == "\\[/bad]"
+
+
+# -- a run's files are the owner's alone --------------------------------------------------------
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o000])
+def test_run_files_are_private_whatever_the_umask(tmp_path, runs_dir, umask):
+    flag = tmp_path / "go"
+    script = tmp_path / "wait_then_raise.py"
+    script.write_text(
+        "import os, time\n"
+        f"while not os.path.exists({str(flag)!r}): time.sleep(0.05)\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    raise RuntimeError('done')\n"
+        "time.sleep(60)\n"
+    )
+    config = write_config(tmp_path, script=str(script), nproc_per_node=2, env={"SECRET": "hunter2"})
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "rpcctl", "launch", str(config), "--runs-dir", str(runs_dir), "--no-live"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, umask=umask, start_new_session=True,
+    )
+    try:
+        run_dir = only_run(runs_dir)
+        wait_until(lambda: (run_dir / "telemetry.db-wal").exists(), 30, "the live store")
+        wait_until(lambda: all(r["state"] == "running" for r in record(run_dir)["ranks"]), 30, "ranks running")
+        wait_until(lambda: len(list((run_dir / "stacks").glob("rank-*.txt"))) == 2, 30, "the ranks' stack files")
+        live = _modes(run_dir)
+        assert {"telemetry.db-wal", "telemetry.db-shm", "config.yaml", "run.json", "logs/rank-0.log"} <= set(live)
+        # The socket is in the run directory, or in a private one when that path is too long.
+        with sqlite3.connect(f"file:{run_dir / 'telemetry.db'}?mode=ro", uri=True) as db:
+            socket_path = Path(json.loads(db.execute("SELECT value FROM meta WHERE key = 'socket'").fetchone()[0]))
+        assert stat.S_IMODE(socket_path.stat().st_mode) == 0o600
+        assert stat.S_IMODE(socket_path.parent.stat().st_mode) == 0o700
+        flag.write_text("")
+        launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.communicate()
+    assert launcher.returncode == 1
+    done = _modes(run_dir)
+    assert "errors/rank-1.json" in done and "launcher.log" in done and "telemetry.db" in done
+    loose = {path: oct(mode) for path, mode in {**live, **done}.items() if mode not in (0o700, 0o600)}
+    assert not loose, loose
+    assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
+    assert_no_process_left(run_dir)
+
+
+def _modes(run_dir: Path) -> dict[str, int]:
+    modes = {}
+    for path in run_dir.rglob("*"):
+        try:
+            modes[str(path.relative_to(run_dir))] = stat.S_IMODE(path.lstat().st_mode)
+        except FileNotFoundError:
+            continue
+    return modes
