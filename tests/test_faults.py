@@ -79,7 +79,7 @@ def test_log_pump_keeps_draining_after_enospc(tmp_path):
 
     lines: list[str] = []
     errors: list[tuple[int, Path, int, OSError]] = []
-    pump = LogPump(lambda rank, line: lines.append(line), lambda *e: errors.append(e),
+    pump = LogPump(lambda rank, piece: lines.append(piece.text), lambda *e: errors.append(e),
                    open_log=lambda path, mode, buffering: _FillsUp(path, mode, buffering, room=1000))
     pump.start()
     log = tmp_path / "logs" / "rank-1.log"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import stat
 import subprocess
@@ -160,6 +161,7 @@ HOSTILE = (
     "\x1b]0;pwned title\x07"  # OSC 0: window title
     "\x1b]52;c;ZXZpbA==\x07"  # OSC 52: clipboard write
     "\x1b[2J\x1b[H"  # clear the screen, cursor home
+    "\u009b2J"  # the same clear as a C1 control (CSI in one character)
     "\x1b[31mred\x1b[0m"  # colour: allowed in streams
     " [/bad] [bold]not bold[/bold]"
 )
@@ -180,11 +182,13 @@ def _hostile_script(tmp_path: Path) -> Path:
 def test_rank_text_with_markup_and_escape_sequences_is_shown_as_text(tmp_path, runs_dir):
     result, run_dir, _ = launch(tmp_path, runs_dir, script=str(_hostile_script(tmp_path)), nproc_per_node=2)
     assert result.returncode == 1, result.stderr
-    # The stream: colour passes, the title, clipboard and screen-clear sequences are shown.
+    # The stream and `logs`: no escape but colour reaches the terminal (the line splitter drops a
+    # rank's drawing; sanitize shows what is left, like the C1 CSI).
     for out in (result.stdout, rpcctl("logs", "--runs-dir", str(runs_dir)).stdout):
-        assert "\x1b]" not in out and "\x07" not in out and "\x1b[2J" not in out and "\x1b[H" not in out
-        assert "\x1b[31mred\x1b[0m" in out
-        assert "[rank0]: \\x1b]0;pwned title\\x07\\x1b]52;c;ZXZpbA==\\x07\\x1b[2J\\x1b[H" in out
+        assert not re.search(r"\x1b(?!\[[0-9;]*m)", out), out
+        assert "\x07" not in out and "\u009b" not in out
+        assert "[rank0]: " in out and "\\x9b2J" in out
+        assert "red [/bad] [bold]not bold[/bold]" in re.sub(r"\x1b\[[0-9;]*m", "", out)
     # `logs --raw`: the bytes as the rank wrote them.
     raw = subprocess.run([sys.executable, "-m", "rpcctl", "logs", "--raw", "--rank", "0", "--runs-dir", str(runs_dir)], capture_output=True, timeout=60)
     assert raw.returncode == 0 and raw.stdout == (run_dir / "logs" / "rank-0.log").read_bytes()
