@@ -221,7 +221,7 @@ class StoreWriter:
             "INSERT INTO losses (rank, restart, step, epoch, loss, metrics, time, source, seq, rule) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (rank, restart, step, epoch, loss, _json(metrics or None), t, source, seq, rule),
         )
-        return int(cursor.lastrowid)
+        return int(cursor.lastrowid) if cursor is not None else -1  # -1: the store has failed
 
     def replace_loss(self, loss_id: int, loss: float | None, metrics: dict[str, float] | None, t: float) -> None:
         """A redraw of the same step (a progress bar after ``set_postfix``) replaces its value."""
