@@ -53,11 +53,8 @@ def _strict_number(value: Any, kind: type) -> Any:
         raise ValueError(f"expected a number, got {value!r}")
     if isinstance(value, Expanded):  # `${N}`: the environment only has strings
         text = value.strip()
-        if _NUMBER.fullmatch(text):
-            try:
-                value = kind(text) if kind is float or re.fullmatch(r"[-+]?\d+", text) else value
-            except ValueError:
-                pass
+        if re.fullmatch(r"[-+]?\d+", text) or kind is float and _NUMBER.fullmatch(text):
+            value = kind(text)  # a fraction for an int is left to pydantic's own message
     elif isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
         text = value.strip()
         if "e" in text.lower() and "." not in text:  # YAML 1.1 reads a float only with a dot
@@ -524,6 +521,8 @@ class _Builder:
                 parent.key, parent.merge_line = _MERGE, mark.line + 1
                 return
             key = self._scalar(event, parent.path, loader, expand=False)
+            if event.anchor is not None:
+                self.anchors[event.anchor] = (key, 1)
         else:
             key = None
         if isinstance(key, (dict, list)) or key is None and not isinstance(event, yaml.ScalarEvent):

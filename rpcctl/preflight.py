@@ -27,6 +27,7 @@ import importlib.util
 import os
 import re
 import socket
+import stat
 import sys
 
 from rpcctl.config import JobSpec
@@ -57,7 +58,10 @@ def check_script(spec: JobSpec) -> None:
     fail in every rank at once."""
     script = spec.script
     try:
-        if script.stat().st_size > MAX_SCRIPT_BYTES:
+        info = script.stat()
+        if not stat.S_ISREG(info.st_mode):  # a FIFO would block the read below
+            raise ConfigError(f"the script {script} is not a regular file", key="script")
+        if info.st_size > MAX_SCRIPT_BYTES:
             return
         source = script.read_bytes()
     except OSError as exc:

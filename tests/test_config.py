@@ -228,6 +228,8 @@ rpc:
     assert spec.args == ["--data", "/d/x"]
     assert spec.env == {"A": "1", "B": "own", "DATA": "/d/x"}  # the mapping's own key beats the merge
     assert spec.rpc.device_maps == {"w1": {"0": "1"}, "w2": {"0": "1"}}
+    spec = load_config(write("script: train.py\nenv: {&k KEY: a, OTHER: *k}\n"))  # an anchor on a key
+    assert spec.env == {"KEY": "a", "OTHER": "KEY"}
 
 
 def test_set_into_an_aliased_mapping_changes_only_that_key(write):

@@ -32,7 +32,7 @@ MEMORY_BUDGET = 200 << 20  # bytes of Python allocations at the peak of one load
 TIME_BOUND_S = 20.0  # per example, on a loaded 2-core machine; a bomb takes minutes
 
 FUZZ = settings(
-    max_examples=250,
+    max_examples=150,
     deadline=None,  # timing jitters on a shared machine: the bound is checked below instead
     database=None,  # no .hypothesis directory left in the checkout
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import json
+import os
 import socket
 import sys
 from pathlib import Path
@@ -559,6 +560,15 @@ def test_the_real_launcher_refuses_before_spawning(tmp_path, script):
     )
     assert result.stdout == ""
     assert not runs.exists()
+
+
+def test_a_fifo_as_script_is_refused_without_blocking(tmp_path):
+    from rpcctl.preflight import check_before_spawn
+
+    fifo = tmp_path / "train.py"
+    os.mkfifo(fifo)  # JobSpec built in Python, as `rpcctl bench` does: no config loader in between
+    with pytest.raises(ConfigError, match="is not a regular file"):
+        check_before_spawn(JobSpec.model_validate({"name": "job", "script": fifo}))
 
 
 def test_launch_api_refuses_before_making_the_run_directory(tmp_path, script):
