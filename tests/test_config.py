@@ -998,6 +998,24 @@ def test_cli_ranks_empty(cli, tmp_path, script):
     _assert_config_error(result, runs, "--ranks '': no rank given", "0,2 or 0-3")
 
 
+def test_parse_ranks_on_a_later_node():
+    # Node 1 of a job with 4 ranks per node shows global ranks 4-7 (the pump keys lines by them).
+    assert parse_ranks("4,6-7", 8, first=4) == {4, 6, 7}
+    with pytest.raises(UsageError, match=r"rank 0 is not on this node \(this node has ranks 4-7\)"):
+        parse_ranks("0-5", 8, first=4)
+    with pytest.raises(UsageError, match=r"rank 8 does not exist \(this node has ranks 4-7\)"):
+        parse_ranks("8", 8, first=4)
+
+
+def test_cli_ranks_on_node_1(cli, tmp_path, script):
+    cfg = tmp_path / "two.yaml"
+    cfg.write_text("script: train.py\nnproc_per_node: 2\n")
+    runs = tmp_path / "runs"
+    node1 = ["--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--runs-dir", str(runs)]
+    result = cli.invoke(app, ["launch", str(cfg), *node1, "--ranks", "0"])
+    _assert_config_error(result, runs, "--ranks: rank 0 is not on this node (this node has ranks 2-3)")
+
+
 def test_parse_ranks_reversed_range():
     try:
         shown = parse_ranks("3-1", 4)

@@ -40,7 +40,7 @@ def launch(
     keep_on_hang: Annotated[bool, typer.Option("--keep-on-hang", help="On a hang, dump and diagnose but keep the job running (config: on_hang: keep).")] = False,
     web: Annotated[bool, typer.Option("--web", help="Serve the run's live page on 127.0.0.1 while it runs (the URL is printed; needs rpcctl[report]).")] = False,
     nnodes: Annotated[Optional[int], typer.Option("--nnodes", help="Nodes in the job; run one launcher per node (under srun: from SLURM).", show_default=False, rich_help_panel="Multi-node")] = None,
-    node_rank: Annotated[Optional[int], typer.Option("--node-rank", help="This node's rank, 0..nnodes-1 (under srun: SLURM_NODEID).", show_default=False, rich_help_panel="Multi-node")] = None,
+    node_rank: Annotated[Optional[int], typer.Option("--node-rank", help="This node's rank, 0 to nnodes-1 (under srun: SLURM_NODEID).", show_default=False, rich_help_panel="Multi-node")] = None,
     master_addr: Annotated[Optional[str], typer.Option("--master-addr", help="Host of node 0, which hosts the rendezvous (under srun: the job's first node).", show_default=False, rich_help_panel="Multi-node")] = None,
     master_port: Annotated[Optional[int], typer.Option("--master-port", help="Rendezvous port on node 0 (default 29500 on several nodes, a free port on one).", show_default=False, rich_help_panel="Multi-node")] = None,
 ) -> None:
@@ -63,7 +63,8 @@ def launch(
         if value is not None:
             flags[key] = (value, f"{flag} {value}")
     spec = load_config(config, set_ or [], nproc_per_node=nproc_per_node, flags=flags)
-    shown = parse_ranks(ranks, spec.nproc_per_node) if ranks is not None else None
+    first_rank = spec.node_rank * spec.nproc_per_node  # ranks are global: this node's come from here
+    shown = parse_ranks(ranks, first_rank + spec.nproc_per_node, first_rank) if ranks is not None else None
     if nproc_per_node is not None:
         flags["nproc_per_node"] = (nproc_per_node, f"-n {nproc_per_node}")
     located = partial(_located, config, set_ or [], flags)  # errors found later name where the key was set
@@ -121,11 +122,13 @@ def _located(config: Path, overrides: list[str], flags: dict, action):
 _RANKS_PART = re.compile(r"([0-9]+)(?:-([0-9]+))?")
 
 
-def parse_ranks(text: str, world_size: int) -> set[int]:
-    """``--ranks``: ranks and ranges, ``0-2,5``. Every rank must exist; a range is checked
-    against the world size before it is expanded."""
+def parse_ranks(text: str, world_size: int, first: int = 0) -> set[int]:
+    """``--ranks``: ranks and ranges, ``0-2,5``, of this node's ranks ``first`` to
+    ``world_size - 1`` (global ranks: node k of a multi-node job has k*nproc onwards). A range
+    is checked before it is expanded."""
     if not text.strip():
         raise UsageError("--ranks '': no rank given: write ranks and ranges like 0,2 or 0-3")
+    has = f"the job has ranks 0-{world_size - 1}" if first == 0 else f"this node has ranks {first}-{world_size - 1}"
     ranks: set[int] = set()
     for part in text.split(","):
         part = part.strip()
@@ -135,8 +138,10 @@ def parse_ranks(text: str, world_size: int) -> set[int]:
         low, high = (int(n) if len(n) < 19 else 10**18 for n in (match.group(1), match.group(2) or match.group(1)))
         if low > high:
             raise UsageError(f"--ranks: '{part}' is an empty range (write {high}-{low})")
+        if low < first:
+            raise UsageError(f"--ranks: rank {low} is not on this node ({has})")
         if high >= world_size:
-            raise UsageError(f"--ranks: rank {max(low, world_size)} does not exist (the job has ranks 0-{world_size - 1})")
+            raise UsageError(f"--ranks: rank {max(low, world_size)} does not exist ({has})")
         ranks.update(range(low, high + 1))
     return ranks
 
