@@ -1,20 +1,33 @@
 """RPC settings the launch core applies: ``rpc.tuning: auto`` and the ``RPCCTL_RPC_*`` variables.
 
-``rpc.tuning: auto`` applies ``AUTO_SETTINGS``: the settings measured to be good on one machine
-(see ``docs/bench.md`` and ``rpcctl bench --transport rpc,rpc-tuned``):
+``rpc.tuning: auto`` applies ``AUTO_SETTINGS``: settings that change how a rank allocates the
+memory of large tensors, and nothing else (``benchmarks/rpc_allocation.py`` and docs/bench.md
+show the measurements):
 
-- ``THP_MEM_ALLOC_ENABLE=1``: c10 backs CPU tensors of 2 MiB and more with transparent huge
-  pages, so large payloads fault in far fewer pages (64 MiB echo 1.5-1.7× here; no consistent
-  gain from 1 to 16 MiB, see docs/bench.md). c10 reads it once, at the process's first CPU tensor allocation: set
-  in a rank's environment it works for spawned ranks and for ranks forked by rpcctl (whose fork
-  server imports torch but allocates no tensor); ``rpcctl bench`` checks that it took effect.
-- the shared-memory transport first (``shm``, then ``uv`` so that other machines are still
-  reachable): TensorPipe already prefers it where it is usable, this pins that choice.
+- ``THP_MEM_ALLOC_ENABLE=1``: c10 puts CPU tensors of 2 MiB and more on 2 MiB-aligned memory
+  advised for transparent huge pages, so a fresh 64 MiB payload faults in ~1,100 pages instead
+  of ~33,000. c10 reads it once, at the process's first CPU tensor allocation: set in a rank's
+  environment it works for spawned ranks and for ranks forked by rpcctl (whose fork server
+  imports torch but allocates no tensor); ``rpcctl bench`` checks that it took effect.
+- glibc's ``MALLOC_MMAP_THRESHOLD_=32 MiB`` and ``MALLOC_TRIM_THRESHOLD_=64 MiB``
+  (``MALLOC_REUSE``): blocks below 32 MiB come from the heap and are reused after a free
+  instead of being mapped and unmapped per call. Without them, THP alone made 4 MiB echoes
+  slower (2-3× the page faults of the defaults: c10's 2 MiB-aligned blocks defeat glibc's
+  own adaptive threshold), which is why ``auto`` measured 0.36× there. The cost: each malloc
+  arena keeps up to 64 MiB of freed memory mapped. glibc reads them at process start, so a
+  forked rank applies them with ``mallopt`` (``apply_malloc_env``, called by the rank bootstrap).
+
+The transport is not among them: TensorPipe already picks ``shm`` on one machine (``rpcctl
+bench`` observes it for the defaults too), so pinning it changed nothing; the 0.85× measured at
+64 calls in flight was launch-to-launch noise (an 8-byte call allocates nothing these settings
+touch: page faults per call are the same, 5.0, with and without them).
 
 As environment (``auto_rpc_env``), for a launch config:
 
 =============================  ===============================================================
 THP_MEM_ALLOC_ENABLE           read by c10 (torch) itself
+MALLOC_MMAP_THRESHOLD_,        read by glibc at process start; ``apply_malloc_env`` in a
+MALLOC_TRIM_THRESHOLD_         forked rank
 RPCCTL_RPC_TRANSPORTS          comma list → TensorPipeRpcBackendOptions(_transports=...)
 RPCCTL_RPC_CHANNELS            comma list → TensorPipeRpcBackendOptions(_channels=...)
 RPCCTL_RPC_WORKER_THREADS      → TensorPipeRpcBackendOptions(num_worker_threads=...)
@@ -38,9 +51,9 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+MALLOC_REUSE = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(64 << 20)}
 AUTO_SETTINGS: dict[str, Any] = {
-    "transports": ["shm", "uv"],
-    "env": {"THP_MEM_ALLOC_ENABLE": "1"},
+    "env": {"THP_MEM_ALLOC_ENABLE": "1", **MALLOC_REUSE},
 }
 
 ENV_TRANSPORTS = "RPCCTL_RPC_TRANSPORTS"
@@ -76,6 +89,26 @@ def backend_options_kwargs(env: Mapping[str, str] | None = None) -> dict[str, An
     if env.get(ENV_WORKER_THREADS):
         kwargs["num_worker_threads"] = int(env[ENV_WORKER_THREADS])
     return kwargs
+
+
+_MALLOPT = {"MALLOC_TRIM_THRESHOLD_": -1, "MALLOC_MMAP_THRESHOLD_": -3}  # glibc's M_TRIM_THRESHOLD, M_MMAP_THRESHOLD
+
+
+def apply_malloc_env() -> None:
+    """Apply glibc's ``MALLOC_*_THRESHOLD_`` variables in this process, as glibc does at the start
+    of one: a rank forked from rpcctl's fork server started before they were set."""
+    wanted = {name: int(os.environ[name]) for name in _MALLOPT if os.environ.get(name, "").isdigit()}
+    if not wanted:
+        return
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        for name, value in wanted.items():
+            libc.mallopt(_MALLOPT[name], value)
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt): its defaults stay
+        pass
 
 
 def silence_torch_internal_warnings() -> None:

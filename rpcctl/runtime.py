@@ -13,6 +13,8 @@ Around the script it:
 - enables faulthandler (fatal signals print the Python stack to the rank's log) and dumps all
   stacks to ``stacks/rank-N.txt`` on SIGUSR1 (``rpcctl stack``);
 - starts the rank's telemetry (RRef tracking, probes, losses), and stops it at the end;
+- applies glibc's ``MALLOC_*_THRESHOLD_`` variables (part of ``rpc.tuning: auto``) with
+  ``mallopt``: glibc reads them only at process start, and a forked rank started before;
 - calls ``init_rpc`` / ``shutdown`` when the config asks for it (``rpc.init: true``);
 - writes an uncaught exception to the rank's error file (torchelastic's format, so torch's own
   ``@record`` decorator writes the same file), prints it, and exits 1.
@@ -46,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from rpcctl.private import private_dir, private_open
-from rpcctl.rpc_settings import silence_torch_internal_warnings
+from rpcctl.rpc_settings import apply_malloc_env, silence_torch_internal_warnings
 
 _stack_file = None  # kept open for faulthandler.register
 
@@ -60,6 +62,7 @@ def run_rank(argv: list[str]) -> int:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(line_buffering=True)
     _install_stack_dumps()
+    apply_malloc_env()
     silence_torch_internal_warnings()
     if os.environ.get("RPCCTL_STORE_BIND") == "1":
         after_import("torch.distributed.rendezvous", bind_rendezvous_store_to_master_addr)

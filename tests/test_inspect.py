@@ -23,6 +23,7 @@ from rpcctl.telemetry.store import ProcInfo, StoreWriter
 RREF_KEYS = [
     "rref_id", "owner", "owner_rank", "creator", "creator_rank", "holders", "type", "shape", "dtype", "device", "nbytes",
     "state", "created_at", "confirmed_at", "deleted_at", "call_site", "callee", "kind", "forks", "live_at_shutdown", "restart",
+    "ending",
 ]
 WORKER_KEYS = [
     "rank", "name", "host", "pid", "state", "exit_code", "cpu_percent", "rss_bytes", "device", "gpu_memory_bytes",
@@ -120,7 +121,7 @@ def test_rrefs_json_is_one_stable_document(cli, run):
         "rref_id": "0:0", "owner": "worker1", "owner_rank": 1, "creator": "worker0", "creator_rank": 0, "holders": [],
         "type": "Tensor", "shape": [16, 32], "dtype": "float32", "device": "cpu", "nbytes": 2048, "state": "deleted",
         "created_at": None, "confirmed_at": None, "deleted_at": None, "call_site": "train.py:10 in main", "callee": "make",
-        "kind": "remote", "forks": 0, "live_at_shutdown": True, "restart": 0,
+        "kind": "remote", "forks": 0, "live_at_shutdown": True, "restart": 0, "ending": "at shutdown",
     }
     assert made["created_at"] == "2027-01-15T08:00:01+00:00" and made["deleted_at"] == "2027-01-15T08:00:09+00:00"
     assert (freed["rref_id"], freed["deleted_at"], freed["live_at_shutdown"]) == ("0:2", "2027-01-15T08:00:02+00:00", False)

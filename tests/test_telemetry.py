@@ -182,7 +182,7 @@ def test_store_follows_rrefs_forks_values_and_losses(server):
     assert (workers[1].name, workers[1].pid, workers[1].state, workers[1].cpu_percent, workers[1].rss_bytes) == ("worker1", 1001, "running", 12.5, 1 << 20)
     assert workers[1].device_maps == {"worker0": {"cpu": "cpu"}} and workers[1].heartbeat_age_s < 5 and not workers[1].stale
 
-    # Shutdown with 0:2 and the pending 0:4 still referenced: both are reported as leaks.
+    # Shutdown with 0:2 and the pending 0:4 still referenced: released by shutdown, not leaks.
     w0.send({"e": "shutdown"})
     time.sleep(0.3)
     w0.close()
@@ -190,7 +190,9 @@ def test_store_follows_rrefs_forks_values_and_losses(server):
     srv.rank_exited(0, 1000, "succeeded", 0)
     srv.rank_exited(1, 1001, "failed", 3)
     srv.close()
-    assert [(r.rref_id, r.call_site) for r in inspect.leaked_rrefs(run_dir)] == [("0:2", "s.py:4 in main"), ("0:4", "s.py:5 in main")]
+    assert [(r.rref_id, r.ending, r.call_site) for r in inspect.ended_rrefs(run_dir)] == [
+        ("0:2", "at shutdown", "s.py:4 in main"), ("0:4", "at shutdown", "s.py:5 in main")]
+    assert inspect.leaked_rrefs(run_dir) == []
     assert {r.state for r in inspect.rrefs(run_dir)} == {"deleted"}  # nothing outlives its processes
     final = {w.rank: (w.state, w.exit_code, w.heartbeat_age_s) for w in inspect.workers(run_dir)}
     assert final == {0: ("exited", 0, None), 1: ("failed", 3, None)}

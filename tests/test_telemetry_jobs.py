@@ -231,8 +231,9 @@ def test_a_live_job_shows_its_rrefs_workers_stacks_and_losses(tmp_path, runs_dir
         (1, 2, 2, None, 1.0 / 3, "report", {"acc": 1.0}),
     ]
     assert {r.keyed_by for r in inspect.losses(run_dir)} == {inspect.BY_STEP}
-    # Still referenced when rank 0 called rpc.shutdown(): all but the deleted one.
-    assert [(r.type, r.call_site.rsplit("/", 1)[-1]) for r in inspect.leaked_rrefs(run_dir)] == [
+    # Still referenced when rank 0 called rpc.shutdown(), which released them: all but the deleted one.
+    assert inspect.leaked_rrefs(run_dir) == []
+    assert [(r.type, r.call_site.rsplit("/", 1)[-1]) for r in inspect.ended_rrefs(run_dir) if r.ending == "at shutdown"] == [
         ("KV", f"tracked.py:{_line(SCRIPT, 'kv = ')} in main"), ("Tensor", f"tracked.py:{_line(SCRIPT, 'local = ')} in main"),
         ("int", f"tracked.py:{_line(SCRIPT, 'size = ')} in main")]
     document = json.loads(rpcctl("inspect", "rrefs", "--json", "--runs-dir", str(runs_dir)).stdout)
@@ -263,6 +264,11 @@ def test_rrefs_of_a_script_that_spawns_its_own_ranks(tmp_path, runs_dir):
         launched = record(run_dir)["ranks"][0]["pid"]
         assert [(w.rank, w.kind, w.name) for w in workers] == [(0, "rank", None), (0, "child", "trainer0"), (0, "child", "trainer1")]
         assert workers[0].pid == launched and {w.parent_pid for w in workers[1:]} == {launched}
+        # The table shows the trainers as rank 0's children (RPC name, pid), not as more rows of rank 0.
+        table = rpcctl("inspect", "workers", "--runs-dir", str(runs_dir), env={**os.environ, "COLUMNS": "200"}).stdout.splitlines()
+        assert table[1].split()[:2] == ["0", "-"] and str(launched) in table[1].split(), table
+        for worker, line in zip(workers[1:], table[2:4]):
+            assert line.split()[:6] == ["└", worker.name, "(child", "of", "rank", "0)"] and str(worker.pid) in line.split(), table
 
         # rpcctl stack reaches the spawned trainers too: that is where such a job hangs.
         result = rpcctl("stack", "--rank", "0", "--runs-dir", str(runs_dir))

@@ -102,7 +102,7 @@ FULL = Profile(
     train_world_sizes=(2, 3, 4),
     timing=Timing(warmup_s=0.3, repeat_s=0.2, repeats=10, min_calls=3, max_calls=200_000),
     default_transports=(
-        "rpc", "rpc-uv", "rpc-basic", "rpc-cma", "rpc-threads", "rpc-thp", "rpc-tuned", "gloo", "tcp", "memcpy", "ray",
+        "rpc", "rpc-uv", "rpc-basic", "rpc-cma", "rpc-threads", "rpc-thp", "rpc-malloc", "rpc-tuned", "gloo", "tcp", "memcpy", "ray",
     ),
 )
 

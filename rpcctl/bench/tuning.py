@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rpcctl.rpc_settings import settings_to_env
+from rpcctl.rpc_settings import MALLOC_REUSE, settings_to_env
 
 
 # -- --tune: a greedy search over single knobs, then their combination ---------------------------
@@ -30,6 +30,7 @@ KNOBS: dict[str, dict[str, Any]] = {
     "rpc-basic": {"channels": ["basic"]},
     "rpc-threads": {"num_worker_threads": 4},
     "rpc-thp": {"env": {"THP_MEM_ALLOC_ENABLE": "1"}},
+    "rpc-malloc": {"env": MALLOC_REUSE},
 }
 
 

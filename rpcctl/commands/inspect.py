@@ -86,7 +86,7 @@ def _no_json_watch(json_: bool, watch: bool) -> None:
 def rrefs(
     run: RunArgument = None,
     owner: Annotated[Optional[str], typer.Option("--owner", help="Only RRefs owned by this worker (name or rank).", show_default=False)] = None,
-    state: Annotated[Optional[str], typer.Option("--state", help="Only RRefs in this state: pending, live or deleted.", show_default=False)] = None,
+    state: Annotated[Optional[str], typer.Option("--state", help="Only RRefs in this state: pending, live or deleted; or that ended so: at-shutdown (released by rpc.shutdown, normal) or leaked.", show_default=False)] = None,
     summary: Annotated[bool, typer.Option("--summary", help="Only the per-owner summary (count, bytes).")] = False,
     wide: WideOption = False,
     runs_dir: RunsDirOption = None,
@@ -99,8 +99,8 @@ def rrefs(
     0.2 s are not listed: the summary counts them as SHORT-LIVED.
     """
     _no_json_watch(json_, watch)
-    if state is not None and state not in sdk.RREF_STATES:
-        raise UsageError(f"--state {state}: choose from {', '.join(sdk.RREF_STATES)}")
+    if state is not None and state not in sdk.RREF_STATES + sdk.RREF_ENDINGS:
+        raise UsageError(f"--state {state}: choose from {', '.join(sdk.RREF_STATES + sdk.RREF_ENDINGS)}")
     run_dir = _run_dir(run, runs_dir)
     if json_:
         records = sdk.rrefs(run_dir, owner=owner, state=state)

@@ -170,18 +170,30 @@ def render_plan(console: Console, plan: LaunchPlan) -> None:
 
 
 def render_leaks(console: Console, record: RunRecord) -> None:
-    """RRefs still referenced when the workers shut RPC down, with where they were made."""
-    from rpcctl.inspect import leaked_rrefs
+    """How the run's RRefs ended, worded by whether the user should act: values that outlived
+    every reference (a leak: a warning, with where they were made), and RRefs a program held
+    until rpc.shutdown() released them (normal: one line saying so)."""
+    from rpcctl.inspect import LEAKED, ended_rrefs
 
-    leaks = leaked_rrefs(Path(record.run_dir))
-    if not leaks:
-        return
-    console.warn(f"{len(leaks)} RRef(s) were still live at shutdown (see `rpcctl inspect rrefs {record.run_id}`):")
-    for leak in leaks[:10]:
-        what = leak.type or "?"
-        console.err.print(sanitize(f"  {leak.rref_id} owned by {leak.owner}: {what}, created at {leak.call_site or '?'}", markup=True), highlight=False)
-    if len(leaks) > 10:
-        console.err.print(f"  ... and {len(leaks) - 10} more")
+    ended = ended_rrefs(Path(record.run_dir))
+    leaks = [r for r in ended if r.ending == LEAKED]
+    held = len(ended) - len(leaks)
+    if leaks:
+        console.warn(
+            f"{len(leaks)} RRef value(s) leaked: each outlived every reference to it, because its owner still held it "
+            f"elsewhere (a list, a cache, a closure) when it shut down. Where they were made "
+            f"(`rpcctl inspect rrefs {record.run_id} --state leaked` lists them all):"
+        )
+        for leak in leaks[:10]:
+            what = leak.type or "?"
+            console.err.print(sanitize(f"  {leak.rref_id} owned by {leak.owner}: {what}, created at {leak.call_site or '?'}", markup=True), highlight=False)
+        if len(leaks) > 10:
+            console.err.print(f"  ... and {len(leaks) - 10} more")
+    if held:
+        console.info(
+            f"rpcctl: {held} RRef(s) were still referenced when rpc.shutdown() began, which released them: normal for RRefs "
+            f"a program keeps to the end, nothing to do (`rpcctl inspect rrefs {record.run_id} --state at-shutdown`)"
+        )
 
 
 def render_outcome(console: Console, record: RunRecord) -> None:

@@ -9,7 +9,8 @@ Used by ``rpcctl inspect``, the live dashboard and the launcher's end-of-run rep
     inspect.workers(run_dir)                         -> list[WorkerRecord]
     inspect.gpus(run_dir)                            -> list[DeviceRecord]
     inspect.losses(run_dir, rank=0)                  -> list[LossRecord]
-    inspect.leaked_rrefs(run_dir)                    -> list[RRefRecord]
+    inspect.leaked_rrefs(run_dir)                    -> list[RRefRecord] (values that outlived their RRefs)
+    inspect.ended_rrefs(run_dir)                     -> list[RRefRecord] (leaked, or released at shutdown)
     inspect.telemetry_cost(run_dir)                  -> TelemetryCost | None
     inspect.usage(run_dir)                           -> list[UsageSample] (CPU, RSS per probe)
     inspect.dump_stacks(run_dir, rank)               -> list[StackDump] (rank, then its children)
@@ -20,7 +21,7 @@ the same fields. JSON keeps raw units (bytes, seconds, ISO-8601 times).
 One module per view, over one shared reader of the store::
 
     _store.py   _Store: one read of a run's store (connection, meta, 'now'); has_telemetry
-    rrefs.py    RRefRecord, OwnerSummary: rrefs, rref_owners, leaked_rrefs (RRef states)
+    rrefs.py    RRefRecord, OwnerSummary: rrefs, rref_owners, leaked_rrefs, ended_rrefs (RRef states, endings)
     workers.py  WorkerRecord: workers
     gpus.py     DeviceRecord: gpus
     losses.py   LossRecord, LossSummary, LossGrid: losses, line_counts, loss_summaries, loss_grid, sparkline,
@@ -44,14 +45,16 @@ from rpcctl.inspect.losses import (
     BY_ARRIVAL, BY_STEP, LossGrid, LossRecord, LossSummary, NothingToPlot, line_counts, loss_grid, loss_summaries, losses,
     metric_names, plot_losses, sparkline, with_metric, x_axis,
 )
-from rpcctl.inspect.rrefs import RREF_STATES, OwnerSummary, RRefRecord, leaked_rrefs, rref_owners, rrefs
+from rpcctl.inspect.rrefs import AT_SHUTDOWN, LEAKED
+from rpcctl.inspect.rrefs import ENDINGS as RREF_ENDINGS
+from rpcctl.inspect.rrefs import RREF_STATES, OwnerSummary, RRefRecord, ended_rrefs, leaked_rrefs, rref_owners, rrefs
 from rpcctl.inspect.stacks import StackDump, dump_stacks
 from rpcctl.inspect.usage import UsageSample, usage
 from rpcctl.inspect.workers import WorkerRecord, workers
 
 __all__ = [
     "CallSummary", "CallsReport", "PendingCall", "ServingRecord", "calls",
-    "BY_ARRIVAL", "BY_STEP", "RREF_STATES", "DeviceRecord", "LossGrid", "LossRecord", "LossSummary", "OwnerSummary", "RRefRecord", "StackDump",
-    "TelemetryCost", "UsageSample", "WorkerRecord", "dump_stacks", "gpus", "has_telemetry", "leaked_rrefs", "line_counts", "loss_grid",
+    "AT_SHUTDOWN", "BY_ARRIVAL", "BY_STEP", "LEAKED", "RREF_ENDINGS", "RREF_STATES", "DeviceRecord", "LossGrid", "LossRecord", "LossSummary", "OwnerSummary", "RRefRecord", "StackDump",
+    "TelemetryCost", "UsageSample", "WorkerRecord", "dump_stacks", "ended_rrefs", "gpus", "has_telemetry", "leaked_rrefs", "line_counts", "loss_grid",
     "loss_summaries", "losses", "metric_names", "NothingToPlot", "plot_losses", "rref_owners", "rrefs", "sparkline", "telemetry_cost", "usage", "with_metric", "workers", "x_axis",
 ]

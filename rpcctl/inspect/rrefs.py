@@ -4,6 +4,18 @@ what was still referenced at shutdown (``leaked_rrefs``).
 RRef states: ``pending`` (created by ``rpc.remote``, not yet confirmed by the owner) → ``live``
 → ``deleted`` (every known reference dropped, or the owner freed the value). RRefs that lived
 less than 0.2 s are not listed one by one: ``OwnerSummary.short_lived`` counts them.
+
+How an RRef ended (``ending``), once its processes stopped:
+
+- ``at shutdown``: a holder still referenced it when it began ``rpc.shutdown()``, which then
+  released it. Normal for RRefs a program keeps to the end (a parameter server's, a shared
+  store's): nothing to do.
+- ``leaked``: its value outlived every reference to it. All holders had dropped their RRefs at
+  least ``LEAK_GRACE_S`` before the owner's process ended, yet the owner still held the value then
+  (a list, a cache, a closure kept it). Only values the owner could watch (weakly referable:
+  tensors, modules, objects) are judged; for an int or a list nothing is claimed.
+
+The table shows the ending in STATE instead of ``deleted``; the JSON has both.
 """
 
 from __future__ import annotations
@@ -17,9 +29,12 @@ from typing import Any
 
 from rpcctl.console import Column, human_bytes, human_time, iso_time, join
 from rpcctl.errors import UsageError
-from rpcctl.inspect._store import _loads, _Store, has_telemetry
+from rpcctl.inspect._store import _column, _loads, _Store, has_telemetry
 
 RREF_STATES = ("pending", "live", "deleted")
+AT_SHUTDOWN, LEAKED = "at shutdown", "leaked"
+ENDINGS = ("at-shutdown", "leaked")  # --state filters on how an RRef ended, too
+LEAK_GRACE_S = 1.0  # between the last release and the owner's shutdown: the owner's free takes a message
 
 
 def _shape(value: Any) -> str:
@@ -49,6 +64,12 @@ class RRefRecord:
     forks: int  # references received by other workers, ever
     live_at_shutdown: bool
     restart: int
+    ending: str | None = None  # "at shutdown" | "leaked" (see the module docstring)
+
+    @property
+    def shown_state(self) -> str:
+        """STATE in the table: how it ended, where that says more than ``deleted``."""
+        return {AT_SHUTDOWN: "released at shutdown", LEAKED: "leaked"}.get(self.ending or "", self.state)
 
     COLUMNS = (
         Column("rref_id", "RREF"),
@@ -60,7 +81,7 @@ class RRefRecord:
         Column("dtype", detail=True),
         Column("device"),
         Column("nbytes", "BYTES", fmt=human_bytes, justify="right"),
-        Column("state"),
+        Column("shown_state", "STATE"),
         Column("created_at", "CREATED", fmt=human_time, detail=True),
         Column("callee", detail=True),
         Column("call_site", "CALL SITE"),
@@ -91,15 +112,16 @@ class OwnerSummary:
 
 
 def rrefs(run_dir: Path, *, owner: str | None = None, state: str | None = None, restart: int | None = None) -> list[RRefRecord]:
-    """One record per RRef of the run's latest restart (or ``restart``), oldest first."""
-    if state is not None and state not in RREF_STATES:
-        raise UsageError(f"unknown RRef state '{state}' (choose from {', '.join(RREF_STATES)})")
+    """One record per RRef of the run's latest restart (or ``restart``), oldest first. ``state``:
+    one of RREF_STATES, or an ending (``at-shutdown``, ``leaked``)."""
+    if state is not None and state not in RREF_STATES + ENDINGS:
+        raise UsageError(f"unknown RRef state '{state}' (choose from {', '.join(RREF_STATES + ENDINGS)})")
     with _Store(run_dir) as s:
         records = _rrefs(s, s.latest_restart() if restart is None else restart)
     if owner is not None:
         records = [r for r in records if owner in (r.owner, str(r.owner_rank))]
     if state is not None:
-        records = [r for r in records if r.state == state]
+        records = [r for r in records if state in (r.state, (r.ending or "").replace(" ", "-"))]
     return records
 
 
@@ -127,6 +149,11 @@ def _rrefs(s: _Store, restart: int) -> list[RRefRecord]:
         else:
             state = "live"
         owner_rank = row["owner_rank"]
+        at_shutdown = _live_at_shutdown(mine, freed, procs)
+        if _leaked(row, mine, procs):
+            ending = LEAKED
+        else:
+            ending = AT_SHUTDOWN if at_shutdown else None
         records.append(
             RRefRecord(
                 rref_id=row["rref_id"],
@@ -148,8 +175,9 @@ def _rrefs(s: _Store, restart: int) -> list[RRefRecord]:
                 callee=_callee(row["callee"], types_by_id),
                 kind=row["kind"] or "remote",
                 forks=sum(1 for h in mine if h["role"] == "fork"),
-                live_at_shutdown=_live_at_shutdown(mine, freed, procs),
+                live_at_shutdown=at_shutdown,
                 restart=restart,
+                ending=ending,
             )
         )
     return records
@@ -192,6 +220,24 @@ def _live_at_shutdown(handles: list[sqlite3.Row], freed: float | None, procs: di
     return False
 
 
+def _leaked(row: sqlite3.Row, handles: list[sqlite3.Row], procs: dict[int, sqlite3.Row]) -> bool:
+    """The value outlived every reference: all released well before the owner shut down, and
+    the owner (which watched it) still had it then."""
+    if not _column(row, "value_watched") or not handles or any(h["released_at"] is None for h in handles):
+        return False
+    owner = next((p for p in procs.values() if p["rpc_rank"] == row["owner_rank"] and p["kind"] == "rank"), None)
+    if owner is None and row["owner_rank"] is not None:
+        owner = next((p for p in procs.values() if p["rpc_rank"] == row["owner_rank"]), None)
+    # The owner's end, not when it began rpc.shutdown(): a server calls that at once and
+    # serves on, inside it, until every worker is done.
+    end = (owner["ended_at"] or owner["stopped_at"]) if owner is not None else None
+    if end is None:
+        return False  # the owner still runs: the value may yet be freed
+    last_release = max(h["released_at"] for h in handles)
+    freed = row["value_freed_at"]
+    return last_release <= end - LEAK_GRACE_S and (freed is None or freed >= end)
+
+
 def rref_owners(run_dir: Path, *, restart: int | None = None, records: list[RRefRecord] | None = None) -> list[OwnerSummary]:
     """Per owner: RRefs by state, bytes of live values, and short-lived RRefs (counted only)."""
     with _Store(run_dir) as s:
@@ -219,8 +265,13 @@ def rref_owners(run_dir: Path, *, restart: int | None = None, records: list[RRef
 
 
 def leaked_rrefs(run_dir: Path) -> list[RRefRecord]:
-    """RRefs some worker still referenced when it began rpc.shutdown() (or exited without it),
-    with their creation site: what the launcher reports at the end of a run."""
+    """RRefs whose value outlived every reference to it (``ending == "leaked"``), with their
+    creation site: what the launcher warns about at the end of a run."""
+    return [r for r in ended_rrefs(run_dir) if r.ending == LEAKED]
+
+
+def ended_rrefs(run_dir: Path) -> list[RRefRecord]:
+    """RRefs with an ``ending``: leaked, or released by ``rpc.shutdown()`` (the end-of-run report)."""
     if not has_telemetry(run_dir):
         return []
-    return [r for r in rrefs(run_dir) if r.live_at_shutdown]
+    return [r for r in rrefs(run_dir) if r.ending is not None]

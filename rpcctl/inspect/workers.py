@@ -1,5 +1,7 @@
 """The workers view: every rank of the latest restart (the launcher's view, with its probes),
-then the processes those ranks spawned (``workers``)."""
+each followed by the processes it spawned itself (mp.spawn trainers: ``kind`` "child", ``rank``
+the rank that spawned them; the table shows them as that rank's children, with their RPC names
+and pids)."""
 
 from __future__ import annotations
 
@@ -47,9 +49,23 @@ class WorkerRecord:
     cpu_s: float | None  # CPU time the process used, all threads (at its last probe)
     telemetry_cpu_s: float | None  # of which rpcctl's telemetry sender thread
 
+    @property
+    def rank_shown(self) -> str:
+        """RANK in the table: a process a rank spawned itself is that rank's child, not the rank."""
+        if self.rank is None:
+            return "-"
+        return str(self.rank) if self.kind == "rank" else "└"
+
+    @property
+    def name_shown(self) -> str | None:
+        """NAME in the table: a child's RPC name, and whose child it is."""
+        if self.kind == "child" and self.rank is not None:
+            return f"{self.name or '-'} (child of rank {self.rank})"
+        return self.name
+
     COLUMNS = (
-        Column("rank", justify="right"),
-        Column("name"),
+        Column("rank_shown", "RANK", justify="right"),
+        Column("name_shown", "NAME"),
         Column("kind", detail=True),
         Column("host", detail=True),
         Column("pid", justify="right"),

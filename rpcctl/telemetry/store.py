@@ -46,8 +46,8 @@ from typing import Any
 from rpcctl.errors import DamagedRunError
 from rpcctl.private import private_file
 
-SCHEMA_VERSION = 4  # 2: procs.cpu_s, procs.telemetry_cpu_s; meta server_cpu_s. 3: calls, call_stats, serving, procs.rpc_join_at
-# 4: losses.seq, losses.rule, log_lines
+SCHEMA_VERSION = 5  # 2: procs.cpu_s, procs.telemetry_cpu_s; meta server_cpu_s. 3: calls, call_stats, serving, procs.rpc_join_at
+# 4: losses.seq, losses.rule, log_lines. 5: rrefs.value_watched (1: the owner watches the value, so value_freed_at NULL means still alive)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -69,7 +69,7 @@ CREATE TABLE IF NOT EXISTS rrefs (
     owner_rank INTEGER, owner TEXT, creator_rank INTEGER, creator TEXT, creator_proc INTEGER,
     callee TEXT, call_site TEXT,
     type TEXT, shape TEXT, dtype TEXT, device TEXT, nbytes INTEGER,
-    created_at REAL, confirmed_at REAL, value_freed_at REAL,
+    created_at REAL, confirmed_at REAL, value_freed_at REAL, value_watched INTEGER,
     PRIMARY KEY (restart, rref_id));
 CREATE TABLE IF NOT EXISTS handles (
     restart INTEGER NOT NULL, rref_id TEXT NOT NULL, fork_id TEXT NOT NULL, proc_id INTEGER NOT NULL,
@@ -115,6 +115,11 @@ def _json(value: Any) -> str | None:
 # SQLite's result codes for a store that can no longer be written: disk full, I/O error, read
 # only (the run directory removed), cannot open (its journal), rather than a bad statement.
 _STORAGE_ERRORS = {13: "SQLITE_FULL", 10: "SQLITE_IOERR", 8: "SQLITE_READONLY", 14: "SQLITE_CANTOPEN"}
+
+
+def _flag(value: Any) -> int | None:
+    return None if value is None else int(bool(value))
+
 
 
 def _print_warning(message: str) -> None:
@@ -284,17 +289,19 @@ class StoreWriter:
         value = ev.get("value") or {}
         self._x(
             "INSERT INTO rrefs (restart, rref_id, kind, owner_rank, owner, creator_rank, creator, creator_proc, callee, call_site,"
-            " type, shape, dtype, device, nbytes, created_at, confirmed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " type, shape, dtype, device, nbytes, created_at, confirmed_at, value_watched)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (restart, rref_id) DO UPDATE SET kind = excluded.kind, creator_rank = excluded.creator_rank,"
             " creator = excluded.creator, creator_proc = excluded.creator_proc, callee = excluded.callee,"
             " call_site = excluded.call_site, created_at = min(created_at, excluded.created_at),"
             " owner = coalesce(excluded.owner, owner), owner_rank = coalesce(excluded.owner_rank, owner_rank),"
             " type = coalesce(excluded.type, type), shape = coalesce(excluded.shape, shape),"
             " dtype = coalesce(excluded.dtype, dtype), device = coalesce(excluded.device, device),"
-            " nbytes = coalesce(excluded.nbytes, nbytes), confirmed_at = coalesce(confirmed_at, excluded.confirmed_at)",
+            " nbytes = coalesce(excluded.nbytes, nbytes), confirmed_at = coalesce(confirmed_at, excluded.confirmed_at),"
+            " value_watched = coalesce(excluded.value_watched, value_watched)",
             (proc.restart, ev["id"], ev.get("kind"), ev.get("owner_rank"), ev.get("owner"), proc.rpc_rank, proc.name, proc.proc_id,
              ev.get("callee"), ev.get("site"), value.get("type"), _json(value.get("shape")), value.get("dtype"),
-             value.get("device"), value.get("nbytes"), t, t if ev.get("confirmed") else None),
+             value.get("device"), value.get("nbytes"), t, t if ev.get("confirmed") else None, _flag(ev.get("watched"))),
         )
         self._handle(proc, ev["id"], ev.get("fork") or "", "creator", t)
 
@@ -302,17 +309,25 @@ class StoreWriter:
         self._x("UPDATE rrefs SET confirmed_at = ? WHERE restart = ? AND rref_id = ? AND confirmed_at IS NULL", (t, proc.restart, ev["id"]))
 
     def _ev_desc(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
-        """The owner describes a value (it may report before the creator's event arrives)."""
+        """The owner describes a value (it may report before the creator's event arrives). For an
+        RRef it made with rpc.RRef(value) and handed out at once, it also says where (``site``)."""
         value = ev.get("value") or {}
+        local = ev.get("kind") == "local"
         self._x(
-            "INSERT INTO rrefs (restart, rref_id, kind, owner_rank, owner, type, shape, dtype, device, nbytes, created_at)"
-            " VALUES (?, ?, 'remote', ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (restart, rref_id) DO UPDATE SET"
+            "INSERT INTO rrefs (restart, rref_id, kind, owner_rank, owner, creator_rank, creator, creator_proc, call_site,"
+            " type, shape, dtype, device, nbytes, created_at, value_watched)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (restart, rref_id) DO UPDATE SET"
             " owner = coalesce(owner, excluded.owner), owner_rank = coalesce(owner_rank, excluded.owner_rank),"
+            " kind = CASE WHEN excluded.kind = 'local' THEN 'local' ELSE kind END,"
+            " creator_rank = coalesce(creator_rank, excluded.creator_rank), creator = coalesce(creator, excluded.creator),"
+            " creator_proc = coalesce(creator_proc, excluded.creator_proc), call_site = coalesce(call_site, excluded.call_site),"
             # A type a fork carried (TorchScript's class name) says more than ScriptModule.
             " type = coalesce(type, excluded.type), shape = excluded.shape, dtype = excluded.dtype, device = excluded.device,"
-            " nbytes = excluded.nbytes",
-            (proc.restart, ev["id"], proc.rpc_rank, proc.name, value.get("type"), _json(value.get("shape")), value.get("dtype"),
-             value.get("device"), value.get("nbytes"), t),
+            " nbytes = excluded.nbytes, value_watched = coalesce(excluded.value_watched, value_watched)",
+            (proc.restart, ev["id"], "local" if local else "remote", proc.rpc_rank, proc.name,
+             proc.rpc_rank if local else None, proc.name if local else None, proc.proc_id if local else None, ev.get("site"),
+             value.get("type"), _json(value.get("shape")), value.get("dtype"), value.get("device"), value.get("nbytes"), t,
+             _flag(ev.get("watched"))),
         )
 
     def _ev_vfree(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:

@@ -109,6 +109,20 @@ def _install_hooks() -> None:
     autohook.install(join=join_at_init_rpc)
 
 
+def set_hooks(on: bool) -> None:
+    """Turn this process's RPC hooks on or off while telemetry runs (off: each hook calls straight
+    through; the sender thread keeps running). For measuring what they cost, in the same process:
+    benchmarks/telemetry_cost.py."""
+    worker = _worker
+    if worker is None or not worker.active:
+        return
+    for hooks in (rrefs, calls):
+        if on:
+            hooks.activate(worker.queue)
+        else:
+            hooks.deactivate()
+
+
 def post(event: dict[str, Any]) -> None:
     worker = _worker
     if worker is not None and worker.active:

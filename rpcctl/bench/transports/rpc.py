@@ -25,6 +25,7 @@ import threading
 from typing import Any
 
 from rpcctl.bench.transports import RankContext, Transport, TransportSpec, register
+from rpcctl.rpc_settings import MALLOC_REUSE
 
 DEFAULT_WORKER_THREADS = 16
 
@@ -171,6 +172,7 @@ register(
     variant("rpc-cma", "tensors by cross-memory attach (cma channel)", channels=["cma", "basic"]),
     variant("rpc-threads", "4 agent threads instead of 16", num_worker_threads=4),
     variant("rpc-thp", "huge pages for tensors (THP_MEM_ALLOC_ENABLE)", env={"THP_MEM_ALLOC_ENABLE": "1"}),
+    variant("rpc-malloc", "glibc reuses freed blocks below 32 MiB (MALLOC_*_THRESHOLD_)", env=dict(MALLOC_REUSE)),
     _tuned(),
 )
 

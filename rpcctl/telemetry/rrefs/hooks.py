@@ -41,6 +41,9 @@ _skip_dirs: tuple[str, ...] = ()
 _skip_codes: dict[Any, bool] = {}
 _proxy_calls: tuple[Any, ...] = ()  # rref_proxy's _local_invoke functions: rref.remote().method()
 _shutting_down = False
+# rref id → creation site of the rpc.RRef(value) handles made here that died before the sender
+# reported them (written by the sender, read by _describe_on_owner when a holder asks).
+local_sites: dict[str, str] = {}
 # (name, rank, {rank: name}) once init_rpc returned here; None before, and in a forked child.
 identity: tuple[str, int, dict[int, str]] | None = None
 # Called by the init_rpc hook before the rendezvous: joins telemetry, returns how to post the
@@ -77,8 +80,11 @@ class _Ref(weakref.ref):
 
 
 def _released(ref: _Ref) -> None:
+    # Only a handle the sender reported (seen == 1) needs its release queued: one it has not
+    # reached yet it will find dead (and count as short-lived). Most handles die that young,
+    # so this spares most of them a timestamp and a second trip through the queue.
     q = _q
-    if q is not None:
+    if q is not None and ref.seen == 1:
         ref.released = _time()
         q.append(ref)
 
@@ -134,6 +140,9 @@ def _wrap_rref_init(orig: Any) -> Any:
                 ref = _Ref(self, _released)
                 ref.kind, ref.t, ref.seen = "l", _time(), 0
                 ref.code, ref.lasti = _caller()
+                # Its id now: an RRef(value) handed out at once (parameter RRefs) is gone by the
+                # time the sender looks, and its holders still want to know where it was made.
+                ref.data = str(self)
                 q.append(ref)
             else:
                 _drop()
@@ -270,6 +279,7 @@ def after_fork_in_child() -> None:
     _dropped = 0
     _shutting_down = False
     identity = None
+    local_sites.clear()
 
 
 def _describe_on_owner(rrefs: list[Any]) -> None:
@@ -286,9 +296,15 @@ def _describe_on_owner(rrefs: list[Any]) -> None:
             value = rref.local_value()
         except Exception:
             continue
-        q.append({"e": "desc", "id": rref_id, "value": describe(value), "t": now})
+        event = {"e": "desc", "id": rref_id, "value": describe(value), "watched": True, "t": now}
+        site = local_sites.get(rref_id)
+        if site is not None:  # made here by rpc.RRef(value): where, and that it is a local one
+            event.update(site=site, kind="local")
         try:
-            q.append(("vw", _weakref(value, _value_freed), rref_id))
-        except TypeError:
-            pass
+            watch = ("vw", _weakref(value, _value_freed), rref_id)
+        except TypeError:  # an int, a list: its release cannot be seen
+            watch, event["watched"] = None, False
+        q.append(event)
+        if watch is not None:
+            q.append(watch)
         del value

@@ -120,8 +120,11 @@ class Tracker:
 
     # -- handles (``_Ref``) and tuples (``vw``, ``vx``) --------------------------------------------
     def _created(self, ref: _Ref) -> dict | None:
+        # _r, _l and _f set seen = 1 while they hold the handle: from then on its death is
+        # queued (``hooks._released``), and it cannot die unseen in between.
         event = {"r": self._r, "l": self._l, "f": self._f}[ref.kind](ref)
-        ref.seen = 1 if event is not None else 2
+        if event is None:
+            ref.seen = 2
         return event
 
     def _dropped(self, ref: _Ref, now: float) -> dict | None:
@@ -158,6 +161,7 @@ class Tracker:
         rref_id = f"{ids[0][0]}:{ids[0][1]}"
         fork_id = f"{ids[1][0]}:{ids[1][1]}" if len(ids) > 1 else ""
         self.sent[id(ref)] = (ref, rref_id, fork_id)
+        ref.seen = 1
         event = {"e": "rref", "id": rref_id, "fork": fork_id, "owner": owner, "owner_rank": owner_rank, "kind": "remote",
                  "callee": callee, "site": site, "confirmed": confirmed, "t": t}
         if confirmed:
@@ -171,8 +175,7 @@ class Tracker:
         """Describe a confirmed RRef's value: here if we own it, else batched to its owner."""
         if rref.is_owner():
             value = rref.local_value()
-            self._watch_value(value, rref_id)
-            event = {"e": "desc", "id": rref_id, "value": describe(value), "t": t}
+            event = {"e": "desc", "id": rref_id, "value": describe(value), "watched": self._watch_value(value, rref_id), "t": t}
             if out is not None:
                 out.append(event)
             else:
@@ -207,29 +210,37 @@ class Tracker:
                 continue  # the agent is going away: these stay undescribed
             del batch
 
-    def _watch_value(self, value: Any, rref_id: str) -> None:
+    def _watch_value(self, value: Any, rref_id: str) -> bool:
+        """Watch ``value`` to see it freed; False where it cannot be weakly referenced."""
         try:
             vwr = _weakref(value, _value_freed)
         except TypeError:
-            return
+            return False
         self.values[id(vwr)] = (vwr, rref_id)
+        return True
 
     def _l(self, ref: _Ref) -> dict | None:
         t = ref.t
         site = self._site(ref.code, ref.lasti)
+        ids = RREF_ID.findall(ref.data or "")
+        rref_id = f"{ids[0][0]}:{ids[0][1]}" if ids else None
         rref = ref()
         if rref is None:
             self.churn[(self.name or "?", "RRef", site)] += 1
+            if rref_id is not None and len(hooks.local_sites) < 100_000:
+                hooks.local_sites[rref_id] = site  # for the holders it was handed to
             return None
-        ids = RREF_ID.findall(str(rref))
-        rref_id = f"{ids[0][0]}:{ids[0][1]}"
+        if rref_id is None:
+            ids = RREF_ID.findall(str(rref))
+            rref_id = f"{ids[0][0]}:{ids[0][1]}"
         value = rref.local_value()
         description = describe(value)
         self.sent[id(ref)] = (ref, rref_id, "")
-        self._watch_value(value, rref_id)
+        ref.seen = 1
+        watched = self._watch_value(value, rref_id)
         del rref, value
         return {"e": "rref", "id": rref_id, "fork": "", "owner": self.name, "owner_rank": self.rank, "kind": "local",
-                "callee": None, "site": site, "confirmed": True, "value": description, "t": t}
+                "callee": None, "site": site, "confirmed": True, "value": description, "watched": watched, "t": t}
 
     def _f(self, ref: _Ref) -> dict | None:
         data, t = ref.data, ref.t
@@ -239,6 +250,7 @@ class Tracker:
         owner_rank, rref_on, rref_local, fork_on, fork_local = (int(x) for x in data[:5])
         rref_id, fork_id = f"{rref_on}:{rref_local}", f"{fork_on}:{fork_local}"
         self.sent[id(ref)] = (ref, rref_id, fork_id)
+        ref.seen = 1
         type_name = data[6] if len(data) > 6 and isinstance(data[6], str) else None
         if type_name and "." in type_name:
             type_name = type_name.rsplit(".", 1)[1]

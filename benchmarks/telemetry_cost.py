@@ -1,0 +1,282 @@
+"""What rpcctl's telemetry costs a job, measured in pairs: hooks on and hooks off, in the same
+ranks of one ``rpcctl launch``, interleaved over several rounds.
+
+    python benchmarks/telemetry_cost.py                      # 5 rounds of every shape, ~2 min
+    python benchmarks/telemetry_cost.py --rounds 9 --json
+    python benchmarks/telemetry_cost.py --shapes remote-churn --profile   # where the hooks' time goes
+
+Why pairs: separate launches on a shared machine vary by more than the effect (one launch can
+be 20% off the next for no reason of its own). Here the same two processes run each shape with
+the hooks on and with them off (``rpcctl.telemetry.worker.set_hooks``: off, every hook calls
+straight through, in both ranks; the sender threads keep running, as they would), in blocks of
+alternating order (on-off, off-on, ...), so drift and warm-up hit both sides alike. A round's ratio is
+``rate(on) / rate(off)``; the report is the median over rounds, with the lowest and highest
+ratio beside it. 1.00 means free; the target is ≥ 0.97 for every shape.
+
+The shapes (``SHAPES``; each is a function of the rank-0 context that does a fixed amount of work
+and returns how many operations it did; add one there and it is measured like the others):
+
+============  ==================================================================================
+remote-churn  ``rpc.remote`` + wait for the owner to create it + drop, one at a time (5,000 a side)
+remote-64     ``rpc.remote`` with 64 in flight, each window dropped before the next (5,000)
+async-64      ``rpc_async`` with 64 in flight (5,000)
+train-step    a parameter-server step: remote forward, distributed autograd backward,
+              ``DistributedOptimizer`` over parameter RRefs (``rpc.RRef(p)`` on the owner)
+============  ==================================================================================
+
+``--profile`` runs the chosen shapes once more with the hooks on under cProfile (in rank 0, which
+makes the calls) and prints the functions of rpcctl's telemetry by their own time per operation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULT = re.compile(r"RESULT (\{.*\})")
+CALLS = 5000
+
+
+# ---------------------------------------------------------------------------------------------
+# The workload: runs as each rank (rank 0 drives, rank 1 owns and serves)
+
+
+def echo(x):
+    return x
+
+
+class Model:
+    """The parameter server's model (lives on rank 1)."""
+
+    def __init__(self):
+        import torch
+
+        self.net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+
+    def forward(self, x):
+        return self.net(x)
+
+    def parameter_rrefs(self):
+        import torch.distributed.rpc as rpc
+
+        return [rpc.RRef(p) for p in self.net.parameters()]
+
+
+def remote_churn(ctx, n: int) -> int:
+    rpc, x = ctx["rpc"], ctx["x"]
+    for _ in range(n):
+        rref = rpc.remote("worker1", echo, args=(x,))
+        rref._get_future().wait()  # created on the owner
+        del rref
+    return n
+
+
+def remote_64(ctx, n: int) -> int:
+    rpc, torch, x = ctx["rpc"], ctx["torch"], ctx["x"]
+    for _ in range(0, n, 64):
+        window = [rpc.remote("worker1", echo, args=(x,)) for _ in range(64)]
+        torch.futures.wait_all([r._get_future() for r in window])
+        del window
+    return n // 64 * 64
+
+
+def async_64(ctx, n: int) -> int:
+    rpc, torch, x = ctx["rpc"], ctx["torch"], ctx["x"]
+    for _ in range(0, n, 64):
+        torch.futures.wait_all([rpc.rpc_async("worker1", echo, args=(x,)) for _ in range(64)])
+    return n // 64 * 64
+
+
+def train_step(ctx, n: int) -> int:
+    import torch.distributed.autograd as dist_autograd
+
+    rpc, torch = ctx["rpc"], ctx["torch"]
+    if "model" not in ctx:
+        from torch.distributed.optim import DistributedOptimizer
+
+        ctx["model"] = model = rpc.remote("worker1", Model)
+        ctx["optimizer"] = DistributedOptimizer(torch.optim.SGD, model.rpc_sync().parameter_rrefs(), lr=0.01)
+        ctx["batch"] = torch.randn(32, 64)
+    model, optimizer, batch = ctx["model"], ctx["optimizer"], ctx["batch"]
+    for _ in range(n):
+        with dist_autograd.context() as context:
+            loss = model.rpc_sync().forward(batch).pow(2).mean()
+            dist_autograd.backward(context, [loss])
+            optimizer.step(context)
+    return n
+
+
+# shape → (function, operations per side per round)
+SHAPES = {
+    "remote-churn": (remote_churn, CALLS),
+    "remote-64": (remote_64, CALLS),
+    "async-64": (async_64, CALLS),
+    "train-step": (train_step, 200),
+}
+BLOCKS = 10  # a round alternates on and off this many times per side
+
+
+def _set_hooks(on: bool) -> None:
+    from rpcctl.telemetry import worker
+
+    worker.set_hooks(on)
+
+
+def one_round(ctx: dict, shape: str, first_on: bool) -> dict[bool, list[float]]:
+    """One round of ``shape``: BLOCKS blocks per side, alternating; per side [ops, seconds, caller CPU seconds]."""
+    fn, ops = SHAPES[shape]
+    block = max(1, ops // BLOCKS)
+    totals = {True: [0.0, 0.0, 0.0], False: [0.0, 0.0, 0.0]}
+    for b in range(2 * BLOCKS):
+        on = first_on if b % 2 == 0 else not first_on
+        _set_hooks(on)
+        ctx["rpc"].rpc_sync("worker1", _set_hooks, args=(on,))  # the callee's hooks too
+        cpu, start = time.thread_time(), time.perf_counter()
+        done = fn(ctx, block)
+        elapsed, cpu = time.perf_counter() - start, time.thread_time() - cpu
+        for i, value in enumerate((done, elapsed, cpu)):
+            totals[on][i] += value
+    _set_hooks(True)
+    ctx["rpc"].rpc_sync("worker1", _set_hooks, args=(True,))
+    return totals
+
+
+def workload(shapes: list[str], rounds: int, profile: bool) -> None:
+    import torch
+    import torch.distributed.rpc as rpc
+
+    rank = int(os.environ["RANK"])
+    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
+    if rank == 0:
+        if "rpcctl.telemetry.worker" not in sys.modules:
+            raise SystemExit("run under `rpcctl launch` with telemetry on: there is nothing to turn off here")
+        ctx = {"rpc": rpc, "torch": torch, "x": torch.ones(16)}
+        result: dict = {s: {"ratio": [], "on": [], "off": [], "cpu_on_us": [], "cpu_off_us": []} for s in shapes}
+        for shape in shapes:  # warm-up: connections, thread pools, first pickling, the model
+            SHAPES[shape][0](ctx, max(1, SHAPES[shape][1] // BLOCKS))
+        for r in range(rounds):
+            for i, shape in enumerate(shapes):
+                totals = one_round(ctx, shape, first_on=(r + i) % 2 == 0)
+                (on_ops, on_s, on_cpu), (off_ops, off_s, off_cpu) = totals[True], totals[False]
+                row = result[shape]
+                row["on"].append(on_ops / on_s)
+                row["off"].append(off_ops / off_s)
+                row["ratio"].append(row["on"][-1] / row["off"][-1])
+                row["cpu_on_us"].append(on_cpu / on_ops * 1e6)
+                row["cpu_off_us"].append(off_cpu / off_ops * 1e6)
+        if profile:
+            result = {"shapes": result, "profile": _profile(shapes, ctx)}
+        else:
+            result = {"shapes": result}
+        ctx.clear()
+        print("RESULT " + json.dumps(result), flush=True)
+    rpc.shutdown()
+
+
+def _profile(shapes: list[str], ctx: dict) -> dict[str, list]:
+    """Per shape: rpcctl's telemetry functions by own time, µs per operation (hooks on)."""
+    import cProfile
+    import pstats
+
+    telemetry_dir = str(ROOT / "rpcctl" / "telemetry")
+    out = {}
+    for shape in shapes:
+        fn, ops = SHAPES[shape]
+        profiler = cProfile.Profile()
+        profiler.enable()
+        done = fn(ctx, ops)
+        profiler.disable()
+        stats = pstats.Stats(profiler).stats
+        rows = []
+        for (path, line, name), (_, calls, own, cumulative, _) in stats.items():
+            if path.startswith(telemetry_dir):
+                rows.append([f"{Path(path).name}:{line} {name}", calls / done, own / done * 1e6, cumulative / done * 1e6])
+        rows.sort(key=lambda row: -row[2])
+        out[shape] = rows[:12]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The driver
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def measure(shapes: list[str], rounds: int, profile: bool = False, timeout: float = 900.0) -> dict:
+    """Launch the workload once under rpcctl (2 ranks, telemetry on) and summarise its pairs."""
+    script = Path(__file__).resolve()
+    args = ["--workload", "--shapes", ",".join(shapes), "--rounds", str(rounds), *(["--profile"] if profile else [])]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    with tempfile.TemporaryDirectory(prefix="rpcctl-telemetry-cost-") as tmp:
+        config = Path(tmp) / "job.yaml"
+        config.write_text(json.dumps({"name": "telemetry-cost", "script": str(script), "args": args, "nproc_per_node": 2, "timeout": timeout}))
+        cmd = [sys.executable, "-m", "rpcctl", "launch", str(config), "--no-live", "--runs-dir", str(Path(tmp) / "runs")]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout + 60)
+    match = RESULT.search(proc.stdout)
+    if proc.returncode != 0 or match is None:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    raw = json.loads(match.group(1))
+    report = {"rounds": rounds, "blocks_per_side": BLOCKS, "target": 0.97, "shapes": {}}
+    for shape in shapes:
+        row = raw["shapes"][shape]
+        report["shapes"][shape] = {
+            "ops_per_side_per_round": SHAPES[shape][1] // BLOCKS * BLOCKS,
+            "on_over_off": spread(row["ratio"]),
+            "ops_per_s_on": statistics.median(row["on"]),
+            "ops_per_s_off": statistics.median(row["off"]),
+            "caller_cpu_us_per_op_on": statistics.median(row["cpu_on_us"]),
+            "caller_cpu_us_per_op_off": statistics.median(row["cpu_off_us"]),
+        }
+    if "profile" in raw:
+        report["profile"] = raw["profile"]
+    return report
+
+
+def render(report: dict) -> str:
+    lines = [f"telemetry on / off in the same ranks: {report['rounds']} rounds of {report['blocks_per_side']} alternating blocks per side",
+             "(speed ratio: median of rounds, lowest-highest round; the caller thread's CPU per operation, on / off)",
+             f"  {'shape':14}{'on/off':>8}  {'range':>13}  {'ops/s on':>9}  {'ops/s off':>9}  {'caller CPU µs/op':>17}"]
+    for shape, row in report["shapes"].items():
+        r = row["on_over_off"]
+        verdict = "" if r["median"] >= report["target"] else f"  below {report['target']}"
+        cpu = f"{row['caller_cpu_us_per_op_on']:7.1f} / {row['caller_cpu_us_per_op_off']:<7.1f}"
+        lines.append(f"  {shape:14}{r['median']:8.3f}  {r['min']:6.3f}-{r['max']:<6.3f}  {row['ops_per_s_on']:9.0f}  {row['ops_per_s_off']:9.0f}  {cpu:>17}{verdict}")
+    for shape, rows in report.get("profile", {}).items():
+        lines.append(f"\n{shape}: telemetry functions by own time (µs per operation; calls per operation)")
+        lines.extend(f"  {own:7.2f} µs  {cum:7.2f} µs cumulative  {calls:5.2f}×  {name}" for name, calls, own, cum in rows)
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5, help="on/off pairs per shape (default 5)")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma list of: {', '.join(SHAPES)}")
+    parser.add_argument("--profile", action="store_true", help="also profile the hooks (cProfile, hooks on)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument("--workload", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    unknown = [s for s in shapes if s not in SHAPES]
+    if unknown:
+        parser.error(f"unknown shape(s) {', '.join(unknown)}; known: {', '.join(SHAPES)}")
+    if args.workload:
+        workload(shapes, args.rounds, args.profile)
+        return
+    report = measure(shapes, args.rounds, args.profile)
+    print(json.dumps(report, indent=2) if args.json else render(report))
+
+
+if __name__ == "__main__":
+    main()
