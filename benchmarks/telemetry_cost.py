@@ -4,6 +4,7 @@ ranks of one ``rpcctl launch``, interleaved over several rounds.
     python benchmarks/telemetry_cost.py                      # 5 rounds of every shape, ~2 min
     python benchmarks/telemetry_cost.py --rounds 9 --json
     python benchmarks/telemetry_cost.py --shapes remote-churn --profile   # where the hooks' time goes
+    python benchmarks/telemetry_cost.py --only calls     # one family of hooks (rrefs | calls) on and off
 
 Why pairs: separate launches on a shared machine vary by more than the effect (one launch can
 be 20% off the next for no reason of its own). Here the same two processes run each shape with
@@ -125,10 +126,13 @@ SHAPES = {
 BLOCKS = 10  # a round alternates on and off this many times per side
 
 
+ONLY = os.environ.get("RPCCTL_COST_ONLY") or None  # --only: toggle one family of hooks, the others stay on
+
+
 def _set_hooks(on: bool) -> None:
     from rpcctl.telemetry import worker
 
-    worker.set_hooks(on)
+    worker.set_hooks(on, ONLY)
 
 
 def one_round(ctx: dict, shape: str, first_on: bool) -> dict[bool, list[float]]:
@@ -264,6 +268,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="on/off pairs per shape (default 5)")
     parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma list of: {', '.join(SHAPES)}")
     parser.add_argument("--profile", action="store_true", help="also profile the hooks (cProfile, hooks on)")
+    parser.add_argument("--only", choices=("rrefs", "calls"), help="turn only this family of hooks on and off (the others stay on)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--workload", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -274,7 +279,10 @@ def main() -> None:
     if args.workload:
         workload(shapes, args.rounds, args.profile)
         return
+    if args.only:
+        os.environ["RPCCTL_COST_ONLY"] = args.only  # the ranks inherit it
     report = measure(shapes, args.rounds, args.profile)
+    report["only"] = args.only
     print(json.dumps(report, indent=2) if args.json else render(report))
 
 

@@ -109,14 +109,19 @@ def _install_hooks() -> None:
     autohook.install(join=join_at_init_rpc)
 
 
-def set_hooks(on: bool) -> None:
+HOOKS = {"rrefs": rrefs, "calls": calls}
+
+
+def set_hooks(on: bool, only: str | None = None) -> None:
     """Turn this process's RPC hooks on or off while telemetry runs (off: each hook calls straight
-    through; the sender thread keeps running). For measuring what they cost, in the same process:
-    benchmarks/telemetry_cost.py."""
+    through; the sender thread keeps running); ``only``: one family of HOOKS. For measuring what
+    they cost, in the same process: benchmarks/telemetry_cost.py."""
     worker = _worker
     if worker is None or not worker.active:
         return
-    for hooks in (rrefs, calls):
+    for name, hooks in HOOKS.items():
+        if only is not None and name != only:
+            continue
         if on:
             hooks.activate(worker.queue)
         else:
