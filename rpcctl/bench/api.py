@@ -13,9 +13,9 @@ from typing import Any, ClassVar
 
 from rpcctl.bench.compare import Comparison, compare, machine_differences, render_comparisons, summary_counts
 from rpcctl.bench.results import BenchReport, load_report, render_report
-from rpcctl.bench.runner import BenchPlan, plan_bench, resolve_suites, resolve_transports
+from rpcctl.bench.runner import BenchPlan, is_compare, plan_bench, resolve_suites, resolve_transports
 from rpcctl.bench.session import SessionResult, run_session
-from rpcctl.bench.suites import FULL, QUICK, SUITES, Profile
+from rpcctl.bench.suites import COMPARE, FULL, QUICK, SUITES, Profile
 from rpcctl.console import Column, render_table
 
 __all__ = [
@@ -34,10 +34,33 @@ def profile_for(quick: bool) -> Profile:
     return QUICK if quick else FULL
 
 
-def plan(suites: list[str] | None, transport_names: list[str] | None, *, quick: bool, repeats: int | None = None) -> BenchPlan:
-    """What ``rpcctl bench`` will launch (bad names are a ``UsageError``, before anything runs)."""
+DEFAULT_ROUNDS = 3  # launches per transport when several transports are compared
+
+
+def plan(
+    suites: list[str] | None,
+    transport_names: list[str] | None,
+    *,
+    quick: bool,
+    repeats: int | None = None,
+    rounds: int | None = None,
+    pin: bool = False,
+) -> BenchPlan:
+    """What ``rpcctl bench`` will launch (bad names are a ``UsageError``, before anything runs).
+
+    ``--suite compare`` is the preset: the frameworks (unless ``--transport`` names others), one
+    shared op per suite. Several transports are interleaved over ``DEFAULT_ROUNDS`` rounds unless
+    ``rounds`` says otherwise (never more rounds than repeats)."""
     profile = profile_for(quick)
-    return plan_bench(resolve_suites(suites), resolve_transports(transport_names, profile), profile, repeats=repeats)
+    compare_preset = is_compare(suites)
+    if compare_preset and not transport_names:
+        transport_names = [COMPARE]
+    specs = resolve_transports(transport_names, profile)
+    repeats = repeats or profile.timing.repeats
+    if rounds is None:
+        rounds = DEFAULT_ROUNDS if len(specs) > 1 else 1
+    return plan_bench(resolve_suites(suites), specs, profile, repeats=repeats, rounds=min(rounds, repeats), pin=pin,
+                      shared_ops_only=compare_preset)
 
 
 def run(bench_plan: BenchPlan, runs_dir: Path, console=None) -> SessionResult:
@@ -52,32 +75,36 @@ def verdict(report: BenchReport) -> str:
     """One line that sums the run up: per transport, its speed against ``rpc`` (geometric mean
     over the rows both have), and whether that is beyond the noise. Point-to-point rows only
     (collectives are compared with gloo's all-reduce, never with rpc)."""
+    parts = _ranking(report, "rpc", "vs_rpc", lambda r: r.suite not in ("collective", "startup"))
+    parts += _ranking(report, "gloo", "vs_gloo", lambda r: r.suite == "collective", prefix="collectives: ")
+    noisy = sum(r.noisy for r in report.results)
+    if not parts:
+        return f"verdict: {len(report.results)} rows, {noisy} noisy; nothing to rank against rpc"
+    return "verdict: " + "; ".join(parts) + f" (geometric mean over each transport's rows; {noisy} of {len(report.results)} rows noisy)"
+
+
+def _ranking(report: BenchReport, baseline: str, ratio: str, include, prefix: str = "") -> list[str]:
     from rpcctl.bench.results import fmt_ratio
     from rpcctl.bench.stats import tolerance
 
+    base = {r.key: r for r in report.results if r.transport == baseline and include(r)}
     by_transport: dict[str, list[tuple[float, float]]] = {}
-    rpc = {r.key: r for r in report.results if r.transport == "rpc"}
     for r in report.results:
-        if r.transport == "rpc" or r.vs_rpc is None or not r.vs_rpc > 0:
+        value = getattr(r, ratio)
+        if r.transport == baseline or not include(r) or value is None or not value > 0:
             continue
-        base = rpc.get(r.key)
-        band = tolerance(r.spread, base.spread if base is not None else None)
-        by_transport.setdefault(r.transport, []).append((r.vs_rpc, band))
-    if not by_transport:
-        noisy = sum(r.noisy for r in report.results)
-        return f"verdict: {len(report.results)} rows, {noisy} noisy; nothing to rank against rpc"
+        ref = base.get(r.key)
+        by_transport.setdefault(r.transport, []).append((value, tolerance(r.spread, ref.spread if ref is not None else None)))
     faster, slower, same = [], [], []
     for name, pairs in by_transport.items():
         geo = math.exp(sum(math.log(v) for v, _ in pairs) / len(pairs))
         band = sorted(b for _, b in pairs)[len(pairs) // 2]
-        entry = f"{name} {fmt_ratio(geo)}"
-        (faster if geo > 1 + band else slower if geo < 1 - band else same).append((geo, entry))
+        (faster if geo > 1 + band else slower if geo < 1 - band else same).append((geo, f"{name} {fmt_ratio(geo)}"))
     parts = []
-    for label, group in (("faster than rpc", faster), ("slower", slower), ("within the noise of rpc", same)):
+    for label, group in ((f"faster than {baseline}", faster), ("slower", slower), (f"within the noise of {baseline}", same)):
         if group:
             parts.append(f"{label}: " + ", ".join(e for _, e in sorted(group, reverse=True)))
-    noisy = sum(r.noisy for r in report.results)
-    return "verdict: " + "; ".join(parts) + f" (geometric mean over each transport's rows; {noisy} of {len(report.results)} rows noisy)"
+    return [prefix + "; ".join(parts)] if parts else []
 
 
 # -- --list ----------------------------------------------------------------------------------------

@@ -77,17 +77,24 @@ def closed_loop(call: Callable[[], Any], calls: int) -> Batch:
     return Batch(latencies, clock() - start)
 
 
-def measure(run_batch: Callable[[int], Batch], timing: Timing) -> Measurement:
+def alone(value: int) -> int:
+    return value
+
+
+def measure(run_batch: Callable[[int], Batch], timing: Timing, agree: Callable[[int], int] = alone) -> Measurement:
     """Warm up, calibrate, then time ``timing.repeats`` batches of ``run_batch(calls)``."""
-    calls, warmup_calls = warm_up(run_batch, timing)
+    calls, warmup_calls = warm_up(run_batch, timing, agree)
     return repeat(run_batch, timing, calls, warmup_calls)
 
 
-def warm_up(run_batch: Callable[[int], Batch], timing: Timing) -> tuple[int, int]:
+def warm_up(run_batch: Callable[[int], Batch], timing: Timing, agree: Callable[[int], int] = alone) -> tuple[int, int]:
     """Batches that double in size until ``warmup_s`` has passed; returns (calls per repeat,
     calls spent warming up). Connections, allocator caches and lazy initialisation settle here;
     nothing is kept but the pace, taken from the last batch (there are at least two: the first
-    is cold)."""
+    is cold).
+
+    For a collective every rank runs this loop and must run the same batches: ``agree`` makes
+    every rank take rank 0's value (when to stop warming up, calls per repeat)."""
     warmup_calls, size, batches = 0, max(1, timing.min_warmup_calls), 0
     spent_ns = 0
     while True:
@@ -95,11 +102,11 @@ def warm_up(run_batch: Callable[[int], Batch], timing: Timing) -> tuple[int, int
         warmup_calls += size
         batches += 1
         spent_ns += last.elapsed_ns
-        if batches >= 2 and (spent_ns >= timing.warmup_s * 1e9 or size >= timing.max_calls):
+        if agree(int(batches >= 2 and (spent_ns >= timing.warmup_s * 1e9 or size >= timing.max_calls))):
             break
         size = min(size * 2, timing.max_calls)
     per_call_s = last.elapsed_ns / 1e9 / len(last.latencies_ns)
-    return calls_per_repeat(per_call_s, timing.repeat_s, timing.min_calls, timing.max_calls), warmup_calls
+    return agree(calls_per_repeat(per_call_s, timing.repeat_s, timing.min_calls, timing.max_calls)), warmup_calls
 
 
 def repeat(run_batch: Callable[[int], Batch], timing: Timing, calls: int, warmup_calls: int = 0) -> Measurement:

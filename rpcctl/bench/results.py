@@ -39,7 +39,9 @@ from rpcctl.console import Column, human_bytes, render_table
 
 BASELINE = "rpc"
 # The rpc op a row of another transport is compared with, per suite.
-BASELINE_OP = {"latency": "rpc_sync", "payload": "rpc_sync", "throughput": "rpc_async", "train": "train_step"}
+BASELINE_OP = {"latency": "rpc_sync", "payload": "rpc_sync", "throughput": "rpc_async", "train": "train_step", "startup": "first_call"}
+# Collectives are compared with torch's own gloo collective of the same op and size, never with rpc.
+COLLECTIVE_BASELINE = "gloo"
 RATE_SUITES = frozenset({"throughput", "train"})  # speed is calls/s; elsewhere it is 1/p50
 
 
@@ -80,14 +82,15 @@ class RowId:
 
 @dataclass
 class BenchResult(RowId):
-    n: int  # timed calls (all repeats)
+    # Figures are None only on a row that is not supported (``reason`` says why).
+    n: int | None  # timed calls (all repeats); launches for startup
     repeats: int
-    p50_us: float
-    p90_us: float
-    p99_us: float
-    min_us: float
-    max_us: float
-    mean_us: float
+    p50_us: float | None
+    p90_us: float | None
+    p99_us: float | None
+    min_us: float | None
+    max_us: float | None
+    mean_us: float | None
     gbps: float | None
     calls_per_s: float | None
     spread: float  # range of the per-repeat estimates / their median
@@ -95,6 +98,17 @@ class BenchResult(RowId):
     repeat_estimates: list[float] = field(default_factory=list)  # per repeat: p50 (µs) or calls/s
     bytes_per_call: int | None = None  # bytes that crossed, both ways, in the checked round trip
     vs_rpc: float | None = None
+    kind: str = ""  # point-to-point | collective | training | startup (from the suite)
+    supported: bool = True
+    reason: str | None = None  # why not, on a row that is not supported ("not supported: ...")
+    vs_gloo: float | None = None  # collectives: speed over gloo's same collective of the same size
+    parts_us: dict[str, float] | None = None  # startup: median import / init / first call
+
+    def __post_init__(self) -> None:
+        if not self.kind:
+            from rpcctl.bench.suites import KIND
+
+            self.kind = KIND.get(self.suite, self.suite)
 
     @property
     def key(self) -> tuple:
@@ -105,11 +119,13 @@ class BenchResult(RowId):
         """Bigger is better: calls/s for rate suites, 1/p50 otherwise."""
         if self.suite in RATE_SUITES:
             return self.calls_per_s
-        return 1e6 / self.p50_us if self.p50_us > 0 else None
+        return 1e6 / self.p50_us if self.p50_us else None
 
     @property
     def noise(self) -> str:
         """Half the range of the repeats around their median; ``*`` marks a noisy row."""
+        if not self.supported:
+            return "not supported"
         text = f"±{self.spread * 50:.0f}%" if math.isfinite(self.spread) else "±?"
         return f"{text}*" if self.noisy else text
 
@@ -134,13 +150,15 @@ _MAX = Column("max_us", "MAX", fmt_us, "right", detail=True)
 _N = Column("n", "N", str, "right", detail=True)
 _NOISE = Column("noise", "NOISE", justify="right")
 _VS = Column("vs_rpc", "VS RPC", fmt_ratio, "right")
+_VS_GLOO = Column("vs_gloo", "VS GLOO", fmt_ratio, "right")
+_GBPS = Column("gbps", "GB/S", lambda v: f"{v:.2f}" if v >= 0.01 else f"{v * 1000:.2f} MB/s", "right")
+_PAYLOAD = Column("payload_bytes", "PAYLOAD", human_bytes, "right")
 
 SUITE_COLUMNS: dict[str, list[Column]] = {
     "latency": [_TRANSPORT, _OP, _P50, _P90, _P99, _MIN, _MAX, _VS, _N, _NOISE],
-    "payload": [
-        Column("payload_bytes", "PAYLOAD", human_bytes, "right"), _TRANSPORT, _OP,
-        Column("gbps", "GB/S", lambda v: f"{v:.2f}", "right"), _P50, _P90, _P99, _MIN, _MAX, _VS, _N, _NOISE,
-    ],
+    "payload": [_PAYLOAD, _TRANSPORT, _OP, _GBPS, _P50, _P90, _P99, _MIN, _MAX, _VS, _N, _NOISE],
+    "collective": [_PAYLOAD, _TRANSPORT, _OP, _GBPS, _P50, _P90, _P99, _MIN, _MAX, _VS_GLOO, _N, _NOISE],
+    "startup": [_TRANSPORT, _P50, _P99, _MIN, _MAX, _VS, Column("n", "LAUNCHES", str, "right"), _NOISE],
     "throughput": [
         Column("in_flight", "IN FLIGHT", str, "right"), _TRANSPORT, _OP,
         Column("calls_per_s", "CALLS/S", fmt_rate, "right"), _P50, _P90, _P99, _MAX, _VS, _N, _NOISE,
@@ -150,6 +168,27 @@ SUITE_COLUMNS: dict[str, list[Column]] = {
         Column("calls_per_s", "STEPS/S", fmt_rate, "right"), _P50, _P90, _P99, _MAX, _VS, _N, _NOISE,
     ],
 }
+
+
+def unsupported_result(transport: str, case: Any, reason: str) -> dict:
+    """The row of a case the transport cannot do: every figure null, and why."""
+    return BenchResult(
+        suite=case.suite, transport=transport, op=case.op, payload_bytes=case.payload_bytes, in_flight=case.in_flight,
+        world_size=case.world_size, n=None, repeats=0, p50_us=None, p90_us=None, p99_us=None, min_us=None, max_us=None,
+        mean_us=None, gbps=None, calls_per_s=None, spread=0.0, noisy=False, supported=False,
+        reason=reason if reason.startswith("not supported") else f"not supported: {reason}",
+    ).to_dict()
+
+
+def merge_measurements(parts: list[dict]) -> dict:
+    """One case measured in several launches (rounds): every timed call and every repeat pooled."""
+    merged = {key: [v for part in parts for v in part[key]] for key in ("samples_s", "repeat_medians_s", "repeat_rates")}
+    merged["calls_per_repeat"] = parts[0].get("calls_per_repeat")
+    merged["warmup_calls"] = sum(part.get("warmup_calls") or 0 for part in parts)
+    if any(part.get("parts_s") for part in parts):
+        names = dict.fromkeys(k for part in parts for k in (part.get("parts_s") or {}))
+        merged["parts_s"] = {k: [v for part in parts for v in (part.get("parts_s") or {}).get(k, [])] for k in names}
+    return merged
 
 
 def result_from_measurement(transport: str, case: Any, measured: dict, bytes_per_call: int | None) -> dict:
@@ -163,6 +202,9 @@ def result_from_measurement(transport: str, case: Any, measured: dict, bytes_per
     gbps = None
     if case.suite == "payload" and case.payload_bytes:
         gbps = 2 * case.payload_bytes / summary.p50 / 1e9
+    elif case.suite == "collective" and case.payload_bytes:
+        gbps = case.payload_bytes / summary.p50 / 1e9  # each rank's buffer per call (nccl-tests' algbw)
+    parts = measured.get("parts_s")
     result = BenchResult(
         suite=case.suite,
         transport=transport,
@@ -184,6 +226,7 @@ def result_from_measurement(transport: str, case: Any, measured: dict, bytes_per
         noisy=is_noisy(noise),
         repeat_estimates=estimates,
         bytes_per_call=bytes_per_call,
+        parts_us={k: statistics.median(v) * 1e6 for k, v in parts.items() if v} if parts else None,
     )
     return result.to_dict()
 
@@ -195,9 +238,16 @@ def _match_key(r: BenchResult, op: str | None) -> tuple:
 
 
 def with_ratios(results: list[BenchResult]) -> list[BenchResult]:
-    """Fill ``vs_rpc`` from the ``rpc`` rows of the same cases."""
+    """Fill ``vs_rpc`` from the ``rpc`` rows of the same cases, and a collective's ``vs_gloo``
+    from gloo's same collective (collectives get no ``vs_rpc``: unlike operations)."""
     base = {_match_key(r, r.op): r for r in results if r.transport == BASELINE}
+    gloo = {_match_key(r, r.op): r for r in results if r.transport == COLLECTIVE_BASELINE and r.suite == "collective"}
     for r in results:
+        if r.suite == "collective":
+            ref = gloo.get(_match_key(r, r.op))
+            r.vs_rpc = None
+            r.vs_gloo = r.speed / ref.speed if ref is not None and ref.speed and r.speed else None
+            continue
         ref = base.get(_match_key(r, r.op)) or base.get(_match_key(r, BASELINE_OP.get(r.suite)))
         r.vs_rpc = r.speed / ref.speed if ref is not None and ref.speed and r.speed else None
     return results
@@ -292,6 +342,8 @@ class BenchReport:
 def _fill_defaults(row: dict[str, Any]) -> dict[str, Any]:
     """Accept the issue's minimal schema too (only the required keys)."""
     row = dict(row)
+    if row.get("supported") is False:
+        return row
     p50 = row.get("p50_us")
     p99 = row.get("p99_us", p50)
     defaults = {
@@ -342,10 +394,12 @@ def load_report(path: Path) -> BenchReport:
 
 
 SUITE_TITLES = {
-    "latency": "latency: one round trip, 8-byte payload",
-    "payload": "payload: echo, GB/s counts bytes both ways",
-    "throughput": "throughput: calls/s with N in flight, 8-byte payload",
+    "latency": "latency: one round trip, 8-byte payload (point-to-point)",
+    "payload": "payload: echo, GB/s counts bytes both ways (point-to-point)",
+    "throughput": "throughput: calls/s with N in flight, 8-byte payload (point-to-point)",
+    "collective": "collective: every rank takes part, GB/s = size / p50; VS GLOO against torch's gloo (never ranked against point-to-point)",
     "train": "train: parameter-server steps/s (all trainers), world = 1 server + trainers",
+    "startup": "startup: a fresh process (spawn): import + init to first call, one sample per launch",
 }
 
 

@@ -27,12 +27,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rpcctl.bench.suites import SUITES, Case, Profile, Timing, cases_for
+from rpcctl.bench.suites import COMPARE, COMPARE_SUITES, COMPARE_TRANSPORTS, SUITES, Case, Profile, Timing, cases_for
 from rpcctl.bench.transports import TransportSpec, transports
 
 WORKER = Path(__file__).with_name("worker.py")
 # The same thread budget for every row: one OpenMP thread per rank.
 COMMON_ENV = {"OMP_NUM_THREADS": "1"}
+
+
+DEFAULT_SUITES = ("latency", "payload", "throughput", "train")  # without --suite
 
 
 @dataclass
@@ -41,10 +44,14 @@ class Unit:
     transport: TransportSpec
     world_size: int
     cases: list[Case]
+    round: int = 0  # with several rounds, the same unit is launched once per round
+    pin: bool = False  # each rank pinned to a core of its own
+    # A start-up row needs a fresh interpreter per rank (a forked rank inherits imported torch).
+    start_method: str = "fork"
 
     @property
     def slug(self) -> str:
-        return f"{self.index:02d}-{self.transport.name}-w{self.world_size}"
+        return f"{self.index:02d}-{self.transport.name}-w{self.world_size}" + (f"-r{self.round}" if self.round else "")
 
     @property
     def env(self) -> dict[str, str]:
@@ -63,6 +70,8 @@ class BenchPlan:
     transports: list[TransportSpec]
     units: list[Unit]
     notes: list[str] = field(default_factory=list)
+    rounds: int = 1  # each unit launched this many times, transports interleaved round by round
+    pin: bool = False
 
     @property
     def total_cases(self) -> int:
@@ -72,11 +81,13 @@ class BenchPlan:
         return {
             "profile": self.profile.name,
             "timing": self.timing.to_dict(),
+            "rounds": self.rounds,
+            "pin": self.pin,
             "suites": list(self.suites),
             "transports": [t.to_dict() for t in self.transports],
             "units": [
-                {"unit": u.slug, "transport": u.transport.name, "world_size": u.world_size, "cases": [c.to_dict() for c in u.cases],
-                 "env": u.env}
+                {"unit": u.slug, "transport": u.transport.name, "world_size": u.world_size, "round": u.round,
+                 "start_method": u.start_method, "cases": [c.to_dict() for c in u.cases], "env": u.env}
                 for u in self.units
             ],
             "notes": list(self.notes),
@@ -90,6 +101,7 @@ def resolve_transports(names: list[str] | None, profile: Profile) -> list[Transp
     known = transports()
     wanted: list[str] = []
     for value in names or list(profile.default_transports):
+        value = ",".join(COMPARE_TRANSPORTS) if value == COMPARE else value
         for name in (v.strip() for v in value.split(",")):
             if not name:
                 continue
@@ -111,17 +123,24 @@ def resolve_suites(values: list[str] | None) -> tuple[str, ...]:
     from rpcctl.errors import UsageError
 
     chosen: list[str] = []
-    for value in values or list(SUITES):
+    for value in values or list(DEFAULT_SUITES):
         for name in (v.strip() for v in value.split(",")):
             if not name:
                 continue
             if name == "all":
                 chosen.extend(SUITES)
+            elif name == COMPARE:
+                chosen.extend(COMPARE_SUITES)
             elif name in SUITES:
                 chosen.append(name)
             else:
-                raise UsageError(f"unknown suite '{name}'; suites: {', '.join(SUITES)}")
+                raise UsageError(f"unknown suite '{name}'; suites: {', '.join(SUITES)}, {COMPARE} (a preset), all")
     return tuple(s for s in SUITES if s in chosen)
+
+
+def is_compare(values: list[str] | None) -> bool:
+    """Whether ``--suite`` asked for the ``compare`` preset."""
+    return any(COMPARE in (v.strip() for v in value.split(",")) for value in values or [])
 
 
 def plan_bench(
@@ -131,12 +150,24 @@ def plan_bench(
     *,
     repeats: int | None = None,
     payload_sizes: tuple[int, ...] | None = None,
+    rounds: int = 1,
+    pin: bool = False,
+    shared_ops_only: bool = False,
 ) -> BenchPlan:
-    """The units to launch: per transport, one for the point-to-point suites (plus ``train`` at
-    world size 2) and one per other training world size. Unavailable transports become notes."""
+    """The units to launch: per transport, one for the point-to-point, collective and start-up
+    suites (plus ``train`` at world size 2) and one per other training world size. Unavailable
+    transports become notes.
+
+    With ``rounds`` > 1 every unit but training is launched once per round, transports in a
+    rotated order each round, and each launch times its share of the repeats: drift of a shared
+    machine then falls on every transport alike instead of on whichever ran last, and the
+    launch-to-launch noise shows in the noise band. ``shared_ops_only`` (the ``compare`` preset)
+    keeps one op per suite and transport: the operation the frameworks share."""
     from dataclasses import replace
 
-    timing = replace(profile.timing, repeats=repeats) if repeats else profile.timing
+    rounds = max(1, rounds)
+    total_repeats = repeats or profile.timing.repeats
+    timing = replace(profile.timing, repeats=max(1, -(-total_repeats // rounds)))
     if payload_sizes:
         profile = replace(profile, payload_sizes=payload_sizes)
     units: list[Unit] = []
@@ -148,8 +179,9 @@ def plan_bench(
         if reason:
             notes.append(f"{spec.name}: skipped: {reason}")
             continue
-        p2p = cases_for(cls.ops, tuple(s for s in suites if s != "train"), profile, world_size=cls.processes)
-        train = cases_for(cls.ops, ("train",), profile) if "train" in suites else []
+        ops = {suite: names[:1] for suite, names in cls.ops.items()} if shared_ops_only else cls.ops
+        p2p = cases_for(ops, tuple(s for s in suites if s != "train"), profile, world_size=cls.processes)
+        train = cases_for(ops, ("train",), profile) if "train" in suites else []
         by_world: dict[int, list[Case]] = {}
         if p2p:
             by_world[cls.processes] = list(p2p)
@@ -160,8 +192,24 @@ def plan_bench(
             continue
         kept.append(spec)
         for world_size in sorted(by_world):
-            units.append(Unit(len(units), spec, world_size, by_world[world_size]))
-    return BenchPlan(profile, timing, suites, kept, units, notes)
+            cases = by_world[world_size]
+            method = "spawn" if any(c.suite == "startup" for c in cases) else "fork"
+            units.append(Unit(len(units), spec, world_size, cases, pin=pin, start_method=method))
+    return BenchPlan(profile, timing, suites, kept, interleave_rounds(units, rounds), notes, rounds=rounds, pin=pin)
+
+
+def interleave_rounds(units: list[Unit], rounds: int) -> list[Unit]:
+    """Round r launches every unit once, the order rotated by r; training units run once."""
+    from dataclasses import replace
+
+    repeated = [u for u in units if any(c.suite != "train" for c in u.cases)]
+    once = [u for u in units if u not in repeated]
+    ordered: list[Unit] = []
+    for r in range(rounds):
+        shift = r % len(repeated) if repeated else 0
+        ordered.extend(replace(u, round=r) for u in repeated[shift:] + repeated[:shift])
+    ordered.extend(once)
+    return [replace(u, index=i) for i, u in enumerate(ordered)]
 
 
 # -- running -----------------------------------------------------------------------------------
@@ -176,6 +224,7 @@ class UnitOutcome:
     error: str | None = None
     observed: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    measured: list[dict | None] = field(default_factory=list)  # the raw timings behind each result
 
 
 class EventFollower(threading.Thread):
@@ -240,6 +289,7 @@ def run_unit(unit: Unit, plan: BenchPlan, bench_dir: Path, on_event: Callable[[d
         "timing": plan.timing.to_dict(),
         "cases": [c.to_dict() for c in unit.cases],
         "events": str(events_file),
+        "pin": unit.pin,
     }, indent=2))
     spec = JobSpec(
         name=re.sub(r"[^A-Za-z0-9._-]+", "-", f"bench-{unit.transport.name}"),
@@ -249,7 +299,7 @@ def run_unit(unit: Unit, plan: BenchPlan, bench_dir: Path, on_event: Callable[[d
         env=unit.env,
         timeout=unit.timeout(plan.timing),
         rpc=RpcSpec(init=False),
-        start_method="fork",  # what `rpcctl launch` users get; one torch import per launch
+        start_method=unit.start_method,  # fork: what `rpcctl launch` users get; spawn for start-up rows
         grace=2.0,
     )
     follower = EventFollower(events_file, on_event)
@@ -262,6 +312,7 @@ def run_unit(unit: Unit, plan: BenchPlan, bench_dir: Path, on_event: Callable[[d
     finally:
         events = follower.finish()
     results = [e["result"] for e in events if e.get("event") == "result"]
+    measured = [e.get("measured") for e in events if e.get("event") == "result"]
     status = getattr(record, "status", "failed")
     error = None
     if status != "succeeded":
@@ -269,6 +320,6 @@ def run_unit(unit: Unit, plan: BenchPlan, bench_dir: Path, on_event: Callable[[d
         message = cause.message if cause is not None else getattr(record, "reason", None) or status
         error = f"{unit.transport.name} (world {unit.world_size}) {status}: {message}; logs: {Path(record.run_dir) / 'logs'}"
     observed = next((e["observed"] for e in events if e.get("event") == "observed"), {})
-    outcome = UnitOutcome(unit, status, results, str(record.run_dir), error, observed)
+    outcome = UnitOutcome(unit, status, results, str(record.run_dir), error, observed, measured=measured)
     outcome.notes = [f"{unit.transport.name}: {n}" for n in unit.transport.adapter.mismatches(unit.transport.settings, observed)]
     return outcome

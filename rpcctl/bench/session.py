@@ -123,21 +123,60 @@ def run_session(
             if outcome.status == "cancelled":
                 break
     machine["load_average_end"] = _load_average()
-    results = with_ratios([BenchResult.from_dict(r) for o in outcomes for r in o.results])
-    notes = list(plan.notes) + [o.error for o in outcomes if o.error] + [n for o in outcomes for n in o.notes]
+    results = with_ratios(merge_rounds(outcomes))
+    notes = list(plan.notes) + [o.error for o in outcomes if o.error] + list(dict.fromkeys(n for o in outcomes for n in o.notes))
+    notes += unsupported_notes(results)
     settings = {
         "profile": plan.profile.name,
         "suites": list(plan.suites),
         "timing": plan.timing.to_dict(),
         "transports": {t.name: t.to_dict() for t in plan.transports},
         "run_dir": str(bench_dir),
+        "rounds": plan.rounds,
+        "pin": plan.pin,
         "observed": {f"{o.unit.transport.name}@{o.unit.world_size}": o.observed for o in outcomes if o.observed},
-        "launches": {f"{o.unit.transport.name}@{o.unit.world_size}": o.run_dir for o in outcomes},
+        "launches": {o.unit.slug: o.run_dir for o in outcomes},
         **(extra_settings or {}),
     }
     report = BenchReport(results=results, machine=machine, settings=settings, notes=notes)
     report.save(bench_dir / "results.json")
     return SessionResult(report, bench_dir, outcomes)
+
+
+def merge_rounds(outcomes: list[UnitOutcome]) -> list[BenchResult]:
+    """One row per transport and case: a case launched in several rounds has its timed calls
+    and repeats pooled (each round's warm-up stays in its own launch)."""
+    from rpcctl.bench.results import merge_measurements, result_from_measurement
+    from rpcctl.bench.suites import Case
+
+    groups: dict[tuple, list[tuple[dict, dict | None]]] = {}
+    for outcome in outcomes:
+        measured = outcome.measured or [None] * len(outcome.results)
+        for result, raw in zip(outcome.results, measured):
+            key = (result["transport"], result["suite"], result["op"], result["payload_bytes"], result["in_flight"], result["world_size"])
+            groups.setdefault(key, []).append((result, raw))
+    merged = []
+    for parts in groups.values():
+        first = parts[0][0]
+        raws = [raw for _, raw in parts]
+        if len(parts) == 1 or not first.get("supported", True) or any(raw is None for raw in raws):
+            merged.append(BenchResult.from_dict(first))
+            continue
+        case = Case(first["suite"], first["op"], first["payload_bytes"], first["in_flight"], first["world_size"])
+        merged.append(BenchResult.from_dict(result_from_measurement(first["transport"], case, merge_measurements(raws), first.get("bytes_per_call"))))
+    return merged
+
+
+def unsupported_notes(results: list[BenchResult]) -> list[str]:
+    """One note per transport and reason, naming its unsupported cases."""
+    from rpcctl.bench.suites import Case
+
+    by_reason: dict[tuple[str, str], list[str]] = {}
+    for r in results:
+        if not r.supported:
+            label = Case(r.suite, r.op, r.payload_bytes, r.in_flight, r.world_size).label()
+            by_reason.setdefault((r.transport, r.reason or "not supported"), []).append(label)
+    return [f"{transport}: {', '.join(labels)}: {reason}" for (transport, reason), labels in by_reason.items()]
 
 
 def _load_average() -> list[float] | None:

@@ -6,18 +6,33 @@ suite          one case per                                                figur
 latency        op the transport offers for a round trip (tiny payload)     p50 time per call
 payload        payload size (echo: the payload goes there and back)        GB/s, both directions
 throughput     number of calls kept in flight (1, 8, 64; tiny payload)     calls/s
+collective     collective op × payload size, every rank taking part        GB/s (size / p50)
 train          world size (1 parameter server + N-1 trainers)              steps/s, all trainers
+startup        transport: a fresh process's import + init to first call   p50 seconds
 =============  ==========================================================  =====================
 
+``latency``, ``payload`` and ``throughput`` are point-to-point; ``collective`` rows are compared
+with torch's gloo all-reduce only, never with point-to-point rows. ``compare`` is not a suite of
+its own but a preset: the operations the frameworks share (one op per suite and transport),
+every framework, launched round by round (see ``rpcctl.bench.runner``).
+
 Every transport gets the same cases and the same payload bytes (``payload(n)`` is the same
-tensor everywhere), so rows of one suite are comparable.
+tensor everywhere; collectives use ``collective_payload(n)``), so rows of one suite are
+comparable.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-SUITES = ("latency", "payload", "throughput", "train")
+SUITES = ("latency", "payload", "throughput", "collective", "train", "startup")
+POINT_TO_POINT = ("latency", "payload", "throughput")
+# What each suite's rows are, in the JSON (``kind``) and the table titles.
+KIND = {"latency": "point-to-point", "payload": "point-to-point", "throughput": "point-to-point",
+        "collective": "collective", "train": "training", "startup": "startup"}
+COMPARE = "compare"  # the preset: --suite compare
+COMPARE_SUITES = ("latency", "payload", "throughput", "collective", "startup")
+COMPARE_TRANSPORTS = ("rpc", "gloo", "ray", "tf-rpc", "tf-allreduce", "horovod")
 KiB, MiB = 1024, 1024 * 1024
 
 TINY_BYTES = 8  # the latency and throughput payload: one 8-byte tensor
@@ -44,9 +59,9 @@ class Case:
         return (self.suite, self.op, self.payload_bytes, self.in_flight, self.world_size)
 
     def label(self) -> str:
-        if self.suite == "payload":
-            from rpcctl.console import human_bytes
+        from rpcctl.console import human_bytes
 
+        if self.suite in ("payload", "collective"):
             return f"{self.op} {human_bytes(self.payload_bytes or 0)}"
         if self.suite == "throughput":
             return f"{self.op} ×{self.in_flight} in flight"
@@ -115,15 +130,20 @@ def cases_for(ops: dict[str, tuple[str, ...]], suites: tuple[str, ...], profile:
     """
     cases: list[Case] = []
     for suite in suites:
-        for op in ops.get(suite, ()):
+        # every adapter has a start-up cost; the other suites only where the adapter offers ops
+        for op in ops.get(suite, ("first_call",) if suite == "startup" else ()):
             if suite == "latency":
                 cases.append(Case(suite, op, TINY_BYTES, 1, world_size))
             elif suite == "payload":
                 cases.extend(Case(suite, op, size, 1, world_size) for size in profile.payload_sizes)
             elif suite == "throughput":
                 cases.extend(Case(suite, op, TINY_BYTES, n, world_size) for n in profile.in_flight)
+            elif suite == "collective":
+                cases.extend(Case(suite, op, size, 1, world_size) for size in profile.payload_sizes)
             elif suite == "train":
                 cases.extend(Case(suite, op, None, 1, ws) for ws in profile.train_world_sizes)
+            elif suite == "startup":
+                cases.append(Case(suite, op, None, 1, world_size))
             else:
                 raise ValueError(f"unknown suite {suite!r}")
     return cases
@@ -135,3 +155,11 @@ def payload(nbytes: int):
 
     generator = torch.Generator().manual_seed(nbytes)
     return torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=generator)
+
+
+def collective_payload(nbytes: int):
+    """The ``nbytes`` every rank contributes to a collective: float32 (what gradients are), with
+    small whole values so that a sum over ranks is exact and can be checked."""
+    import torch
+
+    return payload(max(1, nbytes // 4)).to(torch.float32)

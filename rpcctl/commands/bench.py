@@ -69,7 +69,13 @@ bench_app = typer.Typer(
 
 SuiteOption = Annotated[
     Optional[list[str]],
-    typer.Option("--suite", help="Suites to run: latency, payload, throughput, train (repeat or comma-separate; default: all).", show_default=False),
+    typer.Option(
+        "--suite",
+        help="Suites to run: latency, payload, throughput, collective, train, startup, or 'all' (repeat or comma-separate; "
+        "default: latency, payload, throughput, train). 'compare' is the preset that answers 'how does torch RPC compare "
+        "with Gloo, Ray, Horovod and TensorFlow': their shared operations side by side.",
+        show_default=False,
+    ),
 ]
 TransportOption = Annotated[
     Optional[list[str]],
@@ -93,6 +99,8 @@ def bench(
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Also write the results document (JSON) to FILE.", show_default=False)] = None,
     runs_dir: RunsDirOption = None,
     wide: Annotated[bool, typer.Option("--wide", help="Show p90, min, max and n columns too.")] = False,
+    rounds: Annotated[Optional[int], typer.Option("--rounds", min=1, help="Launch each transport this many times, interleaved round by round, the repeats split between them (default: 3 with several transports, else 1).", show_default=False)] = None,
+    pin: Annotated[bool, typer.Option("--pin", help="Pin each rank to a core of its own (see docs/bench.md for whether it helps).")] = False,
     tune: Annotated[bool, typer.Option("--tune", help="Search for the fastest RPC settings on this machine and print them (takes minutes: about 15 launches).")] = False,
     write_config: Annotated[Optional[Path], typer.Option("--write-config", help="With --tune: merge the settings found into this launch config.", show_default=False)] = None,
     list_: Annotated[bool, typer.Option("--list", help="List the transports and suites, then exit.")] = False,
@@ -121,14 +129,15 @@ def bench(
         _tune(console, quick, runs_dir, repeats, json_, out, write_config)
         return
 
-    plan = api.plan(suite, transport, quick=quick, repeats=repeats)
+    plan = api.plan(suite, transport, quick=quick, repeats=repeats, rounds=rounds, pin=pin)
     for note in plan.notes:
         console.note(escape(note))
     if not plan.units:
         raise UsageError("nothing to run: no transport offers the suites asked for")
     console.info(
         f"bench: {plan.total_cases} cases over {len(plan.units)} launches "
-        f"({', '.join(t.name for t in plan.transports)}; {plan.profile.name} timing, {plan.timing.repeats} repeats)"
+        f"({', '.join(t.name for t in plan.transports)}; {plan.profile.name} timing, "
+        + (f"{plan.rounds} rounds of {plan.timing.repeats} repeats)" if plan.rounds > 1 else f"{plan.timing.repeats} repeats)")
     )
     session = api.run(plan, runs_dir, console=console)
     report = session.report
@@ -140,6 +149,9 @@ def bench(
             console.print()
         if any(r.noisy for r in report.results):
             console.print(api.NOISY_LEGEND, markup=False)
+        for note in report.notes:
+            if "not supported" in note:
+                console.note(escape(note))
     if out is not None:
         report.save(out)
         console.info(f"bench: results written to {out}")

@@ -6,12 +6,16 @@ timing, so every row is measured the same way. A *transport* (a ``TransportSpec`
 the results: an adapter plus its settings, e.g. ``rpc-uv`` is the ``rpc`` adapter told to use
 only the TCP transport.
 
-Roles inside a launch (``world_size`` ranks, rank 0 drives)::
+Roles inside a launch (``world_size`` ranks, rank 0 drives the point-to-point cases)::
 
-    rank 0  setup → for each case: prepare → warm-up/repeats of issue+wait → stop → [train] → teardown
-    rank k  setup → serve (until rank 0's stop)                                → [train] → teardown
+    rank 0  import → setup → per p2p case: prepare → warm-up/repeats of issue+wait → stop → collectives → [train] → teardown
+    rank k  import → setup → serve (until rank 0's stop)                          → collectives → [train] → teardown
 
-Adding an adapter (Horovod, TensorFlow, ...): subclass ``Transport``, fill in ``kind``, ``ops``
+Collective cases (suite ``collective``) run on every rank at once: each rank calls
+``collective(op, tensor)`` in the same loop, and ``agree`` keeps the loops in step (rank 0
+decides when the warm-up ends and how many calls a repeat has).
+
+Adding an adapter: subclass ``Transport``, fill in ``kind``, ``ops``
 (suite → op names) and the rank-side methods, and either call ``register`` from code that is
 imported in the ranks too, or expose the class as an entry point in the group
 ``rpcctl.bench.adapters``; it then shows up in ``rpcctl bench --transport NAME``. A spec's
@@ -58,6 +62,8 @@ class Transport(ABC):
     ops: ClassVar[dict[str, tuple[str, ...]]]
     processes: ClassVar[int] = 2  # ranks for the point-to-point suites (1: all in one process)
     install_hint: ClassVar[str | None] = None  # e.g. "pip install 'rpcctl[ray]'"
+    # What a user of this framework imports: timed first, as part of the start-up cost.
+    modules: ClassVar[tuple[str, ...]] = ("torch",)
 
     def __init__(self, settings: dict[str, Any] | None = None):
         self.settings = dict(settings or {})
@@ -68,6 +74,11 @@ class Transport(ABC):
     @classmethod
     def unavailable(cls) -> str | None:
         """Why this adapter cannot run here (a missing package), or None."""
+        return None
+
+    @classmethod
+    def unsupported(cls, case: Any) -> str | None:
+        """Why this adapter cannot run ``case`` (its row then says "not supported: ..."), or None."""
         return None
 
     @classmethod
@@ -106,6 +117,15 @@ class Transport(ABC):
         huge pages were really used), recorded next to the results."""
         return {}
 
+    def native(self, tensor: Any) -> Any:
+        """The payload (a torch tensor) as this framework's own tensor, made once per case and
+        untimed, so that no row pays for a conversion its users would not make."""
+        return tensor
+
+    def as_torch(self, value: Any) -> Any:
+        """Back from ``native`` (for the checks)."""
+        return value
+
     def prepare(self, op: str, payload: Any, calls: int, in_flight: int) -> None:
         """Rank 0, before each batch (untimed): tell an active server what is coming."""
 
@@ -116,6 +136,18 @@ class Transport(ABC):
     def wait(self, op: str, handle: Any) -> Any:
         """Rank 0: wait for ``handle``; return what came back (the echoed payload)."""
         return handle
+
+    def collective(self, op: str, tensor: Any) -> Any:
+        """Every rank: one collective ``op`` over ``tensor`` (this rank's contribution); returns
+        the result (``all_reduce``: the sum over ranks; ``broadcast``: rank 0's tensor;
+        ``all_gather``: every rank's tensor, concatenated in rank order)."""
+        raise NotImplementedError(f"{self.kind} has no collectives")
+
+    def agree(self, value: int) -> int:
+        """Every rank: rank 0's ``value`` (a small int), so that collective loops stay in step."""
+        if self.ctx is not None and self.ctx.world_size > 1:
+            raise NotImplementedError(f"{self.kind} cannot agree across ranks")
+        return value
 
     def train(self, case: Any, timing: Any) -> dict | None:
         """All ranks: the ``train`` suite (only adapters listing it in ``ops``). Rank 0 returns
@@ -163,7 +195,7 @@ def _load() -> None:
     if _loaded:
         return
     _loaded = True
-    for module in ("rpc", "gloo", "tcp", "memcpy", "ray"):
+    for module in ("rpc", "gloo", "tcp", "memcpy", "ray", "tensorflow", "horovod"):
         importlib.import_module(f"rpcctl.bench.transports.{module}")
     from importlib.metadata import entry_points
 

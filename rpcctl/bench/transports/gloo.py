@@ -1,10 +1,13 @@
-"""torch.distributed with the Gloo backend: a send/recv ping-pong.
+"""torch.distributed with the Gloo backend: a send/recv ping-pong, and its collectives.
 
 Rank 0 sends the payload to rank 1, which receives it into a preallocated buffer and sends it
 straight back. Before each batch rank 0 tells rank 1 (untimed, on its own tag) how many bytes,
 how many calls and how many in flight, so rank 1 can preallocate and echo exactly that many.
 With several in flight, rank 0 keeps that many ``isend``/``irecv`` pairs outstanding (one
 receive buffer each) and rank 1 echoes them in order.
+
+Collectives (``all_reduce``, ``broadcast``, ``all_gather``) are torch's own gloo collectives:
+the baseline every other framework's collective rows are compared with (``VS GLOO``).
 """
 
 from __future__ import annotations
@@ -19,8 +22,12 @@ STOP, BATCH = 0, 1
 
 class GlooTransport(Transport):
     kind = "gloo"
-    summary = "torch.distributed Gloo send/recv ping-pong"
-    ops = {"latency": ("send_recv",), "payload": ("send_recv",), "throughput": ("send_recv",)}
+    summary = "torch.distributed Gloo send/recv ping-pong; all_reduce, broadcast, all_gather"
+    ops = {
+        "latency": ("send_recv",), "payload": ("send_recv",), "throughput": ("send_recv",),
+        "collective": ("all_reduce", "broadcast", "all_gather"),
+    }
+    modules = ("torch", "torch.distributed")
 
     def setup(self, ctx: RankContext) -> None:
         import torch.distributed as dist
@@ -79,6 +86,30 @@ class GlooTransport(Transport):
             for work in sends:
                 if work is not None:
                     work.wait()
+
+    def collective(self, op: str, tensor: Any) -> Any:
+        import torch
+        import torch.distributed as dist
+
+        if op == "all_reduce":
+            dist.all_reduce(tensor)  # in place, as DDP does with its buckets
+            return tensor
+        if op == "broadcast":
+            dist.broadcast(tensor, src=0)
+            return tensor
+        if op == "all_gather":
+            out = torch.empty(self.ctx.world_size * tensor.numel(), dtype=tensor.dtype)
+            dist.all_gather(list(out.chunk(self.ctx.world_size)), tensor)
+            return out
+        raise ValueError(f"gloo has no collective {op!r}")
+
+    def agree(self, value: int) -> int:
+        import torch
+        import torch.distributed as dist
+
+        decided = torch.tensor([value], dtype=torch.int64)
+        dist.broadcast(decided, src=0)
+        return int(decided.item())
 
     def stop(self) -> None:
         for rank in range(1, self.ctx.world_size):

@@ -24,6 +24,7 @@ class RayTransport(Transport):
     ops = {"latency": ("actor_call",), "payload": ("actor_call",), "throughput": ("actor_call",)}
     processes = 1
     install_hint = "pip install 'rpcctl[ray]'"
+    modules = ("ray",)
 
     @classmethod
     def unavailable(cls) -> str | None:

@@ -57,6 +57,7 @@ class RpcTransport(Transport):
         "throughput": ("rpc_async",),
         "train": ("train_step",),
     }
+    modules = ("torch", "torch.distributed.rpc")
 
     @classmethod
     def env_for(cls, settings: dict[str, Any]) -> dict[str, str]:
