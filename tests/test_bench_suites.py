@@ -132,6 +132,16 @@ def test_tuned_rpc_gets_what_it_asks_for(tmp_path):
     assert_no_process_left(run_dir)
 
 
+def test_transport_settings_reach_tensorpipe(tmp_path):
+    """rpc-uv asks TensorPipe for TCP only: its ranks must hold no shared-memory segment, while
+    rpc-tuned (shm first) must. TensorPipe's own default is shm, so a dropped ``_transports``
+    makes rpc-uv fail here."""
+    document = run_bench(tmp_path, "--suite", "latency", "--transport", "rpc-uv,rpc-tuned")
+    observed = document["settings"]["observed"]
+    assert observed["rpc-uv@2"]["shm_transport"] is False, observed
+    assert observed["rpc-tuned@2"]["shm_transport"] is True, observed
+
+
 def test_a_failing_launch_is_reported_and_the_rest_still_runs(tmp_path):
     from rpcctl.bench.runner import BenchPlan, Unit
     from rpcctl.bench.session import run_session

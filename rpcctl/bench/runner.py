@@ -48,6 +48,7 @@ class Unit:
     pin: bool = False  # each rank pinned to a core of its own
     # A start-up row needs a fresh interpreter per rank (a forked rank inherits imported torch).
     start_method: str = "fork"
+    repeats: int | None = None  # this unit's own (training runs once, with every repeat)
 
     @property
     def slug(self) -> str:
@@ -195,15 +196,16 @@ def plan_bench(
             cases = by_world[world_size]
             method = "spawn" if any(c.suite == "startup" for c in cases) else "fork"
             units.append(Unit(len(units), spec, world_size, cases, pin=pin, start_method=method))
-    return BenchPlan(profile, timing, suites, kept, interleave_rounds(units, rounds), notes, rounds=rounds, pin=pin)
+    return BenchPlan(profile, timing, suites, kept, interleave_rounds(units, rounds, total_repeats), notes, rounds=rounds, pin=pin)
 
 
-def interleave_rounds(units: list[Unit], rounds: int) -> list[Unit]:
-    """Round r launches every unit once, the order rotated by r; training units run once."""
+def interleave_rounds(units: list[Unit], rounds: int, total_repeats: int | None = None) -> list[Unit]:
+    """Round r launches every unit once, the order rotated by r; training units run once, with
+    all the repeats."""
     from dataclasses import replace
 
     repeated = [u for u in units if any(c.suite != "train" for c in u.cases)]
-    once = [u for u in units if u not in repeated]
+    once = [replace(u, repeats=total_repeats if rounds > 1 else None) for u in units if u not in repeated]
     ordered: list[Unit] = []
     for r in range(rounds):
         shift = r % len(repeated) if repeated else 0
@@ -286,7 +288,7 @@ def run_unit(unit: Unit, plan: BenchPlan, bench_dir: Path, on_event: Callable[[d
     events_file = bench_dir / "events" / f"{unit.slug}.jsonl"
     unit_file.write_text(json.dumps({
         "transport": unit.transport.to_dict(),
-        "timing": plan.timing.to_dict(),
+        "timing": {**plan.timing.to_dict(), **({"repeats": unit.repeats} if unit.repeats else {})},
         "cases": [c.to_dict() for c in unit.cases],
         "events": str(events_file),
         "pin": unit.pin,
