@@ -421,8 +421,8 @@ def test_auto_env_and_backend_options():
     from rpcctl import rpc_settings
 
     env = rpc_settings.auto_rpc_env()
-    assert env == {"THP_MEM_ALLOC_ENABLE": "1", "RPCCTL_RPC_TRANSPORTS": "shm,uv"}
-    assert rpc_settings.backend_options_kwargs(env) == {"_transports": ["shm", "uv"]}
+    assert env == {"THP_MEM_ALLOC_ENABLE": "1", "MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "67108864"}
+    assert rpc_settings.backend_options_kwargs(env) == {}  # all of it is environment, read by c10 and glibc
     assert rpc_settings.backend_options_kwargs({}) == {}
     kwargs = rpc_settings.backend_options_kwargs(
         {"RPCCTL_RPC_TRANSPORTS": "shm, uv", "RPCCTL_RPC_CHANNELS": "cma,basic", "RPCCTL_RPC_WORKER_THREADS": "4"})

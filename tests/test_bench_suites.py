@@ -134,7 +134,7 @@ def test_tuned_rpc_gets_what_it_asks_for(tmp_path):
 
 def test_transport_settings_reach_tensorpipe(tmp_path):
     """rpc-uv asks TensorPipe for TCP only: its ranks must hold no shared-memory segment, while
-    rpc-tuned (shm first) must. TensorPipe's own default is shm, so a dropped ``_transports``
+    rpc-tuned (TensorPipe's choice: shm on one machine) must. TensorPipe's own default is shm, so a dropped ``_transports``
     makes rpc-uv fail here."""
     document = run_bench(tmp_path, "--suite", "latency", "--transport", "rpc-uv,rpc-tuned")
     observed = document["settings"]["observed"]
