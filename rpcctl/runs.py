@@ -7,6 +7,7 @@ Layout of one run (``<runs-dir>/<run-id>/``)::
     logs/rank-N.log     everything rank N wrote to stdout and stderr, across restarts
     errors/rank-N.json  the uncaught exception of rank N (torchelastic's error-file format)
     stacks/rank-N.txt   Python stacks dumped on request (``rpcctl stack``)
+    hang/, hang-2/...   the hang watchdog's evidence: diagnosis.txt, stacks.txt, calls.json
     launcher.log        the fork server's own output (normally empty)
 
 Run status is a small state machine: ``running`` → ``succeeded`` | ``failed`` | ``cancelled``.
@@ -299,3 +300,16 @@ def rank_error_file(run_dir: Path, rank: int) -> Path:
 
 def rank_stack_file(run_dir: Path, rank: int) -> Path:
     return run_dir / "stacks" / f"rank-{rank}.txt"
+
+
+def hang_diagnoses(run_dir: Path) -> list[str]:
+    """The hang watchdog's diagnoses of this run (``hang/diagnosis.txt``, ``hang-2/``...), in order."""
+    folders = [p for p in run_dir.glob("hang*") if p.name == "hang" or p.name.removeprefix("hang-").isdigit()]
+    folders.sort(key=lambda p: 1 if p.name == "hang" else int(p.name.removeprefix("hang-")))
+    texts = []
+    for folder in folders:
+        try:
+            texts.append((folder / "diagnosis.txt").read_text(errors="replace"))
+        except OSError:
+            continue  # written as the job ends, or removed: there is nothing to show yet
+    return texts

@@ -38,8 +38,8 @@ def _job(tmp_path: Path, ranks: int = 3, **env: str) -> Path:
     )
 
 
-def _launch(tmp_path: Path, runs_dir: Path, ranks: int = 3, **env: str) -> Path:
-    rpcctl("launch", str(_job(tmp_path, ranks, **env)), "--no-live", "--runs-dir", str(runs_dir), timeout=120)
+def _launch(tmp_path: Path, runs_dir: Path, ranks: int = 3, *flags: str, **env: str) -> Path:
+    rpcctl("launch", str(_job(tmp_path, ranks, **env)), "--no-live", "--runs-dir", str(runs_dir), *flags, timeout=150)
     run_dir = only_run(runs_dir)
     assert_no_process_left(run_dir)
     return run_dir
@@ -166,6 +166,23 @@ def test_text_from_ranks_is_shown_as_text_never_run(browser, tmp_path, runs_dir)
         assert title == HOSTILE_METRIC
         assert browser.js("return document.querySelectorAll('img, main script').length") == 0
         assert browser.js("return document.querySelector('#fig-timeline .annotation-text').textContent") == "root cause: rank 1"
+    finally:
+        browser.screenshot(tmp_path / "page.png")
+
+
+@pytest.mark.browser
+def test_a_hung_run_shows_the_watchdogs_diagnosis(browser, tmp_path, runs_dir):
+    run_dir = _launch(tmp_path, runs_dir, 2, "--hang-timeout", "6", HANG="1")
+    assert record(run_dir)["root_cause"]["reason"] == "hang"
+    out = tmp_path / "report.html"
+    _report(str(run_dir), out)
+    _open_report(browser, out)
+    try:
+        diagnosis = browser.js("return document.querySelector('#timeline pre.hang-diagnosis').innerText")
+        assert diagnosis.rstrip("\n") == (run_dir / "hang" / "diagnosis.txt").read_text().rstrip("\n")
+        assert diagnosis.startswith("rank 0 (worker0, pid ") and "worker1 is running sleep_long for worker0" in diagnosis
+        assert browser.js("return document.querySelector('.root-cause').innerText").startswith("found by the launcher (hang): hang: rank 0")
+        assert browser.js("return document.querySelector('#fig-timeline .annotation-text').textContent") == "root cause: hang"
     finally:
         browser.screenshot(tmp_path / "page.png")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rpcctl import inspect
-from rpcctl.runs import load_record
+from rpcctl.runs import hang_diagnoses, load_record
 
 # Enough points to draw a curve; a long run is thinned evenly (always keeping the last point).
 MAX_POINTS_PER_SERIES = 2000
@@ -37,6 +37,7 @@ class RunSnapshot:
     usage: list[Any] = field(default_factory=list)  # inspect.UsageSample: CPU and RSS per probe
     calls: Any = None  # inspect's CallsReport (pending, summary, serving); None: calls not recorded
     telemetry_cost: str | None = None
+    hang_diagnoses: list[str] = field(default_factory=list)  # the hang watchdog's, oldest first
 
     @property
     def started(self) -> float:
@@ -85,6 +86,7 @@ def run_snapshot(run_dir: Path) -> RunSnapshot:
         status=record.effective_status,
         config_text=config.read_text(errors="replace") if config.is_file() else None,
         taken_at=time.time(),
+        hang_diagnoses=hang_diagnoses(run_dir),
     )
     if not inspect.has_telemetry(run_dir):
         return snapshot

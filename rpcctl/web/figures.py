@@ -289,7 +289,7 @@ def timeline(snap: RunSnapshot) -> dict[str, Any]:
         if moment is not None:
             shapes.append({"type": "line", "x0": moment, "x1": moment, "yref": "paper", "y0": 0, "y1": 1,
                            "line": {"color": "#d62728", "dash": "dash"}})
-            annotations.append({"x": moment, "yref": "paper", "y": 1, "text": f"root cause: rank {cause.rank}", "showarrow": False,
+            annotations.append({"x": moment, "yref": "paper", "y": 1, "text": f"root cause: rank {cause.rank}" if cause.rank >= 0 else f"root cause: {label(cause.reason)}", "showarrow": False,
                                 "font": {"color": "#d62728"}, "xanchor": "left", "yanchor": "bottom"})
     return {
         "area": "timeline",

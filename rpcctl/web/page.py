@@ -121,7 +121,7 @@ th, td { padding: 3px 10px 3px 0; white-space: nowrap; border-bottom: 1px solid 
 th { text-align: left; color: #555; font-weight: 600; } .right { text-align: right; }
 dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: 2px 14px; margin: 4px 0; }
 dl.facts dt { color: #666; } dl.facts dd { margin: 0; word-break: break-all; }
-pre { background: #f6f6f6; padding: 8px; overflow-x: auto; font-size: 12px; max-height: 360px; }
+pre { background: #f6f6f6; padding: 8px; overflow: auto; font-size: 12px; max-height: 360px; white-space: pre-wrap; word-break: break-word; }
 .status { font-weight: 700; display: inline-block; padding: 1px 10px; border-radius: 8px; background: #eee; margin: 0 0 6px; }
 .status-succeeded { background: #d8f0dc; } .status-failed, .status-lost { background: #f8d7d7; } .status-running { background: #d6e6fb; }
 .bad, .warn { color: #b22; } .empty, .note { color: #777; }

@@ -25,7 +25,7 @@ def html_table(records: Sequence[Any], columns: Sequence[Column], *, detail: boo
     head = "".join(f'<th class="{c.justify}">{escape(c.title)}</th>' for c in shown)
     rows = []
     for record in records[:MAX_TABLE_ROWS]:
-        cells = "".join(f'<td class="{c.justify}">{escape(c.cell(record))}</td>' for c in shown)
+        cells = "".join(f'<td class="{c.justify}">{escape(str(c.cell(record)))}</td>' for c in shown)  # str: Text → plain
         rows.append(f"<tr>{cells}</tr>")
     more = f'<p class="note">… and {len(records) - MAX_TABLE_ROWS} more</p>' if len(records) > MAX_TABLE_ROWS else ""
     return f'<table class="{css}"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>{more}'
@@ -54,9 +54,9 @@ def summary(snap: RunSnapshot) -> str:
     out = [f'<p class="status status-{escape(snap.status)}">{escape(snap.status)}</p>', facts(pairs)]
     cause = record.root_cause
     if cause is not None:
-        how = f"killed by {cause.signal}" if cause.signal else f"exit code {cause.exit_code}"
-        where = f"rank {cause.rank}" if cause.rank >= 0 else "launcher"
-        out.append(f'<h3>Root cause</h3><p class="root-cause">{escape(where)} ({escape(how)}): {escape(cause.message)}</p>')
+        how = f"killed by {cause.signal}" if cause.signal else (f"exit code {cause.exit_code}" if cause.exit_code is not None else "")
+        where = f"rank {cause.rank}" if cause.rank >= 0 else f"found by the launcher ({cause.reason})"  # a hang, a deadline
+        out.append(f'<h3>Root cause</h3><p class="root-cause">{escape(where)}{f" ({escape(how)})" if how else ""}: {escape(cause.message)}</p>')
         text = cause.traceback or "\n".join(cause.log_tail)
         if text:
             out.append(f'<pre class="traceback">{escape(text)}</pre>')
@@ -105,7 +105,8 @@ def workers(snap: RunSnapshot) -> str:
 
 
 def timeline(snap: RunSnapshot) -> str:
-    """Events in order: start, exits, the root cause, and a hang diagnosis for stale ranks."""
+    """Events in order: start, exits, the root cause; the hang watchdog's diagnoses; ranks
+    running without a heartbeat."""
     events: list[tuple[float, str, str]] = [(0.0, "", f"run started on {', '.join(snap.hosts)}")]
     for state in snap.record.ranks:
         start = snap.since_start(state.started_at)
@@ -117,12 +118,16 @@ def timeline(snap: RunSnapshot) -> str:
             events.append((end, "bad" if state.state in ("failed", "killed") else "", f"rank {state.rank} {state.state} ({how})"))
     cause = snap.record.root_cause
     if cause is not None and snap.since_start(cause.timestamp) is not None:
-        events.append((snap.since_start(cause.timestamp), "bad", f"root cause: rank {cause.rank}: {cause.message}"))
+        who = f"rank {cause.rank}" if cause.rank >= 0 else cause.reason
+        events.append((snap.since_start(cause.timestamp), "bad", f"root cause: {who}: {cause.message}"))
     events.sort(key=lambda e: e[0])  # stable: the run's end stays after the exits at the same moment
     if snap.ended is not None:
         events.append((snap.duration_s, "", f"run {snap.status}"))
     items = "".join(f'<li class="{css}"><span class="t">{t:8.2f} s</span> {escape(text)}</li>' for t, css, text in events)
     parts = [f'<ol class="events">{items}</ol>']
+    for index, text in enumerate(snap.hang_diagnoses, 1):
+        which = f" ({index} of {len(snap.hang_diagnoses)})" if len(snap.hang_diagnoses) > 1 else ""
+        parts.append(f'<h3 class="bad">Hang diagnosis{which}</h3><pre class="hang-diagnosis">{escape(text)}</pre>')
     stale = [w for w in snap.workers if w.stale]
     if stale:
         lines = "".join(

@@ -1,7 +1,7 @@
 """A small RPC job for the report tests: rank 0 makes RRefs owned by the other ranks, every
 rank reports known losses and a second metric; with GATE set, rank 0 reports one more loss
 only once that file exists (the live page test); with FAIL set, the last rank raises FAIL
-(the others wait to be torn down)."""
+(the others wait to be torn down); with HANG set, rank 0 waits on a call worker1 never ends."""
 
 import os
 import time
@@ -10,6 +10,11 @@ import torch
 import torch.distributed.rpc as rpc
 
 import rpcctl
+
+
+def sleep_long():
+    time.sleep(600)
+
 
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 steps = int(os.environ.get("STEPS", "6"))
@@ -21,6 +26,8 @@ if rank == 0:
 for step in range(steps):
     rpcctl.report(step=step, loss=(rank + 1) * 10.0 / (step + 1), **{metric: step / 10})
     time.sleep(0.1)
+if os.environ.get("HANG") and rank == 0:
+    rpc.rpc_sync("worker1", sleep_long)  # the hang watchdog's case: a callee asleep
 if os.environ.get("FAIL"):
     if rank == world - 1:
         raise RuntimeError(os.environ["FAIL"])
