@@ -22,7 +22,7 @@ import pytest
 
 from rpcctl import inspect
 from browser import browser  # noqa: F401 - the fixture
-from conftest import WORKERS, assert_no_process_left, only_run, record, rpcctl, wait_until, write_config
+from conftest import WORKERS, assert_no_process_left, only_run, record, rpcctl, write_config
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -213,7 +213,9 @@ def _bench_document(path: Path) -> Path:
 def test_bench_result_renders_latency_bandwidth_on_log_axes_and_throughput(browser, tmp_path):
     bench = _bench_document(tmp_path / "bench.json")
     out = tmp_path / "bench.html"
-    _report(str(bench), out)
+    out.write_text("an older file, readable by everyone")
+    out.chmod(0o644)
+    _report(str(bench), out)  # rewritten, and the owner's alone again
     _open_report(browser, out)
     try:
         latency = _drawn(browser, "fig-bench-latency")

@@ -195,6 +195,7 @@ def write_report(html_text: str, path: Path) -> None:
 
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # an older file of that name may have been readable by others
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(html_text)
     except OSError as exc:
