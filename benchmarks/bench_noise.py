@@ -99,8 +99,8 @@ def main() -> int:
     base = figures["one launch each"]["run_to_run"]
     for name, f in figures.items():
         if name != "one launch each" and base:
-            print(f"{name}: run-to-run spread of VS RPC {(1 - f['run_to_run'] / base) * 100:+.0f}% smaller than one launch each"
-                  .replace("+-", "-"))
+            change = f["run_to_run"] / base - 1
+            print(f"{name}: run-to-run spread of VS RPC {abs(change) * 100:.0f}% {'smaller' if change < 0 else 'larger'} than one launch each")
     return 0
 
 
