@@ -139,7 +139,8 @@ def workers(
 ) -> None:
     """Every rank and the processes it spawned: pid, state, CPU, memory, device, heartbeat.
 
-    A running rank whose heartbeat is older than 5 s is flagged STALE (hung, or stopped).
+    A running rank whose heartbeat is older than 5 s is flagged STALE (hung, or stopped); a rank
+    whose step rate or call latency is far off the others' is flagged STRAGGLER, with the figures.
     Below the table: the CPU time rpcctl's own telemetry used, and its share of the job's.
     """
 
@@ -147,6 +148,7 @@ def workers(
         table = render_table(records, sdk.WorkerRecord.COLUMNS, detail=wide, empty="no workers yet")
         lines = [f"[yellow]STALE:[/yellow] rank {w.rank} (pid {w.pid}) no heartbeat for {w.heartbeat_age_s:.0f} s — try `rpcctl stack --rank {w.rank}`"
                  for w in records if w.stale]
+        lines += [Text.assemble(("STRAGGLER: ", "yellow"), w.straggler) for w in records if w.straggler]
         cost = sdk.telemetry_cost(run_dir) if records else None
         if cost is not None:
             lines.append(Text(cost.describe(), style="dim"))

@@ -29,6 +29,7 @@ One module per view, over one shared reader of the store::
     stacks.py   StackDump: dump_stacks
     cost.py     TelemetryCost: telemetry_cost
     calls.py    CallsReport (PendingCall, CallSummary, ServingRecord): calls
+    stragglers.py  Straggler: stragglers (step rate, call latency far off the others')
     usage.py    UsageSample: usage (every probe's CPU and RSS)
 
 This package re-exports every public name, so ``inspect.rrefs(...)`` is the function (the
@@ -49,11 +50,12 @@ from rpcctl.inspect.rrefs import AT_SHUTDOWN, LEAKED
 from rpcctl.inspect.rrefs import ENDINGS as RREF_ENDINGS
 from rpcctl.inspect.rrefs import RREF_STATES, OwnerSummary, RRefRecord, ended_rrefs, leaked_rrefs, rref_owners, rrefs
 from rpcctl.inspect.stacks import StackDump, dump_stacks
+from rpcctl.inspect.stragglers import Straggler, stragglers
 from rpcctl.inspect.usage import UsageSample, usage
 from rpcctl.inspect.workers import WorkerRecord, workers
 
 __all__ = [
-    "CallSummary", "CallsReport", "PendingCall", "ServingRecord", "calls",
+    "CallSummary", "CallsReport", "PendingCall", "ServingRecord", "Straggler", "calls", "stragglers",
     "AT_SHUTDOWN", "BY_ARRIVAL", "BY_STEP", "LEAKED", "RREF_ENDINGS", "RREF_STATES", "DeviceRecord", "LossGrid", "LossRecord", "LossSummary", "OwnerSummary", "RRefRecord", "StackDump",
     "TelemetryCost", "UsageSample", "WorkerRecord", "dump_stacks", "ended_rrefs", "gpus", "has_telemetry", "leaked_rrefs", "line_counts", "loss_grid",
     "loss_summaries", "losses", "metric_names", "NothingToPlot", "plot_losses", "rref_owners", "rrefs", "sparkline", "telemetry_cost", "usage", "with_metric", "workers", "x_axis",

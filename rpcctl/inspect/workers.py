@@ -48,6 +48,7 @@ class WorkerRecord:
     ended_at: str | None
     cpu_s: float | None  # CPU time the process used, all threads (at its last probe)
     telemetry_cpu_s: float | None  # of which rpcctl's telemetry sender thread
+    straggler: str | None = None  # far slower than the others, with the figure (``stragglers``)
 
     @property
     def rank_shown(self) -> str:
@@ -106,6 +107,12 @@ def workers(run_dir: Path) -> list[WorkerRecord]:
             if proc["proc_id"] not in used:
                 records.append(_worker(s, proc, None, restart))
     records.sort(key=lambda w: (w.rank if w.rank is not None else 1 << 30, w.kind != "rank", w.rpc_rank or 0, w.pid or 0))
+    from rpcctl.inspect.stragglers import stragglers
+
+    for slow in stragglers(run_dir):
+        for record in records:
+            if record.kind == "rank" and (record.rank == slow.rank or (slow.worker and record.name == slow.worker)):
+                record.straggler = "; ".join(filter(None, [record.straggler, slow.describe()]))
     return records
 
 

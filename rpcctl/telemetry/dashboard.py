@@ -1,4 +1,4 @@
-"""Panels for ``rpcctl launch``'s live view: RRefs per owner, latest losses per rank.
+"""Panels for ``rpcctl launch``'s live view: RRefs per owner, latest losses per rank, stragglers.
 
 ``dashboard_panels(run_dir)`` is called about four times a second by the live view. It runs
 three small aggregate queries on a fresh read-only connection (never one held open: the
@@ -78,4 +78,16 @@ def dashboard_panels(run_dir: Path) -> list[Any]:
             at = " ".join([f"epoch {epoch}"] * (epoch is not None) + [f"step {step}"] * (step is not None)) or "-"
             table.add_row(str(rank), at, "-" if loss is None else f"{loss:.6g}", sparkline([r[2] for r in rows]))
         panels.append(table)
+    slow = _stragglers(Path(run_dir))
+    if slow:
+        panels.append(Text("\n".join(f"STRAGGLER: {s.describe()}" for s in slow), style="yellow"))
     return panels
+
+
+def _stragglers(run_dir: Path) -> list[Any]:
+    from rpcctl.inspect import stragglers
+
+    try:
+        return stragglers(run_dir)
+    except Exception:  # a store being switched out of WAL mode at the run's end: next frame
+        return []

@@ -1,0 +1,93 @@
+"""Stragglers: a rank whose step rate, or a worker whose calls' latency, is far off the others'
+(``stragglers``), for ``inspect workers`` and the live view.
+
+- step rate: loss/metrics records per second of each rank over the last ``WINDOW_S`` seconds
+  (of the run so far, if shorter), from at most the last ``RECENT`` records; flagged below
+  ``SLOWER`` × the median of the other ranks (which must have ``MIN_STEPS`` records or more);
+- call latency: the mean duration of the calls each worker served, per function called on
+  two workers or more; flagged above ``FASTER`` × the median of the other workers for that
+  function (and at least 1 ms more).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from rpcctl.console import human_seconds
+from rpcctl.inspect._store import _Store
+
+WINDOW_S = 30.0
+RECENT = 5000
+MIN_STEPS = 3
+SLOWER = 0.5
+FASTER = 3.0
+
+
+@dataclass
+class Straggler:
+    rank: int | None
+    worker: str | None
+    metric: str  # step_rate (steps/s) | call_latency (seconds, of `func`)
+    value: float
+    others: float  # the median of the others
+    func: str | None = None
+
+    def describe(self) -> str:
+        who = f"rank {self.rank}" if self.rank is not None else (self.worker or "?")
+        if self.metric == "step_rate":
+            return f"{who}: {self.value:.2f} steps/s, the other ranks {self.others:.2f} steps/s ({self.others / max(self.value, 1e-9):.1f}× slower)"
+        return (f"{who}: calls to {self.worker} ({self.func}) take {human_seconds(self.value)}, to the others"
+                f" {human_seconds(self.others)} ({self.value / max(self.others, 1e-9):.1f}× slower)")
+
+
+def stragglers(run_dir: Path) -> list[Straggler]:
+    with _Store(run_dir) as s:
+        restart = s.latest_restart()
+        rows = s.rows("SELECT rank, time FROM losses WHERE restart = ? AND id > (SELECT coalesce(max(id), 0) - ? FROM losses) AND time IS NOT NULL",
+                      (restart, RECENT))
+        stats = s.rows("SELECT callee, func, sum(count) AS n, sum(total_s) AS total FROM call_stats WHERE restart = ? GROUP BY callee, func",
+                       (restart,))
+        names = {r["name"]: r["rank"] for r in s.rows("SELECT name, rank FROM procs WHERE restart = ? AND kind = 'rank' AND name IS NOT NULL",
+                                                       (restart,))}
+        now = s.now if s.live else (s.closed_at or s.now)
+    return _slow_steps(rows, now) + _slow_callees(stats, names)
+
+
+def _slow_steps(rows: list, now: float) -> list[Straggler]:
+    if not rows:
+        return []
+    first = min(r["time"] for r in rows)
+    window = min(WINDOW_S, max(now - first, 1e-3))
+    counts: dict[int, int] = {}
+    for row in rows:
+        counts.setdefault(row["rank"], 0)
+        if row["time"] >= now - window:
+            counts[row["rank"]] += 1
+    out = []
+    for rank, count in counts.items():
+        others = [n for r, n in counts.items() if r != rank]
+        if not others or statistics.median(others) < MIN_STEPS:
+            continue
+        rate, typical = count / window, statistics.median(others) / window
+        if rate < SLOWER * typical:
+            out.append(Straggler(rank, None, "step_rate", rate, typical))
+    return out
+
+
+def _slow_callees(stats: list, names: dict[str, int]) -> list[Straggler]:
+    by_func: dict[str, dict[str, float]] = {}
+    for row in stats:
+        if row["n"]:
+            by_func.setdefault(row["func"], {})[row["callee"]] = row["total"] / row["n"]
+    out = []
+    for func, means in by_func.items():
+        for callee, mean in means.items():
+            others = [m for c, m in means.items() if c != callee]
+            if not others:
+                continue
+            typical = statistics.median(others)
+            if mean > FASTER * typical and mean - typical >= 1e-3:
+                out.append(Straggler(names.get(callee), callee, "call_latency", mean, typical, func))
+    return out

@@ -1,0 +1,67 @@
+"""Stragglers on a real job: the rank that steps ten times slower than the others, and the
+worker whose calls take ten times longer, are flagged in ``inspect workers`` with the figures."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from conftest import assert_no_process_left, only_run, rpcctl
+from rpcctl import inspect
+
+pytestmark = pytest.mark.timeout(150)
+
+SCRIPT = textwrap.dedent(
+    '''
+    import os, time
+
+    import torch.distributed.rpc as rpc
+
+    rank = int(os.environ["RANK"])
+    SLOW = rank == 2
+
+
+    def work():
+        time.sleep(0.1 if SLOW else 0.005)
+        return rank
+
+
+    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=3)
+    step, deadline = 0, time.time() + 6
+    while time.time() < deadline:
+        if rank == 0:
+            rpc.rpc_sync("worker1", work)
+            rpc.rpc_sync("worker2", work)
+        time.sleep(0.5 if SLOW else 0.05)
+        print(f"step {step} loss {1.0 / (step + 1)}", flush=True)
+        step += 1
+    rpc.shutdown()
+    '''
+)
+
+
+def test_the_slow_rank_is_flagged_with_its_step_rate_and_call_latency(tmp_path, runs_dir):
+    (tmp_path / "uneven.py").write_text(SCRIPT)
+    config = tmp_path / "uneven.yaml"
+    config.write_text("script: uneven.py\nnproc_per_node: 3\ntimeout: 120\n")
+    result = rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir), timeout=120)
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run(runs_dir)
+    assert_no_process_left(run_dir)
+
+    slow = inspect.stragglers(run_dir)
+    assert {(s.rank, s.metric) for s in slow} == {(2, "step_rate"), (2, "call_latency")}
+    steps = next(s for s in slow if s.metric == "step_rate")
+    assert steps.value < steps.others / 4  # ~2/s against ~15/s on an idle machine
+    latency = next(s for s in slow if s.metric == "call_latency")
+    assert (latency.worker, latency.func) == ("worker2", "work") and latency.value > 0.09
+
+    result = rpcctl("inspect", "workers", "--runs-dir", str(runs_dir))
+    assert result.returncode == 0, result.stderr
+    flagged = [line for line in result.stdout.splitlines() if line.startswith("STRAGGLER:")]
+    assert len(flagged) == 1 and flagged[0].startswith("STRAGGLER: rank 2: ") and "steps/s" in flagged[0], result.stdout
+    assert "calls to worker2 (work) take" in flagged[0]
+    document = json.loads(rpcctl("inspect", "workers", "--json", "--runs-dir", str(runs_dir)).stdout)
+    assert [w["rank"] for w in document if w["straggler"]] == [2]
