@@ -254,7 +254,7 @@ def _summary(stat_rows: list[Any], pending: list[PendingCall]) -> list[CallSumma
             caller=key[0], callee=key[1], func=key[2], kind=key[3], count=count,
             p50_s=_at_most(tracking.quantile(entry["hist"], 0.5), entry["max"]),
             p99_s=_at_most(tracking.quantile(entry["hist"], 0.99), entry["max"]),
-            max_s=entry["max"] if count else None, mean_s=entry["total"] / count if count else None,
+            max_s=entry["max"] if count else None, mean_s=entry["total"] / timed if (timed := sum(entry["hist"].values())) else None,
             errors=entry["errors"], timeouts=entry["timeouts"], pending=open_calls.get(key, 0)))
     out.sort(key=lambda c: (c.caller or "", c.callee, -c.count, c.func))
     return out

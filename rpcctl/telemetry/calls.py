@@ -31,6 +31,8 @@ the callee reports the bytes of the tensor arguments of the functions it lists (
 from __future__ import annotations
 
 import functools
+import itertools
+import weakref
 import math
 import os
 import sys
@@ -42,6 +44,7 @@ from typing import Any
 from rpcctl.telemetry.protocol import MAX_QUEUE
 from rpcctl.telemetry.rrefs.sender import Tracker, _qualname as qualname
 
+REMOTE_SAMPLE = 16  # rpc.remote: one call in 16 is timed (all are counted)
 LONG_S = 1.0  # calls (and served functions) running this long are listed one by one
 MAX_LISTED = 100_000  # per process: beyond this, long calls are only counted
 HIST_BUCKETS_PER_OCTAVE = 4  # duration histogram: bucket b covers 2**(b/4) µs onwards
@@ -53,6 +56,7 @@ _q: Any = None  # the worker's queue while telemetry is active; None: the hooks 
 _time = time.time
 _get_ident = threading.get_ident
 _getframe = sys._getframe
+_weakref = weakref.ref
 _pending: dict[int, _Call] = {}  # id(call) → call, for calls in flight
 _done: deque[_Call] = deque()  # ended calls, for the sender
 _serving: dict[int, list[Any]] = {}  # thread ident → [python_udf, started]: what this process runs for others
@@ -67,7 +71,7 @@ _dropped = 0
 
 
 class _Call:
-    __slots__ = ("kind", "to", "func", "args", "code", "lasti", "tid", "t0", "t1", "status", "listed")
+    __slots__ = ("kind", "to", "func", "args", "code", "lasti", "tid", "t0", "t1", "status", "listed", "ref")
 
     def finish(self, fut: Any) -> None:
         """Done-callback of an async call's future (a torch thread)."""
@@ -107,7 +111,7 @@ def _start(kind: str, to: Any, func: Any, args: Any) -> _Call | None:
     if tid == _sender_tid:
         return None
     call = _Call()
-    call.kind, call.to, call.func, call.tid, call.listed = kind, to, func, tid, 0
+    call.kind, call.to, call.func, call.tid, call.listed, call.ref = kind, to, func, tid, 0, None
     # rref.rpc_sync().method(): args = (rref, method name, ...); only the name is kept.
     call.args = args[1] if func in _local_invokes and args and len(args) > 1 else None
     call.code, call.lasti = _caller()
@@ -150,9 +154,14 @@ def _wrap_rpc_sync(orig: Any, unset_timeout: float) -> Any:
     return rpc_sync
 
 
-def _wrap_async(orig: Any, unset_timeout: float, kind: str, future_of: Any) -> Any:
+def _wrap_async(orig: Any, unset_timeout: float, kind: str, future_of: Any, sample_every: int = 1) -> Any:
     """rpc_async and remote: the call ends when ``future_of(result)`` completes (remote: the
-    RRef's creation future, complete once the owner ran the function)."""
+    RRef's creation future, complete once the owner ran the function). ``sample_every``: only
+    one call in that many gets the done-callback (for remote, ``rref._get_future()`` and the
+    callback cost ~18 µs, a fifth of a loopback rpc.remote); the others keep a weak reference
+    to the RRef, and the sender sees them end (``Summariser._unwatched``): counted exactly,
+    timed only if sampled."""
+    seen = itertools.count()
 
     @functools.wraps(orig)
     def wrapper(to, func, args=None, kwargs=None, timeout=unset_timeout):  # noqa: ANN001 - torch's signature
@@ -165,6 +174,12 @@ def _wrap_async(orig: Any, unset_timeout: float, kind: str, future_of: Any) -> A
             call.status = _failure(exc)
             _end(call)
             raise
+        if sample_every > 1 and next(seen) % sample_every:
+            try:
+                call.ref = _weakref(result)
+                return result
+            except TypeError:
+                pass
         try:
             future_of(result).add_done_callback(call.finish)
         except Exception:  # no future to watch: count the call as sent
@@ -249,7 +264,7 @@ def install() -> bool:
     _local_invokes = (rref_proxy._local_invoke, rref_proxy._local_invoke_async_execution)
     wrappers = {"rpc_sync": _wrap_rpc_sync(api.rpc_sync, UNSET_RPC_TIMEOUT),
                 "rpc_async": _wrap_async(api.rpc_async, UNSET_RPC_TIMEOUT, "rpc_async", _future),
-                "remote": _wrap_async(api.remote, UNSET_RPC_TIMEOUT, "remote", _creation_future)}
+                "remote": _wrap_async(api.remote, UNSET_RPC_TIMEOUT, "remote", _creation_future, REMOTE_SAMPLE)}
     for name, wrapped in wrappers.items():
         setattr(api, name, wrapped)
         setattr(rpc, name, wrapped)
@@ -329,8 +344,12 @@ class Summariser:
             call = _done.popleft()
             self._ended(call, out)
         for call in list(_pending.values()):
-            if not call.listed and now - call.t0 >= LONG_S:
+            if call.ref is not None:
+                self._unwatched(call, now)
+            if not call.listed and now - call.t0 >= LONG_S and id(call) in _pending:
                 self._list(call, out)
+        for _ in range(len(_done)):  # the unwatched ones that ended just now
+            self._ended(_done.popleft(), out)
         for (callee, func, kind), (n, err, tmo, total, longest, hist) in self.stats.items():
             out.append({"e": "cstat", "callee": callee, "func": func, "kind": kind, "n": n, "err": err, "tmo": tmo,
                         "sum": total, "max": longest, "h": {str(k): v for k, v in hist.items()}, "t": now})
@@ -338,12 +357,30 @@ class Summariser:
         self._serving(now, out)
         return out
 
+    def _unwatched(self, call: _Call, now: float) -> None:
+        """An untimed remote call: over once its RRef is gone, or (checked only once it is a
+        second old, since ``_get_future()`` costs) once its creation future is done."""
+        rref = call.ref()
+        if rref is None or (now - call.t0 >= LONG_S and rref._get_future().done()):
+            call.status, call.t1 = OK, (now if call.listed else None)  # a listed call's end is seen now
+        else:
+            return
+        del rref
+        _pending.pop(id(call), None)
+        _done.append(call)
+
     def _ended(self, call: _Call, out: list[dict[str, Any]]) -> None:
+        if call.t1 is None:  # an untimed remote call: counted, not timed
+            self._count(call, None)
+            return
         duration = max(0.0, call.t1 - call.t0)
         if not call.listed and duration >= LONG_S:
             self._list(call, out)
         if call.listed:
             out.append({"e": "cend", "id": call.listed, "status": call.status, "t": call.t1})
+        self._count(call, duration)
+
+    def _count(self, call: _Call, duration: float | None) -> None:
         name = self._name(call)
         if name.startswith(_TORCH_INTERNAL):  # torch's own protocol (shutdown's barrier, proxies' type lookups)
             return
@@ -356,6 +393,8 @@ class Summariser:
             entry[1] += 1
         elif call.status == TIMEOUT:
             entry[2] += 1
+        if duration is None:
+            return
         entry[3] += duration
         entry[4] = max(entry[4], duration)
         b = bucket(duration)
