@@ -32,7 +32,8 @@ from rpcctl.errors import RpcctlError
 from rpcctl.lines import LineSplitter, Piece
 from rpcctl.plan import RankPlan
 from rpcctl.private import private_dir, private_open
-from rpcctl.rank_server import MAX_MESSAGE
+from rpcctl.rank_server import MAX_MESSAGE, PR_SET_CHILD_SUBREAPER, prctl
+from rpcctl.runs import process_in_run
 
 
 @dataclass(frozen=True)
@@ -66,10 +67,21 @@ def signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+class RankServerLost(RpcctlError):
+    """The rank server died under the launcher (killed, crashed): its ranks were killed with it."""
+
+
 class RankProcesses:
-    """The launcher's side of the rank server protocol (see ``rpcctl.rank_server``)."""
+    """The launcher's side of the rank server protocol (see ``rpcctl.rank_server``).
+
+    The launcher is a child subreaper: if the rank server dies (even by SIGKILL), what its
+    ranks started is re-parented to the launcher, not to pid 1, and is killed here with the
+    ranks' process groups (``kill_run_processes``), so no tree outlives its run."""
 
     def __init__(self, run_dir: Path, preload: list[str], env: dict[str, str] | None = None):
+        prctl(PR_SET_CHILD_SUBREAPER, 1)
+        self.run_id = (env or {}).get("RPCCTL_RUN_ID")
+        self.lost: str | None = None  # how the rank server died, once it has
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         server_log = private_open(run_dir / "launcher.log", "ab")  # handed to the child
         try:
@@ -103,12 +115,15 @@ class RankProcesses:
         deadline = time.monotonic() + timeout
         while True:
             remaining = max(0.0, deadline - time.monotonic())
+            if self.lost is not None:  # nobody left to send news
+                time.sleep(remaining)
+                return exits
             readable, _, _ = select.select([self._sock], [], [], remaining)
             if not readable:
                 return exits
             data = self._sock.recv(MAX_MESSAGE)
             if not data:
-                raise RpcctlError(f"the rank server (pid {self.server.pid}) died unexpectedly; see launcher.log")
+                self._server_lost()
             message = json.loads(data)
             op = message["op"]
             # "ready" (preload done) needs no action: the server serves spawns in order anyway.
@@ -144,9 +159,48 @@ class RankProcesses:
             signal_tree(pid, procs + tree(pid), signal.SIGKILL)
         # Collect the exit statuses of the ranks we killed.
         deadline = time.monotonic() + 5
-        while any(r not in self.exited for r in live) and time.monotonic() < deadline:
+        while any(r not in self.exited for r in live) and time.monotonic() < deadline and self.lost is None:
             collected += self.poll(0.05)
         return collected
+
+    def _server_lost(self) -> None:
+        try:
+            status = self.server.wait(timeout=5)
+            how = f"killed by {signal_name(-status)}" if status < 0 else f"exited with code {status}"
+        except subprocess.TimeoutExpired:
+            how = "closed its socket"
+        self.lost = how
+        self.kill_run_processes()
+        raise RankServerLost(f"the rank server (pid {self.server.pid}) {how}; every process of the run was killed (see launcher.log)")
+
+    def kill_run_processes(self, timeout: float = 5.0) -> None:
+        """SIGKILL every process of the run the rank server can no longer kill: the ranks'
+        process groups, and whatever carries the run's id and was re-parented to us."""
+        deadline = time.monotonic() + timeout
+        adopted: set[int] = set()  # orphans re-parented to us: ours to reap, and only those
+        while True:
+            for pid in self.pids.values():
+                try:
+                    os.killpg(pid, signal.SIGKILL)  # each rank leads its own group
+                except (ProcessLookupError, PermissionError):
+                    pass
+            left = [p for p in _descendants() if p.pid != self.server.pid and self.run_id and process_in_run(p.pid, self.run_id)]
+            for proc in left:
+                try:
+                    if proc.ppid() == os.getpid():
+                        adopted.add(proc.pid)
+                    proc.kill()
+                except psutil.Error:
+                    pass
+            for pid in list(adopted):
+                try:
+                    if os.waitpid(pid, os.WNOHANG)[0]:
+                        adopted.discard(pid)
+                except ChildProcessError:
+                    adopted.discard(pid)
+            if (not left and not adopted) or time.monotonic() >= deadline:
+                return
+            time.sleep(0.02)
 
     def reset(self) -> None:
         """Forget the finished attempt (before a restart)."""
@@ -164,11 +218,20 @@ class RankProcesses:
         except OSError:
             pass
         try:
-            self.server.wait(timeout=10)
+            status = self.server.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.server.kill()
-            self.server.wait()
+            status = self.server.wait()
         self._sock.close()
+        if status != 0 or self.lost is not None:  # it could not have killed what is left
+            self.kill_run_processes()
+
+
+def _descendants() -> list[psutil.Process]:
+    try:
+        return psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
 
 
 def tree(pid: int) -> list[psutil.Process]:

@@ -34,7 +34,7 @@ from rpcctl.config import JobSpec
 from rpcctl.console import Console, human_seconds, sanitize
 from rpcctl.lines import Piece
 from rpcctl.plan import LaunchPlan, NodeFacts, build_plan, free_port
-from rpcctl.procs import ExitStatus, LogPump, RankProcesses
+from rpcctl.procs import ExitStatus, LogPump, RankProcesses, RankServerLost
 from rpcctl.runs import CANCELLED, FAILED, RUNNING, SUCCEEDED, Failure, RankState, RunRecord, now_iso, save_record
 
 POLL_S = 0.1
@@ -81,6 +81,7 @@ class Supervisor:
 
             self.watchdog = HangWatchdog(self.run_dir, spec.hang_timeout, spec.on_hang == "keep", console)
         self._record_error: str | None = None
+        self._procs: RankProcesses | None = None
 
     # -- signals ------------------------------------------------------------------------------
 
@@ -173,7 +174,7 @@ class Supervisor:
         previous = {s: signal.signal(s, self._on_signal) for s in CANCEL_SIGNALS}
         telemetry_env = self._start_telemetry()
         # The run id in its environment marks the rank server as part of this run (leak checks).
-        procs = RankProcesses(self.run_dir, self.plan.preload, env={"RPCCTL_RUN_ID": self.record.run_id})
+        procs = self._procs = RankProcesses(self.run_dir, self.plan.preload, env={"RPCCTL_RUN_ID": self.record.run_id})
         pump = LogPump(self._on_piece, self._on_log_error)
         pump.start()
         deadline = time.monotonic() + self.spec.timeout if self.spec.timeout else None
@@ -217,6 +218,7 @@ class Supervisor:
             and self.cancel_signal is None
             and not self._timed_out(deadline)
             and not self._final_elsewhere
+            and (self._procs is None or self._procs.lost is None)  # no rank server to restart with
         )
 
     def _restart(self, procs: RankProcesses) -> str | None:
@@ -288,7 +290,11 @@ class Supervisor:
 
         failure: Failure | None = None
         while True:
-            exits = procs.poll(POLL_S)
+            try:
+                exits = procs.poll(POLL_S)
+            except RankServerLost as exc:  # its ranks and their trees are dead already: say so
+                exits = []
+                failure = failure or Failure(-1, procs.server.pid, None, None, "launcher", str(exc), now_iso())
             self._announce_cancel()
             changed = self._note_spawned(procs, states)
             for rank, error in list(procs.spawn_errors.items()):

@@ -15,12 +15,14 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from conftest import (
     assert_no_process_left,
     launch_until_running,
     only_run,
+    pids_gone,
     record,
     rpcctl,
     wait_until,
@@ -79,7 +81,7 @@ def test_log_pump_keeps_draining_after_enospc(tmp_path):
 
     lines: list[str] = []
     errors: list[tuple[int, Path, int, OSError]] = []
-    pump = LogPump(lambda rank, piece: lines.append(piece.text), lambda *e: errors.append(e),
+    pump = LogPump(lambda rank, piece: piece.final and lines.append(piece.text), lambda *e: errors.append(e),
                    open_log=lambda path, mode, buffering: _FillsUp(path, mode, buffering, room=1000))
     pump.start()
     log = tmp_path / "logs" / "rank-1.log"
@@ -210,3 +212,42 @@ def _processes_with_run_id(run_id):
     from conftest import processes_of_run
 
     return processes_of_run(run_id)
+
+
+# -- the rank server killed under the launcher -------------------------------------------------
+
+
+def _ignore_term_grandchild_script(tmp_path: Path) -> Path:
+    """A rank that starts a grandchild which ignores SIGTERM, and one more that leaves the
+    rank's process group (setsid), then hangs."""
+    script = tmp_path / "stubborn.py"
+    script.write_text(
+        "import os, subprocess, sys, time\n"
+        "stubborn = 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'\n"
+        "kids = [subprocess.Popen([sys.executable, '-c', stubborn]),\n"
+        "        subprocess.Popen([sys.executable, '-c', stubborn], start_new_session=True)]\n"
+        "rank = os.environ['RANK']\n"
+        "with open(os.path.join(os.environ['RPCCTL_RUN_DIR'], f'kids-{rank}.pid'), 'w') as f:\n"
+        "    f.write(' '.join(str(k.pid) for k in kids))\n"
+        "print('kids started', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    return script
+
+
+def test_kill_9_of_the_rank_server_takes_every_rank_tree_down(tmp_path, runs_dir):
+    launcher, run_dir = launch_until_running(tmp_path, runs_dir, nproc_per_node=2, script=str(_ignore_term_grandchild_script(tmp_path)))
+    for rank in (0, 1):
+        wait_until(lambda: (run_dir / f"kids-{rank}.pid").exists(), 30, f"rank {rank}'s grandchildren", run_dir / "logs")
+    kids = [int(pid) for rank in (0, 1) for pid in (run_dir / f"kids-{rank}.pid").read_text().split()]
+    ranks = [r["pid"] for r in record(run_dir)["ranks"]]
+    server = next(p for p in psutil.Process(launcher.pid).children() if "rpcctl.rank_server" in " ".join(p.cmdline()))
+    server.kill()
+    _, err = launcher.communicate(timeout=60)
+    assert launcher.returncode == 1, err
+    assert "Traceback" not in err
+    wait_until(lambda: pids_gone([*kids, *ranks, server.pid]), 10, "the ranks, their grandchildren and the rank server to be gone")
+    assert_no_process_left(run_dir)
+    rec = record(run_dir)
+    assert rec["status"] == "failed" and f"the rank server (pid {server.pid}) killed by SIGKILL" in rec["root_cause"]["message"], rec
+    assert {r["state"] for r in rec["ranks"]} == {"killed"}
