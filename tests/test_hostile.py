@@ -266,3 +266,35 @@ def _modes(run_dir: Path) -> dict[str, int]:
         except FileNotFoundError:
             continue
     return modes
+
+
+# -- the telemetry channel ---------------------------------------------------------------------
+
+
+def test_malformed_telemetry_lines_are_dropped_and_the_server_goes_on(tmp_path):
+    import socket as sockets
+
+    from rpcctl.telemetry import protocol
+    from rpcctl.telemetry.server import TelemetryServer
+
+    server = TelemetryServer(tmp_path / "run")
+    server.start()
+    try:
+        with sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM) as bad:
+            bad.connect(str(server.socket_path))
+            bad.sendall(b"[" * 1_000_000 + b"\n")  # RecursionError in json
+            bad.sendall(protocol.encode({"k": "hello", "pid": {"a": 1}, "rank": 0}))  # a mapping for SQLite
+        with sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM) as good:
+            good.connect(str(server.socket_path))
+            good.sendall(protocol.encode({"k": "hello", "pid": os.getpid(), "rank": 0, "host": "h", "kind": "rank"}))
+            good.sendall(protocol.encode({"k": "batch", "ev": [{"e": "loss", "step": 1, "loss": {"not": "a number"}}]}))
+            good.sendall(protocol.encode({"k": "batch", "ev": [{"e": "loss", "step": 2, "loss": 0.5, "t": time.time()}]}))
+            wait_until(lambda: server.bad_messages >= 3, 20, "the bad messages to be counted")
+            time.sleep(0.5)
+    finally:
+        server.close()
+    with sqlite3.connect(protocol.db_path(tmp_path / "run")) as db:
+        losses = db.execute("SELECT step, loss FROM losses").fetchall()
+        pids = [row[0] for row in db.execute("SELECT pid FROM procs")]
+    assert losses == [(2, 0.5)]  # what was valid landed after what was not
+    assert pids == [os.getpid()]

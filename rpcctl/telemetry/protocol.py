@@ -83,11 +83,28 @@ def encode(message: dict[str, Any]) -> bytes:
 
 
 def decode(line: bytes) -> dict[str, Any] | None:
+    """One message, or None for anything that is not one (too long, too deep, not an object):
+    a line from a channel is untrusted, and the server counts and drops what this refuses."""
+    if len(line) > MAX_LINE:
+        return None
     try:
         message = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: "[[[[..." a million deep
         return None
     return message if isinstance(message, dict) else None
+
+
+# hello: what each field must be (None is always allowed). A wrong type would reach SQLite
+# (a mapping as pid: ProgrammingError) or the server's bookkeeping.
+HELLO_FIELDS: dict[str, tuple[type, ...]] = {"pid": (int,), "ppid": (int,), "rank": (int,), "host": (str,), "kind": (str,)}
+
+
+def valid_hello(message: dict[str, Any]) -> bool:
+    for key, types in HELLO_FIELDS.items():
+        value = message.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
+            return False
+    return True
 
 
 def db_path(run_dir: str | os.PathLike[str]) -> Path:

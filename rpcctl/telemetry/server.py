@@ -22,6 +22,7 @@ import collections
 import os
 import selectors
 import socket
+import sqlite3
 import sys
 import threading
 import time
@@ -265,7 +266,9 @@ class TelemetryServer:
         assert self._store is not None
         kind = message.get("k")
         now = time.time()
-        if kind == "hello" and conn.proc is None:
+        if kind == "hello" and conn.proc is None and not protocol.valid_hello(message):
+            self.bad_messages += 1
+        elif kind == "hello" and conn.proc is None:
             pid = message.get("pid")
             rank = message.get("rank")
             key = (rank, pid) if isinstance(rank, int) and isinstance(pid, int) else None
@@ -296,8 +299,8 @@ class TelemetryServer:
                 if isinstance(event, dict):
                     try:
                         self._store.apply(conn.proc, event)
-                    except (KeyError, TypeError, ValueError):
-                        self.bad_messages += 1
+                    except (KeyError, TypeError, ValueError, OverflowError, sqlite3.InterfaceError, sqlite3.ProgrammingError):
+                        self.bad_messages += 1  # a field of the wrong type: this event is dropped, the server goes on
         else:
             self.bad_messages += 1
 
