@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from rpcctl.config import JobSpec
 
 COMMIT_INTERVAL_S = 0.1
+# What an event with a missing or ill-typed field raises in the store: the event is dropped.
+BAD_EVENT_ERRORS = (KeyError, TypeError, ValueError, OverflowError, sqlite3.InterfaceError, sqlite3.ProgrammingError)
 
 
 class TelemetryServer:
@@ -299,7 +301,7 @@ class TelemetryServer:
                 if isinstance(event, dict):
                     try:
                         self._store.apply(conn.proc, event)
-                    except (KeyError, TypeError, ValueError, OverflowError, sqlite3.InterfaceError, sqlite3.ProgrammingError):
+                    except BAD_EVENT_ERRORS:
                         self.bad_messages += 1  # a field of the wrong type: this event is dropped, the server goes on
         else:
             self.bad_messages += 1

@@ -1,0 +1,56 @@
+"""Fuzz the telemetry decoder and store with hypothesis: no line ends the server (decode
+returns a message or None; the store applies an event or raises one of the errors the server
+counts and drops), and a valid event still lands after any number of bad ones."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rpcctl.telemetry import protocol
+from rpcctl.telemetry.server import BAD_EVENT_ERRORS
+from rpcctl.telemetry.store import ProcInfo, StoreWriter
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=20,
+)
+EVENT_KINDS = ["probe", "rpc", "rref", "conf", "desc", "vfree", "fork", "rel", "churn", "loss", "shutdown", "bye", "call", "cend", "cstat", "x"]
+events = st.dictionaries(
+    st.sampled_from(["e", "id", "fork", "owner", "owner_rank", "step", "loss", "epoch", "metrics", "t", "value", "workers", "n", "name", "rpc_rank", "status", "callee", "func", "kind", "h"]),
+    json_values,
+    max_size=8,
+) | st.builds(
+    lambda kind, rest: {"e": kind, **rest}, st.sampled_from(EVENT_KINDS), st.dictionaries(st.text(max_size=8), json_values, max_size=6)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=2000) | st.text(max_size=2000).map(str.encode) | json_values.map(lambda v: json.dumps(v).encode()))
+def test_decode_never_raises(line):
+    message = protocol.decode(line)
+    assert message is None or isinstance(message, dict)
+
+
+def test_decode_refuses_a_line_a_million_deep():
+    assert protocol.decode(b"[" * 1_000_000) is None
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(events, max_size=10))
+def test_store_takes_any_events_and_valid_ones_still_land(tmp_path, batch):
+    store = StoreWriter(tmp_path / f"fuzz-{time.monotonic_ns()}.db")
+    proc = ProcInfo(store.proc_connected({"pid": 1, "rank": 0, "kind": "rank"}, 0, time.time()), 1, 0, 0)
+    for event in batch:
+        try:
+            store.apply(proc, event)
+        except BAD_EVENT_ERRORS:
+            pass  # counted and dropped by the server
+    store.apply(proc, {"e": "loss", "step": 999, "loss": 0.25, "t": time.time()})
+    store.commit()
+    assert store.db.execute("SELECT loss FROM losses WHERE step = 999").fetchall() == [(0.25,)]
+    store.close()
