@@ -298,3 +298,20 @@ def test_malformed_telemetry_lines_are_dropped_and_the_server_goes_on(tmp_path):
         pids = [row[0] for row in db.execute("SELECT pid FROM procs")]
     assert losses == [(2, 0.5)]  # what was valid landed after what was not
     assert pids == [os.getpid()]
+
+
+def test_a_string_or_nan_loss_in_the_store_does_not_crash_inspect_losses(runs_dir):
+    from rpcctl.telemetry.store import StoreWriter
+    from test_inspect import _record
+
+    run_dir = runs_dir / "odd-losses"
+    run_dir.mkdir(parents=True)
+    _record(run_dir)
+    store = StoreWriter(run_dir / "telemetry.db")
+    for step, loss in ((1, "abc"), (2, float("nan")), (3, 0.5)):
+        store.loss(0, 0, step, None, loss, None, time.time(), "report")
+    store.close()
+    for extra in ([], ["--summary"], ["--json"]):
+        shown = rpcctl("inspect", "losses", "odd-losses", "--runs-dir", str(runs_dir), *extra)
+        assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
+    assert "0.5" in shown.stdout

@@ -117,7 +117,7 @@ def losses(run_dir: Path, *, rank: int | None = None, restart: int | None = None
         seq = _column(row, "seq")  # stores before version 4 have none: the row order is the same
         kept = by_rank[row["rank"]]
         record = LossRecord(
-                rank=row["rank"], step=row["step"], loss=row["loss"], epoch=row["epoch"], metrics=_loads(row["metrics"]) or {},
+                rank=row["rank"], step=row["step"], loss=_number(row["loss"]), epoch=row["epoch"], metrics=_loads(row["metrics"]) or {},
                 time=iso_time(row["time"]), source=row["source"], restart=restart, seq=len(kept) if seq is None else seq,
                 rule=_column(row, "rule"),
         )
@@ -279,3 +279,8 @@ def plot_losses(records: list[LossRecord], path: Path, *, title: str | None = No
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
     finally:
         plt.close(figure)
+
+
+def _number(value):
+    """A stored loss as a float, or None: a store written by anything may hold text there."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
