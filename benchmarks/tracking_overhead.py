@@ -149,7 +149,7 @@ def gil(cycles: int = 10, per_cycle: int = 2000) -> dict[str, dict[str, float]]:
         delays: list[float] = []
         busy, done = threading.Event(), threading.Event()
 
-        def pinger() -> None:
+        def pinger(done: threading.Event = done, busy: threading.Event = busy, delays: list[float] = delays) -> None:
             while not done.is_set():
                 start = time.perf_counter()
                 time.sleep(0.0002)

@@ -22,6 +22,7 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pydantic
 import pytest
 import yaml
 from rich.console import Console as RichConsole
@@ -136,7 +137,7 @@ def test_accepts_str_path(write):
 
 def test_spec_is_frozen(write):
     spec = load_config(write("script: train.py\n"))
-    with pytest.raises(Exception):
+    with pytest.raises(pydantic.ValidationError, match="frozen"):
         spec.nproc_per_node = 3  # type: ignore[misc]
 
 

@@ -10,6 +10,7 @@ from conftest import assert_no_process_left, only_run, rpcctl, write_config
 from rpcctl.plan import visible_gpus
 
 pytestmark = [
+    pytest.mark.gpu,
     pytest.mark.timeout(180),
     pytest.mark.skipif(not visible_gpus(), reason="no GPU on this machine"),
 ]

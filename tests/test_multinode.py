@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT, assert_no_process_left, only_run, record, rpcctl, wait_until, write_config
 from hosts import create_pair, destroy_pair, unavailable
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.multinode, pytest.mark.timeout(180)]
 
 
 @pytest.fixture(scope="module")

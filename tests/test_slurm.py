@@ -25,7 +25,7 @@ import psutil
 import pytest
 from conftest import ROOT, assert_no_process_left, only_run, record
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(240)]
 
 SLURM = Path(__file__).resolve().parent / "slurm"
 TAG = f"rs{os.getpid() % 100000}"  # network namespaces rs<pid>a / rs<pid>b (tests/hosts.py: rt<pid>a/b)
