@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rpcctl.config import JobSpec
+from rpcctl.devices import parse_visible_devices
 from rpcctl.errors import ConfigError
 from rpcctl.runs import rank_error_file, rank_log, rank_stack_file
 
@@ -222,9 +223,9 @@ def loopback_interface() -> str:
 
 def visible_gpus() -> list[str]:
     """GPU ids usable here, without importing torch or initialising CUDA."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = parse_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
     if visible is not None:
-        return [d.strip() for d in visible.split(",") if d.strip() and d.strip() != "-1"]
+        return visible
     proc = Path("/proc/driver/nvidia/gpus")
     if proc.is_dir():
         return [str(i) for i in range(len(list(proc.iterdir())))]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import textwrap
 from collections import Counter, defaultdict
-from pathlib import Path
 
 import pytest
 

@@ -3,7 +3,6 @@ and what each worker is running for whom. Data from ``rpcctl.inspect.calls``."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rpcctl.console import Column, human_bytes, join
+from rpcctl.devices import parse_visible_devices
 from rpcctl.inspect._store import _loads, _Store
 from rpcctl.inspect.rrefs import rrefs
 from rpcctl.inspect.workers import workers
@@ -81,7 +82,7 @@ def gpus(run_dir: Path) -> list[DeviceRecord]:
 
 
 def _visible(text: str | None) -> list[str]:
-    return [v.strip() for v in (text or "").split(",") if v.strip()]
+    return parse_visible_devices(text) or []
 
 
 def _physical(device: str, visible: list[str]) -> str:

@@ -100,12 +100,16 @@ class LossSummary:
         return None if self.lines is None else f"{self.matched}/{self.lines}"
 
 
-def losses(run_dir: Path, *, rank: int | None = None, restart: int | None = None) -> list[LossRecord]:
+def losses(run_dir: Path, *, rank: int | None = None, restart: int | None = None, last: int | None = None) -> list[LossRecord]:
     """Loss records in arrival order. A rank that used rpcctl.report() has its parsed prints
-    left out, so a loss is never counted twice."""
+    left out, so a loss is never counted twice. ``last``: only each rank's latest ``last``."""
     with _Store(run_dir) as s:
         restart = s.latest_restart() if restart is None else restart
-        rows = s.rows("SELECT * FROM losses WHERE restart = ? ORDER BY id", (restart,))
+        if last is None:
+            rows = s.rows("SELECT * FROM losses WHERE restart = ? ORDER BY id", (restart,))
+        else:  # per rank and source, so that the rule below still leaves `last` of the kept source
+            rows = s.rows("SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY rank, source ORDER BY id DESC) AS k"
+                          " FROM losses WHERE restart = ?) WHERE k <= ? ORDER BY id", (restart, last))
     reported = {row["rank"] for row in rows if row["source"] == "report"}
     records: list[LossRecord] = []
     by_rank: dict[int, list[LossRecord]] = defaultdict(list)

@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rpcctl.devices import parse_visible_devices
 from rpcctl.telemetry import calls, protocol, rrefs
 
 _worker: _Worker | None = None
@@ -330,7 +331,7 @@ def _cuda_probe() -> dict[str, Any]:
     if cuda is None or not cuda.is_initialized():
         return {"device": "cpu"}
     try:
-        visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+        visible = parse_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES")) or []
         gpus, total_reserved = [], 0
         current = cuda.current_device()
         for index in range(cuda.device_count()):

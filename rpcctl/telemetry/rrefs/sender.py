@@ -21,11 +21,11 @@ from rpcctl.telemetry.rrefs import hooks
 from rpcctl.telemetry.rrefs.hooks import _PLAIN, RREF_ID, _describe_on_owner, _Ref, _value_freed, _weakref
 from rpcctl.telemetry.rrefs.values import describe
 
-# The sender thread lets go of the GIL after every GIL_SLICE items (~0.15 ms of work). Without
-# it, a cycle with thousands of events (a round of RRefs released at once) holds the GIL for
-# 10+ ms, and every RPC thread that needs it waits a full switch interval (5 ms) or more:
-# benchmarks/tracking_overhead.py --gil measures those stalls (64/50 µs: waits p50 ~0.13 ms;
-# 128/100 µs: ~0.25 ms for the same CPU; 32: more CPU for little gain).
+# The sender thread lets go of the GIL after every GIL_SLICE items. Without it, a cycle with
+# thousands of events (a round of RRefs released at once) holds the GIL for many switch
+# intervals, and every RPC thread that needs it waits. benchmarks/tracking_overhead.py --gil
+# measures those stalls; the figures behind 64 and PAUSE_S are in docs/bench.md ("The telemetry
+# sender's GIL slice"), not here, where they would go stale.
 GIL_SLICE = 64
 PAUSE_S = 0.00005  # a real sleep: time.sleep(0) may take the GIL straight back
 
