@@ -24,7 +24,8 @@ class _Boundary(TyperGroup):
         except RpcctlError as exc:
             if os.environ.get("RPCCTL_DEBUG"):
                 traceback.print_exc()
-            get_console().error(str(exc))
+            if not exc.reported:
+                get_console().error(str(exc))
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             raise typer.Exit(130) from None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 class RpcctlError(Exception):
     exit_code = 1
+    reported = False  # True: the message is already on stderr (launch's root-cause report); the boundary only exits
 
 
 class UsageError(RpcctlError):
@@ -49,8 +50,12 @@ class DamagedRunError(RpcctlError):
 class JobFailedError(RpcctlError):
     exit_code = 1
 
+    def __init__(self, message: str, *, reported: bool = False):
+        super().__init__(message)
+        self.reported = reported
+
 
 class JobCancelledError(RpcctlError):
-    def __init__(self, message: str, exit_code: int):
+    def __init__(self, message: str, exit_code: int, *, reported: bool = False):
         super().__init__(message)
-        self.exit_code = exit_code
+        self.exit_code, self.reported = exit_code, reported

@@ -89,6 +89,7 @@ def test_failing_rank_is_the_root_cause_and_takes_the_job_down(tmp_path, runs_di
     states = {r["rank"]: r["state"] for r in rec["ranks"]}
     assert states == {0: "killed", 1: "failed", 2: "killed"}
     assert "root cause: rank 1" in result.stderr and message in result.stderr
+    assert result.stderr.count("error:") == 1  # JobFailedError(reported=True): the boundary adds no second message
     assert pids_gone(r["pid"] for r in rec["ranks"])
 
 

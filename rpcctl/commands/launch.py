@@ -14,7 +14,7 @@ from rich.table import Table
 from rpcctl.commands.common import JsonOption, RunsDirOption
 from rpcctl.config import load_config, locate
 from rpcctl.console import Console, get_console, sanitize
-from rpcctl.errors import ConfigError, UsageError
+from rpcctl.errors import ConfigError, JobCancelledError, JobFailedError, UsageError
 from rpcctl.launcher import launch as launch_job
 from rpcctl.launcher import plan_job
 from rpcctl.plan import LaunchPlan
@@ -99,8 +99,11 @@ def launch(
         render_outcome(console, record)
     except OSError:  # the terminal went away (SIGHUP): the record says it all, the code still counts
         pass
+    # One way out for a job that did not succeed, as for bench: an error through the cli's boundary.
+    if record.status == CANCELLED:
+        raise JobCancelledError(record.reason or "cancelled", record.exit_code or 130, reported=True)
     if record.status != SUCCEEDED:
-        raise typer.Exit(record.exit_code or 1)
+        raise JobFailedError(f"job '{record.name}' {record.status} (run {record.run_id})", reported=True)
 
 
 def _checked_plan(spec, runs_dir: Path | None) -> LaunchPlan:
