@@ -73,7 +73,7 @@ def workload(calls: int) -> None:
             payload = torch.ones(size, dtype=torch.uint8)
             n = max(4, min(calls, (256 << 20) // size))
             measure(f"echo {size >> 10} KiB" if size < (1 << 20) else f"echo {size >> 20} MiB", n,
-                    lambda: rpc.rpc_sync("worker1", echo, args=(payload,)))
+                    lambda payload=payload: rpc.rpc_sync("worker1", echo, args=(payload,)))
         tiny = torch.ones(8, dtype=torch.uint8)
         measure("64 in flight", max(4, calls // 4),
                 lambda: torch.futures.wait_all([rpc.rpc_async("worker1", echo, args=(tiny,)) for _ in range(64)]))

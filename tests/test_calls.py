@@ -149,3 +149,38 @@ def test_a_live_job_shows_its_calls_in_flight_the_summary_and_the_callee_view(tm
     history = inspect.calls(run_dir, history=True)
     assert [(c.func, c.state) for c in history.pending] == [("PS.hold", "ok")]
     assert_no_process_left(run_dir)
+
+
+HELD_TO_THE_END = textwrap.dedent(
+    '''
+    import os
+    import torch.distributed.rpc as rpc
+
+
+    def add(a, b):
+        return a + b
+
+
+    rank = int(os.environ["RANK"])
+    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
+    if rank == 0:
+        held = [rpc.remote("worker1", add, args=(i, 1)) for i in range(20)]
+        rpc.rpc_sync("worker1", add, args=(0, 0))  # the owner has run them all: their creation is done
+    rpc.shutdown()
+    '''
+)
+
+
+def test_remote_calls_held_to_a_quick_end_are_all_counted(tmp_path, runs_dir):
+    """Only one rpc.remote in REMOTE_SAMPLE is timed; the others are counted when their RRef
+    goes or, after a second, when it is created. RRefs still held at a sub-second shutdown are
+    counted by the last report."""
+    (tmp_path / "held.py").write_text(HELD_TO_THE_END)
+    config = tmp_path / "held.yaml"
+    config.write_text("script: held.py\nnproc_per_node: 2\ntimeout: 120\n")
+    result = rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir), timeout=150)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(rpcctl("inspect", "calls", "--json", "--runs-dir", str(runs_dir)).stdout)
+    remote = next(s for s in document["summary"] if s["kind"] == "remote" and s["func"] == "add")
+    assert remote["count"] == 20 and remote["pending"] == 0, remote
+    assert_no_process_left(only_run(runs_dir))

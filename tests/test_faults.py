@@ -198,7 +198,7 @@ def test_run_dir_removed_mid_run_does_not_fail_the_job(tmp_path, runs_dir):
     launcher, run_dir = launch_until_running(tmp_path, runs_dir, nproc_per_node=2, args=["0=slow:3", "1=slow:3"])
     run_id = record(run_dir)["run_id"]
     for rank in (0, 1):  # past rpcctl's bootstrap, which makes files in the run directory
-        wait_until(lambda: "started" in (run_dir / "logs" / f"rank-{rank}.log").read_text(), 30, f"rank {rank} started")
+        wait_until(lambda rank=rank: "started" in (run_dir / "logs" / f"rank-{rank}.log").read_text(), 30, f"rank {rank} started")
     shutil.rmtree(run_dir)
     out, err = launcher.communicate(timeout=60)
     assert launcher.returncode == 0, err
@@ -238,7 +238,7 @@ def _ignore_term_grandchild_script(tmp_path: Path) -> Path:
 def test_kill_9_of_the_rank_server_takes_every_rank_tree_down(tmp_path, runs_dir):
     launcher, run_dir = launch_until_running(tmp_path, runs_dir, nproc_per_node=2, script=str(_ignore_term_grandchild_script(tmp_path)))
     for rank in (0, 1):
-        wait_until(lambda: (run_dir / f"kids-{rank}.pid").exists(), 30, f"rank {rank}'s grandchildren", run_dir / "logs")
+        wait_until(lambda rank=rank: (run_dir / f"kids-{rank}.pid").exists(), 30, f"rank {rank}'s grandchildren", run_dir / "logs")
     kids = [int(pid) for rank in (0, 1) for pid in (run_dir / f"kids-{rank}.pid").read_text().split()]
     ranks = [r["pid"] for r in record(run_dir)["ranks"]]
     server = next(p for p in psutil.Process(launcher.pid).children() if "rpcctl.rank_server" in " ".join(p.cmdline()))

@@ -152,7 +152,8 @@ def test_epoch_local_steps_are_keyed_by_epoch_and_step_everywhere(tmp_path, runs
     for panel in dashboard_panels(run_dir):
         console.print(panel)
     losses_panel = console.export_text()
-    assert losses_panel.splitlines()[-1].split()[:5] == ["0", "epoch", "2", "step", "3"] and " 24 " in losses_panel.splitlines()[-1]
+    # Its columns in inspect losses' order: RANK, LAST, LAST AT, then the trend.
+    assert losses_panel.splitlines()[-1].split()[:6] == ["0", "24", "epoch", "2", "step", "3"]
 
 
 def _columns(width: int) -> dict[str, str]:

@@ -345,7 +345,7 @@ class Summariser:
             self._ended(call, out)
         for call in list(_pending.values()):
             if call.ref is not None:
-                self._unwatched(call, now)
+                self._unwatched(call, now, final)
             if not call.listed and now - call.t0 >= LONG_S and id(call) in _pending:
                 self._list(call, out)
         for _ in range(len(_done)):  # the unwatched ones that ended just now
@@ -357,11 +357,13 @@ class Summariser:
         self._serving(now, out)
         return out
 
-    def _unwatched(self, call: _Call, now: float) -> None:
+    def _unwatched(self, call: _Call, now: float, final: bool = False) -> None:
         """An untimed remote call: over once its RRef is gone, or (checked only once it is a
-        second old, since ``_get_future()`` costs) once its creation future is done."""
+        second old, or in the last report, since ``_get_future()`` costs) once its creation
+        future is done. Without the last check, an RRef held to the end and younger than a
+        second would never be counted."""
         rref = call.ref()
-        if rref is None or (now - call.t0 >= LONG_S and rref._get_future().done()):
+        if rref is None or ((final or now - call.t0 >= LONG_S) and rref._get_future().done()):
             call.status, call.t1 = OK, (now if call.listed else None)  # a listed call's end is seen now
         else:
             return
