@@ -170,10 +170,17 @@ HOSTILE = (
 def _hostile_script(tmp_path: Path) -> Path:
     script = tmp_path / "hostile.py"
     script.write_text(
-        "import os\n"
+        "import os, pathlib, time\n"
         f"text = {HOSTILE!r}\n"
+        f"printed = pathlib.Path({str(tmp_path / 'rank0-printed')!r})\n"
         "print(text, flush=True)\n"
+        "if os.environ['RANK'] == '0':\n"
+        "    printed.touch()\n"
         "if os.environ['RANK'] == '1':\n"
+        "    # Fail only once rank 0 has printed: its line must be in the stream, not raced by the teardown.\n"
+        "    deadline = time.monotonic() + 30\n"
+        "    while not printed.exists() and time.monotonic() < deadline:\n"
+        "        time.sleep(0.02)\n"
         "    raise ValueError(text)\n"
     )
     return script
