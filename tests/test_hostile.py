@@ -303,8 +303,10 @@ def test_malformed_telemetry_lines_are_dropped_and_the_server_goes_on(tmp_path):
     with sqlite3.connect(protocol.db_path(tmp_path / "run")) as db:
         losses = db.execute("SELECT step, loss FROM losses").fetchall()
         pids = [row[0] for row in db.execute("SELECT pid FROM procs")]
+        refused = db.execute("SELECT value FROM meta WHERE key = 'refused_messages'").fetchone()
     assert losses == [(2, 0.5)]  # what was valid landed after what was not
     assert pids == [os.getpid()]
+    assert int(refused[0]) == 3  # and the run says how many were refused
 
 
 def test_a_string_or_nan_loss_in_the_store_does_not_crash_inspect_losses(runs_dir):

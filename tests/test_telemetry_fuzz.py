@@ -46,11 +46,40 @@ def test_store_takes_any_events_and_valid_ones_still_land(tmp_path, batch):
     store = StoreWriter(tmp_path / f"fuzz-{time.monotonic_ns()}.db")
     proc = ProcInfo(store.proc_connected({"pid": 1, "rank": 0, "kind": "rank"}, 0, time.time()), 1, 0, 0)
     for event in batch:
-        try:
-            store.apply(proc, event)
-        except BAD_EVENT_ERRORS:
-            pass  # counted and dropped by the server
+        if protocol.valid_event(event):
+            store.apply(proc, event)  # what the server lets through, the store takes without an error
+        else:
+            try:
+                store.apply(proc, event)
+            except BAD_EVENT_ERRORS:
+                pass  # (the server never applies these; the store alone must not die of them either)
     store.apply(proc, {"e": "loss", "step": 999, "loss": 0.25, "t": time.time()})
     store.commit()
     assert store.db.execute("SELECT loss FROM losses WHERE step = 999").fetchall() == [(0.25,)]
     store.close()
+
+
+def _well_typed(kind: str) -> dict:
+    return {"e": kind, "t": time.time(), **{key: None for key in protocol.EVENT_FIELDS[kind]}}
+
+
+def test_valid_event_refuses_each_field_of_another_type_and_takes_the_right_one():
+    samples = {(int,): 3, (int, float): 2.5, (str,): "s", (bool,): True, (dict,): {}, (list,): []}
+    for kind, fields in protocol.EVENT_FIELDS.items():
+        for key, types in fields.items():
+            event = _well_typed(kind)
+            for required in protocol.EVENT_REQUIRED.get(kind, ()):
+                event[required] = samples[fields[required]]
+            assert protocol.valid_event({**event, key: samples[types]}), (kind, key)
+            for wrong_types, wrong in samples.items():
+                if not set(wrong_types) & set(types) and not (isinstance(wrong, bool) and bool in types):
+                    assert not protocol.valid_event({**event, key: wrong}), (kind, key, wrong)
+    assert not protocol.valid_event({"e": "rref", "t": 1.0})  # the key it is stored under is missing
+    assert not protocol.valid_event({"e": "nope", "t": 1.0})
+    assert not protocol.valid_event({"e": "probe", "t": "now"})
+    assert not protocol.valid_event({"e": "desc", "id": "1:1", "t": 1.0, "value": {"shape": [2, "x"]}})
+    assert not protocol.valid_event({"e": "desc", "id": "1:1", "t": 1.0, "value": {"shape": [1] * 65}})
+    assert not protocol.valid_event({"e": "loss", "t": 1.0, "metrics": {"acc": "high"}})
+    assert not protocol.valid_event({"e": "rpc", "t": 1.0, "workers": {"zero": "worker0"}})
+    assert not protocol.valid_event({"e": "cstat", "callee": "w", "func": "f", "kind": "remote", "t": 1.0, "h": {"3": "many"}})
+    assert not protocol.valid_event({"e": "probe", "t": 1.0, "gpus": [{"index": "0"}]})

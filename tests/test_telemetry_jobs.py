@@ -245,6 +245,7 @@ def test_a_live_job_shows_its_rrefs_workers_stacks_and_losses(tmp_path, runs_dir
     cost = inspect.telemetry_cost(run_dir)
     assert cost.senders_cpu_s == pytest.approx(sum(w["telemetry_cpu_s"] for w in workers))
     assert cost.server_cpu_s > 0 and 0 < cost.share < 0.5, cost
+    assert cost.refused_messages == 0, "the server refused events a real worker sent (protocol.EVENT_FIELDS too strict)"
     table = rpcctl("inspect", "workers", "--runs-dir", str(runs_dir)).stdout
     assert table.rstrip().splitlines()[-1].startswith("telemetry CPU: senders "), table
     assert_no_process_left(run_dir)

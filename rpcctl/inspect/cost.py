@@ -20,11 +20,14 @@ class TelemetryCost:
     senders_cpu_s: float
     server_cpu_s: float | None  # None: a store written by an older rpcctl
     share: float | None  # (senders + server) / processes
+    refused_messages: int = 0  # malformed lines and events the server counted and dropped
+
 
     def describe(self) -> str:
         server = f" + launcher {human_seconds(self.server_cpu_s)}" if self.server_cpu_s is not None else ""
         share = f" = {self.share:.1%} of the processes' {human_seconds(self.processes_cpu_s)}" if self.share is not None else ""
-        return f"telemetry CPU: senders {human_seconds(self.senders_cpu_s)}{server}{share}"
+        refused = f"; {self.refused_messages} malformed telemetry message(s) refused" if self.refused_messages else ""
+        return f"telemetry CPU: senders {human_seconds(self.senders_cpu_s)}{server}{share}{refused}"
 
 
 def telemetry_cost(run_dir: Path) -> TelemetryCost | None:
@@ -35,7 +38,9 @@ def telemetry_cost(run_dir: Path) -> TelemetryCost | None:
             return None
         row = s.rows("SELECT sum(cpu_s) AS cpu, sum(telemetry_cpu_s) AS telemetry FROM procs")[0]
         server = s.meta.get("server_cpu_s")
+        refused = s.meta.get("refused_messages")
     if row["cpu"] is None:
         return None
     spent = (row["telemetry"] or 0.0) + (server or 0.0)
-    return TelemetryCost(row["cpu"], row["telemetry"] or 0.0, server, spent / row["cpu"] if row["cpu"] > 0 else None)
+    return TelemetryCost(row["cpu"], row["telemetry"] or 0.0, server, spent / row["cpu"] if row["cpu"] > 0 else None,
+                         refused if isinstance(refused, int) else 0)

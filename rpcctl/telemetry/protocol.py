@@ -22,7 +22,8 @@ launcher   other node    op, args: another node's launcher calls, relayed to nod
                          exited [rank, pid, state, exit_code], log [rank, line]
 =========  ============  ====================================================================
 
-Events (``e``) inside a batch:
+Events (``e``) inside a batch (each field's type: ``EVENT_FIELDS``; ``valid_event`` checks them
+and the server drops, and counts, any event that fails):
 
 =========  =========================================================================
 event      fields (``t`` is the wall-clock time of the observation, epoch seconds)
@@ -105,6 +106,106 @@ def valid_hello(message: dict[str, Any]) -> bool:
         if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
             return False
     return True
+
+
+# Events: what each field must be, checked by the server before the store sees the event (a
+# field of another type is a hostile or broken sender: the whole event is dropped and counted).
+# None is allowed everywhere (a field not known); fields not listed here are ignored. Nested
+# values have their own shapes (below). ``t`` is checked on every event.
+_NUM = (int, float)
+_STR = (str,)
+_INT = (int,)
+_BOOL = (bool,)
+EVENT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
+    "probe": {"cpu_percent": _NUM, "rss_bytes": _INT, "threads": _INT, "device": _STR, "cuda_visible_devices": _STR,
+              "gpus": (list,), "gpu_memory_bytes": _INT, "dropped": _INT, "cpu_s": _NUM, "telemetry_cpu_s": _NUM},
+    "rpc": {"name": _STR, "rpc_rank": _INT, "world_size": _INT, "workers": (dict,), "device_maps": (dict,), "devices": (list,)},
+    "rref": {"id": _STR, "fork": _STR, "owner": _STR, "owner_rank": _INT, "kind": _STR, "callee": _STR, "site": _STR,
+             "confirmed": _BOOL, "value": (dict,), "watched": _BOOL},
+    "conf": {"id": _STR},
+    "desc": {"id": _STR, "value": (dict,), "watched": _BOOL, "kind": _STR, "site": _STR},
+    "vfree": {"id": _STR},
+    "fork": {"id": _STR, "fork": _STR, "owner_rank": _INT, "type": _STR},
+    "rel": {"id": _STR, "fork": _STR},
+    "churn": {"owner": _STR, "callee": _STR, "site": _STR, "n": _INT},
+    "loss": {"step": _INT, "epoch": _INT, "loss": _NUM, "metrics": (dict,)},
+    "shutdown": {},
+    "join": {},
+    "cstat": {"callee": _STR, "func": _STR, "kind": _STR, "n": _INT, "err": _INT, "tmo": _INT, "sum": _NUM, "max": _NUM, "h": (dict,)},
+    "call": {"id": _INT, "kind": _STR, "callee": _STR, "func": _STR, "site": _STR, "thread": _INT},
+    "cend": {"id": _INT, "status": _STR},
+    "srv": {"id": _INT, "thread": _INT, "func": _STR, "nbytes": _INT},
+    "send": {"id": _INT},
+    "error": {"message": _STR},
+    "bye": {"dropped": _INT},
+}
+# Fields that must be present (the store keys rows by them).
+EVENT_REQUIRED: dict[str, tuple[str, ...]] = {
+    "rref": ("id",), "conf": ("id",), "desc": ("id",), "vfree": ("id",), "fork": ("id",), "rel": ("id",),
+    "call": ("id",), "cend": ("id",), "srv": ("id",), "send": ("id",), "cstat": ("callee", "func", "kind"),
+}
+_VALUE_FIELDS: dict[str, tuple[type, ...]] = {"type": _STR, "shape": (list,), "dtype": _STR, "device": _STR, "nbytes": _INT}
+_GPU_FIELDS: dict[str, tuple[type, ...]] = {"index": _INT, "physical": _STR, "name": _STR, "total_bytes": _INT,
+                                            "reserved_bytes": _INT, "allocated_bytes": _INT, "device_used_bytes": _INT}
+MAX_SHAPE = 64  # a tensor has at most 64 dimensions (torch's own limit)
+
+
+def _typed(value: Any, types: tuple[type, ...]) -> bool:
+    # bool is an int to Python; only a field that asks for bool takes one.
+    if value is None:
+        return True
+    if isinstance(value, bool):
+        return bool in types
+    return isinstance(value, types)
+
+
+def _fields_ok(mapping: dict[str, Any], fields: dict[str, tuple[type, ...]]) -> bool:
+    return all(_typed(mapping.get(key), types) for key, types in fields.items())
+
+
+def _nested_ok(kind: str, event: dict[str, Any]) -> bool:
+    value = event.get("value")
+    if isinstance(value, dict):
+        if not _fields_ok(value, _VALUE_FIELDS):
+            return False
+        shape = value.get("shape")
+        if shape is not None and (len(shape) > MAX_SHAPE or not all(_typed(d, _INT) and d is not None for d in shape)):
+            return False
+    if kind == "rpc":
+        workers, maps, devices = event.get("workers"), event.get("device_maps"), event.get("devices")
+        if workers and not all(isinstance(k, str) and k.lstrip("-").isdigit() and isinstance(v, str) for k, v in workers.items()):
+            return False
+        if maps and not all(isinstance(m, dict) and all(isinstance(a, str) and isinstance(b, str) for a, b in m.items()) for m in maps.values()):
+            return False
+        if devices and not all(isinstance(d, str) for d in devices):
+            return False
+    elif kind == "loss":
+        metrics = event.get("metrics")
+        if metrics and not all(_typed(v, _NUM) for v in metrics.values()):
+            return False
+    elif kind == "cstat":
+        hist = event.get("h")
+        if hist and not all(k.isdigit() and _typed(v, _INT) and v is not None for k, v in hist.items()):
+            return False
+    elif kind == "probe":
+        gpus = event.get("gpus")
+        if gpus and not all(isinstance(g, dict) and _fields_ok(g, _GPU_FIELDS) for g in gpus):
+            return False
+    return True
+
+
+def valid_event(event: Any) -> bool:
+    """True for an event the store may apply: a known kind (``e``), every listed field of its
+    type, the keys it is stored under present, nested values of their shapes."""
+    if not isinstance(event, dict):
+        return False
+    kind = event.get("e")
+    fields = EVENT_FIELDS.get(kind) if isinstance(kind, str) else None
+    if fields is None or not _typed(event.get("t"), _NUM):
+        return False
+    if not _fields_ok(event, fields) or any(event.get(key) is None for key in EVENT_REQUIRED.get(kind, ())):
+        return False
+    return _nested_ok(kind, event)
 
 
 def db_path(run_dir: str | os.PathLike[str]) -> Path:

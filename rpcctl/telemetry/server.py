@@ -180,7 +180,7 @@ class TelemetryServer:
                 if time.monotonic() - last_commit >= COMMIT_INTERVAL_S:
                     if time.monotonic() - last_cpu_note >= 1.0:
                         # This thread is the launcher's whole share of telemetry work.
-                        self._store.set_meta(server_cpu_s=time.thread_time())
+                        self._store.set_meta(server_cpu_s=time.thread_time(), refused_messages=self.bad_messages)
                         last_cpu_note = time.monotonic()
                     self._store.commit()
                     last_commit = time.monotonic()
@@ -196,7 +196,7 @@ class TelemetryServer:
                 if isinstance(key.data, _Conn):
                     self._disconnect(selector, key.fileobj, key.data)
             self._drain_inbox()
-            self._store.set_meta(server_cpu_s=time.thread_time())
+            self._store.set_meta(server_cpu_s=time.thread_time(), refused_messages=self.bad_messages)
             self._store.commit()
         except Exception as exc:  # never take the launcher down; say why telemetry stopped
             print(f"rpcctl: telemetry server stopped: {exc!r}", file=sys.stderr)
@@ -298,7 +298,9 @@ class TelemetryServer:
                 return
             self._store.heartbeat(conn.proc, now)
             for event in events:
-                if isinstance(event, dict):
+                if not protocol.valid_event(event):
+                    self.bad_messages += 1  # an unknown kind, or a field of the wrong type: dropped, the server goes on
+                else:
                     try:
                         self._store.apply(conn.proc, event)
                     except BAD_EVENT_ERRORS:
