@@ -227,6 +227,38 @@ class RankProcesses:
             self.kill_run_processes()
 
 
+def run_processes(run_ids: set[str]) -> dict[str, list[psutil.Process]]:
+    """This user's live processes that carry one of ``run_ids`` in their environment
+    (``RPCCTL_RUN_ID``: the rank server, the ranks, what they started), by run id. A process
+    only ever carries its own run's random id, so this is what a lost run left behind."""
+    found: dict[str, list[psutil.Process]] = {}
+    if not run_ids:
+        return found
+    uid = os.getuid()
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid == os.getpid() or proc.uids().real != uid:
+                continue
+            run_id = proc.environ().get("RPCCTL_RUN_ID")
+            if run_id in run_ids and proc.status() != psutil.STATUS_ZOMBIE:
+                found.setdefault(run_id, []).append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def kill_processes(victims: list[psutil.Process], timeout: float = 5.0) -> list[psutil.Process]:
+    """SIGKILL ``victims`` (psutil checks each pid's start time, so a reused pid is spared)
+    and wait until they are gone; return those still alive at ``timeout``."""
+    for proc in victims:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(victims, timeout=timeout)
+    return [p for p in alive if _alive(p)]
+
+
 def _descendants() -> list[psutil.Process]:
     try:
         return psutil.Process().children(recursive=True)

@@ -149,12 +149,23 @@ def workers(
         lines = [f"[yellow]STALE:[/yellow] rank {w.rank} (pid {w.pid}) no heartbeat for {w.heartbeat_age_s:.0f} s — try `rpcctl stack --rank {w.rank}`"
                  for w in records if w.stale]
         lines += [Text.assemble(("STRAGGLER: ", "yellow"), w.straggler) for w in records if w.straggler]
+        if any(w.state in ("lost", "orphaned") for w in records):
+            lines.insert(0, Text.assemble(("LOST: ", "red"), f"run {load_record(run_dir).run_id}: {_lost_story(run_dir)}"))
         cost = sdk.telemetry_cost(run_dir) if records else None
         if cost is not None:
             lines.append(Text(cost.describe(), style="dim"))
         return Group(table, "", *lines) if lines else table
 
     _view(run, runs_dir, json_, watch, sdk.workers, render)
+
+
+def _lost_story(run_dir: Path) -> str:
+    """What became of a run whose launcher died, as `runs`, `stack` and `stop` say it."""
+    from rpcctl.launcher import lost_runs
+
+    record = load_record(run_dir)
+    lost = lost_runs([record]).get(record.run_id)
+    return lost.story() if lost is not None else f"status {record.effective_status}"
 
 
 @inspect_app.command("gpus")
@@ -317,6 +328,8 @@ def stack(
     console = get_console()
     run_dir = resolve_run(run, runs_dir)
     record = load_record(run_dir)
+    if record.effective_status == "lost":
+        raise UsageError(f"run {record.run_id} is lost: {_lost_story(run_dir)}; no live rank to dump")
     if record.effective_status != "running":
         raise UsageError(f"run {record.run_id} is not running (status: {record.effective_status}): no live rank to dump")
     ranks = rank if rank else [r.rank for r in record.ranks if r.state == "running"]

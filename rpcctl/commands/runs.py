@@ -53,11 +53,15 @@ def runs(
     records, damaged = scan_runs(runs_dir or default_runs_dir())
     if limit:
         records = records[:limit]
+    from rpcctl.launcher import lost_runs
+
+    lost = lost_runs(records)
     if json_:
         documents = []
         for record in records:
             document = record.to_dict()
             document["status"] = record.effective_status
+            document["orphaned_pids"] = [p.pid for p in lost[record.run_id].orphans] if record.run_id in lost else []
             documents.append(document)
         documents += [{"run_id": d.run_id, "status": DAMAGED, "run_dir": str(d.run_dir), "error": d.error} for d in damaged]
         console.json(documents)
@@ -71,7 +75,7 @@ def runs(
             "started_at": r.started_at,
             "duration": describe_duration(r),
             "restarts": r.restarts,
-            "root_cause": _short_cause(r),
+            "root_cause": _short_cause(r) or (lost[r.run_id].short() if r.run_id in lost else None),
         }
         for r in records
     ]
@@ -168,7 +172,8 @@ def stop(
     if record.status != RUNNING:
         raise UsageError(f"run {record.run_id} is not running (status: {record.status})")
     if not launcher_alive(record):
-        raise RpcctlError(f"run {record.run_id} is marked running but its launcher (pid {record.launcher_pid}) is gone")
+        _stop_lost(record)
+        return
     launcher = _wait_for_launcher(record)
     if launcher is None:
         raise RpcctlError(
@@ -189,6 +194,22 @@ def stop(
             break
         time.sleep(0.1)
     raise RpcctlError(f"run {record.run_id} did not stop within {wait:g}s (status: {record.effective_status})")
+
+
+def _stop_lost(record) -> None:
+    """A run left ``running`` by a launcher that died: kill what it left alive (the run's own
+    processes only: this user's, carrying its id), close its record, and say what was done."""
+    from rpcctl.launcher import end_lost_run
+
+    lost, left = end_lost_run(record)
+    if left:
+        pids = ", ".join(str(p.pid) for p in left)
+        raise RpcctlError(f"run {record.run_id}: {lost.story()}; pid {pids} would not die (SIGKILL sent)")
+    killed = len(lost.orphans)
+    did = f"killed {killed} orphaned process{'es' if killed != 1 else ''} (pid {', '.join(str(p.pid) for p in lost.orphans)})" if killed else "nothing was left to kill"
+    get_console().info(
+        f"rpcctl: run {record.run_id} was lost: its launcher (pid {record.launcher_pid}) is gone; {did}; record closed (status lost)"
+    )
 
 
 def _wait_for_launcher(record, timeout: float = 5.0):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import time
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rpcctl.errors import RpcctlError
+from rpcctl.runs import LOST, RunRecord, load_record
 from rpcctl.telemetry import protocol, store
 
 
@@ -28,7 +30,21 @@ class _Store:
 
     @property
     def live(self) -> bool:
-        return self.db is not None and self.closed_at is None
+        """The run is going on: its store is open and its launcher alive. A launcher killed
+        with ``kill -9`` never closes the store: that run is over (``lost``) all the same."""
+        return self.db is not None and self.closed_at is None and not self.launcher_gone
+
+    @functools.cached_property
+    def record(self) -> RunRecord | None:
+        try:
+            return load_record(self.run_dir)
+        except RpcctlError:
+            return None
+
+    @functools.cached_property
+    def launcher_gone(self) -> bool:
+        """The run is ``lost``: its launcher died without ending it (read from run.json)."""
+        return self.record is not None and self.record.effective_status == LOST
 
     def rows(self, sql: str, params: tuple = ()) -> list[sqlite3.Row]:
         if self.db is None:

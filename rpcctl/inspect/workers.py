@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rpcctl.console import Column, human_bytes, human_seconds, iso_time
 from rpcctl.inspect._store import _column, _loads, _Store
+from rpcctl.runs import process_in_run
 from rpcctl.telemetry import protocol
 
 
@@ -28,7 +29,7 @@ class WorkerRecord:
     name: str | None  # RPC worker name, once init_rpc ran
     host: str | None
     pid: int | None
-    state: str  # starting | running | exited | failed | killed
+    state: str  # starting | running | exited | failed | killed | lost | orphaned (the launcher is gone)
     exit_code: int | None
     cpu_percent: float | None
     rss_bytes: int | None
@@ -116,6 +117,14 @@ def workers(run_dir: Path) -> list[WorkerRecord]:
     return records
 
 
+def _without_launcher(s: _Store, pid: int | None) -> str:
+    """A process the record left running when its launcher died (``kill -9``): ``orphaned``
+    if it still lives (as one of the run's: ``rpcctl stop`` kills it), else ``lost`` (the
+    rank server killed it with the launcher; its exit status was never recorded)."""
+    alive = pid is not None and s.record is not None and process_in_run(pid, s.record.run_id)
+    return "orphaned" if alive else "lost"
+
+
 def _worker(s: _Store, proc: sqlite3.Row | None, rank: sqlite3.Row | None, restart: int) -> WorkerRecord:
     ended = proc["ended_at"] if proc is not None else None
     if rank is not None:
@@ -124,6 +133,8 @@ def _worker(s: _Store, proc: sqlite3.Row | None, rank: sqlite3.Row | None, resta
             state = "starting"
     else:
         state = "running" if ended is None and s.live else "exited"
+    if s.launcher_gone and ended is None and (state in ("running", "starting") or rank is None):
+        state = _without_launcher(s, rank["pid"] if rank is not None else proc["pid"])
     running = state == "running" and proc is not None and ended is None and s.live
     age = max(0.0, s.now - proc["last_seen"]) if running and proc["last_seen"] is not None else None
     placed = rank["device"] if rank is not None else None

@@ -3,7 +3,8 @@
     behave.py [RANK=ACTION ...]     ranks not named do `ok`
 
 Actions: ok | exit:N | raise | sigkill | sigsegv | hang | ignore-term | child (start a
-grandchild that sleeps, then hang) | flaky (fail on the first attempt only) | slow:SECONDS |
+grandchild that sleeps, then hang) | survive (undo PR_SET_PDEATHSIG, then hang: a rank that
+outlives its rank server) | nap (hang in ``deep_in_named_function``, for stack dumps) | flaky (fail on the first attempt only) | slow:SECONDS |
 fail-after:SECONDS (then exit 2) |
 rpc (init_rpc, rpc_sync to the next rank, shutdown) | flaky-rpc (exit 7 on the first attempt,
 `rpc` on the others).
@@ -29,6 +30,10 @@ def hang():
         time.sleep(0.1)
 
 
+def deep_in_named_function():
+    hang()
+
+
 if action == "ok":
     print(f"rank {rank} done", flush=True)
 elif action.startswith("exit:"):
@@ -41,6 +46,11 @@ elif action == "sigsegv":
     ctypes.string_at(0)  # a real segmentation fault, not a signal sent by hand
 elif action == "hang":
     hang()
+elif action == "survive":
+    ctypes.CDLL(None).prctl(1, 0, 0, 0, 0)  # PR_SET_PDEATHSIG 0: no death with the rank server
+    hang()
+elif action == "nap":
+    deep_in_named_function()
 elif action == "ignore-term":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     print("ignoring SIGTERM", flush=True)

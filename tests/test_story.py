@@ -1,0 +1,102 @@
+"""One story after every kind of end (issue 13): whatever ended a run (its launcher killed with
+``kill -9``, a timeout, a stale rank, a stop), every view says the same thing about it.
+Real launches, real ranks, real signals sent by pid to processes the test started."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import psutil
+import pytest
+
+from tests.conftest import assert_no_process_left, launch_until_running, pids_gone, record, rpcctl, wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _views(run_dir, runs_dir):
+    """What `runs --json`, `inspect workers --json` and `stack` say of the run."""
+    runs = json.loads(rpcctl("runs", "--json", "--runs-dir", str(runs_dir)).stdout)
+    listed = next(r for r in runs if r["run_id"] == run_dir.name)
+    workers = json.loads(rpcctl("inspect", "workers", str(run_dir), "--json").stdout)
+    table = rpcctl("inspect", "workers", str(run_dir)).stdout
+    stack = rpcctl("stack", str(run_dir), timeout=30)
+    return listed, workers, table, stack
+
+
+def _launcher_and_server(launcher):
+    server = next(p for p in psutil.Process(launcher.pid).children() if "rpcctl.rank_server" in " ".join(p.cmdline()))
+    return launcher.pid, server
+
+
+def test_kill_9_of_the_launcher_one_story_and_stop_tidies(tmp_path, runs_dir):
+    launcher, run_dir = launch_until_running(tmp_path, runs_dir, nproc_per_node=2, args=["0=hang", "1=hang"])
+    ranks = [r["pid"] for r in record(run_dir)["ranks"]]
+    launcher_pid, server = _launcher_and_server(launcher)
+    assert record(run_dir)["launcher_pid"] == launcher_pid
+    wait_until(lambda: all(w["cpu_percent"] is not None for w in json.loads(rpcctl("inspect", "workers", str(run_dir), "--json").stdout)), 30, "a probe of every rank")
+    launcher.send_signal(signal.SIGKILL)
+    launcher.communicate(timeout=30)
+    # The rank server sees its socket close and kills the ranks: nothing is orphaned.
+    wait_until(lambda: pids_gone([*ranks, server.pid]), 10, "the ranks and the rank server to die with the launcher")
+
+    listed, workers, table, stack = _views(run_dir, runs_dir)
+    gone = f"its launcher (pid {launcher_pid}) is gone, and its ranks with it"
+    assert listed["status"] == "lost" and listed["orphaned_pids"] == [], listed
+    assert [w["state"] for w in workers] == ["lost", "lost"], workers
+    assert all(w["cpu_percent"] is None and w["heartbeat_age_s"] is None and not w["stale"] for w in workers), workers
+    assert "running" not in table and gone in table, table
+    assert stack.returncode == 2 and gone in stack.stderr, stack.stderr
+    table_runs = rpcctl("runs", "--runs-dir", str(runs_dir)).stdout
+    assert f"launcher (pid {launcher_pid}) gone" in table_runs, table_runs
+
+    stop = rpcctl("stop", str(run_dir), timeout=30)
+    assert stop.returncode == 0, stop.stderr
+    assert f"was lost: its launcher (pid {launcher_pid}) is gone; nothing was left to kill; record closed (status lost)" in stop.stderr
+    rec = record(run_dir)
+    assert rec["status"] == "lost" and rec["ended_at"], rec
+    assert {r["state"] for r in rec["ranks"]} == {"lost"}
+    assert rec["root_cause"]["reason"] == "launcher" and str(launcher_pid) in rec["root_cause"]["message"]
+    # Once tidied, the story holds: lost everywhere, and a second stop has nothing to do.
+    listed, workers, _, stack = _views(run_dir, runs_dir)
+    assert listed["status"] == "lost" and [w["state"] for w in workers] == ["lost", "lost"]
+    assert stack.returncode == 2 and "is lost" in stack.stderr
+    again = rpcctl("stop", str(run_dir))
+    assert again.returncode == 2 and "not running (status: lost)" in again.stderr
+    assert_no_process_left(run_dir)
+
+
+def test_orphans_of_a_lost_run_are_named_everywhere_and_stop_kills_them(tmp_path, runs_dir):
+    """Launcher and rank server both killed before the server could act: a rank that undid its
+    death signal and another rank's grandchild outlive them. Every view calls them orphaned and
+    `stop` kills exactly them."""
+    launcher, run_dir = launch_until_running(tmp_path, runs_dir, nproc_per_node=2, args=["0=survive", "1=child"])
+    wait_until(lambda: (run_dir / "grandchild-1.pid").exists(), 30, "rank 1's grandchild", run_dir / "logs")
+    grandchild = int((run_dir / "grandchild-1.pid").read_text())
+    ranks = [r["pid"] for r in record(run_dir)["ranks"]]
+    launcher_pid, server = _launcher_and_server(launcher)
+    server.suspend()  # so it cannot clean up when the launcher's socket closes
+    launcher.send_signal(signal.SIGKILL)
+    launcher.communicate(timeout=30)
+    server.kill()
+    wait_until(lambda: pids_gone([ranks[1], server.pid]), 10, "rank 1 to die with its rank server")
+    assert not pids_gone([ranks[0]]) and not pids_gone([grandchild])
+    try:
+        listed, workers, table, stack = _views(run_dir, runs_dir)
+        assert listed["status"] == "lost" and sorted(listed["orphaned_pids"]) == sorted([ranks[0], grandchild]), listed
+        assert [w["state"] for w in workers] == ["orphaned", "lost"], workers
+        assert all(w["cpu_percent"] is None for w in workers)
+        assert "2 processes orphaned" in table and f"rpcctl stop {run_dir.name}" in table, table
+        assert stack.returncode == 2 and "2 processes orphaned" in stack.stderr, stack.stderr
+        assert "launcher gone; 2 processes orphaned" in rpcctl("runs", "--runs-dir", str(runs_dir)).stdout
+
+        stop = rpcctl("stop", str(run_dir), timeout=30)
+        assert stop.returncode == 0, stop.stderr
+        assert "killed 2 orphaned processes" in stop.stderr and str(grandchild) in stop.stderr, stop.stderr
+        wait_until(lambda: pids_gone([ranks[0], grandchild]), 10, "the orphans to be gone")
+        rec = record(run_dir)
+        assert rec["status"] == "lost" and "killed 2 orphaned processes" in rec["root_cause"]["message"], rec
+        assert [w["state"] for w in json.loads(rpcctl("inspect", "workers", str(run_dir), "--json").stdout)] == ["lost", "lost"]
+    finally:
+        assert_no_process_left(run_dir)
