@@ -92,21 +92,75 @@ def dump(pid: int, path: Path, timeout: float) -> str | None:
     """Signal ``pid`` and return what it appended to ``path``, or None if nothing came.
 
     Raises ProcessLookupError / PermissionError from the signal."""
-    before = path.stat().st_size if path.exists() else 0
+    before = _size(path)
     os.kill(pid, signal.SIGUSR1)
+    return _collect({pid: (path, before)}, timeout)[pid]
+
+
+def dump_many(targets: list[tuple[int, Path]], timeout: float, header: str = "", stop=lambda: False) -> dict[int, str | None]:
+    """Dump several processes at once (the launcher, before a teardown): signal every one that
+    can answer, then wait up to ``timeout`` in all for their files. A process that would die of
+    SIGUSR1 (no dump handler yet: still starting) or cannot answer (stopped) is not signalled.
+    ``header`` is appended to each file first, to say when and why; ``stop()`` cuts the wait."""
+    pending: dict[int, tuple[Path, int]] = {}
+    for pid, path in targets:
+        if not answers_dump(pid):
+            continue
+        try:
+            if header:
+                with private_open(path, "a") as f:
+                    f.write(header)
+            before = _size(path)
+            os.kill(pid, signal.SIGUSR1)
+        except OSError:
+            continue
+        pending[pid] = (path, before)
+    return _collect(pending, timeout, stop)
+
+
+def answers_dump(pid: int) -> bool:
+    """True when ``pid`` runs and handles SIGUSR1 (its SigCgt mask in /proc): signalling it
+    yields a dump, never its death. A stopped process cannot answer until SIGCONT."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+    except OSError:
+        return False
+    state = fields.get("State", "").strip()[:1]
+    if state in ("T", "t", "Z", "X"):
+        return False
+    caught = int(fields.get("SigCgt", "0").strip() or "0", 16)
+    return bool(caught & (1 << (signal.SIGUSR1 - 1)))
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _collect(pending: dict[int, tuple[Path, int]], timeout: float, stop=lambda: False) -> dict[int, str | None]:
+    """What each signalled process appended past its offset. faulthandler writes thread by
+    thread: a file is done once it grew and then stayed the same size for 0.2 s."""
     deadline = time.monotonic() + timeout
-    size, stable_since = before, None
-    # faulthandler writes thread by thread: wait until the file stops growing.
-    while time.monotonic() < deadline:
-        current = path.stat().st_size if path.exists() else 0
-        if current > before:
-            if current != size:
-                size, stable_since = current, time.monotonic()
-            elif stable_since is not None and time.monotonic() - stable_since >= 0.2:
-                break
+    sizes = {pid: before for pid, (_, before) in pending.items()}
+    stable_since: dict[int, float] = {}
+    while pending and time.monotonic() < deadline and not stop():
+        now = time.monotonic()
+        for pid, (path, before) in pending.items():
+            current = _size(path)
+            if current > before and current != sizes[pid]:
+                sizes[pid], stable_since[pid] = current, now
+        if len(stable_since) == len(pending) and all(now - t >= 0.2 for t in stable_since.values()):
+            break
         time.sleep(0.05)
-    if size <= before:
-        return None
-    with open(path, "rb") as f:
-        f.seek(before)
-        return f.read().decode(errors="replace")
+    texts: dict[int, str | None] = {}
+    for pid, (path, before) in pending.items():
+        if sizes[pid] <= before:
+            texts[pid] = None
+            continue
+        with open(path, "rb") as f:
+            f.seek(before)
+            texts[pid] = f.read(sizes[pid] - before).decode(errors="replace")
+    return texts

@@ -35,9 +35,11 @@ from rpcctl.console import Console, human_seconds, sanitize
 from rpcctl.lines import Piece
 from rpcctl.plan import LaunchPlan, NodeFacts, build_plan, free_port
 from rpcctl.procs import ExitStatus, LogPump, RankProcesses, RankServerLost
-from rpcctl.runs import CANCELLED, FAILED, RUNNING, SUCCEEDED, Failure, RankState, RunRecord, now_iso, save_record
+from rpcctl import stacks
+from rpcctl.runs import CANCELLED, FAILED, RUNNING, SUCCEEDED, Failure, RankState, RunRecord, now_iso, rank_stack_file, save_record
 
 POLL_S = 0.1
+STACKS_BEFORE_TEARDOWN_S = 2.0  # all ranks together, before a timeout's or a cancel's teardown
 LOG_TAIL = 20
 # What cancels a job cleanly: Ctrl-C, kill, a closed ssh session or terminal (SIGHUP), Ctrl-\\.
 CANCEL_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -322,11 +324,13 @@ class Supervisor:
                     -1, None, None, None, "timeout", f"the job exceeded its timeout of {self.spec.timeout:g}s", now_iso()
                 )
                 self._tell_cluster_failed(self.record.root_cause, final=True)
+                self._dump_stacks(procs, "at the timeout")
                 self._teardown(procs, states)
                 return FAILED
             if self.cancel_signal is not None or self.remote_cancel is not None:
                 if self.cluster is not None and self.remote_cancel is None:
                     self.cluster.report_cancelled(f"{signal.Signals(self.cancel_signal).name} on node {self.spec.node_rank}")
+                self._dump_stacks(procs, "when the job was cancelled")
                 self._teardown(procs, states)
                 return CANCELLED
             if changed:
@@ -399,6 +403,31 @@ class Supervisor:
         if self.telemetry is not None:
             self.telemetry.rank_exited(status.rank, status.pid, state.state, status.exit_code)
         return state.state == FAILED
+
+    def _dump_stacks(self, procs: RankProcesses, when: str) -> None:
+        """Keep every live rank's Python stacks (and those of the processes it started) in
+        ``stacks/`` before a teardown that is no rank's own doing (timeout, cancel): where the
+        job was is the evidence. At most ``STACKS_BEFORE_TEARDOWN_S`` in all, skipped by a
+        second Ctrl-C. (A hang's stacks are dumped by the watchdog, into ``hang/`` too.)"""
+        live = {r: p for r, p in procs.pids.items() if r not in procs.exited}
+        if not live or self.hurry:
+            return
+        targets = [(pid, rank_stack_file(self.run_dir, rank)) for rank, pid in sorted(live.items())]
+        for pid in live.values():
+            targets += [(child, path) for child, _, path in stacks.registered_descendants(self.run_dir, pid)]
+        header = f"--- rpcctl: stacks {when} ({now_iso()}) ---\n"
+        try:
+            dumps = stacks.dump_many(targets, STACKS_BEFORE_TEARDOWN_S, header, stop=lambda: self.hurry)
+        except OSError as exc:  # a full disk, the run directory removed: the teardown goes on
+            self._warn(f"could not dump the ranks' stacks {when}: {exc}")
+            return
+        got = sorted(r for r, pid in live.items() if dumps.get(pid))
+        if got:
+            ranks = ", ".join(map(str, got))
+            try:
+                self.console.info(f"rpcctl: stacks of rank{'s' if len(got) > 1 else ''} {ranks} {when}: {self.run_dir / 'stacks'}")
+            except OSError:  # SIGHUP: no terminal left
+                pass
 
     def _teardown(self, procs: RankProcesses, states: dict[int, RankState]) -> None:
         for status in procs.terminate(self.spec.grace, hurry=lambda: self.hurry):

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 
 import psutil
 import pytest
 
-from tests.conftest import assert_no_process_left, launch_until_running, pids_gone, record, rpcctl, wait_until
+from tests.conftest import assert_no_process_left, launch_job, launch_until_running, pids_gone, record, rpcctl, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -73,6 +74,7 @@ def test_orphans_of_a_lost_run_are_named_everywhere_and_stop_kills_them(tmp_path
     `stop` kills exactly them."""
     launcher, run_dir = launch_until_running(tmp_path, runs_dir, nproc_per_node=2, args=["0=survive", "1=child"])
     wait_until(lambda: (run_dir / "grandchild-1.pid").exists(), 30, "rank 1's grandchild", run_dir / "logs")
+    wait_until(lambda: "will survive" in (run_dir / "logs" / "rank-0.log").read_text(), 30, "rank 0 to undo its death signal")
     grandchild = int((run_dir / "grandchild-1.pid").read_text())
     ranks = [r["pid"] for r in record(run_dir)["ranks"]]
     launcher_pid, server = _launcher_and_server(launcher)
@@ -100,3 +102,27 @@ def test_orphans_of_a_lost_run_are_named_everywhere_and_stop_kills_them(tmp_path
         assert [w["state"] for w in json.loads(rpcctl("inspect", "workers", str(run_dir), "--json").stdout)] == ["lost", "lost"]
     finally:
         assert_no_process_left(run_dir)
+
+
+def test_a_timeout_keeps_every_ranks_stack_before_the_teardown(tmp_path, runs_dir):
+    result, run_dir, rec = launch_job(tmp_path, runs_dir, nproc_per_node=2, timeout=4, args=["0=nap", "1=hang"])
+    assert result.returncode == 1 and rec["root_cause"]["reason"] == "timeout", result.stderr
+    rank0 = (run_dir / "stacks" / "rank-0.txt").read_text()
+    assert "--- rpcctl: stacks at the timeout" in rank0 and "deep_in_named_function" in rank0, rank0
+    assert "in hang" in (run_dir / "stacks" / "rank-1.txt").read_text()
+    assert f"stacks of ranks 0, 1 at the timeout: {run_dir / 'stacks'}" in result.stderr
+    assert {r["state"] for r in rec["ranks"]} == {"killed"}  # the dump killed nobody
+
+
+def test_a_cancel_keeps_the_stacks_before_the_teardown(tmp_path, runs_dir):
+    launcher, run_dir = launch_until_running(tmp_path, runs_dir, nproc_per_node=2, args=["0=nap", "1=child"])
+    wait_until(lambda: (run_dir / "grandchild-1.pid").exists(), 30, "rank 1's grandchild", run_dir / "logs")
+    started = time.monotonic()
+    launcher.send_signal(signal.SIGINT)
+    _, err = launcher.communicate(timeout=60)
+    assert launcher.returncode == 130, err
+    assert time.monotonic() - started < 2.0 + 2 + 5, "the dump is bounded"
+    assert "deep_in_named_function" in (run_dir / "stacks" / "rank-0.txt").read_text()
+    assert "stacks of ranks 0, 1 when the job was cancelled" in err, err
+    assert record(run_dir)["status"] == "cancelled"
+    assert_no_process_left(run_dir)

@@ -48,6 +48,7 @@ elif action == "hang":
     hang()
 elif action == "survive":
     ctypes.CDLL(None).prctl(1, 0, 0, 0, 0)  # PR_SET_PDEATHSIG 0: no death with the rank server
+    print(f"rank {rank} will survive its rank server", flush=True)
     hang()
 elif action == "nap":
     deep_in_named_function()
