@@ -2,7 +2,7 @@
 
 Layout of one run (``<runs-dir>/<run-id>/``)::
 
-    run.json            the run record (RunRecord), rewritten atomically on every change
+    run.json            the run record (RunRecord), rewritten atomically on every change (in place on a full disk)
     config.yaml         the resolved JobSpec
     logs/rank-N.log     everything rank N wrote to stdout and stderr, across restarts
     errors/rank-N.json  the uncaught exception of rank N (torchelastic's error-file format)
@@ -17,6 +17,7 @@ A record left ``running`` by a launcher that no longer exists reads as ``lost``.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import secrets
@@ -176,11 +177,14 @@ def hostname() -> str:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write-then-rename, so a reader (or a crash) never sees half a file."""
+    write_text_atomic(path, json.dumps(data, indent=2) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -192,8 +196,45 @@ def write_json_atomic(path: Path, data: Any) -> None:
         raise
 
 
+# run.json carries trailing spaces (valid JSON whitespace), as many as the record's own size and
+# at least this many: the blocks its last write needs when the disk is full by then (``save_record``).
+RECORD_RESERVE = 16 * 1024
+
+
 def save_record(record: RunRecord) -> None:
-    write_json_atomic(Path(record.run_dir) / "run.json", record.to_dict())
+    """Write run.json atomically (write, then rename). On a full disk, rewrite the existing
+    file in place instead, in its own blocks (the record plus its reserve of spaces), so the
+    run still ends on disk: not atomic, but the only write left that needs no new block."""
+    path = Path(record.run_dir) / "run.json"
+    text = json.dumps(record.to_dict(), indent=2) + "\n"
+    try:
+        write_text_atomic(path, text + " " * max(RECORD_RESERVE, len(text)))
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not _overwrite_in_place(path, text):
+            raise
+
+
+def _overwrite_in_place(path: Path, text: str) -> bool:
+    """Write ``text`` over the file's own bytes, space-padded to its old size; False when it
+    does not fit (or the file is gone)."""
+    data = text.encode()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        size = os.fstat(fd).st_size
+        if len(data) > size:
+            data = json.dumps(json.loads(text), separators=(",", ":")).encode()  # compact: it may fit
+            if len(data) > size:
+                return False
+        os.pwrite(fd, data + b" " * (size - len(data)), 0)
+        os.fsync(fd)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def load_record(run_dir: Path) -> RunRecord:

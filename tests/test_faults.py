@@ -145,6 +145,13 @@ def test_full_disk_truncates_the_log_with_one_warning_and_the_job_succeeds(tmp_p
     kept = int(rank0[0].split("truncated after ")[1].split(" bytes")[0])
     log = (run_dir / "logs" / "rank-0.log").read_bytes()
     assert len(log) == kept and log.startswith(b"rank 0 line 000000 ")
+    # The record ends, disk full or not (its reserve is rewritten in place), and says what was lost.
+    ended = json.loads((run_dir / "run.json").read_text())
+    assert ended["status"] == "succeeded" and ended["ended_at"], ended
+    assert [r["state"] for r in ended["ranks"]] == ["succeeded", "succeeded"]
+    assert any("rank 0's log truncated" in w for w in ended["warnings"]), ended["warnings"]
+    listed = rpcctl("runs", "--json", "--runs-dir", str(runs_dir))
+    assert json.loads(listed.stdout)[0]["status"] == "succeeded", listed.stdout
     assert_no_process_left(run_dir)
 
 
