@@ -105,37 +105,133 @@ def set_console(console: Console | None) -> None:
 # Records → tables / JSON
 
 
+# Column priorities: a key column (ids, names, status) is never hidden nor cut; on a narrow
+# terminal the columns of the highest priority number are hidden first (rightmost first).
+KEY, HIGH, NORMAL, LOW = 0, 1, 2, 3
+WRAP_MIN = 20  # a wrap column is folded down to this width before anything is hidden
+
+
 @dataclasses.dataclass(frozen=True)
 class Column:
     """One column of a record type, declared once: the table and the JSON both come from it.
 
     ``key`` is the record's attribute and the JSON key; ``fmt`` humanises the raw value for the
-    table only; ``detail`` columns are left out of the table unless asked for; ``wrap`` columns
-    (long free text) wrap on a narrow terminal, so that the others (names, ids, status) are
-    never cut.
+    table only (a ``ColumnScale`` picks one scale for the whole column from its values);
+    ``detail`` columns are left out of the table unless asked for (``--wide``); ``wrap``
+    columns (long free text) fold on a narrow terminal; ``priority`` (``KEY``, ``HIGH``,
+    ``NORMAL``, ``LOW``) says which columns ``render_table`` hides first when even folded text
+    does not fit: a cell is shown whole, folded, or its column hidden (and named in a footnote),
+    never cut with an ellipsis.
     """
 
     key: str
     header: str | None = None
-    fmt: Callable[[Any], str] | None = None
+    fmt: Callable[[Any], str] | ColumnScale | None = None
     justify: str = "left"
     detail: bool = False
     wrap: bool = False
+    priority: int = NORMAL
 
     @property
     def title(self) -> str:
         return self.header or self.key.replace("_", " ").upper()
 
-    def cell(self, record: Any) -> Text:
+    def value(self, record: Any) -> Any:
+        return record.get(self.key) if isinstance(record, dict) else getattr(record, self.key)
+
+    def formatter(self, records: Sequence[Any]) -> Callable[[Any], str] | None:
+        """The formatter for these records: a ``ColumnScale`` looks at every value first."""
+        if isinstance(self.fmt, ColumnScale):
+            return self.fmt.pick([v for v in (self.value(r) for r in records) if isinstance(v, (int, float))])
+        return self.fmt
+
+    def cell(self, record: Any, fmt: Callable[[Any], str] | None = None) -> Text:
         """The value as plain text: never parsed as markup, control characters made visible."""
-        value = record.get(self.key) if isinstance(record, dict) else getattr(record, self.key)
+        value = self.value(record)
         if value is None:
             return Text("-")
+        fmt = fmt or self.formatter([record])
         try:
-            shown = self.fmt(value) if self.fmt else str(value)
+            shown = fmt(value) if fmt else str(value)
         except (TypeError, ValueError):  # a value of the wrong type from a damaged record
             shown = repr(value)
         return Text(sanitize(shown))
+
+
+class FittedTable:
+    """A table laid out for the width it is printed at (a terminal, a Live view, a pipe).
+
+    Columns keep their natural width when the table fits. Otherwise wrap columns fold (down to
+    ``WRAP_MIN``); if that is not enough, whole columns are hidden, highest priority number
+    first (the rightmost of equals first), and a footnote names them. Key columns are never
+    hidden, and never cut: a key that is also a wrap column (a function name) may fold.
+    """
+
+    GAP = 2  # Rich's padding between two columns (none at the edges: pad_edge=False)
+
+    def __init__(self, columns: Sequence[Column], rows: list[list[Text]], *, title: str | None, hint: str):
+        from rich.cells import cell_len
+
+        self.columns = list(columns)
+        self.rows = rows
+        self.title = title
+        self.hint = hint
+        self.natural = [max(cell_len(line) for line in [c.title] + [ln for row in rows for ln in row[i].plain.split("\n")])
+                        for i, c in enumerate(self.columns)]
+
+    def _floor(self, i: int) -> int:
+        column = self.columns[i]
+        if not column.wrap:
+            return self.natural[i]
+        return min(self.natural[i], max(WRAP_MIN, *(len(word) for word in column.title.split())))
+
+    def layout(self, width: int) -> dict[int, int]:
+        """The columns shown (indices, in order) and their widths, for a table at most ``width`` wide."""
+        shown = list(range(len(self.columns)))
+
+        def room() -> int:
+            return width - self.GAP * (len(shown) - 1)
+
+        while sum(self._floor(i) for i in shown) > room():
+            hideable = [i for i in shown if self.columns[i].priority != KEY]
+            if not hideable:
+                break
+            shown.remove(max(hideable, key=lambda i: (self.columns[i].priority, i)))
+        floors = {i: self._floor(i) for i in shown}
+        if sum(floors.values()) > room():  # even the keys do not fit: they fold, never cropped
+            floors = {i: min(self.natural[i], 4) for i in shown}
+        return _fill({i: self.natural[i] for i in shown}, floors, room())
+
+    def __rich_console__(self, console: RichConsole, options: Any):
+        widths = self.layout(options.max_width)
+        if self.title:
+            yield Text(self.title, style="italic")
+        table = Table(header_style="bold", box=None, pad_edge=False)
+        for i, width in widths.items():
+            column = self.columns[i]
+            table.add_column(column.title, justify=column.justify, width=width, no_wrap=width >= self.natural[i], overflow="fold")
+        for row in self.rows:
+            table.add_row(*(row[i] for i in widths))
+        yield table
+        hidden = [c.title for i, c in enumerate(self.columns) if i not in widths]
+        if hidden:
+            yield Text(f"hidden to fit {options.max_width} columns: {', '.join(hidden)} ({self.hint})", style="dim")
+
+
+def _fill(natural: dict[int, int], floor: dict[int, int], room: int) -> dict[int, int]:
+    """Widths between floor and natural that fit in ``room``: the widest columns give way first."""
+    if sum(natural.values()) <= room:
+        return dict(natural)
+    if sum(floor.values()) >= room:
+        return dict(floor)
+    low, high = 0, max(natural.values())
+    while low < high:  # the largest cap at which every column, capped, still fits
+        cap = (low + high + 1) // 2
+        if sum(max(floor[i], min(natural[i], cap)) for i in natural) <= room:
+            low = cap
+        else:
+            high = cap - 1
+    return {i: max(floor[i], min(natural[i], low)) for i in natural}
 
 
 def render_table(
@@ -145,16 +241,17 @@ def render_table(
     title: str | None = None,
     detail: bool = False,
     empty: str = "nothing to show",
-) -> Table | str:
+    hint: str = "--wide or --json shows them",
+) -> FittedTable | str:
+    """Records as a table that fits the terminal (see ``FittedTable``), or ``empty``.
+
+    ``hint`` ends the footnote that names hidden columns: how to see them in this command."""
     if not records:
         return empty
     shown = [c for c in columns if detail or not c.detail]
-    table = Table(title=title, title_justify="left", header_style="bold", box=None, pad_edge=False)
-    for column in shown:
-        table.add_column(column.title, justify=column.justify, no_wrap=not column.wrap, overflow="fold" if column.wrap else "ellipsis")
-    for record in records:
-        table.add_row(*(column.cell(record) for column in shown))
-    return table
+    formatters = [c.formatter(records) for c in shown]
+    rows = [[c.cell(record, fmt) for c, fmt in zip(shown, formatters)] for record in records]
+    return FittedTable(shown, rows, title=title, hint="--json shows them" if detail else hint)
 
 
 def to_jsonable(value: Any) -> Any:
@@ -213,3 +310,50 @@ def iso_time(ts: float | None) -> str | None:
 
 def join(values: Iterable[Any]) -> str:
     return ",".join(str(v) for v in values) or "-"
+
+
+def significant(value: float, digits: int = 3) -> str:
+    """``value`` with ``digits`` significant figures in fixed notation (1234 → "1234", 0.0031 → "0.00310")."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:.{max(digits - 1, 0)}f}" if value == 0 else str(value)
+    exponent = math.floor(math.log10(abs(value)))
+    decimals = max(digits - 1 - exponent, 0)
+    shown = f"{value:.{decimals}f}"
+    if decimals and len(shown.replace("-", "").replace(".", "").lstrip("0")) > digits:  # 9.996 → 10.00
+        shown = f"{value:.{decimals - 1}f}"
+    return shown
+
+
+def fmt_loss(value: float) -> str:
+    """A loss or metric: 4 significant figures (0.001234, 12.35, 1235), the exponent only past 10^4."""
+    if not math.isfinite(value):
+        return "nan" if math.isnan(value) else str(value)
+    return f"{value:.4g}"
+
+
+class ColumnScale:
+    """A column formatter that picks one scale for all the column's cells, from their values:
+    ``pick(values)`` returns the formatter for each cell. The JSON keeps raw units."""
+
+    def __init__(self, pick: Callable[[Sequence[float]], Callable[[Any], str]]):
+        self.pick = pick
+
+    def __call__(self, value: Any) -> str:  # one value alone: its own scale
+        return self.pick([value])(value)
+
+
+def _rate_for(values: Sequence[float]) -> Callable[[Any], str]:
+    top = max((abs(v) for v in values), default=0.0)
+    divisor, suffix = (1e6, " M") if top >= 1e6 else (1e3, " k") if top >= 1e4 else (1.0, "")
+    return lambda v: significant(v / divisor, 3) + suffix
+
+
+def _bandwidth_for(values: Sequence[float]) -> Callable[[Any], str]:
+    """GB/s values; MB/s for the whole column when its largest would read 0.xx GB/s or less."""
+    top = max((abs(v) for v in values), default=0.0)
+    factor, unit = (1.0, "GB/s") if top >= 1 else (1e3, "MB/s")
+    return lambda v: f"{significant(v * factor, 3)} {unit}"
+
+
+rate_scale = ColumnScale(_rate_for)  # calls or steps per second: 2269 and 13000 read "2.27 k", "13.0 k"
+bandwidth_scale = ColumnScale(_bandwidth_for)  # a value in GB/s

@@ -16,7 +16,7 @@ from rpcctl.bench.results import BenchReport, load_report, render_report
 from rpcctl.bench.runner import BenchPlan, is_compare, plan_bench, resolve_suites, resolve_transports
 from rpcctl.bench.session import SessionResult, run_session
 from rpcctl.bench.suites import COMPARE, FULL, QUICK, SUITES, Profile
-from rpcctl.console import Column, render_table
+from rpcctl.console import KEY, Column, render_table
 
 __all__ = [
     "BenchPlan", "BenchReport", "Comparison", "SessionResult", "NOISY_LEGEND", "TransportInfo",
@@ -122,8 +122,8 @@ class TransportInfo:
 
     # The name and status are never cut: the suites and the summary wrap on a narrow terminal.
     COLUMNS: ClassVar[list[Column]] = [
-        Column("name", "TRANSPORT"), Column("suites", "SUITES", wrap=True), Column("runs_in", "DEFAULT IN"),
-        Column("status", "STATUS"), Column("summary", "WHAT", wrap=True),
+        Column("name", "TRANSPORT", priority=KEY), Column("suites", "SUITES", wrap=True), Column("runs_in", "DEFAULT IN"),
+        Column("status", "STATUS", priority=KEY), Column("summary", "WHAT", wrap=True),
     ]
 
 
@@ -138,7 +138,7 @@ def listing() -> tuple[list[TransportInfo], list[str]]:
         reason = cls.unavailable()
         rows.append(TransportInfo(
             name=name,
-            suites="all" if set(cls.ops) >= set(SUITES) else ",".join(s for s in SUITES if s in cls.ops),
+            suites="all" if set(cls.ops) >= set(SUITES) else ", ".join(s for s in SUITES if s in cls.ops),
             runs_in=",".join(runs_in) or "on request",
             status="ok" if reason is None else "missing",
             summary=spec.summary,
@@ -247,10 +247,10 @@ def candidates_table(candidates, title: str):
         row.update({label: (c.ratios or {}).get(label) for label in labels})
         rows.append(row)
     columns = [
-        Column("name", "SETTING"),
+        Column("name", "SETTING", priority=KEY),
         *(Column(label, label.upper(), fmt_ratio, "right") for label in labels),
         Column("score", "GEOMEAN", fmt_ratio, "right"),
         Column("noise", "NOISE", justify="right"),
-        Column("verdict", "VERDICT"),
+        Column("verdict", "VERDICT", priority=KEY),
     ]
     return render_table(rows, columns, title=title)

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from rpcctl.bench.results import RATE_SUITES, BenchReport, BenchResult, RowId, fmt_rate, fmt_us
 from rpcctl.bench.stats import tolerance
-from rpcctl.console import Column, human_bytes, render_table
+from rpcctl.console import KEY, Column, human_bytes, render_table
 
 FASTER, SLOWER, SAME, ADDED, REMOVED = "faster", "slower", "same", "added", "removed"
 
@@ -68,15 +68,15 @@ class Comparison(RowId):
         return fmt_rate(value) + "/s" if self.metric == "calls_per_s" else fmt_us(value)
 
     COLUMNS: ClassVar[list[Column]] = [
-        Column("suite", "SUITE"),
-        Column("transport", "TRANSPORT"),
-        Column("op", "OP"),
-        Column("case", "CASE", justify="right"),
+        Column("suite", "SUITE", priority=KEY),
+        Column("transport", "TRANSPORT", priority=KEY),
+        Column("op", "OP", priority=KEY),
+        Column("case", "CASE", justify="right", priority=KEY),
         Column("old_shown", "OLD", justify="right"),
         Column("new_shown", "NEW", justify="right"),
-        Column("change", "SPEED", justify="right"),
+        Column("change", "SPEED", justify="right", priority=KEY),
         Column("noise", "NOISE", justify="right"),
-        Column("verdict_shown", "VERDICT"),
+        Column("verdict_shown", "VERDICT", priority=KEY),
     ]
 
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from rpcctl.bench.stats import is_noisy, spread, summarize
-from rpcctl.console import Column, human_bytes, render_table
+from rpcctl.console import HIGH, KEY, Column, bandwidth_scale, human_bytes, rate_scale, render_table
 
 BASELINE = "rpc"
 # The rpc op a row of another transport is compared with, per suite.
@@ -140,9 +140,9 @@ class BenchResult(RowId):
 
 # The table's columns, per suite, beside the record they read (every key is a BenchResult
 # field or property: tests/test_bench.py checks).
-_TRANSPORT = Column("transport", "TRANSPORT")
-_OP = Column("op", "OP")
-_P50 = Column("p50_us", "P50", fmt_us, "right")
+_TRANSPORT = Column("transport", "TRANSPORT", priority=KEY)
+_OP = Column("op", "OP", priority=KEY)
+_P50 = Column("p50_us", "P50", fmt_us, "right", priority=KEY)
 _P90 = Column("p90_us", "P90", fmt_us, "right", detail=True)
 _P99 = Column("p99_us", "P99", fmt_us, "right")
 _MIN = Column("min_us", "MIN", fmt_us, "right", detail=True)
@@ -151,8 +151,8 @@ _N = Column("n", "N", str, "right", detail=True)
 _NOISE = Column("noise", "NOISE", justify="right")
 _VS = Column("vs_rpc", "VS RPC", fmt_ratio, "right")
 _VS_GLOO = Column("vs_gloo", "VS GLOO", fmt_ratio, "right")
-_GBPS = Column("gbps", "GB/S", lambda v: f"{v:.2f}" if v >= 0.01 else f"{v * 1000:.2f} MB/s", "right")
-_PAYLOAD = Column("payload_bytes", "PAYLOAD", human_bytes, "right")
+_GBPS = Column("gbps", "BANDWIDTH", bandwidth_scale, "right", priority=HIGH)
+_PAYLOAD = Column("payload_bytes", "PAYLOAD", human_bytes, "right", priority=KEY)
 
 SUITE_COLUMNS: dict[str, list[Column]] = {
     "latency": [_TRANSPORT, _OP, _P50, _P90, _P99, _MIN, _MAX, _VS, _N, _NOISE],
@@ -160,12 +160,12 @@ SUITE_COLUMNS: dict[str, list[Column]] = {
     "collective": [_PAYLOAD, _TRANSPORT, _OP, _GBPS, _P50, _P90, _P99, _MIN, _MAX, _VS_GLOO, _N, _NOISE],
     "startup": [_TRANSPORT, _P50, _P99, _MIN, _MAX, _VS, Column("n", "LAUNCHES", str, "right"), _NOISE],
     "throughput": [
-        Column("in_flight", "IN FLIGHT", str, "right"), _TRANSPORT, _OP,
-        Column("calls_per_s", "CALLS/S", fmt_rate, "right"), _P50, _P90, _P99, _MAX, _VS, _N, _NOISE,
+        Column("in_flight", "IN FLIGHT", str, "right", priority=KEY), _TRANSPORT, _OP,
+        Column("calls_per_s", "CALLS/S", rate_scale, "right", priority=KEY), _P50, _P90, _P99, _MAX, _VS, _N, _NOISE,
     ],
     "train": [
-        Column("world_size", "WORLD", str, "right"), _TRANSPORT, _OP,
-        Column("calls_per_s", "STEPS/S", fmt_rate, "right"), _P50, _P90, _P99, _MAX, _VS, _N, _NOISE,
+        Column("world_size", "WORLD", str, "right", priority=KEY), _TRANSPORT, _OP,
+        Column("calls_per_s", "STEPS/S", rate_scale, "right", priority=KEY), _P50, _P90, _P99, _MAX, _VS, _N, _NOISE,
     ],
 }
 

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from rpcctl import inspect as sdk
 from rpcctl.commands.common import JsonOption, RunArgument, RunsDirOption, WatchOption
-from rpcctl.console import get_console, render_table
+from rpcctl.console import fmt_loss, get_console, render_table
 from rpcctl.errors import RunNotFoundError, UsageError
 from rpcctl.runs import TERMINAL, load_record, resolve_run
 
@@ -273,7 +273,7 @@ def _loss_cell(cells: dict, key: tuple[int, ...], rank: int) -> str:
     if (key, rank) not in cells:
         return ""
     value = cells[(key, rank)]
-    return "nan" if value is None else f"{value:.6g}"
+    return "nan" if value is None else fmt_loss(value)
 
 
 def _plot_title(run_dir: Path, rank: int | None) -> str:

@@ -13,7 +13,7 @@ import typer
 from rich.text import Text
 
 from rpcctl.commands.common import JsonOption, RunArgument, RunsDirOption
-from rpcctl.console import Column, get_console, human_time, render_table, sanitize
+from rpcctl.console import HIGH, KEY, LOW, Column, get_console, human_time, render_table, sanitize
 from rpcctl.errors import RpcctlError, UsageError
 from rpcctl.lines import final_lines
 from rpcctl.runs import (
@@ -32,14 +32,14 @@ from rpcctl.runs import (
 from rpcctl.supervisor import describe_duration
 
 RUN_COLUMNS = [
-    Column("run_id", "RUN"),
-    Column("name"),
-    Column("status"),
-    Column("world_size", "RANKS", justify="right"),
+    Column("run_id", "RUN", priority=KEY),
+    Column("name", priority=LOW),  # the run id starts with it
+    Column("status", priority=KEY),
+    Column("world_size", "RANKS", justify="right", priority=LOW),
     Column("started_at", "STARTED", fmt=human_time),
     Column("duration"),
-    Column("restarts", justify="right"),
-    Column("root_cause", "ROOT CAUSE"),
+    Column("restarts", justify="right", priority=LOW),
+    Column("root_cause", "ROOT CAUSE", wrap=True, priority=HIGH),
 ]
 
 
@@ -80,7 +80,7 @@ def runs(
         for r in records
     ]
     rows += [{"run_id": d.run_id, "status": DAMAGED, "root_cause": _short(d.error)} for d in damaged]
-    console.print(render_table(rows, RUN_COLUMNS, empty=f"no runs in {runs_dir or default_runs_dir()}"))
+    console.print(render_table(rows, RUN_COLUMNS, empty=f"no runs in {runs_dir or default_runs_dir()}", hint="--json shows them"))
     for d in damaged:  # the whole path, which the table would cut
         console.print(Text(sanitize(f"damaged: {d.run_dir / 'run.json'}: {d.error}")))
 

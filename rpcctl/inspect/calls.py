@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rpcctl.console import Column, human_seconds, iso_time
+from rpcctl.console import HIGH, KEY, LOW, Column, human_seconds, iso_time
 from rpcctl.inspect._store import _loads, _Store
 from rpcctl.telemetry import calls as tracking
 
@@ -49,12 +49,12 @@ class PendingCall:
     restart: int
 
     COLUMNS = (
-        Column("caller"),
-        Column("callee"),
-        Column("func", "FUNCTION"),
-        Column("kind"),
-        Column("age_s", "AGE", fmt=human_seconds, justify="right"),
-        Column("call_site", "CALL SITE"),
+        Column("caller", priority=KEY),
+        Column("callee", priority=KEY),
+        Column("func", "FUNCTION", priority=KEY, wrap=True),
+        Column("kind", priority=LOW),
+        Column("age_s", "AGE", fmt=human_seconds, justify="right", priority=KEY),
+        Column("call_site", "CALL SITE", wrap=True),
         Column("state", detail=True),
         Column("caller_pid", "PID", detail=True, justify="right"),
         Column("thread", fmt=hex, detail=True),
@@ -77,13 +77,13 @@ class CallSummary:
     pending: int  # listed calls (running 1 s or more) not ended yet
 
     COLUMNS = (
-        Column("caller"),
-        Column("callee"),
-        Column("func", "FUNCTION"),
-        Column("kind"),
-        Column("count", "CALLS", justify="right"),
-        Column("p50_s", "P50", fmt=_duration, justify="right"),
-        Column("p99_s", "P99", fmt=_duration, justify="right"),
+        Column("caller", priority=KEY),
+        Column("callee", priority=KEY),
+        Column("func", "FUNCTION", priority=KEY, wrap=True),
+        Column("kind", priority=LOW),
+        Column("count", "CALLS", justify="right", priority=HIGH),
+        Column("p50_s", "P50", fmt=_duration, justify="right", priority=HIGH),
+        Column("p99_s", "P99", fmt=_duration, justify="right", priority=HIGH),
         Column("max_s", "MAX", fmt=_duration, justify="right", detail=True),
         Column("mean_s", "MEAN", fmt=_duration, justify="right", detail=True),
         Column("errors", justify="right"),
@@ -110,9 +110,9 @@ class ServingRecord:
     call: tuple[int, int] | None = field(default=None, repr=False)  # (caller proc, call id) it serves
 
     COLUMNS = (
-        Column("worker"),
-        Column("func", "FUNCTION"),
-        Column("caller", "FOR"),
+        Column("worker", priority=KEY),
+        Column("func", "FUNCTION", priority=KEY, wrap=True),
+        Column("caller", "FOR", priority=KEY),
         Column("age_s", "FOR HOW LONG", fmt=human_seconds, justify="right"),
         Column("state", detail=True),
         Column("thread", fmt=hex, detail=True),

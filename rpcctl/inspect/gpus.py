@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rpcctl.console import Column, human_bytes, join
+from rpcctl.console import KEY, Column, human_bytes, join
 from rpcctl.devices import parse_visible_devices
 from rpcctl.inspect._store import _loads, _Store
 from rpcctl.inspect.rrefs import rrefs
@@ -25,9 +25,9 @@ class DeviceRecord:
     rrefs: int
 
     COLUMNS = (
-        Column("device"),
-        Column("name"),
-        Column("ranks", fmt=join),
+        Column("device", priority=KEY),
+        Column("name", wrap=True),
+        Column("ranks", fmt=join, priority=KEY),
         Column("workers", fmt=join, detail=True),
         Column("memory_used_bytes", "MEM USED", fmt=human_bytes, justify="right"),
         Column("memory_total_bytes", "MEM TOTAL", fmt=human_bytes, justify="right"),

@@ -17,15 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from rpcctl.console import Column, human_time, iso_time
+from rpcctl.console import HIGH, KEY, LOW, Column, fmt_loss, human_time, iso_time
 from rpcctl.errors import RpcctlError, UsageError
 from rpcctl.inspect._store import _column, _loads, _Store
 
 BY_STEP, BY_ARRIVAL = "step", "arrival"
-
-
-def _fmt_value(value: float) -> str:
-    return f"{value:.6g}"
 
 
 @dataclass
@@ -43,11 +39,11 @@ class LossRecord:
     rule: str | None = None  # the parser rule that matched (``inspect losses --explain``)
 
     COLUMNS = (
-        Column("rank", justify="right"),
-        Column("epoch", justify="right"),
-        Column("step", justify="right"),
-        Column("seq", "#", justify="right"),
-        Column("loss", fmt=_fmt_value, justify="right"),
+        Column("rank", justify="right", priority=KEY),
+        Column("epoch", justify="right", priority=KEY),
+        Column("step", justify="right", priority=KEY),
+        Column("seq", "#", justify="right", priority=KEY),
+        Column("loss", fmt=fmt_loss, justify="right", priority=KEY),
         Column("time", fmt=human_time),
         Column("source", detail=True),
         Column("rule", detail=True),
@@ -83,15 +79,15 @@ class LossSummary:
     trend: str  # a sparkline of the last losses (table only)
 
     COLUMNS = (
-        Column("rank", justify="right"),
+        Column("rank", justify="right", priority=KEY),
         Column("count", "N", justify="right"),
-        Column("first", fmt=_fmt_value, justify="right"),
-        Column("min", fmt=_fmt_value, justify="right"),
+        Column("first", fmt=fmt_loss, justify="right", priority=HIGH),
+        Column("min", fmt=fmt_loss, justify="right", priority=HIGH),
         Column("min_at", "AT"),
-        Column("last", fmt=_fmt_value, justify="right"),
+        Column("last", fmt=fmt_loss, justify="right", priority=KEY),
         Column("last_at", "AT"),
-        Column("lines_matched", "MATCHED", justify="right"),
-        Column("trend"),
+        Column("lines_matched", "MATCHED", justify="right", priority=LOW),
+        Column("trend", priority=LOW),
     )
 
     @property

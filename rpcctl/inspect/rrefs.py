@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rpcctl.console import Column, human_bytes, human_time, iso_time, join
+from rpcctl.console import HIGH, KEY, LOW, Column, human_bytes, human_time, iso_time, join
 from rpcctl.errors import UsageError
 from rpcctl.inspect._store import _column, _loads, _Store, has_telemetry
 
@@ -72,22 +72,22 @@ class RRefRecord:
         return {AT_SHUTDOWN: "released at shutdown", LEAKED: "leaked"}.get(self.ending or "", self.state)
 
     COLUMNS = (
-        Column("rref_id", "RREF"),
-        Column("owner"),
+        Column("rref_id", "RREF", priority=KEY),
+        Column("owner", priority=KEY),
         Column("creator", detail=True),
-        Column("holders", fmt=join),
-        Column("type"),
-        Column("shape", fmt=_shape),
-        Column("dtype", detail=True),
-        Column("device"),
-        Column("nbytes", "BYTES", fmt=human_bytes, justify="right"),
-        Column("shown_state", "STATE"),
+        Column("holders", fmt=join, wrap=True),
+        Column("type", priority=HIGH, wrap=True),
+        Column("shape", fmt=_shape, priority=HIGH),
+        Column("dtype", detail=True, priority=LOW),
+        Column("device", priority=LOW),
+        Column("nbytes", "BYTES", fmt=human_bytes, justify="right", priority=HIGH),
+        Column("shown_state", "STATE", priority=KEY),
         Column("created_at", "CREATED", fmt=human_time, detail=True),
-        Column("callee", detail=True),
-        Column("call_site", "CALL SITE"),
-        Column("kind", detail=True),
-        Column("forks", detail=True, justify="right"),
-        Column("restart", detail=True, justify="right"),
+        Column("callee", detail=True, wrap=True),
+        Column("call_site", "CALL SITE", wrap=True),
+        Column("kind", detail=True, priority=LOW),
+        Column("forks", detail=True, justify="right", priority=LOW),
+        Column("restart", detail=True, justify="right", priority=LOW),
     )
 
 
@@ -102,8 +102,8 @@ class OwnerSummary:
     short_lived: int  # created and dropped within 0.2 s: counted, not listed
 
     COLUMNS = (
-        Column("owner"),
-        Column("live", justify="right"),
+        Column("owner", priority=KEY),
+        Column("live", justify="right", priority=KEY),
         Column("pending", justify="right"),
         Column("deleted", justify="right"),
         Column("live_bytes", "LIVE BYTES", fmt=human_bytes, justify="right"),

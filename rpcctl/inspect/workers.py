@@ -9,7 +9,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from rpcctl.console import Column, human_bytes, human_seconds, iso_time
+from rpcctl.console import HIGH, KEY, LOW, Column, human_bytes, human_seconds, iso_time
 from rpcctl.inspect._store import _column, _loads, _Store
 from rpcctl.runs import process_in_run
 from rpcctl.telemetry import protocol
@@ -66,20 +66,20 @@ class WorkerRecord:
         return self.name
 
     COLUMNS = (
-        Column("rank_shown", "RANK", justify="right"),
-        Column("name_shown", "NAME"),
-        Column("kind", detail=True),
-        Column("host", detail=True),
-        Column("pid", justify="right"),
-        Column("state"),
-        Column("exit_code", "EXIT", justify="right"),
+        Column("rank_shown", "RANK", justify="right", priority=KEY),
+        Column("name_shown", "NAME", priority=KEY),
+        Column("kind", detail=True, priority=LOW),
+        Column("host", detail=True, priority=LOW),
+        Column("pid", justify="right", priority=HIGH),
+        Column("state", priority=KEY),
+        Column("exit_code", "EXIT", justify="right", priority=HIGH),
         Column("cpu_percent", "CPU", fmt=_percent, justify="right"),
         Column("rss_bytes", "RSS", fmt=human_bytes, justify="right"),
-        Column("threads", detail=True, justify="right"),
+        Column("threads", detail=True, justify="right", priority=LOW),
         Column("device"),
         Column("gpu_memory_bytes", "GPU MEM", fmt=human_bytes, justify="right"),
-        Column("heartbeat_age_s", "HEARTBEAT", fmt=_age, justify="right"),
-        Column("cuda_visible_devices", "CUDA VISIBLE", detail=True),
+        Column("heartbeat_age_s", "HEARTBEAT", fmt=_age, justify="right", priority=HIGH),
+        Column("cuda_visible_devices", "CUDA VISIBLE", detail=True, priority=LOW),
         Column("dropped_events", "DROPPED", detail=True, justify="right"),
         Column("cpu_s", "CPU TIME", fmt=human_seconds, detail=True, justify="right"),
         Column("telemetry_cpu_s", "TELEMETRY CPU", fmt=human_seconds, detail=True, justify="right"),
