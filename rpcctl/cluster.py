@@ -38,6 +38,7 @@ from datetime import timedelta
 from typing import Any
 
 from rpcctl.errors import RpcctlError, UsageError
+from rpcctl.states import RunStatus
 
 SECRET_ENV = "RPCCTL_SECRET"
 
@@ -50,7 +51,7 @@ class RendezvousError(RpcctlError):
 
 @dataclass
 class ClusterNews:
-    kind: str  # "failed" | "cancelled"
+    kind: RunStatus  # failed | cancelled
     node: int
     info: dict[str, Any]
 
@@ -209,7 +210,7 @@ class NodeRendezvous:
         except RuntimeError as exc:  # the store (node 0's launcher) is gone
             self._seen_news = True
             message = f"lost contact with the rendezvous on node 0 ({self.master_addr}:{self.master_port}): {str(exc).splitlines()[0]}"
-            return ClusterNews("failed", 0, {"node": 0, "rank": -1, "message": message, "final": True})
+            return ClusterNews(RunStatus.FAILED, 0, {"node": 0, "rank": -1, "message": message, "final": True})
 
     def _poll(self, stale_after: float) -> ClusterNews | None:
         self.store.add(f"beat/{self.node_rank}", 1)
@@ -226,8 +227,8 @@ class NodeRendezvous:
                     self._seen_news = True
                     self.gone.add(node)
                     message = f"the launcher of {self.node_name(node)} stopped answering for {stale_after:g}s"
-                    return ClusterNews("failed", node, {"node": node, "rank": -1, "message": message})
-        for kind, key in (("failed", f"round{self.round}/failed"), ("cancelled", "job/cancelled")):
+                    return ClusterNews(RunStatus.FAILED, node, {"node": node, "rank": -1, "message": message})
+        for kind, key in ((RunStatus.FAILED, f"round{self.round}/failed"), (RunStatus.CANCELLED, "job/cancelled")):
             if self._has(key):
                 info = self._get(key)
                 if info["node"] != self.node_rank:
@@ -291,7 +292,7 @@ class NodeRendezvous:
         self.gone.update(missing)
         return {"abort": reason, "node": node, "host": self.shared.get("nodes", {}).get(str(node))}
 
-    def finish(self, status: str, wait: float = 60) -> None:
+    def finish(self, status: RunStatus, wait: float = 60) -> None:
         """Say this node is done; node 0 keeps the store up until all nodes said so."""
         try:
             self._put(f"done/{self.node_rank}", {"status": status})

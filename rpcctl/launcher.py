@@ -25,7 +25,8 @@ from rpcctl.plan import LaunchPlan, NodeFacts, build_plan, free_port, probe_node
 from rpcctl.preflight import check_before_spawn
 from rpcctl.private import private_dir, private_open
 from rpcctl.procs import kill_processes, run_processes
-from rpcctl.runs import LOST, RUNNING, Failure, RankState, RunRecord, default_runs_dir, hostname, new_run_id, now_iso, save_record
+from rpcctl.runs import Failure, RankState, RunRecord, default_runs_dir, hostname, new_run_id, now_iso, save_record
+from rpcctl.states import RankStatus, RunStatus
 from rpcctl.supervisor import Supervisor
 
 DEFAULT_MASTER_PORT = 29500  # torchrun's
@@ -104,7 +105,7 @@ def launch(
         record = RunRecord(
             run_id=plan.run_id,
             name=spec.name,
-            status=RUNNING,
+            status=RunStatus.RUNNING,
             run_dir=str(run_dir),
             config_path=str(config_path.resolve()) if config_path else None,
             script=str(spec.script),
@@ -225,7 +226,7 @@ def _processes(n: int) -> str:
 def lost_runs(records: list[RunRecord]) -> dict[str, LostRun]:
     """The lost runs among ``records`` (status ``lost``, stored or because their launcher is
     gone), by run id, each with its orphaned processes (one scan of the process table)."""
-    lost = [r for r in records if r.effective_status == LOST]
+    lost = [r for r in records if r.effective_status == RunStatus.LOST]
     found = run_processes({r.run_id for r in lost}) if lost else {}
     return {r.run_id: LostRun(r, found.get(r.run_id, [])) for r in lost}
 
@@ -237,16 +238,16 @@ def end_lost_run(record: RunRecord) -> tuple[LostRun, list[psutil.Process]]:
     lost = lost_runs([record]).get(record.run_id) or LostRun(record)
     left = kill_processes(lost.orphans) if lost.orphans else []
     ended = now_iso()
-    if record.status == RUNNING:
+    if record.status == RunStatus.RUNNING:
         n = len(lost.orphans)
         killed = f"; `rpcctl stop` killed {n} orphaned process{'' if n == 1 else 'es'}" if n else ""
         message = f"the launcher (pid {record.launcher_pid}) died without ending the run{killed}"
         if record.root_cause is None:
             record.root_cause = Failure(-1, record.launcher_pid, None, None, "launcher", message, ended)
         record.reason = record.reason or message
-        record.status, record.ended_at = LOST, ended
+        record.status, record.ended_at = RunStatus.LOST, ended
         for rank in record.ranks:
-            if rank.state in ("pending", RUNNING):
-                rank.state, rank.ended_at = LOST, ended
+            if not rank.state.is_terminal:
+                rank.state, rank.ended_at = RankStatus.LOST, ended
         save_record(record)
     return lost, left

@@ -13,11 +13,13 @@ from rich.table import Table
 from rich.text import Text
 
 from rpcctl.console import sanitize
+from rpcctl.states import RankStatus
 
 if TYPE_CHECKING:
     from rpcctl.supervisor import Supervisor
 
-STATE_STYLE = {"pending": "dim", "running": "cyan", "succeeded": "green", "failed": "bold red", "killed": "yellow"}
+STATE_STYLE = {RankStatus.PENDING: "dim", RankStatus.RUNNING: "cyan", RankStatus.SUCCEEDED: "green", RankStatus.FAILED: "bold red",
+               RankStatus.KILLED: "yellow"}
 
 
 class LiveView:

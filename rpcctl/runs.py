@@ -10,8 +10,9 @@ Layout of one run (``<runs-dir>/<run-id>/``)::
     hang/, hang-2/...   the hang watchdog's evidence: diagnosis.txt, stacks.txt, calls.json
     launcher.log        the fork server's own output (normally empty)
 
-Run status is a small state machine: ``running`` → ``succeeded`` | ``failed`` | ``cancelled``.
-A record left ``running`` by a launcher that no longer exists reads as ``lost``.
+Run status is a small state machine (``RunStatus``, in ``rpcctl.states``): ``running`` →
+``succeeded`` | ``failed`` | ``cancelled``. A record left ``running`` by a launcher that no
+longer exists reads as ``lost``. Rank states are ``RankStatus``.
 """
 
 from __future__ import annotations
@@ -31,10 +32,7 @@ from typing import Any
 import psutil
 
 from rpcctl.errors import DamagedRunError, RunNotFoundError
-
-RUNNING, SUCCEEDED, FAILED, CANCELLED, LOST = "running", "succeeded", "failed", "cancelled", "lost"
-DAMAGED = "damaged"  # shown for a run.json that cannot be read; never stored
-TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, LOST})
+from rpcctl.states import RankStatus, RunStatus
 
 
 def now_iso() -> str:
@@ -49,7 +47,7 @@ class RankState:
     local_rank: int
     pid: int | None = None
     # pending → running → succeeded | failed | killed (torn down by rpcctl)
-    state: str = "pending"
+    state: RankStatus = RankStatus.PENDING
     exit_code: int | None = None
     signal: str | None = None
     started_at: str | None = None
@@ -80,7 +78,7 @@ class Failure:
 class RunRecord:
     run_id: str
     name: str
-    status: str
+    status: RunStatus
     run_dir: str
     config_path: str | None
     script: str
@@ -112,18 +110,19 @@ class RunRecord:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunRecord:
         data = dict(data)
-        data["ranks"] = [RankState(**r) for r in data.get("ranks", [])]
+        data["status"] = RunStatus(data["status"])
+        data["ranks"] = [RankState(**{**r, "state": RankStatus(r.get("state", RankStatus.PENDING))}) for r in data.get("ranks", [])]
         if data.get("root_cause"):
             data["root_cause"] = Failure(**data["root_cause"])
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
     @property
-    def effective_status(self) -> str:
+    def effective_status(self) -> RunStatus:
         """``lost`` when the record says running but its launcher is gone."""
-        if self.status == RUNNING and not launcher_alive(self):
-            return LOST
-        return self.status
+        if self.status == RunStatus.RUNNING and not launcher_alive(self):
+            return RunStatus.LOST
+        return RunStatus(self.status)
 
 
 def launcher_alive(record: RunRecord) -> bool:

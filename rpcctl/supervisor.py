@@ -8,7 +8,7 @@ Job states (``RunRecord.status``)::
        │ ──no progress for `hang_timeout` (watchdog)────▶ failed     (reason: hang; on_hang: keep → running)
        └ ──SIGINT/TERM/HUP/QUIT to the launcher─────────▶ cancelled  (exit 128 + signal)
 
-Rank states (``RankState.state``): pending → running → succeeded | failed | killed.
+Rank states (``RankState.state``): pending → running → succeeded | failed | killed (``rpcctl.states``).
 
 The first rank to fail is the root cause; every other rank is torn down at once (SIGTERM to
 its whole process tree, ``grace`` seconds, SIGKILL), so a rank that dies before rendezvous
@@ -36,7 +36,8 @@ from rpcctl.lines import Piece
 from rpcctl.plan import LaunchPlan, NodeFacts, build_plan, free_port
 from rpcctl.procs import ExitStatus, LogPump, RankProcesses, RankServerLost
 from rpcctl import stacks
-from rpcctl.runs import CANCELLED, FAILED, RUNNING, SUCCEEDED, Failure, RankState, RunRecord, now_iso, rank_stack_file, save_record
+from rpcctl.runs import Failure, RankState, RunRecord, now_iso, rank_stack_file, save_record
+from rpcctl.states import RankStatus, RunStatus
 
 POLL_S = 0.1
 STACKS_BEFORE_TEARDOWN_S = 2.0  # all ranks together, before a timeout's or a cancel's teardown
@@ -188,7 +189,7 @@ class Supervisor:
                 self._view.start()
             while True:
                 outcome = self._attempt(procs, pump, telemetry_env, deadline)
-                if outcome == FAILED and self._may_restart(deadline):
+                if outcome == RunStatus.FAILED and self._may_restart(deadline):
                     outcome = self._restart(procs)
                     if outcome is None:
                         continue
@@ -223,7 +224,7 @@ class Supervisor:
             and (self._procs is None or self._procs.lost is None)  # no rank server to restart with
         )
 
-    def _restart(self, procs: RankProcesses) -> str | None:
+    def _restart(self, procs: RankProcesses) -> RunStatus | None:
         """Plan the next attempt (on several nodes: after meeting every node again); None to run
         it, or the job's outcome when it cannot restart (cancelled, a node did not come back)."""
         cause = self.record.root_cause
@@ -240,13 +241,13 @@ class Supervisor:
                 self.record.root_cause = Failure(
                     -1, None, None, None, "rendezvous", f"{exc} (restarting after: {after})", now_iso(), node=exc.node, host=exc.host
                 )
-                return FAILED
+                return RunStatus.FAILED
             if port is None:
                 if self.cancel_signal is not None:
                     self.cluster.report_cancelled(f"{signal.Signals(self.cancel_signal).name} on node {self.spec.node_rank}")
                 else:
                     self.remote_cancel = self.remote_cancel or "while the nodes were restarting"
-                return CANCELLED
+                return RunStatus.CANCELLED
         self.record.restarts += 1
         self.plan = build_plan(
             self.spec,
@@ -273,7 +274,7 @@ class Supervisor:
     def _timed_out(deadline: float | None) -> bool:
         return deadline is not None and time.monotonic() >= deadline
 
-    def _attempt(self, procs: RankProcesses, pump: LogPump, telemetry_env: dict, deadline: float | None) -> str:
+    def _attempt(self, procs: RankProcesses, pump: LogPump, telemetry_env: dict, deadline: float | None) -> RunStatus:
         """Run one attempt of the whole group; return its outcome (succeeded/failed/cancelled)."""
         header = f"--- rpcctl: restart {self.plan.restart} ---\n" if self.plan.restart else None
         self.record.root_cause = None
@@ -302,7 +303,7 @@ class Supervisor:
             for rank, error in list(procs.spawn_errors.items()):
                 if failure is None:
                     failure = Failure(rank, None, None, None, "launch", f"rank {rank} could not be started: {error}", now_iso())
-                states[rank].state = FAILED
+                states[rank].state = RankStatus.FAILED
             for status in exits:
                 changed = True
                 failed = self._note_exit(status, states, tearing_down=False)
@@ -316,9 +317,9 @@ class Supervisor:
                 self.record.root_cause = failure
                 self._tell_cluster_failed(failure, final=self.record.restarts >= self.spec.max_restarts)
                 self._teardown(procs, states)
-                return FAILED
-            if all(s.state == SUCCEEDED for s in states.values()):
-                return SUCCEEDED
+                return RunStatus.FAILED
+            if all(s.state == RankStatus.SUCCEEDED for s in states.values()):
+                return RunStatus.SUCCEEDED
             if self._timed_out(deadline):
                 self.record.root_cause = Failure(
                     -1, None, None, None, "timeout", f"the job exceeded its timeout of {self.spec.timeout:g}s", now_iso()
@@ -326,13 +327,13 @@ class Supervisor:
                 self._tell_cluster_failed(self.record.root_cause, final=True)
                 self._dump_stacks(procs, "at the timeout")
                 self._teardown(procs, states)
-                return FAILED
+                return RunStatus.FAILED
             if self.cancel_signal is not None or self.remote_cancel is not None:
                 if self.cluster is not None and self.remote_cancel is None:
                     self.cluster.report_cancelled(f"{signal.Signals(self.cancel_signal).name} on node {self.spec.node_rank}")
                 self._dump_stacks(procs, "when the job was cancelled")
                 self._teardown(procs, states)
-                return CANCELLED
+                return RunStatus.CANCELLED
             if changed:
                 self._save()
 
@@ -347,7 +348,7 @@ class Supervisor:
             return None
         info = news.info
         self._final_elsewhere = bool(info.get("final"))
-        if news.kind == "cancelled":
+        if news.kind == RunStatus.CANCELLED:
             self.remote_cancel = info.get("reason", f"cancelled on node {news.node}")
             return None
         return Failure(
@@ -384,7 +385,7 @@ class Supervisor:
         for rank, pid in procs.pids.items():
             state = states[rank]
             if state.pid != pid:
-                state.pid, state.state, state.started_at = pid, RUNNING, now_iso()
+                state.pid, state.state, state.started_at = pid, RankStatus.RUNNING, now_iso()
                 changed = True
                 if self.telemetry is not None:
                     self.telemetry.rank_started(rank, pid, state.local_rank, state.device, self.plan.restart)
@@ -395,14 +396,14 @@ class Supervisor:
         state = states[status.rank]
         state.exit_code, state.signal, state.ended_at = status.exit_code, status.signal, now_iso()
         if status.ok:
-            state.state = SUCCEEDED
+            state.state = RankStatus.SUCCEEDED
         elif tearing_down:
-            state.state = "killed" if status.signal in ("SIGTERM", "SIGKILL") else FAILED
+            state.state = RankStatus.KILLED if status.signal in ("SIGTERM", "SIGKILL") else RankStatus.FAILED
         else:
-            state.state = FAILED
+            state.state = RankStatus.FAILED
         if self.telemetry is not None:
             self.telemetry.rank_exited(status.rank, status.pid, state.state, status.exit_code)
-        return state.state == FAILED
+        return state.state == RankStatus.FAILED
 
     def _dump_stacks(self, procs: RankProcesses, when: str) -> None:
         """Keep every live rank's Python stacks (and those of the processes it started) in
@@ -433,8 +434,8 @@ class Supervisor:
         for status in procs.terminate(self.spec.grace, hurry=lambda: self.hurry):
             self._note_exit(status, states, tearing_down=True)
         for state in states.values():  # never started, or gone without a word from the server
-            if state.state in ("pending", RUNNING):
-                state.state = "killed"
+            if not state.state.is_terminal:
+                state.state = RankStatus.KILLED
         self._save()
 
     def _failure(self, status: ExitStatus) -> Failure:
@@ -458,17 +459,17 @@ class Supervisor:
             log_tail=list(self.tails[rank]),
         )
 
-    def _finish(self, outcome: str) -> None:
+    def _finish(self, outcome: RunStatus) -> None:
         self.record.status = outcome
         self.record.ended_at = now_iso()
-        if outcome == CANCELLED and self.cancel_signal is None:
+        if outcome == RunStatus.CANCELLED and self.cancel_signal is None:
             self.record.reason = f"cancelled by another node ({self.remote_cancel})"
             self.record.exit_code = 130
-        elif outcome == CANCELLED:
+        elif outcome == RunStatus.CANCELLED:
             name = signal.Signals(self.cancel_signal).name
             self.record.reason = f"cancelled by {name}"
             self.record.exit_code = 128 + self.cancel_signal
-        elif outcome == FAILED:
+        elif outcome == RunStatus.FAILED:
             cause = self.record.root_cause
             self.record.reason = cause.message if cause else "failed"
             self.record.exit_code = 1

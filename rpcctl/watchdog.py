@@ -40,6 +40,7 @@ from rpcctl import inspect
 from rpcctl.inspect.calls import CallsReport, PendingCall, ServingRecord, _same_function
 from rpcctl.console import human_seconds, to_jsonable
 from rpcctl.runs import Failure, RunRecord, now_iso, write_json_atomic
+from rpcctl.states import CallState, RankStatus, ServingState
 from rpcctl.telemetry.rrefs.sender import _short_path as _short
 
 JOIN_WARN_S = 20.0
@@ -166,11 +167,11 @@ def diagnose(procs: list[Proc], report: CallsReport, stalled_s: float) -> Diagno
     for proc in procs:
         if proc.stopped:
             details.append(f"{proc.describe()} is stopped (SIGSTOP or SIGTSTP): it cannot run or answer until SIGCONT")
-    waiting = [c for c in report.pending if c.state == "pending"]
+    waiting = [c for c in report.pending if c.state == CallState.PENDING]
     for call in waiting:
         details.append(f"{call.caller} → {call.callee}: {call.kind} {call.func} at {call.call_site}, for {human_seconds(call.age_s)}")
     for served in report.serving:
-        if served.state == "running":
+        if served.state == ServingState.RUNNING:
             details.append(served.describe())
     if waiting:
         headline, suspect = _chain(waiting[0], waiting, report.serving, by_name, by_proc_id)
@@ -206,8 +207,8 @@ def _chain(first: PendingCall, waiting: list[PendingCall], serving: list[Serving
     for _ in range(16):
         path.append(call.callee)
         callee = by_name.get(call.callee)
-        served = next((s for s in serving if s.call == (call.caller_proc, call.call_id) and s.state == "running"), None) or next(
-            (s for s in serving if s.worker == call.callee and s.state == "running" and _same_function(call.func, s.func)), None)
+        served = next((s for s in serving if s.call == (call.caller_proc, call.call_id) and s.state == ServingState.RUNNING), None) or next(
+            (s for s in serving if s.worker == call.callee and s.state == ServingState.RUNNING and _same_function(call.func, s.func)), None)
         if callee is not None and callee.stopped:
             parts.append(f"{callee.describe()} is stopped (SIGSTOP or SIGTSTP): it cannot answer")
             suspect = callee
@@ -328,7 +329,7 @@ class HangWatchdog:
             state = "it is stopped (SIGSTOP)" if proc.stopped else (f"it is at {at}" if at else "its stack did not come")
             self.console.warn(f"{proc.describe()} has not joined RPC after {human_seconds(wall - first_join)}; {state}")
         for state in record.ranks:  # a rank whose telemetry never connected is absent too
-            if state.state == "running" and state.rank not in connected and state.rank not in self._warned_join:
+            if state.state == RankStatus.RUNNING and state.rank not in connected and state.rank not in self._warned_join:
                 self._warned_join.add(state.rank)
                 self.console.warn(f"rank {state.rank} (pid {state.pid}) has not joined RPC after {human_seconds(wall - first_join)}"
                                   " and never reported: see `rpcctl stack`")

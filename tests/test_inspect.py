@@ -161,7 +161,7 @@ def test_workers_json_and_table(cli, run):
     document = _json(cli("inspect", "workers", "--json"))
     assert [list(w) for w in document] == [WORKER_KEYS] * 2
     assert [(w["rank"], w["name"], w["pid"], w["state"], w["exit_code"], w["kind"], w["heartbeat_age_s"]) for w in document] == [
-        (0, "worker0", 1000, "exited", 0, "rank", None), (1, "worker1", 1001, "exited", 0, "rank", None)]
+        (0, "worker0", 1000, "succeeded", 0, "rank", None), (1, "worker1", 1001, "succeeded", 0, "rank", None)]
     assert [(w["cpu_s"], w["telemetry_cpu_s"]) for w in document] == [(12.0, 0.06), (12.0, 0.06)]
     table = cli("inspect", "workers").stdout
     assert table.splitlines()[0].split()[:6] == ["RANK", "NAME", "PID", "STATE", "EXIT", "CPU"]

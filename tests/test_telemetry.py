@@ -195,7 +195,7 @@ def test_store_follows_rrefs_forks_values_and_losses(server):
     assert inspect.leaked_rrefs(run_dir) == []
     assert {r.state for r in inspect.rrefs(run_dir)} == {"deleted"}  # nothing outlives its processes
     final = {w.rank: (w.state, w.exit_code, w.heartbeat_age_s) for w in inspect.workers(run_dir)}
-    assert final == {0: ("exited", 0, None), 1: ("failed", 3, None)}
+    assert final == {0: ("succeeded", 0, None), 1: ("failed", 3, None)}  # the run record's words
     # Closed: a plain SQLite file, nothing else left behind.
     assert sorted(p.name for p in run_dir.iterdir()) == ["telemetry.db"]
 

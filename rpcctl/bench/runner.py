@@ -29,6 +29,7 @@ from typing import Any
 
 from rpcctl.bench.suites import COMPARE, COMPARE_SUITES, COMPARE_TRANSPORTS, SUITES, Case, Profile, Timing, cases_for
 from rpcctl.bench.transports import TransportSpec, transports
+from rpcctl.states import RunStatus
 
 WORKER = Path(__file__).with_name("worker.py")
 # The same thread budget for every row: one OpenMP thread per rank.
@@ -220,7 +221,7 @@ def interleave_rounds(units: list[Unit], rounds: int, total_repeats: int | None 
 @dataclass
 class UnitOutcome:
     unit: Unit
-    status: str  # succeeded | failed | cancelled
+    status: RunStatus  # succeeded | failed | cancelled
     results: list[dict]
     run_dir: str | None = None
     error: str | None = None
@@ -315,9 +316,9 @@ def run_unit(unit: Unit, plan: BenchPlan, bench_dir: Path, on_event: Callable[[d
         events = follower.finish()
     results = [e["result"] for e in events if e.get("event") == "result"]
     measured = [e.get("measured") for e in events if e.get("event") == "result"]
-    status = getattr(record, "status", "failed")
+    status = getattr(record, "status", RunStatus.FAILED)
     error = None
-    if status != "succeeded":
+    if status != RunStatus.SUCCEEDED:
         cause = getattr(record, "root_cause", None)
         message = cause.message if cause is not None else getattr(record, "reason", None) or status
         error = f"{unit.transport.name} (world {unit.world_size}) {status}: {message}; logs: {Path(record.run_dir) / 'logs'}"

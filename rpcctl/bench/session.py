@@ -15,6 +15,7 @@ from rpcctl.bench.results import BenchReport, BenchResult, machine_info, with_ra
 from rpcctl.bench.runner import BenchPlan, LaunchFn, Unit, UnitOutcome, run_unit
 from rpcctl.console import Console, get_console
 from rpcctl.runs import new_run_id
+from rpcctl.states import RunStatus
 
 BUSY_LOAD_PER_CPU = 0.5  # a 1-minute load above this many runnable tasks per CPU makes noise likely
 
@@ -89,11 +90,11 @@ class SessionResult:
 
     @property
     def failures(self) -> list[str]:
-        return [o.error for o in self.outcomes if o.status == "failed" and o.error]
+        return [o.error for o in self.outcomes if o.status == RunStatus.FAILED and o.error]
 
     @property
     def cancelled(self) -> bool:
-        return any(o.status == "cancelled" for o in self.outcomes)
+        return any(o.status == RunStatus.CANCELLED for o in self.outcomes)
 
 
 def run_session(
@@ -120,7 +121,7 @@ def run_session(
             outcome = run_unit(unit, plan, bench_dir, progress.on_event, launch=launch, console=console)
             progress.end_unit(outcome)
             outcomes.append(outcome)
-            if outcome.status == "cancelled":
+            if outcome.status == RunStatus.CANCELLED:
                 break
     machine["load_average_end"] = _load_average()
     results = with_ratios(merge_rounds(outcomes))

@@ -12,6 +12,7 @@ from rich.text import Text
 from rpcctl import inspect as sdk
 from rpcctl.commands.common import JsonOption, RunArgument, RunsDirOption, WatchOption
 from rpcctl.console import render_table
+from rpcctl.states import CallState, ServingState
 
 WideOption = Annotated[bool, typer.Option("--wide", help="Show every column.")]
 
@@ -36,13 +37,13 @@ def calls(
 
 def render(report: sdk.CallsReport, wide: bool = False) -> Any:
     title = "Calls in flight (1 s or more), oldest first"
-    if report.pending and all(c.state != "pending" for c in report.pending):
+    if report.pending and all(c.state != CallState.PENDING for c in report.pending):
         title = "Calls that never ended"
     pending = render_table(report.pending, sdk.PendingCall.COLUMNS, title=title, detail=wide,
                            empty="no call in flight for 1 s or more")
     summary = render_table(report.summary, sdk.CallSummary.COLUMNS, title="Per caller → callee", detail=wide, empty="no calls yet")
     parts: list[Any] = [pending, "", summary]
-    running = [s for s in report.serving if s.state != "done"]
+    running = [s for s in report.serving if s.state != ServingState.DONE]
     if running:
         parts += ["", Text("What the callees are running:", style="bold")]
         parts += [Text(f"  {s.describe()}") for s in running]

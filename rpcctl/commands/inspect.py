@@ -22,7 +22,8 @@ from rpcctl import inspect as sdk
 from rpcctl.commands.common import JsonOption, RunArgument, RunsDirOption, WatchOption
 from rpcctl.console import fmt_loss, get_console, render_table
 from rpcctl.errors import RunNotFoundError, UsageError
-from rpcctl.runs import TERMINAL, load_record, resolve_run
+from rpcctl.runs import load_record, resolve_run
+from rpcctl.states import RankStatus, RunStatus
 
 inspect_app = typer.Typer(
     help="Look inside a run, live or after it ended: RRefs, workers, devices, losses.",
@@ -58,7 +59,7 @@ def _show(run_dir: Path, render: Callable[[], Any], watch: bool) -> None:
 
 def _finished(run_dir: Path) -> bool:
     try:
-        return load_record(run_dir).effective_status in TERMINAL
+        return load_record(run_dir).effective_status.is_terminal
     except RunNotFoundError:
         return True
 
@@ -149,7 +150,7 @@ def workers(
         lines = [f"[yellow]STALE:[/yellow] rank {w.rank} (pid {w.pid}) no heartbeat for {w.heartbeat_age_s:.0f} s — try `rpcctl stack --rank {w.rank}`"
                  for w in records if w.stale]
         lines += [Text.assemble(("STRAGGLER: ", "yellow"), w.straggler) for w in records if w.straggler]
-        if any(w.state in ("lost", "orphaned") for w in records):
+        if any(w.state in (RankStatus.LOST, RankStatus.ORPHANED) for w in records):
             lines.insert(0, Text.assemble(("LOST: ", "red"), f"run {load_record(run_dir).run_id}: {_lost_story(run_dir)}"))
         cost = sdk.telemetry_cost(run_dir) if records else None
         if cost is not None:
@@ -328,11 +329,11 @@ def stack(
     console = get_console()
     run_dir = resolve_run(run, runs_dir)
     record = load_record(run_dir)
-    if record.effective_status == "lost":
+    if record.effective_status == RunStatus.LOST:
         raise UsageError(f"run {record.run_id} is lost: {_lost_story(run_dir)}; no live rank to dump")
-    if record.effective_status != "running":
+    if record.effective_status != RunStatus.RUNNING:
         raise UsageError(f"run {record.run_id} is not running (status: {record.effective_status}): no live rank to dump")
-    ranks = rank if rank else [r.rank for r in record.ranks if r.state == "running"]
+    ranks = rank if rank else [r.rank for r in record.ranks if r.state == RankStatus.RUNNING]
     if not ranks:
         raise UsageError(f"run {record.run_id} has no running rank")
     first = True

@@ -19,7 +19,8 @@ from rpcctl.launcher import launch as launch_job
 from rpcctl.launcher import plan_job
 from rpcctl.plan import LaunchPlan
 from rpcctl.preflight import check_before_spawn
-from rpcctl.runs import CANCELLED, SUCCEEDED, RunRecord
+from rpcctl.runs import RunRecord
+from rpcctl.states import RunStatus
 from rpcctl.slurm import slurm_flags
 from rpcctl.supervisor import describe_duration
 
@@ -100,9 +101,9 @@ def launch(
     except OSError:  # the terminal went away (SIGHUP): the record says it all, the code still counts
         pass
     # One way out for a job that did not succeed, as for bench: an error through the cli's boundary.
-    if record.status == CANCELLED:
+    if record.status == RunStatus.CANCELLED:
         raise JobCancelledError(record.reason or "cancelled", record.exit_code or 130, reported=True)
-    if record.status != SUCCEEDED:
+    if record.status != RunStatus.SUCCEEDED:
         raise JobFailedError(f"job '{record.name}' {record.status} (run {record.run_id})", reported=True)
 
 
@@ -203,11 +204,11 @@ def render_outcome(console: Console, record: RunRecord) -> None:
     render_leaks(console, record)
     took = describe_duration(record)
     where = f"run {record.run_id}"
-    if record.status == SUCCEEDED:
+    if record.status == RunStatus.SUCCEEDED:
         restarts = f" after {record.restarts} restart(s)" if record.restarts else ""
         console.info(f"rpcctl: job '{record.name}' succeeded in {took}{restarts} ({where}, logs in {record.run_dir}/logs)")
         return
-    if record.status == CANCELLED:
+    if record.status == RunStatus.CANCELLED:
         console.info(f"rpcctl: job '{record.name}' {record.reason} after {took}; ranks stopped ({where})")
         return
     cause = record.root_cause

@@ -17,9 +17,6 @@ from rpcctl.console import HIGH, KEY, LOW, Column, get_console, human_time, rend
 from rpcctl.errors import RpcctlError, UsageError
 from rpcctl.lines import final_lines
 from rpcctl.runs import (
-    DAMAGED,
-    RUNNING,
-    TERMINAL,
     default_runs_dir,
     launcher_alive,
     launcher_of_run,
@@ -29,6 +26,7 @@ from rpcctl.runs import (
     resolve_run,
     scan_runs,
 )
+from rpcctl.states import RunStatus
 from rpcctl.supervisor import describe_duration
 
 RUN_COLUMNS = [
@@ -63,7 +61,7 @@ def runs(
             document["status"] = record.effective_status
             document["orphaned_pids"] = [p.pid for p in lost[record.run_id].orphans] if record.run_id in lost else []
             documents.append(document)
-        documents += [{"run_id": d.run_id, "status": DAMAGED, "run_dir": str(d.run_dir), "error": d.error} for d in damaged]
+        documents += [{"run_id": d.run_id, "status": RunStatus.DAMAGED, "run_dir": str(d.run_dir), "error": d.error} for d in damaged]
         console.json(documents)
         return
     rows = [
@@ -79,7 +77,7 @@ def runs(
         }
         for r in records
     ]
-    rows += [{"run_id": d.run_id, "status": DAMAGED, "root_cause": _short(d.error)} for d in damaged]
+    rows += [{"run_id": d.run_id, "status": RunStatus.DAMAGED, "root_cause": _short(d.error)} for d in damaged]
     console.print(render_table(rows, RUN_COLUMNS, empty=f"no runs in {runs_dir or default_runs_dir()}", hint="--json shows them"))
     for d in damaged:  # the whole path, which the table would cut
         console.print(Text(sanitize(f"damaged: {d.run_dir / 'run.json'}: {d.error}")))
@@ -121,7 +119,7 @@ def logs(
         if not follow:
             return
         record = load_record(run_dir)
-        if record.status in TERMINAL or not launcher_alive(record):
+        if record.status.is_terminal or not launcher_alive(record):
             for r, path in files.items():  # what arrived meanwhile
                 offsets[r] = _print_new(path, offsets[r], r, write)
             return
@@ -161,7 +159,7 @@ def stop(
     """Cancel a live run cleanly (SIGTERM to its launcher, which tears the ranks down)."""
     console = get_console()
     if run is None:
-        live = [r for r in list_runs(runs_dir or default_runs_dir()) if r.effective_status == RUNNING]
+        live = [r for r in list_runs(runs_dir or default_runs_dir()) if r.effective_status == RunStatus.RUNNING]
         if len(live) > 1:
             raise UsageError(
                 f"{len(live)} runs are live; name the one to stop: `rpcctl stop RUN` with RUN one of "
@@ -169,7 +167,7 @@ def stop(
             )
     run_dir = resolve_run(run, runs_dir)
     record = load_record(run_dir)
-    if record.status != RUNNING:
+    if record.status != RunStatus.RUNNING:
         raise UsageError(f"run {record.run_id} is not running (status: {record.status})")
     if not launcher_alive(record):
         _stop_lost(record)
@@ -187,7 +185,7 @@ def stop(
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         record = load_record(run_dir)
-        if record.status in TERMINAL:
+        if record.status.is_terminal:
             console.info(f"rpcctl: run {record.run_id} {record.status}")
             return
         if not launcher_alive(record):

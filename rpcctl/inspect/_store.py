@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from rpcctl.errors import RpcctlError
-from rpcctl.runs import LOST, RunRecord, load_record
+from rpcctl.runs import RunRecord, load_record
+from rpcctl.states import RunStatus
 from rpcctl.telemetry import protocol, store
 
 
@@ -44,7 +45,7 @@ class _Store:
     @functools.cached_property
     def launcher_gone(self) -> bool:
         """The run is ``lost``: its launcher died without ending it (read from run.json)."""
-        return self.record is not None and self.record.effective_status == LOST
+        return self.record is not None and self.record.effective_status == RunStatus.LOST
 
     def rows(self, sql: str, params: tuple = ()) -> list[sqlite3.Row]:
         if self.db is None:

@@ -24,6 +24,7 @@ from typing import Any
 
 from rpcctl.console import HIGH, KEY, LOW, Column, human_seconds, iso_time
 from rpcctl.inspect._store import _loads, _Store
+from rpcctl.states import CallState, ServingState
 from rpcctl.telemetry import calls as tracking
 
 
@@ -40,7 +41,7 @@ class PendingCall:
     kind: str  # rpc_sync | rpc_async | remote
     age_s: float
     call_site: str
-    state: str  # pending | unfinished (the run, or the caller, ended first) | ok | error | timeout
+    state: CallState  # pending | unfinished (the run, or the caller, ended first) | ok | error | timeout
     started_at: str | None
     thread: int | None  # the caller's thread ident (faulthandler's "Thread 0x…")
     caller_pid: int | None
@@ -99,7 +100,7 @@ class ServingRecord:
     func: str
     caller: str | None  # who asked (matched from the callers' pending calls), None: not known
     age_s: float
-    state: str  # running | done | unfinished
+    state: ServingState  # running | done | unfinished
     thread: int | None  # the callee's thread ident
     nbytes: int | None  # bytes of the tensor arguments
     started_at: str | None
@@ -154,11 +155,11 @@ def calls(run_dir: Path, *, restart: int | None = None, history: bool = False) -
     for row in call_rows:
         ended = row["ended_at"]
         if ended is not None:
-            state = row["status"] or "ok"
+            state = CallState.read(row["status"] or CallState.OK, CallState.ERROR)  # the rank wrote it
         elif live and (procs.get(row["proc_id"]) is None or procs[row["proc_id"]]["ended_at"] is None):
-            state = "pending"
+            state = CallState.PENDING
         else:
-            state = "unfinished"
+            state = CallState.UNFINISHED
         until = ended if ended is not None else end_of(row["proc_id"])
         proc = procs.get(row["proc_id"])
         pending.append(PendingCall(
@@ -170,7 +171,8 @@ def calls(run_dir: Path, *, restart: int | None = None, history: bool = False) -
     for row in serve_rows:
         proc = procs.get(row["proc_id"])
         ended = row["ended_at"]
-        state = "done" if ended is not None else ("running" if live and proc is not None and proc["ended_at"] is None else "unfinished")
+        state = ServingState.DONE if ended is not None else (
+            ServingState.RUNNING if live and proc is not None and proc["ended_at"] is None else ServingState.UNFINISHED)
         until = ended if ended is not None else end_of(row["proc_id"])
         serving.append(ServingRecord(
             worker=row["worker"] or (proc["name"] if proc is not None else None), worker_rank=row["worker_rank"], func=row["func"],
@@ -242,7 +244,7 @@ def _summary(stat_rows: list[Any], pending: list[PendingCall]) -> list[CallSumma
             entry["hist"][int(bucket)] = entry["hist"].get(int(bucket), 0) + int(n)
     open_calls: dict[tuple[str | None, str, str, str], int] = {}
     for call in pending:
-        if call.state == "pending":
+        if call.state == CallState.PENDING:
             key = next((k for k in merged if k[0] == call.caller and k[1] == call.callee and k[3] == call.kind
                         and _same_function(k[2], call.func)), (call.caller, call.callee, call.func, call.kind))
             open_calls[key] = open_calls.get(key, 0) + 1

@@ -11,6 +11,7 @@ from rpcctl.devices import parse_visible_devices
 from rpcctl.inspect._store import _loads, _Store
 from rpcctl.inspect.rrefs import rrefs
 from rpcctl.inspect.workers import workers
+from rpcctl.states import RRefState
 
 
 @dataclass
@@ -38,7 +39,7 @@ class DeviceRecord:
 
 def gpus(run_dir: Path) -> list[DeviceRecord]:
     """Per device (physical GPU, or "cpu"): ranks placed there, memory, live RRef bytes on it."""
-    live_rrefs = [r for r in rrefs(run_dir) if r.state != "deleted"]
+    live_rrefs = [r for r in rrefs(run_dir) if r.state != RRefState.DELETED]
     workers_ = workers(run_dir)
     devices: dict[str, DeviceRecord] = {}
 

@@ -30,9 +30,10 @@ from typing import Any
 from rpcctl.console import HIGH, KEY, LOW, Column, human_bytes, human_time, iso_time, join
 from rpcctl.errors import UsageError
 from rpcctl.inspect._store import _column, _loads, _Store, has_telemetry
+from rpcctl.states import RRefEnding, RRefState
 
-RREF_STATES = ("pending", "live", "deleted")
-AT_SHUTDOWN, LEAKED = "at shutdown", "leaked"
+RREF_STATES = tuple(RRefState)
+AT_SHUTDOWN, LEAKED = RRefEnding.AT_SHUTDOWN, RRefEnding.LEAKED
 ENDINGS = ("at-shutdown", "leaked")  # --state filters on how an RRef ended, too
 LEAK_GRACE_S = 1.0  # between the last release and the owner's shutdown: the owner's free takes a message
 
@@ -54,7 +55,7 @@ class RRefRecord:
     dtype: str | None
     device: str | None
     nbytes: int | None
-    state: str
+    state: RRefState
     created_at: str | None
     confirmed_at: str | None
     deleted_at: str | None
@@ -64,7 +65,7 @@ class RRefRecord:
     forks: int  # references received by other workers, ever
     live_at_shutdown: bool
     restart: int
-    ending: str | None = None  # "at shutdown" | "leaked" (see the module docstring)
+    ending: RRefEnding | None = None  # at shutdown | leaked (see the module docstring)
 
     @property
     def shown_state(self) -> str:
@@ -143,11 +144,11 @@ def _rrefs(s: _Store, restart: int) -> list[RRefRecord]:
         if deleted_at is None and mine and all(r is not None for r in released):
             deleted_at = max(released)
         if deleted_at is not None:
-            state = "deleted"
+            state = RRefState.DELETED
         elif row["kind"] == "remote" and row["confirmed_at"] is None:
-            state = "pending"
+            state = RRefState.PENDING
         else:
-            state = "live"
+            state = RRefState.LIVE
         owner_rank = row["owner_rank"]
         at_shutdown = _live_at_shutdown(mine, freed, procs)
         if _leaked(row, mine, procs):
@@ -256,8 +257,8 @@ def rref_owners(run_dir: Path, *, restart: int | None = None, records: list[RRef
 
     for record in records:
         entry = summary(record.owner or "?", record.owner_rank)
-        setattr(entry, record.state, getattr(entry, record.state) + 1)
-        if record.state == "live" and record.nbytes:
+        setattr(entry, record.state.value, getattr(entry, record.state.value) + 1)
+        if record.state == RRefState.LIVE and record.nbytes:
             entry.live_bytes += record.nbytes
     for row in churn:
         summary(row["owner"] or "?", None).short_lived += int(row["n"] or 0)

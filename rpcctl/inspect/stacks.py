@@ -9,6 +9,7 @@ from pathlib import Path
 from rpcctl import stacks
 from rpcctl.errors import UsageError
 from rpcctl.runs import load_record, rank_stack_file
+from rpcctl.states import RankStatus
 
 
 @dataclass
@@ -30,7 +31,7 @@ def dump_stacks(run_dir: Path, rank: int, timeout: float = 5.0) -> list[StackDum
     state = next((r for r in record.ranks if r.rank == rank), None)
     if state is None:
         raise UsageError(f"run {record.run_id} has no rank {rank} (ranks 0..{len(record.ranks) - 1})")
-    if state.state != "running" or state.pid is None:
+    if state.state != RankStatus.RUNNING or state.pid is None:
         raise UsageError(f"rank {rank} is not running (state: {state.state}): no stack to dump")
     if not _belongs_to_run(state.pid, record.run_id):
         raise UsageError(f"pid {state.pid} of rank {rank} is gone or no longer part of run {record.run_id}")

@@ -1,7 +1,11 @@
 """The workers view: every rank of the latest restart (the launcher's view, with its probes),
 each followed by the processes it spawned itself (mp.spawn trainers: ``kind`` "child", ``rank``
 the rank that spawned them; the table shows them as that rank's children, with their RPC names
-and pids)."""
+and pids).
+
+A rank's state is the run record's word for it (``RankStatus``: pending, running, succeeded,
+failed, killed), as ``rpcctl runs`` says it; a spawned child is running, or ``exited`` (its
+exit status is not known)."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from pathlib import Path
 from rpcctl.console import HIGH, KEY, LOW, Column, human_bytes, human_seconds, iso_time
 from rpcctl.inspect._store import _column, _loads, _Store
 from rpcctl.runs import process_in_run
+from rpcctl.states import RankStatus
 from rpcctl.telemetry import protocol
 
 
@@ -29,7 +34,7 @@ class WorkerRecord:
     name: str | None  # RPC worker name, once init_rpc ran
     host: str | None
     pid: int | None
-    state: str  # starting | running | exited | failed | killed | lost | orphaned (the launcher is gone)
+    state: RankStatus  # pending | running | succeeded | failed | killed | lost | orphaned; a child: running | exited
     exit_code: int | None
     cpu_percent: float | None
     rss_bytes: int | None
@@ -86,9 +91,6 @@ class WorkerRecord:
     )
 
 
-_LAUNCHER_STATES = {"running": "running", "pending": "starting", "succeeded": "exited", "failed": "failed", "killed": "killed"}
-
-
 def workers(run_dir: Path) -> list[WorkerRecord]:
     """Every rank of the latest restart (the launcher's view, with its probes), then the
     processes those ranks spawned that joined RPC or reported metrics."""
@@ -117,25 +119,23 @@ def workers(run_dir: Path) -> list[WorkerRecord]:
     return records
 
 
-def _without_launcher(s: _Store, pid: int | None) -> str:
+def _without_launcher(s: _Store, pid: int | None) -> RankStatus:
     """A process the record left running when its launcher died (``kill -9``): ``orphaned``
     if it still lives (as one of the run's: ``rpcctl stop`` kills it), else ``lost`` (the
     rank server killed it with the launcher; its exit status was never recorded)."""
     alive = pid is not None and s.record is not None and process_in_run(pid, s.record.run_id)
-    return "orphaned" if alive else "lost"
+    return RankStatus.ORPHANED if alive else RankStatus.LOST
 
 
 def _worker(s: _Store, proc: sqlite3.Row | None, rank: sqlite3.Row | None, restart: int) -> WorkerRecord:
     ended = proc["ended_at"] if proc is not None else None
     if rank is not None:
-        state = _LAUNCHER_STATES.get(rank["state"], rank["state"])
-        if state == "running" and proc is None:
-            state = "starting"
+        state = RankStatus(rank["state"])
     else:
-        state = "running" if ended is None and s.live else "exited"
-    if s.launcher_gone and ended is None and (state in ("running", "starting") or rank is None):
+        state = RankStatus.RUNNING if ended is None and s.live else RankStatus.EXITED
+    if s.launcher_gone and ended is None and (not state.is_terminal or rank is None):
         state = _without_launcher(s, rank["pid"] if rank is not None else proc["pid"])
-    running = state == "running" and proc is not None and ended is None and s.live
+    running = state == RankStatus.RUNNING and proc is not None and ended is None and s.live
     age = max(0.0, s.now - proc["last_seen"]) if running and proc["last_seen"] is not None else None
     placed = rank["device"] if rank is not None else None
     probed = proc["device"] if proc is not None else None

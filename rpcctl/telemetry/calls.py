@@ -41,6 +41,7 @@ import time
 from collections import deque
 from typing import Any
 
+from rpcctl.states import CallState
 from rpcctl.telemetry.protocol import MAX_QUEUE
 from rpcctl.telemetry.rrefs.sender import Tracker, _qualname as qualname
 
@@ -48,7 +49,7 @@ REMOTE_SAMPLE = 16  # rpc.remote: one call in 16 is timed (all are counted)
 LONG_S = 1.0  # calls (and served functions) running this long are listed one by one
 MAX_LISTED = 100_000  # per process: beyond this, long calls are only counted
 HIST_BUCKETS_PER_OCTAVE = 4  # duration histogram: bucket b covers 2**(b/4) µs onwards
-OK, ERROR, TIMEOUT = "ok", "error", "timeout"
+OK, ERROR, TIMEOUT = CallState.OK, CallState.ERROR, CallState.TIMEOUT  # bound once: the hooks are hot
 KINDS = ("rpc_sync", "rpc_async", "remote")
 _TORCH_INTERNAL = "torch.distributed.rpc."
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from rpcctl import inspect
 from rpcctl.runs import hang_diagnoses, load_record
+from rpcctl.states import RunStatus
 
 # Enough points to draw a curve; a long run is thinned evenly (always keeping the last point).
 MAX_POINTS_PER_SERIES = 2000
@@ -53,7 +54,7 @@ class RunSnapshot:
 
     @property
     def live(self) -> bool:
-        return self.status == "running"
+        return self.status == RunStatus.RUNNING
 
     def since_start(self, iso: str | None) -> float | None:
         """Seconds from the run's start to ``iso`` (the x axis of every time chart)."""

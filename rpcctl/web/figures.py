@@ -17,13 +17,15 @@ from typing import Any
 
 from rpcctl import inspect
 from rpcctl.console import human_bytes
+from rpcctl.states import RankStatus, RRefState, RunStatus
 from rpcctl.web.data import RunSnapshot, thin
 
 # plotly's default colours: one per owner or transport, the same in every chart of a page.
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
-STATE_COLOURS = {
-    "running": "#1f77b4", "starting": "#9ecae1", "succeeded": "#2ca02c", "exited": "#2ca02c",
-    "failed": "#d62728", "killed": "#ff7f0e", "pending": "#bbbbbb", "cancelled": "#ff7f0e", "lost": "#7f7f7f",
+STATE_COLOURS = {  # a rank's state (RankStatus) and a run's (RunStatus): the same word, the same colour
+    RankStatus.RUNNING: "#1f77b4", RankStatus.SUCCEEDED: "#2ca02c", RankStatus.EXITED: "#2ca02c",
+    RankStatus.FAILED: "#d62728", RankStatus.KILLED: "#ff7f0e", RankStatus.PENDING: "#bbbbbb",
+    RunStatus.CANCELLED: "#ff7f0e", RunStatus.LOST: "#7f7f7f",
 }
 _BASE_LAYOUT = {
     "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
@@ -117,7 +119,7 @@ def ownership_edges(snap: RunSnapshot) -> dict[tuple[str, str, str], dict[str, i
         for pair in pairs:
             entry = edges[pair]
             entry[ref.state] += 1
-            if ref.state == "live":
+            if ref.state == RRefState.LIVE:
                 entry["live_bytes"] += ref.nbytes or 0
     return edges
 

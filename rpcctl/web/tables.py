@@ -12,6 +12,7 @@ from html import escape
 from typing import Any, Sequence
 
 from rpcctl.console import Column, human_seconds
+from rpcctl.states import RankStatus, RRefEnding, RRefState, ServingState
 from rpcctl.web.data import RunSnapshot
 
 MAX_TABLE_ROWS = 300
@@ -76,8 +77,8 @@ def losses(snap: RunSnapshot) -> str:
 def rrefs(snap: RunSnapshot) -> str:
     from rpcctl.inspect import OwnerSummary, RRefRecord
 
-    live = [r for r in snap.rrefs if r.state != "deleted"]
-    leaked = [r for r in snap.rrefs if r.ending == "leaked"]
+    live = [r for r in snap.rrefs if r.state != RRefState.DELETED]
+    leaked = [r for r in snap.rrefs if r.ending == RRefEnding.LEAKED]
     held = sum(1 for r in snap.rrefs if r.ending == "at shutdown")
     parts = ['<p class="note">Graph: an arrow from the worker that created or holds an RRef to its owner '
              "(dotted: held through a fork; grey: every RRef on it deleted). Node size: bytes of live values owned.</p>",
@@ -115,7 +116,7 @@ def timeline(snap: RunSnapshot) -> str:
         end = snap.since_start(state.ended_at)
         if end is not None:
             how = f"killed by {state.signal}" if state.signal else f"exit code {state.exit_code}"
-            events.append((end, "bad" if state.state in ("failed", "killed") else "", f"rank {state.rank} {state.state} ({how})"))
+            events.append((end, "bad" if state.state in (RankStatus.FAILED, RankStatus.KILLED) else "", f"rank {state.rank} {state.state} ({how})"))
     cause = snap.record.root_cause
     if cause is not None and snap.since_start(cause.timestamp) is not None:
         who = f"rank {cause.rank}" if cause.rank >= 0 else cause.reason
@@ -149,7 +150,7 @@ def calls(snap: RunSnapshot) -> str:
     for heading, records, empty in (
         ("In flight for 1 s or more, oldest first", getattr(report, "pending", []), "no call in flight for 1 s or more"),
         ("Per caller → callee", getattr(report, "summary", []), "no calls recorded"),
-        ("What the callees are running", [s for s in getattr(report, "serving", []) if getattr(s, "state", "") != "done"], "nothing running"),
+        ("What the callees are running", [s for s in getattr(report, "serving", []) if getattr(s, "state", "") != ServingState.DONE], "nothing running"),
     ):
         columns = getattr(records[0], "COLUMNS", None) if records else ()
         parts.append(f"<h3>{escape(heading)}</h3>" + html_table(records, columns or (), empty=empty))

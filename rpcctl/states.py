@@ -1,0 +1,107 @@
+"""The state machines' words: one ``StrEnum`` per machine, each knowing its terminal states
+(TorchX's ``AppState`` is the model). A member *is* its string (``RunStatus.FAILED == "failed"``),
+so run.json, the telemetry store and every ``--json`` document hold the same words as before.
+
+A run (``RunRecord.status``)::
+
+    running ──▶ succeeded | failed | cancelled
+       └ the launcher is gone while the record says running ──▶ lost (``rpcctl stop`` writes it)
+    damaged: a run.json that cannot be read (shown by ``rpcctl runs``, never stored)
+
+A rank (``RankState.state``, the ranks of ``inspect workers``)::
+
+    pending ──▶ running ──▶ succeeded (exit 0) | failed | killed (torn down by rpcctl)
+       └ the launcher died (kill -9) ──▶ lost (gone with it, exit status never recorded)
+                                     └─▶ orphaned (still alive, unsupervised: ``rpcctl stop`` kills it)
+    exited: a process a rank spawned itself ended (its exit status is not known)
+
+An RRef (``RRefRecord.state``): pending (``rpc.remote`` not yet confirmed) ──▶ live ──▶ deleted;
+how it ended (``RRefRecord.ending``): released at shutdown, or leaked.
+
+An RPC call as its caller saw it (``PendingCall.state``, the store's ``calls.status``)::
+
+    pending ──▶ ok | error | timeout
+       └ its process ended first ──▶ unfinished
+
+A function a worker runs for another (``ServingRecord.state``): running ──▶ done | unfinished.
+
+A leaf module: it imports nothing from rpcctl, so every layer may use it (the ranks too).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class _State(StrEnum):
+    """A state whose ``is_terminal`` says that nothing more will happen to it."""
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL[type(self)]
+
+    @classmethod
+    def read(cls, value: object, otherwise: _State) -> _State:
+        """The member named by ``value`` (text from a store a rank writes to), else ``otherwise``."""
+        try:
+            return cls(value)
+        except ValueError:
+            return otherwise
+
+
+class RunStatus(_State):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    LOST = "lost"  # the record says running, its launcher is gone: nothing will end it now
+    DAMAGED = "damaged"  # run.json cannot be read: what happens to the run is not known
+
+
+class RankStatus(_State):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    KILLED = "killed"
+    LOST = "lost"  # its launcher died without ending it; it is gone, its exit status never recorded
+    ORPHANED = "orphaned"  # its launcher (and rank server) died and it still lives, unsupervised
+    EXITED = "exited"  # a process a rank spawned itself ended; whether it succeeded is not known
+
+
+class RRefState(_State):
+    PENDING = "pending"
+    LIVE = "live"
+    DELETED = "deleted"
+
+
+class RRefEnding(_State):
+    """How a deleted RRef ended, once its processes stopped (``inspect/rrefs.py``)."""
+
+    AT_SHUTDOWN = "at shutdown"
+    LEAKED = "leaked"
+
+
+class CallState(_State):
+    PENDING = "pending"
+    OK = "ok"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    UNFINISHED = "unfinished"  # its process ended before the call did
+
+
+class ServingState(_State):
+    RUNNING = "running"
+    DONE = "done"
+    UNFINISHED = "unfinished"  # its process ended before the function returned
+
+
+# The terminal states of each machine (``is_terminal``).
+TERMINAL: dict[type[_State], frozenset[_State]] = {
+    RunStatus: frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.LOST}),
+    RankStatus: frozenset({RankStatus.SUCCEEDED, RankStatus.FAILED, RankStatus.KILLED, RankStatus.LOST, RankStatus.EXITED}),
+    RRefState: frozenset({RRefState.DELETED}),
+    RRefEnding: frozenset(RRefEnding),
+    CallState: frozenset({CallState.OK, CallState.ERROR, CallState.TIMEOUT, CallState.UNFINISHED}),
+    ServingState: frozenset({ServingState.DONE, ServingState.UNFINISHED}),
+}
