@@ -2,6 +2,11 @@
 
 The single error boundary is ``_Boundary.invoke``: an ``RpcctlError`` raised anywhere below it
 becomes one message on stderr and its exit code (``RPCCTL_DEBUG=1`` adds the traceback).
+
+Help texts keep one style: a default is written in the option's help, "(default: X)", never by
+typer as well (``show_default=False``); a switch shows no ``<bool>``; a required argument reads
+``CONFIG`` in the usage line, not ``{CONFIG}``; every command ends with an "Example:" epilog
+(tests/test_help.py checks all of it for every command).
 """
 
 from __future__ import annotations
@@ -15,6 +20,27 @@ from typer.core import TyperGroup
 from rpcctl import __version__
 from rpcctl.console import get_console
 from rpcctl.errors import RpcctlError
+
+
+def _plain_help() -> None:
+    """typer (0.29) writes a required argument ``{CONFIG}`` in the usage line: ``CONFIG``, as
+    click and the Arguments section spell it. (``<bool>`` after every switch comes from its
+    Rich help; the apps here use the plain one: ``rich_markup_mode=None``.)"""
+    from typer.core import TyperArgument
+
+    usage_name = getattr(TyperArgument, "_usage_display_name", None)
+    if usage_name is None or getattr(usage_name, "_rpcctl", False):
+        return
+
+    def _usage_display_name(self) -> str:
+        name = usage_name(self)
+        return name[1:-1] if name.startswith("{") and name.endswith("}") else name
+
+    _usage_display_name._rpcctl = True
+    TyperArgument._usage_display_name = _usage_display_name
+
+
+_plain_help()
 
 
 class _Boundary(TyperGroup):
@@ -35,6 +61,8 @@ app = typer.Typer(
     cls=_Boundary,
     name="rpcctl",
     help="Launch, inspect and benchmark torch.distributed.rpc jobs.",
+    rich_markup_mode=None,  # help text is plain: `rpcctl[report]` is not markup
+    epilog="Example: rpcctl launch configs/remote_call.yaml, then rpcctl runs and rpcctl inspect workers",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -60,18 +88,21 @@ def _register() -> None:
     from rpcctl.commands.bench import bench_app
     from rpcctl.commands.inspect import inspect_app, stack
 
-    app.command("launch")(launch.launch)
-    app.command("sbatch")(sbatch.sbatch)
-    app.command("runs")(runs.runs)
-    app.command("logs")(runs.logs)
-    app.command("stop")(runs.stop)
-    inspect_app.command("calls")(calls.calls)
+    def command(name: str, example: str):
+        return app.command(name, epilog=f"Example: {example}")
+
+    command("launch", "rpcctl launch configs/remote_call.yaml --set timeout=60 --ranks 0-1")(launch.launch)
+    command("sbatch", "rpcctl sbatch configs/remote_call.yaml --nodes 2 --time 00:30:00 > job.sh")(sbatch.sbatch)
+    command("runs", "rpcctl runs --limit 5 (or --json for every field)")(runs.runs)
+    command("logs", "rpcctl logs --rank 1 --follow")(runs.logs)
+    command("stop", "rpcctl stop remote-call-20261203 --wait 30")(runs.stop)
+    inspect_app.command("calls", epilog="Example: rpcctl inspect calls --watch")(calls.calls)
     app.add_typer(inspect_app, name="inspect")
-    app.command("stack")(stack)
-    app.command("trace")(trace.trace)
+    command("stack", "rpcctl stack --rank 0")(stack)
+    command("trace", "rpcctl trace -o run.trace.json (then open it in ui.perfetto.dev)")(trace.trace)
     app.add_typer(bench_app, name="bench")
-    app.command("report")(report.report)
-    app.command("web")(report.web)
+    command("report", "rpcctl report -o report.html")(report.report)
+    command("web", "rpcctl web --port 8080")(report.web)
 
 
 _register()

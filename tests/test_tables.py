@@ -214,3 +214,28 @@ def test_render_table_applies_one_scale_to_the_whole_column():
     columns = [Column("t", priority=KEY), Column("rate", "CALLS/S", rate_scale, "right")]
     out = rendered(80, records=[{"t": "a", "rate": 2269.0}, {"t": "b", "rate": 13000.0}, {"t": "c", "rate": None}], columns=columns)
     assert "2.27 k" in out and "13.0 k" in out and "2269" not in out
+
+
+# -- messages: one grammar ------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(240)
+def test_an_empty_filter_says_what_matched_nothing_and_exits_0(runs):
+    run = str(runs["rref-job"])
+    for extra, said in ((["--owner", "worker9"], "no RRefs match owner=worker9"),
+                        (["--owner", "worker1", "--state", "pending"], "no RRefs match owner=worker1, state=pending"),
+                        (["--owner", "worker9", "--summary"], "no RRefs match owner=worker9")):
+        result = rpcctl("inspect", "rrefs", run, *extra, cwd=ROOT)
+        assert result.returncode == 0 and result.stdout.strip() == said, (extra, result.stdout, result.stderr)
+    # A rank the run does not have is a usage error, written as --ranks takes ranges (0-2).
+    result = rpcctl("inspect", "losses", run, "--rank", "7", cwd=ROOT)
+    assert result.returncode == 2 and f"--rank 7: run {runs['rref-job'].name} has ranks 0-2" in result.stderr, result.stderr
+    result = rpcctl("logs", run, "--rank", "7", cwd=ROOT)
+    assert result.returncode == 2 and "has ranks 0-2" in result.stderr, result.stderr
+
+
+def test_notes_are_escaped_once():
+    result = rpcctl("bench", "--list", cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert "\\[" not in result.stderr, result.stderr
+    assert "pip install 'rpcctl[ray]'" in result.stderr or "ray" not in result.stderr, result.stderr

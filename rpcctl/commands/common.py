@@ -17,3 +17,10 @@ RunArgument = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document (raw units) instead of a table.")]
 WatchOption = Annotated[bool, typer.Option("--watch", "-w", help="Refresh the view until the run ends (Ctrl-C to stop).")]
+
+
+def no_match(things: str, **filters: object) -> str | None:
+    """What an empty filtered view says (it exits 0): ``no RRefs match owner=worker1, state=live``;
+    None when no filter was given."""
+    given = ", ".join(f"{key}={value}" for key, value in filters.items() if value is not None)
+    return f"no {things} match {given}" if given else None

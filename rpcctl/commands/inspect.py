@@ -19,14 +19,16 @@ from rich.table import Table
 from rich.text import Text
 
 from rpcctl import inspect as sdk
-from rpcctl.commands.common import JsonOption, RunArgument, RunsDirOption, WatchOption
+from rpcctl.commands.common import JsonOption, RunArgument, RunsDirOption, WatchOption, no_match
 from rpcctl.console import fmt_loss, get_console, render_table
 from rpcctl.errors import RunNotFoundError, UsageError
 from rpcctl.runs import load_record, resolve_run
 from rpcctl.states import RankStatus, RunStatus
 
 inspect_app = typer.Typer(
-    help="Look inside a run, live or after it ended: RRefs, workers, devices, losses.",
+    help="Look inside a run, live or after it ended: RRefs, workers, devices, losses, calls.",
+    epilog="Example: rpcctl inspect rrefs (the latest run), rpcctl inspect workers RUN --wide",
+    rich_markup_mode=None,
     no_args_is_help=True,
 )
 
@@ -83,7 +85,7 @@ def _no_json_watch(json_: bool, watch: bool) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-@inspect_app.command("rrefs")
+@inspect_app.command("rrefs", epilog="Example: rpcctl inspect rrefs --owner worker1 --state live --wide")
 def rrefs(
     run: RunArgument = None,
     owner: Annotated[Optional[str], typer.Option("--owner", help="Only RRefs owned by this worker (name or rank).", show_default=False)] = None,
@@ -111,7 +113,7 @@ def rrefs(
     def render() -> Any:
         records = sdk.rrefs(run_dir, owner=owner, state=state)
         owners = sdk.rref_owners(run_dir, records=records) if owner is None and state is None else _owners_of(run_dir, records)
-        owners_table = render_table(owners, sdk.OwnerSummary.COLUMNS, title="RRefs by owner", empty="no RRefs")
+        owners_table = render_table(owners, sdk.OwnerSummary.COLUMNS, title="RRefs by owner", empty=_empty_rrefs(owner, state))
         if summary:
             return owners_table
         table = render_table(records, sdk.RRefRecord.COLUMNS, detail=wide, empty=_empty_rrefs(owner, state))
@@ -126,11 +128,10 @@ def _owners_of(run_dir: Path, records: list[sdk.RRefRecord]) -> list[sdk.OwnerSu
 
 
 def _empty_rrefs(owner: str | None, state: str | None) -> str:
-    which = " ".join(filter(None, [state, f"owned by {owner}" if owner else None]))
-    return f"no {which} RRefs" if which else "no RRefs (none created, or all lived < 0.2 s)"
+    return no_match("RRefs", owner=owner, state=state) or "no RRefs (none created, or all lived < 0.2 s)"
 
 
-@inspect_app.command("workers")
+@inspect_app.command("workers", epilog="Example: rpcctl inspect workers --watch")
 def workers(
     run: RunArgument = None,
     wide: WideOption = False,
@@ -169,7 +170,7 @@ def _lost_story(run_dir: Path) -> str:
     return lost.story() if lost is not None else f"status {record.effective_status}"
 
 
-@inspect_app.command("gpus")
+@inspect_app.command("gpus", epilog="Example: rpcctl inspect gpus --json")
 def gpus(
     run: RunArgument = None,
     wide: WideOption = False,
@@ -188,11 +189,12 @@ def gpus(
     _view(run, runs_dir, json_, watch, sdk.gpus, render)
 
 
-@inspect_app.command("losses")
+@inspect_app.command("losses", epilog="Example: rpcctl inspect losses --metric acc --plot acc.png --log; "
+                      "rpcctl inspect losses --explain 'epoch 2 step 10 loss=0.52'")
 def losses(
     run: RunArgument = None,
     rank: Annotated[Optional[int], typer.Option("--rank", "-r", help="Only this rank.", show_default=False)] = None,
-    last: Annotated[int, typer.Option("--last", help="Steps shown in the steps × ranks table.")] = 10,
+    last: Annotated[int, typer.Option("--last", help="Steps shown in the steps × ranks table (default: 10).", show_default=False)] = 10,
     metric: Annotated[Optional[str], typer.Option("--metric", "-m", help="Show this metric (acc, lr, grad_norm, ...) instead of the loss.", show_default=False)] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Also write a chart to this PNG file (needs matplotlib).", show_default=False)] = None,
     log_scale: Annotated[bool, typer.Option("--log", help="Log scale for the --plot chart's values.")] = False,
@@ -208,8 +210,6 @@ def losses(
     `epoch 2 step 10 loss=0.5 acc=0.9`, JSON or Python dict lines (Hugging Face Trainer), tqdm,
     Lightning and Keras progress bars, or the config's losses.pattern. Records are keyed by
     (epoch, step), or by arrival order (#n) where steps repeat or are not printed.
-
-    Example: rpcctl inspect losses --metric acc --plot acc.png --log
     """
     _no_json_watch(json_, watch)
     if explain:
@@ -218,6 +218,8 @@ def losses(
     if last < 1:
         raise UsageError("--last must be at least 1")
     run_dir = _run_dir(run, runs_dir)
+    if rank is not None:
+        _check_rank(run_dir, rank)
 
     def records() -> list[sdk.LossRecord]:
         found = sdk.losses(run_dir, rank=rank)
@@ -237,8 +239,12 @@ def losses(
     def render() -> Any:
         found = records()
         counts = sdk.line_counts(run_dir)
+        if rank is not None:
+            counts = {r: n for r, n in counts.items() if r == rank}
         if not found:
             matched = f" ({sum(n for n, _ in counts.values())} printed lines read, none matched)" if counts else ""
+            if rank is not None:
+                return no_match("losses", rank=rank) + matched
             return (f"no losses yet{matched}: print them (e.g. `step 3 loss 0.52`), call rpcctl.report(step=..., loss=...), "
                     "or check a line with `rpcctl inspect losses --explain 'LINE'`")
         shown = sdk.with_metric(found, metric)
@@ -248,6 +254,16 @@ def losses(
         return Group(_loss_grid(sdk.loss_grid(shown, last), metric), "", table)
 
     _show(run_dir, render, watch)
+
+
+def _check_rank(run_dir: Path, rank: int) -> None:
+    """A rank the run does not have is a usage error, as in ``logs`` and ``stack``."""
+    try:
+        ranks = load_record(run_dir).world_size
+    except (RunNotFoundError, OSError, ValueError):
+        return
+    if not 0 <= rank < ranks:
+        raise UsageError(f"--rank {rank}: run {run_dir.name} has ranks 0-{ranks - 1}")
 
 
 def _loss_grid(grid: sdk.LossGrid, metric: str | None) -> Table:
@@ -319,7 +335,7 @@ def _explain_lines(lines: list[str], json_: bool) -> None:
 def stack(
     run: RunArgument = None,
     rank: Annotated[Optional[list[int]], typer.Option("--rank", "-r", help="Rank to dump; repeatable (default: every running rank).", show_default=False)] = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for each rank's dump.")] = 5.0,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for each rank's dump (default: 5).", show_default=False)] = 5.0,
     runs_dir: RunsDirOption = None,
 ) -> None:
     """Dump the Python stacks of a live rank's threads (SIGUSR1 → faulthandler): for hung jobs.

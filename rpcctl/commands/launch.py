@@ -37,13 +37,13 @@ def launch(
     ranks: Annotated[Optional[str], typer.Option("--ranks", help="Show only these ranks' output on the console, e.g. 0,2 or 0-3 (logs keep everything).", show_default=False)] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the launch plan (commands, environment, devices, logs) and start nothing.")] = False,
     json_: JsonOption = False,
-    hang_timeout: Annotated[Optional[float], typer.Option("--hang-timeout", help="Seconds without progress (no call ended, no loss, no output) before rpcctl diagnoses a hang; 0: off (config: hang_timeout, default 300).", show_default=False)] = None,
+    hang_timeout: Annotated[Optional[float], typer.Option("--hang-timeout", help="Seconds without progress (no call ended, no loss, no output) before rpcctl diagnoses a hang; 0: off (default: the config's hang_timeout, 300 if unset).", show_default=False)] = None,
     keep_on_hang: Annotated[bool, typer.Option("--keep-on-hang", help="On a hang, dump and diagnose but keep the job running (config: on_hang: keep).")] = False,
     web: Annotated[bool, typer.Option("--web", help="Serve the run's live page on 127.0.0.1 while it runs (the URL is printed; needs rpcctl[report]).")] = False,
     nnodes: Annotated[Optional[int], typer.Option("--nnodes", help="Nodes in the job; run one launcher per node (under srun: from SLURM).", show_default=False, rich_help_panel="Multi-node")] = None,
     node_rank: Annotated[Optional[int], typer.Option("--node-rank", help="This node's rank, 0 to nnodes-1 (under srun: SLURM_NODEID).", show_default=False, rich_help_panel="Multi-node")] = None,
     master_addr: Annotated[Optional[str], typer.Option("--master-addr", help="Host of node 0, which hosts the rendezvous (under srun: the job's first node).", show_default=False, rich_help_panel="Multi-node")] = None,
-    master_port: Annotated[Optional[int], typer.Option("--master-port", help="Rendezvous port on node 0 (default 29500 on several nodes, a free port on one).", show_default=False, rich_help_panel="Multi-node")] = None,
+    master_port: Annotated[Optional[int], typer.Option("--master-port", help="Rendezvous port on node 0 (default: 29500 on several nodes, a free port on one).", show_default=False, rich_help_panel="Multi-node")] = None,
 ) -> None:
     """Launch a job: spawn its ranks, stream their output, supervise them to the end.
 

@@ -23,7 +23,7 @@ TargetArgument = Annotated[
 
 def report(
     target: TargetArgument = None,
-    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write (self-contained, opens with no network).")] = Path("report.html"),
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write, self-contained: it opens with no network (default: report.html).", show_default=False)] = Path("report.html"),
     runs_dir: RunsDirOption = None,
 ) -> None:
     """Write one self-contained HTML page of a run (summary, losses, RRef graph, placement,
@@ -44,7 +44,7 @@ def report(
 
 def web(
     run: Annotated[Optional[str], typer.Argument(metavar="RUN", help="Run id (or a unique prefix) or run directory (default: the latest run).", show_default=False)] = None,
-    port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1 (default: a free one).")] = 0,
+    port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1 (default: 0, a free one).", show_default=False)] = 0,
     runs_dir: RunsDirOption = None,
 ) -> None:
     """Serve a run's page live on 127.0.0.1 (it follows a running job) until Ctrl-C."""

@@ -44,7 +44,7 @@ RUN_COLUMNS = [
 def runs(
     runs_dir: RunsDirOption = None,
     json_: JsonOption = False,
-    limit: Annotated[int, typer.Option("--limit", help="Show at most this many runs (0: all).")] = 20,
+    limit: Annotated[int, typer.Option("--limit", help="Show at most this many runs (0: all; default: 20).", show_default=False)] = 20,
 ) -> None:
     """List runs, newest first (damaged records last, with their path)."""
     console = get_console()
@@ -154,7 +154,7 @@ def _write_raw(rank: int, data: bytes) -> None:
 def stop(
     run: RunArgument = None,
     runs_dir: RunsDirOption = None,
-    wait: Annotated[float, typer.Option("--wait", help="Seconds to wait for the run to end.")] = 60.0,
+    wait: Annotated[float, typer.Option("--wait", help="Seconds to wait for the run to end (default: 60).", show_default=False)] = 60.0,
 ) -> None:
     """Cancel a live run cleanly (SIGTERM to its launcher, which tears the ranks down)."""
     console = get_console()

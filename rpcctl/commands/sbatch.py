@@ -17,7 +17,7 @@ from rpcctl.slurm import batch_script, submit
 
 def sbatch(
     config: Annotated[Path, typer.Argument(metavar="CONFIG", help="The job's YAML config.", show_default=False)],
-    nodes: Annotated[int, typer.Option("--nodes", "-N", min=1, help="Nodes to run on (one launcher each).")] = 1,
+    nodes: Annotated[int, typer.Option("--nodes", "-N", min=1, help="Nodes to run on, one launcher each (default: 1).", show_default=False)] = 1,
     partition: Annotated[Optional[str], typer.Option("--partition", "-p", help="SLURM partition.", show_default=False)] = None,
     time_limit: Annotated[Optional[str], typer.Option("--time", "-t", help="SLURM time limit, e.g. 1:00:00.", show_default=False)] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", "-s", help="Override a config key (passed on to every launcher).", show_default=False)] = None,

@@ -30,7 +30,7 @@ def dump_stacks(run_dir: Path, rank: int, timeout: float = 5.0) -> list[StackDum
     record = load_record(run_dir)
     state = next((r for r in record.ranks if r.rank == rank), None)
     if state is None:
-        raise UsageError(f"run {record.run_id} has no rank {rank} (ranks 0..{len(record.ranks) - 1})")
+        raise UsageError(f"--rank {rank}: run {record.run_id} has ranks 0-{len(record.ranks) - 1}")
     if state.state != RankStatus.RUNNING or state.pid is None:
         raise UsageError(f"rank {rank} is not running (state: {state.state}): no stack to dump")
     if not _belongs_to_run(state.pid, record.run_id):
