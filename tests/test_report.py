@@ -187,6 +187,36 @@ def test_a_hung_run_shows_the_watchdogs_diagnosis(browser, tmp_path, runs_dir):
         browser.screenshot(tmp_path / "page.png")
 
 
+@pytest.mark.browser
+def test_a_restarted_run_shows_every_attempt_on_the_timeline(browser, tmp_path, runs_dir):
+    config = write_config(
+        tmp_path, name="restarted", script=str(WORKERS / "report_job.py"), nproc_per_node=2, max_restarts=1,
+        preload=["torch", "torch.distributed.rpc"], rpc={"init": True}, env={"STEPS": "2", "FAIL_ONCE": "1"},
+    )
+    result = rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir), timeout=150)
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run(runs_dir)
+    assert record(run_dir)["restarts"] == 1
+    attempts = [(a.rank, a.restart, a.state) for a in inspect.rank_attempts(run_dir)]
+    assert attempts[-2:] == [(0, 1, "succeeded"), (1, 1, "succeeded")] and (1, 0, "failed") in attempts, attempts
+    out = tmp_path / "report.html"
+    _report(str(run_dir), out)
+    _open_report(browser, out)
+    try:
+        bars = browser.js("var t = document.getElementById('fig-timeline')._fullData[0]; return [t.y, t.customdata, t.marker.color];")
+        drawn = sorted(zip(bars[0], bars[1]))
+        assert drawn == [("rank 0", 0), ("rank 0", 1), ("rank 1", 0), ("rank 1", 1)], bars
+        failed_first = [c for y, r, c in zip(*bars) if (y, r) == ("rank 1", 0)]
+        assert failed_first == ["#d62728"]  # the failed attempt in the failure colour
+        events = browser.js("return Array.from(document.querySelectorAll('#timeline ol.events li')).map(e => e.innerText)")
+        assert any("rank 1 failed (exit code 1)" in e for e in events) and not any("None" in e for e in events), events
+        assert any("rank 1 started (restart 1, pid " in e for e in events), events
+        assert any("rank 1 succeeded (restart 1, exit code 0)" in e for e in events), events
+    finally:
+        browser.screenshot(tmp_path / "page.png")
+    assert_no_process_left(run_dir)
+
+
 def _bench_document(path: Path) -> Path:
     """A bench result as `rpcctl bench --json` writes it (two transports, every suite)."""
     from rpcctl.bench.results import BenchReport, BenchResult

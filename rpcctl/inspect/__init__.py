@@ -13,6 +13,7 @@ Used by ``rpcctl inspect``, the live dashboard and the launcher's end-of-run rep
     inspect.ended_rrefs(run_dir)                     -> list[RRefRecord] (leaked, or released at shutdown)
     inspect.telemetry_cost(run_dir)                  -> TelemetryCost | None
     inspect.usage(run_dir)                           -> list[UsageSample] (CPU, RSS per probe)
+    inspect.rank_attempts(run_dir)                   -> list[RankAttempt] (every rank's every restart)
     inspect.dump_stacks(run_dir, rank)               -> list[StackDump] (rank, then its children)
 
 Each record type declares its columns once (``COLUMNS``): the table and the JSON keys come from
@@ -31,6 +32,7 @@ One module per view, over one shared reader of the store::
     calls.py    CallsReport (PendingCall, CallSummary, ServingRecord): calls
     stragglers.py  Straggler: stragglers (step rate, call latency far off the others')
     usage.py    UsageSample: usage (every probe's CPU and RSS)
+    attempts.py RankAttempt: rank_attempts (one per rank and restart; the run record keeps the latest)
 
 This package re-exports every public name, so ``inspect.rrefs(...)`` is the function (the
 ``rrefs`` module is ``rpcctl.inspect.rrefs`` only through ``sys.modules``/``import``).
@@ -39,6 +41,7 @@ This package re-exports every public name, so ``inspect.rrefs(...)`` is the func
 from __future__ import annotations
 
 from rpcctl.inspect._store import has_telemetry
+from rpcctl.inspect.attempts import RankAttempt, rank_attempts
 from rpcctl.inspect.calls import CallsReport, CallSummary, PendingCall, ServingRecord, calls
 from rpcctl.inspect.cost import TelemetryCost, telemetry_cost
 from rpcctl.inspect.gpus import DeviceRecord, gpus
@@ -55,6 +58,7 @@ from rpcctl.inspect.usage import UsageSample, usage
 from rpcctl.inspect.workers import WorkerRecord, workers
 
 __all__ = [
+    "RankAttempt", "rank_attempts",
     "CallSummary", "CallsReport", "PendingCall", "ServingRecord", "Straggler", "calls", "stragglers",
     "AT_SHUTDOWN", "BY_ARRIVAL", "BY_STEP", "LEAKED", "RREF_ENDINGS", "RREF_STATES", "DeviceRecord", "LossGrid", "LossRecord", "LossSummary", "OwnerSummary", "RRefRecord", "StackDump",
     "TelemetryCost", "UsageSample", "WorkerRecord", "dump_stacks", "ended_rrefs", "gpus", "has_telemetry", "leaked_rrefs", "line_counts", "loss_grid",

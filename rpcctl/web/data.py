@@ -39,6 +39,7 @@ class RunSnapshot:
     calls: Any = None  # inspect's CallsReport (pending, summary, serving); None: calls not recorded
     telemetry_cost: str | None = None
     hang_diagnoses: list[str] = field(default_factory=list)  # the hang watchdog's, oldest first
+    attempts: list[inspect.RankAttempt] = field(default_factory=list)  # every rank's every restart (from the store)
 
     @property
     def started(self) -> float:
@@ -60,6 +61,15 @@ class RunSnapshot:
         """Seconds from the run's start to ``iso`` (the x axis of every time chart)."""
         moment = parse_time(iso)
         return None if moment is None else round(moment - self.started, 3)
+
+    @property
+    def rank_attempts(self) -> list[Any]:
+        """What the timeline draws: every attempt from the store, or, where it has none (no
+        telemetry), the record's latest attempt of each rank (restart = the run's restarts)."""
+        if self.attempts:
+            return self.attempts
+        return [inspect.RankAttempt(rank=r.rank, restart=self.record.restarts, pid=r.pid, state=r.state, exit_code=r.exit_code,
+                                    started_at=r.started_at, ended_at=r.ended_at) for r in self.record.ranks]
 
     @property
     def hosts(self) -> list[str]:
@@ -98,6 +108,7 @@ def run_snapshot(run_dir: Path) -> RunSnapshot:
     snapshot.workers = inspect.workers(run_dir)
     snapshot.devices = inspect.gpus(run_dir)
     snapshot.usage = inspect.usage(run_dir)
+    snapshot.attempts = inspect.rank_attempts(run_dir)
     calls = getattr(inspect, "calls", None)  # call tracking, where this rpcctl has it
     snapshot.calls = calls(run_dir) if callable(calls) else None
     cost = inspect.telemetry_cost(run_dir)

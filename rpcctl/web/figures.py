@@ -266,24 +266,28 @@ def worker_usage(snap: RunSnapshot) -> dict[str, dict[str, Any]]:
 
 
 def timeline(snap: RunSnapshot) -> dict[str, Any]:
-    """One bar per rank from its start to its exit (or now), coloured by how it ended."""
+    """One bar per rank and attempt from its start to its exit (or now), coloured by how it
+    ended: a restarted rank has a bar per restart on its row."""
     now = round((snap.ended or snap.taken_at) - snap.started, 3)
-    ranks = snap.record.ranks
-    names, bases, lengths, colours, hovers = [], [], [], [], []
-    for state in ranks:
-        start = snap.since_start(state.started_at)
+    latest = {r.rank: r for r in snap.record.ranks}
+    names, bases, lengths, colours, hovers, restarts = [], [], [], [], [], []
+    for attempt in snap.rank_attempts:
+        start = snap.since_start(attempt.started_at)
         if start is None:
             continue
-        end = snap.since_start(state.ended_at)
+        end = snap.since_start(attempt.ended_at)
         end = now if end is None else end
-        names.append(f"rank {state.rank}")
+        names.append(f"rank {attempt.rank}")
         bases.append(start)
         lengths.append(max(end - start, 0.001))
-        colours.append(STATE_COLOURS.get(state.state, "#999"))
-        how = f"exit code {state.exit_code}" if state.exit_code is not None else ""
-        if state.signal:
-            how = f"killed by {label(state.signal)}"
-        hovers.append(f"rank {state.rank}: {label(state.state)} {how}<br>{start:.2f} s → {end:.2f} s")
+        colours.append(STATE_COLOURS.get(attempt.state, "#999"))
+        restarts.append(attempt.restart)
+        how = f"exit code {attempt.exit_code}" if attempt.exit_code is not None else ""
+        record = latest.get(attempt.rank)
+        if record is not None and record.signal and attempt.restart == snap.record.restarts:
+            how = f"killed by {label(record.signal)}"
+        which = f" (restart {attempt.restart})" if snap.record.restarts else ""
+        hovers.append(f"rank {attempt.rank}{which}: {label(attempt.state)} {how}<br>{start:.2f} s → {end:.2f} s")
     shapes, annotations = [], []
     cause = snap.record.root_cause
     if cause is not None:
@@ -296,7 +300,8 @@ def timeline(snap: RunSnapshot) -> dict[str, Any]:
     return {
         "area": "timeline",
         "data": [{"type": "bar", "orientation": "h", "y": names, "x": lengths, "base": bases, "marker": {"color": colours},
-                  "hovertext": hovers, "hoverinfo": "text", "showlegend": False, "meta": {"what": "ranks"}}],
+                  "hovertext": hovers, "hoverinfo": "text", "showlegend": False, "meta": {"what": "ranks"},
+                  "customdata": restarts}],
         "layout": layout(f"Ranks over time (restarts: {snap.record.restarts})",
                          xaxis={"title": {"text": "seconds since start"}, "rangemode": "tozero"},
                          yaxis={"autorange": "reversed"}, shapes=shapes, annotations=annotations,

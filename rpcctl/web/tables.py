@@ -109,14 +109,23 @@ def timeline(snap: RunSnapshot) -> str:
     """Events in order: start, exits, the root cause; the hang watchdog's diagnoses; ranks
     running without a heartbeat."""
     events: list[tuple[float, str, str]] = [(0.0, "", f"run started on {', '.join(snap.hosts)}")]
-    for state in snap.record.ranks:
-        start = snap.since_start(state.started_at)
+    latest = {r.rank: r for r in snap.record.ranks}
+    for attempt in snap.rank_attempts:
+        record = latest.get(attempt.rank)
+        current = attempt.restart == snap.record.restarts
+        which = f"restart {attempt.restart}, " if attempt.restart else ""
+        start = snap.since_start(attempt.started_at)
         if start is not None:
-            events.append((start, "", f"rank {state.rank} started (pid {state.pid}, {state.device})"))
-        end = snap.since_start(state.ended_at)
+            device = f", {record.device}" if record is not None and record.device else ""
+            events.append((start, "", f"rank {attempt.rank} started ({which}pid {attempt.pid}{device})"))
+        end = snap.since_start(attempt.ended_at)
         if end is not None:
-            how = f"killed by {state.signal}" if state.signal else f"exit code {state.exit_code}"
-            events.append((end, "bad" if state.state in (RankStatus.FAILED, RankStatus.KILLED) else "", f"rank {state.rank} {state.state} ({how})"))
+            signal = record.signal if record is not None and current else None
+            # An earlier attempt's signal is not kept (the store has its state and exit code only).
+            how = f"killed by {signal}" if signal else (f"exit code {attempt.exit_code}" if attempt.exit_code is not None else "")
+            detail = f"{which}{how}".rstrip(", ")
+            bad = "bad" if attempt.state in (RankStatus.FAILED, RankStatus.KILLED) else ""
+            events.append((end, bad, f"rank {attempt.rank} {attempt.state}" + (f" ({detail})" if detail else "")))
     cause = snap.record.root_cause
     if cause is not None and snap.since_start(cause.timestamp) is not None:
         who = f"rank {cause.rank}" if cause.rank >= 0 else cause.reason

@@ -1,7 +1,8 @@
 """A small RPC job for the report tests: rank 0 makes RRefs owned by the other ranks, every
 rank reports known losses and a second metric; with GATE set, rank 0 reports one more loss
 only once that file exists (the live page test); with FAIL set, the last rank raises FAIL
-(the others wait to be torn down); with HANG set, rank 0 waits on a call worker1 never ends."""
+(the others wait to be torn down); with FAIL_ONCE set, the last rank fails its first attempt only
+(the restart test); with HANG set, rank 0 waits on a call worker1 never ends."""
 
 import os
 import time
@@ -20,6 +21,8 @@ rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 steps = int(os.environ.get("STEPS", "6"))
 metric = os.environ.get("METRIC", "accuracy")
 held = []
+if os.environ.get("FAIL_ONCE") and rank == world - 1 and os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0":
+    raise RuntimeError("the first attempt fails")
 if rank == 0:
     for owner in range(1, world):
         held.append(rpc.remote(f"worker{owner}", torch.ones, args=([256 * owner],)))  # 1 KiB per owner rank
