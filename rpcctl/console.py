@@ -241,17 +241,18 @@ def render_table(
     title: str | None = None,
     detail: bool = False,
     empty: str = "nothing to show",
-    hint: str = "--wide or --json shows them",
+    hint: str = "--json shows them",
 ) -> FittedTable | str:
     """Records as a table that fits the terminal (see ``FittedTable``), or ``empty``.
 
-    ``hint`` ends the footnote that names hidden columns: how to see them in this command."""
+    ``hint`` ends the footnote that names hidden columns: how to see them in this command
+    (``--wide`` adds columns, it cannot make room for them: every view with a table has ``--json``)."""
     if not records:
         return empty
     shown = [c for c in columns if detail or not c.detail]
     formatters = [c.formatter(records) for c in shown]
     rows = [[c.cell(record, fmt) for c, fmt in zip(shown, formatters)] for record in records]
-    return FittedTable(shown, rows, title=title, hint="--json shows them" if detail else hint)
+    return FittedTable(shown, rows, title=title, hint=hint)
 
 
 def to_jsonable(value: Any) -> Any:

@@ -154,7 +154,7 @@ def test_render_table_folds_text_then_hides_lowest_priority_first():
     out = rendered(80)  # the note folds: everything else still fits
     assert "EXTRA" in out and "hidden" not in out and "a long note" in out
     out = rendered(72)
-    assert "SIZE" in out and "hidden to fit 72 columns: EXTRA (--wide or --json shows them)" in out
+    assert "SIZE" in out and "hidden to fit 72 columns: EXTRA (--json shows them)" in out
     assert "EXTRA" not in out.replace("columns: EXTRA", "")
     table = render_table(ROWS, COLUMNS)
     assert [COLUMNS[i].key for i in table.layout(60)] == ["id", "state", "note"]  # SIZE next
@@ -239,3 +239,14 @@ def test_notes_are_escaped_once():
     assert result.returncode == 0, result.stderr
     assert "\\[" not in result.stderr, result.stderr
     assert "pip install 'rpcctl[ray]'" in result.stderr or "ray" not in result.stderr, result.stderr
+
+
+@pytest.mark.timeout(240)
+def test_loss_grid_hides_the_rightmost_ranks_first(runs):
+    run = str(runs["rref-job"])
+    out = view(160, "inspect", "losses", run, "--last", "2")
+    assert "STEP  RANK 0  RANK 1  RANK 2" in out and "1.667" in out  # 10 / 6: four significant figures
+    out = view(24, "inspect", "losses", run, "--last", "2")
+    grid = out.split("Per rank")[0]
+    assert "STEP  RANK 0  RANK 1" in grid and "RANK 2  " not in grid and "…" not in grid, out
+    assert "hidden to fit 24" in grid, out

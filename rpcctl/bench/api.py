@@ -149,7 +149,7 @@ def listing() -> tuple[list[TransportInfo], list[str]]:
 
 
 def listing_table(rows: list[TransportInfo]):
-    return render_table(rows, TransportInfo.COLUMNS)
+    return render_table(rows, TransportInfo.COLUMNS, hint="a wider terminal shows them")
 
 
 # -- compare ---------------------------------------------------------------------------------------

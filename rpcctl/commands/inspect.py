@@ -15,12 +15,11 @@ from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
 from rpcctl import inspect as sdk
 from rpcctl.commands.common import JsonOption, RunArgument, RunsDirOption, WatchOption, no_match
-from rpcctl.console import fmt_loss, get_console, render_table
+from rpcctl.console import KEY, Column, fmt_loss, get_console, render_table
 from rpcctl.errors import RunNotFoundError, UsageError
 from rpcctl.runs import load_record, resolve_run
 from rpcctl.states import RankStatus, RunStatus
@@ -266,20 +265,21 @@ def _check_rank(run_dir: Path, rank: int) -> None:
         raise UsageError(f"--rank {rank}: run {run_dir.name} has ranks 0-{ranks - 1}")
 
 
-def _loss_grid(grid: sdk.LossGrid, metric: str | None) -> Table:
+def _loss_grid(grid: sdk.LossGrid, metric: str | None) -> Any:
+    """The last steps × ranks, through render_table: the step columns are keys; on a narrow
+    terminal the rightmost ranks are hidden first (and named)."""
     by_arrival = grid.keyed_by == sdk.BY_ARRIVAL
     title = f"Last {len(grid.rows)} {'records, in arrival order (steps repeat or are not printed)' if by_arrival else 'steps'}"
-    table = Table(title=title + (f": {metric}" if metric else ""), title_justify="left", header_style="bold", box=None, pad_edge=False)
-    headers = ["#"] if by_arrival else (["EPOCH"] if grid.has_epochs else []) + ["STEP"]
-    for header in headers:
-        table.add_column(header, justify="right", no_wrap=True)
-    for r in grid.ranks:
-        table.add_column(f"RANK {r}", justify="right", no_wrap=True)
+    labels = [("seq", "#")] if by_arrival else ([("epoch", "EPOCH")] if grid.has_epochs else []) + [("step", "STEP")]
+    columns = [Column(key, header, justify="right", priority=KEY) for key, header in labels]
+    columns += [Column(f"rank{r}", f"RANK {r}", justify="right") for r in grid.ranks]
+    rows = []
     for key in grid.rows:
         epoch, step = grid.labels[key]
-        label = [f"{key[0] + 1}"] if by_arrival else ([_dash(epoch)] if grid.has_epochs else []) + [_dash(step)]
-        table.add_row(*label, *(_loss_cell(grid.cells, key, r) for r in grid.ranks))
-    return table
+        row = {"seq": str(key[0] + 1)} if by_arrival else {"epoch": _dash(epoch), "step": _dash(step)}
+        row.update({f"rank{r}": _loss_cell(grid.cells, key, r) for r in grid.ranks})
+        rows.append(row)
+    return render_table(rows, columns, title=title + (f": {metric}" if metric else ""), hint="--rank N shows one rank")
 
 
 def _dash(value: int | None) -> str:

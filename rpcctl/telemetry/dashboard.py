@@ -35,10 +35,10 @@ def dashboard_panels(run_dir: Path) -> list[Any]:
         return []
     panels: list[Any] = []
     if owners:
-        panels.append(render_table(owners, inspect.OwnerSummary.COLUMNS, title="RRefs by owner"))
+        panels.append(render_table(owners, inspect.OwnerSummary.COLUMNS, title="RRefs by owner", hint="rpcctl inspect rrefs shows them"))
     if summaries:
         columns = [c for c in inspect.LossSummary.COLUMNS if c.key in LOSS_COLUMNS]
-        panels.append(render_table(summaries, columns, title="Losses"))
+        panels.append(render_table(summaries, columns, title="Losses", hint="rpcctl inspect losses shows them"))
     slow = _stragglers(Path(run_dir))
     if slow:
         panels.append(Text("\n".join(f"STRAGGLER: {s.describe()}" for s in slow), style="yellow"))

@@ -24,9 +24,10 @@ def html_table(records: Sequence[Any], columns: Sequence[Column], *, detail: boo
         return f'<p class="empty">{escape(empty)}</p>'
     shown = [c for c in columns if detail or not c.detail]
     head = "".join(f'<th class="{c.justify}">{escape(c.title)}</th>' for c in shown)
+    formatters = [c.formatter(records) for c in shown]  # one scale per column, as in the terminal
     rows = []
     for record in records[:MAX_TABLE_ROWS]:
-        cells = "".join(f'<td class="{c.justify}">{escape(str(c.cell(record)))}</td>' for c in shown)  # str: Text → plain
+        cells = "".join(f'<td class="{c.justify}">{escape(str(c.cell(record, fmt)))}</td>' for c, fmt in zip(shown, formatters))  # str: Text → plain
         rows.append(f"<tr>{cells}</tr>")
     more = f'<p class="note">… and {len(records) - MAX_TABLE_ROWS} more</p>' if len(records) > MAX_TABLE_ROWS else ""
     return f'<table class="{css}"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>{more}'
