@@ -5,10 +5,12 @@ keys and values are pinned."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from rich.console import Console as RichConsole
 from typer.testing import CliRunner
@@ -185,7 +187,10 @@ def test_a_store_from_before_cpu_accounting_still_reads(cli, run):
 def test_a_silent_running_process_is_flagged_stale(cli, runs_dir):
     run_dir = runs_dir / "live-1"
     run_dir.mkdir(parents=True)
-    _record(run_dir, status="running")
+    record = _record(run_dir, status="running")
+    # A live run has a live launcher (else it reads as lost): this test's own process stands in.
+    record.launcher_pid, record.launcher_started = os.getpid(), psutil.Process().create_time()
+    save_record(record)
     w = StoreWriter(protocol.db_path(run_dir))
     now = time.time()
     w.rank_started(0, 0, 1000, 0, "cpu", now - 60)
