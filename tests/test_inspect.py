@@ -190,6 +190,8 @@ def test_a_silent_running_process_is_flagged_stale(cli, runs_dir):
     record = _record(run_dir, status="running")
     # A live run has a live launcher (else it reads as lost): this test's own process stands in.
     record.launcher_pid, record.launcher_started = os.getpid(), psutil.Process().create_time()
+    record.world_size = record.nproc_per_node = 1
+    record.ranks = [RankState(rank=0, local_rank=0, pid=1000, state="running")]
     save_record(record)
     w = StoreWriter(protocol.db_path(run_dir))
     now = time.time()
@@ -201,6 +203,27 @@ def test_a_silent_running_process_is_flagged_stale(cli, runs_dir):
         (worker,) = _json(cli("inspect", "workers", "--json", str(run_dir)))
         assert worker["state"] == "running" and worker["stale"] and 25 < worker["heartbeat_age_s"] < 120
         assert "STALE: rank 0 (pid 1000) no heartbeat for" in cli("inspect", "workers", str(run_dir)).stdout
+    finally:
+        w.close()
+
+
+def test_a_rank_the_store_has_not_heard_of_yet_is_shown_from_the_run_record(cli, runs_dir):
+    """The launcher writes run.json before its telemetry thread stores the rank (~0.2 s later):
+    a launcher killed in between must not leave the view without that rank."""
+    run_dir = runs_dir / "young-1"
+    run_dir.mkdir(parents=True)
+    record = _record(run_dir, status="running")
+    record.launcher_pid, record.launcher_started = os.getpid(), psutil.Process().create_time()
+    record.ranks[1].state, record.ranks[1].exit_code = "running", None
+    record.ranks[1].started_at = "2026-01-01T00:00:05+00:00"
+    save_record(record)
+    w = StoreWriter(protocol.db_path(run_dir))
+    w.rank_started(0, 0, 1000, 0, "cpu", time.time())
+    w.commit()
+    try:
+        workers = _json(cli("inspect", "workers", "--json", str(run_dir)))
+        assert [(x["rank"], x["pid"], x["state"]) for x in workers] == [(0, 1000, "running"), (1, 1001, "running")], workers
+        assert workers[1]["started_at"] == "2026-01-01T00:00:05+00:00"
     finally:
         w.close()
 

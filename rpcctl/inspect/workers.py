@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from rpcctl.console import HIGH, KEY, LOW, Column, human_bytes, human_seconds, iso_time
 from rpcctl.inspect._store import _column, _loads, _Store
@@ -95,8 +97,8 @@ def workers(run_dir: Path) -> list[WorkerRecord]:
     """Every rank of the latest restart (the launcher's view, with its probes), then the
     processes those ranks spawned that joined RPC or reported metrics."""
     with _Store(run_dir) as s:
-        restart = s.latest_restart()
-        ranks = s.rows("SELECT * FROM ranks WHERE restart = ? ORDER BY rank", (restart,))
+        restart = max(s.latest_restart(), s.record.restarts if s.record is not None else 0)
+        ranks = _with_recorded_ranks(s, s.rows("SELECT * FROM ranks WHERE restart = ? ORDER BY rank", (restart,)), restart)
         procs = s.rows("SELECT * FROM procs WHERE restart = ? ORDER BY proc_id", (restart,))
         records: list[WorkerRecord] = []
         used: set[int] = set()
@@ -117,6 +119,25 @@ def workers(run_dir: Path) -> list[WorkerRecord]:
             if record.kind == "rank" and (record.rank == slow.rank or (slow.worker and record.name == slow.worker)):
                 record.straggler = "; ".join(filter(None, [record.straggler, slow.describe()]))
     return records
+
+
+def _with_recorded_ranks(s: _Store, rows: list[sqlite3.Row], restart: int) -> list[Any]:
+    """The store's ranks, and any rank the run record has that the store does not yet: the
+    store lags run.json by up to a commit (~0.2 s), and a launcher killed in that window never
+    writes it; the record, written first, still names the rank and its pid."""
+    if s.record is None or s.record.restarts != restart:
+        return list(rows)
+    stored = {row["rank"] for row in rows}
+    recorded = [
+        {"rank": r.rank, "restart": restart, "pid": r.pid, "local_rank": r.local_rank, "device": r.device,
+         "state": r.state, "exit_code": r.exit_code, "started_at": _epoch(r.started_at), "ended_at": _epoch(r.ended_at)}
+        for r in s.record.ranks if r.rank not in stored and r.pid is not None
+    ]
+    return sorted([*rows, *recorded], key=lambda row: row["rank"])
+
+
+def _epoch(iso: str | None) -> float | None:
+    return None if iso is None else datetime.fromisoformat(iso).timestamp()
 
 
 def _without_launcher(s: _Store, pid: int | None) -> RankStatus:

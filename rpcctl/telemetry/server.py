@@ -128,9 +128,11 @@ class TelemetryServer:
     # -- the launcher's calls (any thread; cheap) ----------------------------------------------
     def rank_started(self, rank: int, pid: int, local_rank: int, device: str, restart: int) -> None:
         self._post(("started", rank, pid, local_rank, device, restart, time.time()))
+        self._wake()  # rare, and views read the rank from the store: store it now, not in 0.1 s
 
     def rank_exited(self, rank: int, pid: int, state: str, exit_code: int | None) -> None:
         self._post(("exited", rank, pid, state, exit_code, time.time()))
+        self._wake()
 
     def log_line(self, rank: int, line: str) -> None:
         parser = self._parsers.get(rank)
