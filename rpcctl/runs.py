@@ -27,10 +27,11 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import psutil
 
+from rpcctl.console import HIGH, KEY, LOW, Column, human_seconds, human_time
 from rpcctl.errors import DamagedRunError, RunNotFoundError
 from rpcctl.states import RankStatus, RunStatus
 
@@ -104,6 +105,33 @@ class RunRecord:
     # What went wrong around the job, not in it (a log truncated by a full disk, ...).
     warnings: list[str] = field(default_factory=list)
 
+    @property
+    def duration_s(self) -> float:
+        """From the start to the end, or to now while it runs."""
+        start = datetime.fromisoformat(self.started_at)
+        end = datetime.fromisoformat(self.ended_at) if self.ended_at else datetime.now(start.tzinfo)
+        return (end - start).total_seconds()
+
+    @property
+    def cause(self) -> str | None:
+        """The root cause in one short line (the ROOT CAUSE cell of ``rpcctl runs``)."""
+        cause = self.root_cause
+        if cause is None:
+            return None
+        return short(f"rank {cause.rank}: {cause.message}" if cause.rank >= 0 else cause.message)
+
+    # ``rpcctl runs``: the table and ``--filter`` come from these (keys: fields or properties).
+    COLUMNS: ClassVar[tuple[Column, ...]] = (
+        Column("run_id", "RUN", priority=KEY),
+        Column("name", priority=LOW),  # the run id starts with it
+        Column("status", priority=KEY),
+        Column("world_size", "RANKS", justify="right", priority=LOW),
+        Column("started_at", "STARTED", fmt=human_time),
+        Column("duration_s", "DURATION", fmt=human_seconds),
+        Column("restarts", justify="right", priority=LOW),
+        Column("cause", "ROOT CAUSE", wrap=True, priority=HIGH),
+    )
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -123,6 +151,11 @@ class RunRecord:
         if self.status == RunStatus.RUNNING and not launcher_alive(self):
             return RunStatus.LOST
         return RunStatus(self.status)
+
+
+def short(text: str, width: int = 60) -> str:
+    """``text`` cut to ``width`` characters, an ellipsis marking the cut."""
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def launcher_alive(record: RunRecord) -> bool:

@@ -500,8 +500,4 @@ def _read_error_file(path: Path) -> dict | None:
 
 
 def describe_duration(record: RunRecord) -> str:
-    from datetime import datetime
-
-    start = datetime.fromisoformat(record.started_at)
-    end = datetime.fromisoformat(record.ended_at) if record.ended_at else datetime.now(start.tzinfo)
-    return human_seconds((end - start).total_seconds())
+    return human_seconds(record.duration_s)

@@ -18,7 +18,7 @@ from rich.console import Group
 from rich.text import Text
 
 from rpcctl import inspect as sdk
-from rpcctl.commands.common import JsonOption, RunArgument, RunsDirOption, WatchOption, no_match
+from rpcctl.commands.common import FilterOption, JsonOption, RunArgument, RunsDirOption, WatchOption, filtered_empty, keep, no_match, parse_filters
 from rpcctl.console import KEY, Column, fmt_loss, get_console, render_table
 from rpcctl.errors import RunNotFoundError, UsageError
 from rpcctl.runs import load_record, resolve_run
@@ -137,6 +137,7 @@ def workers(
     runs_dir: RunsDirOption = None,
     json_: JsonOption = False,
     watch: WatchOption = False,
+    filter_: FilterOption = None,
 ) -> None:
     """Every rank and the processes it spawned: pid, state, CPU, memory, device, heartbeat.
 
@@ -146,7 +147,7 @@ def workers(
     """
 
     def render(records: list[sdk.WorkerRecord], run_dir: Path) -> Any:
-        table = render_table(records, sdk.WorkerRecord.COLUMNS, detail=wide, empty="no workers yet")
+        table = render_table(records, sdk.WorkerRecord.COLUMNS, detail=wide, empty=filtered_empty("workers", filters) or "no workers yet")
         lines = [f"[yellow]STALE:[/yellow] rank {w.rank} (pid {w.pid}) no heartbeat for {w.heartbeat_age_s:.0f} s — try `rpcctl stack --rank {w.rank}`"
                  for w in records if w.stale]
         lines += [Text.assemble(("STRAGGLER: ", "yellow"), w.straggler) for w in records if w.straggler]
@@ -157,7 +158,8 @@ def workers(
             lines.append(Text(cost.describe(), style="dim"))
         return Group(table, "", *lines) if lines else table
 
-    _view(run, runs_dir, json_, watch, sdk.workers, render)
+    filters = parse_filters(filter_, sdk.WorkerRecord.COLUMNS)
+    _view(run, runs_dir, json_, watch, lambda run_dir: keep(sdk.workers(run_dir), filters), render)
 
 
 def _lost_story(run_dir: Path) -> str:

@@ -12,11 +12,13 @@ import psutil
 import typer
 from rich.text import Text
 
-from rpcctl.commands.common import JsonOption, RunArgument, RunsDirOption
-from rpcctl.console import HIGH, KEY, LOW, Column, get_console, human_time, render_table, sanitize
+from rpcctl.commands.common import FilterOption, JsonOption, RunArgument, RunsDirOption, filtered_empty, parse_filters
+from rpcctl.console import get_console, render_table, sanitize
 from rpcctl.errors import RpcctlError, UsageError
 from rpcctl.lines import final_lines
 from rpcctl.runs import (
+    DamagedRun,
+    RunRecord,
     default_runs_dir,
     launcher_alive,
     launcher_of_run,
@@ -25,35 +27,28 @@ from rpcctl.runs import (
     rank_log,
     resolve_run,
     scan_runs,
+    short,
 )
 from rpcctl.states import RunStatus
-from rpcctl.supervisor import describe_duration
-
-RUN_COLUMNS = [
-    Column("run_id", "RUN", priority=KEY),
-    Column("name", priority=LOW),  # the run id starts with it
-    Column("status", priority=KEY),
-    Column("world_size", "RANKS", justify="right", priority=LOW),
-    Column("started_at", "STARTED", fmt=human_time),
-    Column("duration"),
-    Column("restarts", justify="right", priority=LOW),
-    Column("root_cause", "ROOT CAUSE", wrap=True, priority=HIGH),
-]
-
 
 def runs(
     runs_dir: RunsDirOption = None,
     json_: JsonOption = False,
     limit: Annotated[int, typer.Option("--limit", help="Show at most this many runs (0: all; default: 20).", show_default=False)] = 20,
+    filter_: FilterOption = None,
 ) -> None:
     """List runs, newest first (damaged records last, with their path)."""
     console = get_console()
+    filters = parse_filters(filter_, RunRecord.COLUMNS)
     records, damaged = scan_runs(runs_dir or default_runs_dir())
-    if limit:
-        records = records[:limit]
     from rpcctl.launcher import lost_runs
 
     lost = lost_runs(records)
+    rows = {r.run_id: _row(r, lost) for r in records}
+    records = [r for r in records if all(f.matches(rows[r.run_id]) for f in filters)]
+    damaged = [d for d in damaged if all(f.matches(_damaged_row(d)) for f in filters)]
+    if limit:
+        records = records[:limit]
     if json_:
         documents = []
         for record in records:
@@ -64,34 +59,25 @@ def runs(
         documents += [{"run_id": d.run_id, "status": RunStatus.DAMAGED, "run_dir": str(d.run_dir), "error": d.error} for d in damaged]
         console.json(documents)
         return
-    rows = [
-        {
-            "run_id": r.run_id,
-            "name": r.name,
-            "status": r.effective_status,
-            "world_size": r.world_size,
-            "started_at": r.started_at,
-            "duration": describe_duration(r),
-            "restarts": r.restarts,
-            "root_cause": _short_cause(r) or (lost[r.run_id].short() if r.run_id in lost else None),
-        }
-        for r in records
-    ]
-    rows += [{"run_id": d.run_id, "status": RunStatus.DAMAGED, "root_cause": _short(d.error)} for d in damaged]
-    console.print(render_table(rows, RUN_COLUMNS, empty=f"no runs in {runs_dir or default_runs_dir()}", hint="--json shows them"))
+    shown = [rows[r.run_id] for r in records] + [_damaged_row(d) for d in damaged]
+    empty = filtered_empty("runs", filters) or f"no runs in {runs_dir or default_runs_dir()}"
+    console.print(render_table(shown, RunRecord.COLUMNS, empty=empty, hint="--json shows them"))
     for d in damaged:  # the whole path, which the table would cut
         console.print(Text(sanitize(f"damaged: {d.run_dir / 'run.json'}: {d.error}")))
 
 
-def _short_cause(record) -> str | None:
-    cause = record.root_cause
-    if cause is None:
-        return None
-    return _short(f"rank {cause.rank}: {cause.message}" if cause.rank >= 0 else cause.message)
+def _row(record: RunRecord, lost: dict) -> dict:
+    """A run as ``runs`` shows it (and ``--filter`` reads it): its record's columns, the status
+    as it reads now, a lost run's story as its cause when it has none."""
+    row = {c.key: c.value(record) for c in RunRecord.COLUMNS}
+    row["status"] = record.effective_status
+    if record.run_id in lost and not row["cause"]:
+        row["cause"] = lost[record.run_id].short()
+    return row
 
 
-def _short(text: str) -> str:
-    return text if len(text) <= 60 else text[:59] + "…"
+def _damaged_row(damaged: DamagedRun) -> dict:
+    return {"run_id": damaged.run_id, "status": RunStatus.DAMAGED, "cause": short(damaged.error)}
 
 
 def logs(
