@@ -9,6 +9,10 @@ Around the script it:
 
 - keeps the c10d rendezvous store on the address it was given (torch's TCPStore otherwise
   listens on every interface, and RPC unpickles what it receives);
+- keeps that store up until every rank's ``rpc.shutdown`` returned: rank 0 hosts it, and
+  TensorPipe's shutdown ends on a barrier in it, so a rank 0 that exits the moment its own
+  shutdown returns can cut a peer off inside that barrier (``DistNetworkError: Connection reset
+  by peer`` from ``agent.join``, a failed rank of a job that did nothing wrong);
 - silences one torch-internal deprecation warning that every ``init_rpc`` prints;
 - enables faulthandler (fatal signals print the Python stack to the rank's log) and dumps all
   stacks to ``stacks/rank-N.txt`` on SIGUSR1 (``rpcctl stack``);
@@ -25,7 +29,8 @@ Environment read here (set by ``rpcctl.plan``):
 RPCCTL_RUN_DIR             the run directory
 RPCCTL_ERROR_FILE          where an uncaught exception is written (also TORCHELASTIC_ERROR_FILE)
 RPCCTL_STACK_FILE          where SIGUSR1 dumps the stacks
-RPCCTL_STORE_BIND          "1": bind rank 0's rendezvous store to MASTER_ADDR only
+RPCCTL_STORE_BIND          "1": bind rank 0's rendezvous store to MASTER_ADDR only, and keep it
+                           up until every rank's rpc.shutdown returned
 RPCCTL_RPC                 JSON of the config's ``rpc:`` section when ``rpc.init`` is true
 =========================  ==================================================================
 """
@@ -66,6 +71,7 @@ def run_rank(argv: list[str]) -> int:
     silence_torch_internal_warnings()
     if os.environ.get("RPCCTL_STORE_BIND") == "1":
         after_import("torch.distributed.rendezvous", bind_rendezvous_store_to_master_addr)
+        after_import("torch.distributed.rpc", keep_store_until_peers_shut_down)
 
     from rpcctl.telemetry import worker as telemetry
 
@@ -217,7 +223,10 @@ def bind_rendezvous_store_to_master_addr(rendezvous: types.ModuleType) -> None:
 
     def create_store(hostname: str, port: int, rank: int, world_size: int, timeout: Any, use_libuv: bool = True):
         if rank != 0 or rendezvous._torchelastic_use_agent_store():
-            return original(hostname, port, rank, world_size, timeout, use_libuv)
+            store = original(hostname, port, rank, world_size, timeout, use_libuv)
+            if not rendezvous._torchelastic_use_agent_store():  # an agent's store outlives the ranks
+                _remember_store(store, rank, world_size)
+            return store
         listener = socket.socket(socket.AF_INET6 if ":" in hostname else socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind((hostname, port))
@@ -226,10 +235,61 @@ def bind_rendezvous_store_to_master_addr(rendezvous: types.ModuleType) -> None:
             host_name=hostname, port=port, world_size=world_size, is_master=True, timeout=timeout,
             multi_tenant=True, master_listen_fd=listener.detach(), use_libuv=use_libuv,
         )
+        _remember_store(store, rank, world_size)
         return store
 
     create_store._rpcctl = True  # type: ignore[attr-defined]
     rendezvous._create_c10d_store = create_store
+
+
+_rendezvous: tuple[Any, int, int] | None = None  # this rank's c10d store (rank 0: its host), rank, world size
+SHUT_DOWN_KEY = "rpcctl/rpc_shut_down"  # how many ranks other than 0 are past rpc.shutdown
+HOLD_STORE_S = 10.0  # rank 0 waits at most this long (a peer that crashed never says so)
+
+
+def _remember_store(store: Any, rank: int, world_size: int) -> None:
+    global _rendezvous
+    _rendezvous = (store, rank, world_size)
+
+
+def keep_store_until_peers_shut_down(rpc: types.ModuleType) -> None:
+    """Wrap ``rpc.shutdown``: on a rank other than 0, say so in the store once it returned; on
+    rank 0 (the store's host), return only once every other rank said so, or after
+    ``HOLD_STORE_S``. torchrun's agent hosts the store and outlives every rank; here rank 0
+    does, so it must outlive their use of it."""
+    from torch.distributed.rpc import api
+
+    original = api.shutdown
+    if getattr(original, "_rpcctl_keeps_store", False):
+        return
+
+    def shutdown(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        if kwargs.get("graceful", args[0] if args else True):  # only a graceful one ends on the barrier
+            _after_shutdown()
+        return result
+
+    shutdown.__wrapped__ = original  # type: ignore[attr-defined]
+    shutdown.__doc__ = original.__doc__
+    shutdown._rpcctl_keeps_store = True  # type: ignore[attr-defined]
+    api.shutdown = rpc.shutdown = shutdown
+
+
+def _after_shutdown() -> None:
+    global _rendezvous
+    held, _rendezvous = _rendezvous, None
+    if held is None:
+        return
+    store, rank, world_size = held
+    try:
+        if rank != 0:
+            store.add(SHUT_DOWN_KEY, 1)
+            return
+        deadline = time.monotonic() + HOLD_STORE_S
+        while store.add(SHUT_DOWN_KEY, 0) < world_size - 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    except Exception:  # noqa: BLE001 - the store is gone (a peer's teardown): nothing to keep
+        pass
 
 
 def _init_rpc(spec: dict[str, Any]) -> None:

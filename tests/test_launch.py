@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 
@@ -244,6 +245,34 @@ def test_rpc_job_listens_on_loopback_only(tmp_path, runs_dir):
     assert 0 in listening, "never saw rank 0 listen (the job ended too fast to sample?)"
     assert set().union(*listening.values()) <= {"127.0.0.1"}, listening
     assert_no_process_left(run_dir)
+
+
+SHUTDOWN_ORDER_JOB = """
+import os, time
+import torch.distributed.rpc as rpc
+rank = int(os.environ["RANK"])
+rpc.init_rpc(f"worker{rank}", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
+if rank == 1:
+    time.sleep(0.5)  # the last one into shutdown's final barrier
+rpc.shutdown()
+print(f"shutdown returned at {time.time():.6f}", flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_rank_0_keeps_the_rendezvous_store_until_every_rank_has_shut_down(tmp_path, runs_dir):
+    """Rank 0 hosts the store that TensorPipe's shutdown ends on; leaving first cut a peer off
+    inside that barrier (DistNetworkError: Connection reset by peer, a failed rank of a job
+    that did nothing wrong). Its shutdown returns only after every other rank's did."""
+    (tmp_path / "order.py").write_text(SHUTDOWN_ORDER_JOB)
+    config = tmp_path / "order.yaml"
+    config.write_text("name: order\nscript: order.py\nnproc_per_node: 3\n")
+    result = rpcctl("launch", str(config), "--runs-dir", str(runs_dir), "--no-live", timeout=90)
+    assert result.returncode == 0, result.stderr
+    returned = {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"\[rank(\d)\]: shutdown returned at ([\d.]+)", result.stdout)}
+    assert sorted(returned) == [0, 1, 2], result.stdout
+    assert returned[0] >= max(returned[1], returned[2]), returned
+    assert_no_process_left(only_run(runs_dir))
 
 
 def test_logs_follow_streams_until_the_run_ends(tmp_path, runs_dir):
