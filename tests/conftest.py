@@ -18,6 +18,15 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 WORKERS = Path(__file__).resolve().parent / "workers"
 
+# A suite started in the background of a shell without job control (`cmd &` in a script, as a
+# CI runner may) inherits SIGINT ignored, and so does every process it starts: Python then
+# never raises KeyboardInterrupt, and the tests that stop `rpcctl web` or a rank with Ctrl-C's
+# signal would wait for ever. The tests send SIGINT on purpose: take it back (a handler, not
+# SIG_IGN, resets to the default across exec).
+for _sig in (signal.SIGINT, signal.SIGQUIT):
+    if signal.getsignal(_sig) == signal.SIG_IGN:
+        signal.signal(_sig, signal.default_int_handler if _sig == signal.SIGINT else signal.SIG_DFL)
+
 
 @pytest.fixture(autouse=True)
 def _isolated(monkeypatch, tmp_path):
