@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import termios
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,6 +15,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from rpcctl import stacks
 from rpcctl.console import sanitize
 from rpcctl.states import RankStatus
 
@@ -19,7 +23,7 @@ if TYPE_CHECKING:
     from rpcctl.supervisor import Supervisor
 
 STATE_STYLE = {RankStatus.PENDING: "dim", RankStatus.RUNNING: "cyan", RankStatus.SUCCEEDED: "green", RankStatus.FAILED: "bold red",
-               RankStatus.KILLED: "yellow"}
+               RankStatus.KILLED: "yellow", RankStatus.STOPPED: "bold yellow"}
 
 
 class LiveView:
@@ -32,6 +36,7 @@ class LiveView:
         self.console = self._live.console
 
     def start(self) -> None:
+        self._keep_output_on_ctrl_c()
         self._live.start()
         # The launcher's own messages (Ctrl-C, restarts, warnings) go through the live console
         # while the panel is drawn, so they print above it; written straight to the terminal
@@ -44,6 +49,27 @@ class LiveView:
     def stop(self) -> None:
         self._live.stop()
         self.supervisor.console.err = self._messages_console
+        if self._termios is not None:
+            try:
+                termios.tcsetattr(self._termios[0], termios.TCSANOW, self._termios[1])
+            except (OSError, termios.error):
+                pass
+
+    def _keep_output_on_ctrl_c(self) -> None:
+        """Ctrl-C makes the terminal driver drop the output not yet shown (unless NOFLSH):
+        part of a panel frame would vanish and the next redraw, erasing the lines it thinks
+        it drew, would erase the ranks' lines above it. NOFLSH while the panel is up."""
+        self._termios = None
+        try:
+            fd = sys.stdin.fileno()
+            if not os.isatty(fd) or os.tcgetpgrp(fd) != os.getpgrp():
+                return  # a background job changing the terminal would be stopped (SIGTTOU)
+            attrs = termios.tcgetattr(fd)
+            self._termios = (fd, list(attrs))
+            attrs[3] |= termios.NOFLSH
+            termios.tcsetattr(fd, termios.TCSANOW, attrs)
+        except (OSError, ValueError, termios.error):
+            self._termios = None
 
     def __rich__(self):
         sup = self.supervisor
@@ -63,10 +89,11 @@ class LiveView:
         # and a print(markup=False) while the panel is up renders the panel without markup.
         for state in record.ranks:
             exit_text = state.signal or ("" if state.exit_code is None else str(state.exit_code))
+            shown = RankStatus.STOPPED if state.state == RankStatus.RUNNING and state.pid and stacks.stopped(state.pid) else state.state
             table.add_row(
                 Text(str(state.rank)),
                 Text(str(state.pid or "-")),
-                Text(state.state, style=STATE_STYLE.get(state.state, "")),
+                Text(shown, style=STATE_STYLE.get(shown, "")),
                 Text(state.device),
                 Text(exit_text),
                 Text(sanitize(sup.latest_line(state.rank))),

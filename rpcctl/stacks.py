@@ -118,19 +118,32 @@ def dump_many(targets: list[tuple[int, Path]], timeout: float, header: str = "",
     return _collect(pending, timeout, stop)
 
 
+def _status(pid: int) -> dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return {k: v.strip() for k, v in (line.split(":", 1) for line in f if ":" in line)}
+    except OSError:
+        return {}
+
+
+def stopped(pid: int) -> bool:
+    """True when ``pid`` is stopped (SIGSTOP, Ctrl-Z, a tracer): it runs nothing, answers no
+    signal but SIGKILL and SIGCONT, until ``kill -CONT``."""
+    return _status(pid).get("State", "")[:1] in ("T", "t")
+
+
 def answers_dump(pid: int) -> bool:
     """True when ``pid`` runs and handles SIGUSR1 (its SigCgt mask in /proc): signalling it
     yields a dump, never its death. A stopped process cannot answer until SIGCONT."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            fields = dict(line.split(":", 1) for line in f if ":" in line)
-    except OSError:
+    fields = _status(pid)
+    if fields.get("State", "X")[:1] in ("T", "t", "Z", "X"):
         return False
-    state = fields.get("State", "").strip()[:1]
-    if state in ("T", "t", "Z", "X"):
-        return False
-    caught = int(fields.get("SigCgt", "0").strip() or "0", 16)
+    caught = int(fields.get("SigCgt", "0") or "0", 16)
     return bool(caught & (1 << (signal.SIGUSR1 - 1)))
+
+
+def stopped_message(what: str, pid: int) -> str:
+    return f"{what} (pid {pid}) is stopped (SIGSTOP): `kill -CONT {pid}` to resume it, then retry"
 
 
 def _size(path: Path) -> int:

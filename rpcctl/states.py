@@ -11,6 +11,7 @@ A run (``RunRecord.status``)::
 A rank (``RankState.state``, the ranks of ``inspect workers``)::
 
     pending ──▶ running ──▶ succeeded (exit 0) | failed | killed (torn down by rpcctl)
+                   ⇅ stopped (SIGSTOP / SIGCONT; shown by the views, never stored)
        └ the launcher died (kill -9) ──▶ lost (gone with it, exit status never recorded)
                                      └─▶ orphaned (still alive, unsupervised: ``rpcctl stop`` kills it)
     exited: a process a rank spawned itself ended (its exit status is not known)
@@ -66,6 +67,7 @@ class RankStatus(_State):
     KILLED = "killed"
     LOST = "lost"  # its launcher died without ending it; it is gone, its exit status never recorded
     ORPHANED = "orphaned"  # its launcher (and rank server) died and it still lives, unsupervised
+    STOPPED = "stopped"  # shown, never stored: a running rank that SIGSTOP (Ctrl-Z, a tracer) stopped
     EXITED = "exited"  # a process a rank spawned itself ended; whether it succeeded is not known
 
 

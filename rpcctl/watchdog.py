@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rpcctl import inspect
+from rpcctl import inspect, stacks
 from rpcctl.inspect.calls import CallsReport, PendingCall, ServingRecord, _same_function
 from rpcctl.console import human_seconds, to_jsonable
 from rpcctl.runs import Failure, RunRecord, now_iso, write_json_atomic
@@ -338,7 +338,7 @@ class HangWatchdog:
         """Dump a rank (and its children) unless it is stopped; fill in the threads."""
         from rpcctl.errors import RpcctlError
 
-        proc.stopped = _is_stopped(proc.pid)
+        proc.stopped = stacks.stopped(proc.pid)
         if proc.stopped or proc.kind != "rank" or proc.rank is None:
             return []
         try:
@@ -362,12 +362,12 @@ class HangWatchdog:
                 child = by_pid.get(dump.pid)
                 if dump.kind == "child" and child is not None:
                     child.threads = parse_stacks(dump.text or "")
-                    child.stopped = _is_stopped(dump.pid)
+                    child.stopped = stacks.stopped(dump.pid)
                 header = f"── rank {dump.rank} (pid {dump.pid}) ──" if dump.kind == "rank" else f"── rank {dump.rank} › pid {dump.pid}: {' '.join(dump.cmdline)} ──"
                 texts.append(f"{header}\n{dump.text or '(wrote no stack in time)'}\n")
         for proc in procs:  # spawned processes the dumps did not reach (stopped ones)
             if proc.kind != "rank" and not proc.threads:
-                proc.stopped = _is_stopped(proc.pid)
+                proc.stopped = stacks.stopped(proc.pid)
         calls = inspect.calls(self.run_dir, restart=self._restart)
         diagnosis = diagnose(procs, calls, stalled)
         folder = self._folder()
@@ -382,15 +382,6 @@ class HangWatchdog:
         folder = self.run_dir / name
         folder.mkdir(mode=0o700, exist_ok=True)
         return folder
-
-
-def _is_stopped(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
-    except psutil.Error:
-        return False
 
 
 def _write_private(path: Path, text: str) -> None:

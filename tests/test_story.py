@@ -5,6 +5,7 @@ Real launches, real ranks, real signals sent by pid to processes the test starte
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 
@@ -125,4 +126,33 @@ def test_a_cancel_keeps_the_stacks_before_the_teardown(tmp_path, runs_dir):
     assert "deep_in_named_function" in (run_dir / "stacks" / "rank-0.txt").read_text()
     assert "stacks of ranks 0, 1 when the job was cancelled" in err, err
     assert record(run_dir)["status"] == "cancelled"
+    assert_no_process_left(run_dir)
+
+
+def test_a_stopped_rank_is_shown_stopped_and_stack_says_how_to_resume_it(tmp_path, runs_dir):
+    launcher, run_dir = launch_until_running(tmp_path, runs_dir, nproc_per_node=2, args=["0=nap", "1=hang"])
+    rank1 = record(run_dir)["ranks"][1]["pid"]
+    try:
+        wait_until(lambda: all(w["cpu_percent"] is not None for w in json.loads(rpcctl("inspect", "workers", str(run_dir), "--json").stdout)), 30, "a probe of every rank")
+        os.kill(rank1, signal.SIGSTOP)
+        wait_until(lambda: psutil.Process(rank1).status() == psutil.STATUS_STOPPED, 10, "rank 1 stopped")
+        workers = json.loads(rpcctl("inspect", "workers", str(run_dir), "--json").stdout)
+        assert [w["state"] for w in workers] == ["running", "stopped"], workers
+        assert workers[1]["cpu_percent"] is None and workers[0]["cpu_percent"] is not None
+        table = rpcctl("inspect", "workers", str(run_dir)).stdout
+        hint = f"rank 1 (pid {rank1}) is stopped (SIGSTOP): `kill -CONT {rank1}` to resume it, then retry"
+        assert hint in table, table
+        started = time.monotonic()
+        stack = rpcctl("stack", str(run_dir), "--runs-dir", str(runs_dir), timeout=30)
+        assert stack.returncode == 1 and hint in stack.stderr, stack.stderr
+        assert time.monotonic() - started < 5 + 3, "no wait on a rank that cannot answer"
+        assert "deep_in_named_function" in stack.stdout  # rank 0 was still dumped
+        os.kill(rank1, signal.SIGCONT)
+        wait_until(lambda: [w["state"] for w in json.loads(rpcctl("inspect", "workers", str(run_dir), "--json").stdout)] == ["running", "running"], 10, "rank 1 running again")
+        stack = rpcctl("stack", str(run_dir), "--rank", "1", timeout=30)
+        assert stack.returncode == 0 and "in hang" in stack.stdout, stack.stderr
+    finally:
+        os.kill(rank1, signal.SIGCONT)
+        launcher.send_signal(signal.SIGTERM)
+        launcher.communicate(timeout=60)
     assert_no_process_left(run_dir)

@@ -20,8 +20,10 @@ from rich.text import Text
 from rpcctl import inspect as sdk
 from rpcctl.commands.common import FilterOption, JsonOption, RunArgument, RunsDirOption, WatchOption, filtered_empty, keep, no_match, parse_filters
 from rpcctl.console import KEY, Column, fmt_loss, get_console, render_table
-from rpcctl.errors import RunNotFoundError, UsageError
+from rpcctl.errors import RpcctlError, RunNotFoundError, UsageError
+from rpcctl.inspect.stacks import StoppedRankError
 from rpcctl.runs import load_record, resolve_run
+from rpcctl.stacks import stopped_message
 from rpcctl.states import RankStatus, RunStatus
 
 inspect_app = typer.Typer(
@@ -150,6 +152,7 @@ def workers(
         table = render_table(records, sdk.WorkerRecord.COLUMNS, detail=wide, empty=filtered_empty("workers", filters) or "no workers yet")
         lines = [f"[yellow]STALE:[/yellow] rank {w.rank} (pid {w.pid}) no heartbeat for {w.heartbeat_age_s:.0f} s — try `rpcctl stack --rank {w.rank}`"
                  for w in records if w.stale]
+        lines += [Text.assemble(("STOPPED: ", "yellow"), stopped_message(f"rank {w.rank}", w.pid)) for w in records if w.state == RankStatus.STOPPED]
         lines += [Text.assemble(("STRAGGLER: ", "yellow"), w.straggler) for w in records if w.straggler]
         if any(w.state in (RankStatus.LOST, RankStatus.ORPHANED) for w in records):
             lines.insert(0, Text.assemble(("LOST: ", "red"), f"run {load_record(run_dir).run_id}: {_lost_story(run_dir)}"))
@@ -355,8 +358,14 @@ def stack(
     if not ranks:
         raise UsageError(f"run {record.run_id} has no running rank")
     first = True
+    stopped: list[str] = []
     for r in ranks:
-        for dump in sdk.dump_stacks(run_dir, r, timeout=timeout):
+        try:
+            dumps = sdk.dump_stacks(run_dir, r, timeout=timeout)
+        except StoppedRankError as exc:  # the others are still worth dumping
+            stopped.append(str(exc))
+            continue
+        for dump in dumps:
             if not first:
                 console.raw("\n")
             first = False
@@ -367,3 +376,5 @@ def stack(
                 started = shlex.join(dump.cmdline)
                 text = dump.text if dump.text is not None else f"(wrote no stack within {timeout:g} s)\n"
                 console.raw(f"── rank {r} › pid {dump.pid}: {started} ──\n{text}")
+    if stopped:
+        raise RpcctlError("; ".join(stopped))

@@ -7,9 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rpcctl import stacks
-from rpcctl.errors import UsageError
+from rpcctl.errors import RpcctlError, UsageError
 from rpcctl.runs import load_record, rank_stack_file
 from rpcctl.states import RankStatus
+
+
+class StoppedRankError(RpcctlError):
+    """The rank is stopped (SIGSTOP): no stack until it is resumed (exit 1)."""
 
 
 @dataclass
@@ -35,6 +39,8 @@ def dump_stacks(run_dir: Path, rank: int, timeout: float = 5.0) -> list[StackDum
         raise UsageError(f"rank {rank} is not running (state: {state.state}): no stack to dump")
     if not _belongs_to_run(state.pid, record.run_id):
         raise UsageError(f"pid {state.pid} of rank {rank} is gone or no longer part of run {record.run_id}")
+    if stacks.stopped(state.pid):  # it would never answer: say so at once
+        raise StoppedRankError(stacks.stopped_message(f"rank {rank}", state.pid))
     descendants = stacks.registered_descendants(run_dir, state.pid)
     try:
         text = stacks.dump(state.pid, rank_stack_file(run_dir, rank), timeout)
@@ -46,6 +52,9 @@ def dump_stacks(run_dir: Path, rank: int, timeout: float = 5.0) -> list[StackDum
         raise UsageError(f"rank {rank} (pid {state.pid}) wrote no stack within {timeout:.0f} s: is faulthandler registered (rpcctl runtime)?")
     dumps = [StackDump(rank, state.pid, "rank", [], text)]
     for pid, cmdline, path in descendants:
+        if stacks.stopped(pid):
+            dumps.append(StackDump(rank, pid, "child", cmdline, f"({stacks.stopped_message('it', pid)})\n"))
+            continue
         try:
             child_text = stacks.dump(pid, path, timeout)
         except (ProcessLookupError, PermissionError):

@@ -17,7 +17,8 @@ from typing import Any
 
 from rpcctl.console import HIGH, KEY, LOW, Column, human_bytes, human_seconds, iso_time
 from rpcctl.inspect._store import _column, _loads, _Store
-from rpcctl.runs import process_in_run
+from rpcctl import stacks
+from rpcctl.runs import hostname, process_in_run
 from rpcctl.states import RankStatus
 from rpcctl.telemetry import protocol
 
@@ -36,7 +37,7 @@ class WorkerRecord:
     name: str | None  # RPC worker name, once init_rpc ran
     host: str | None
     pid: int | None
-    state: RankStatus  # pending | running | succeeded | failed | killed | lost | orphaned; a child: running | exited
+    state: RankStatus  # pending | running | stopped (SIGSTOP) | succeeded | failed | killed | lost | orphaned; a child: running | exited
     exit_code: int | None
     cpu_percent: float | None
     rss_bytes: int | None
@@ -91,6 +92,9 @@ class WorkerRecord:
         Column("cpu_s", "CPU TIME", fmt=human_seconds, detail=True, justify="right"),
         Column("telemetry_cpu_s", "TELEMETRY CPU", fmt=human_seconds, detail=True, justify="right"),
     )
+
+
+_HOST = hostname()
 
 
 def workers(run_dir: Path) -> list[WorkerRecord]:
@@ -148,6 +152,11 @@ def _without_launcher(s: _Store, pid: int | None) -> RankStatus:
     return RankStatus.ORPHANED if alive else RankStatus.LOST
 
 
+def _here(proc: sqlite3.Row | None) -> bool:
+    """The process runs on this host (a multi-node run's store names ranks on every node)."""
+    return proc is None or proc["host"] in (None, _HOST)
+
+
 def _worker(s: _Store, proc: sqlite3.Row | None, rank: sqlite3.Row | None, restart: int) -> WorkerRecord:
     ended = proc["ended_at"] if proc is not None else None
     if rank is not None:
@@ -156,6 +165,9 @@ def _worker(s: _Store, proc: sqlite3.Row | None, rank: sqlite3.Row | None, resta
         state = RankStatus.RUNNING if ended is None and s.live else RankStatus.EXITED
     if s.launcher_gone and ended is None and (not state.is_terminal or rank is None):
         state = _without_launcher(s, rank["pid"] if rank is not None else proc["pid"])
+    pid = rank["pid"] if rank is not None else (proc["pid"] if proc is not None else None)
+    if state == RankStatus.RUNNING and s.live and pid is not None and _here(proc) and stacks.stopped(pid):
+        state = RankStatus.STOPPED  # SIGSTOP, Ctrl-Z: it runs nothing until SIGCONT, whatever its last probe said
     running = state == RankStatus.RUNNING and proc is not None and ended is None and s.live
     age = max(0.0, s.now - proc["last_seen"]) if running and proc["last_seen"] is not None else None
     placed = rank["device"] if rank is not None else None
