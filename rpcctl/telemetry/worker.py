@@ -99,7 +99,17 @@ def join_at_init_rpc() -> Callable[[dict[str, Any]], None]:
     """What the ``init_rpc`` hook calls (``rrefs.set_join``): join telemetry now, so a spawned
     child shows up even if the rendezvous then hangs; the hook posts the "rpc" event after."""
     joining()
-    return post
+    return _post_now
+
+
+def _post_now(event: dict[str, Any]) -> None:
+    """Post and send within the millisecond, not at the next cycle: a rank's RPC name is how
+    every view and the hang diagnosis know it, and the rank may stop (SIGSTOP, a deadlock
+    that starves its threads) right after init_rpc."""
+    post(event)
+    worker = _worker
+    if worker is not None:
+        worker.wake.set()
 
 
 def _install_hooks() -> None:
@@ -177,6 +187,7 @@ class _Worker:
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self.wake = threading.Event()  # set: the sender cycles now (stop, or an event that must not wait)
         self._process: Any = None
         self._cuda_devices: int | None = None
 
@@ -234,6 +245,7 @@ class _Worker:
         if not self.active or thread is None:
             return
         self._stop.set()
+        self.wake.set()
         if thread is not threading.current_thread():
             thread.join(timeout)
         rrefs.deactivate()
@@ -260,7 +272,9 @@ class _Worker:
         next_probe = 0.0
         stopping = False
         while not stopping:
-            stopping = self._stop.wait(protocol.SEND_INTERVAL_S)
+            self.wake.wait(protocol.SEND_INTERVAL_S)
+            self.wake.clear()
+            stopping = self._stop.is_set()
             cycle_started = time.thread_time()
             now = time.time()
             items = [self.queue.popleft() for _ in range(len(self.queue))]
