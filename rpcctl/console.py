@@ -7,15 +7,17 @@ Tests inject their own ``Console`` (fixed width, no colour) through ``set_consol
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from rich.console import Console as RichConsole
 from rich.table import Table
@@ -23,6 +25,10 @@ from rich.text import Text
 
 
 class Console:
+    """stdout for results, stderr for messages; while ``logging_to(path)`` holds, every message
+    (info, note, warning, error, detail) is also appended to ``path`` as plain text, one
+    UTC-timestamped line each: the launcher keeps its own story in ``launcher.log`` so."""
+
     def __init__(self, out: RichConsole | None = None, err: RichConsole | None = None):
         no_color = bool(os.environ.get("NO_COLOR"))
         # Piped output (grep, a file) keeps whole rows: Rich would otherwise cut tables at 80
@@ -30,6 +36,49 @@ class Console:
         width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 4096
         self.out = out or RichConsole(highlight=False, no_color=no_color, soft_wrap=False, width=width)
         self.err = err or RichConsole(stderr=True, highlight=False, no_color=no_color, soft_wrap=True)
+        self._log: IO[str] | None = None
+        self._log_path: Path | None = None
+
+    @contextlib.contextmanager
+    def logging_to(self, path: Path) -> Iterator[None]:
+        """Also append every message to ``path`` (created 0600) until the block ends. A log
+        that cannot be written (a full disk) is given up with one warning: never the job."""
+        from rpcctl.private import private_open
+
+        if self._log is not None:  # already logging (a nested block): one file at a time
+            yield
+            return
+        try:
+            self._log, self._log_path = private_open(path, "a", encoding="utf-8", errors="backslashreplace"), path
+        except OSError as exc:
+            self.err.print(f"[yellow]warning:[/yellow] cannot write {sanitize(str(path), markup=True)}: {sanitize(exc.strerror or str(exc), markup=True)}")
+        try:
+            yield
+        finally:
+            log, self._log = self._log, None
+            if log is not None:
+                try:
+                    log.close()
+                except OSError:
+                    pass
+
+    def _to_log(self, level: str, message: str) -> None:
+        log = self._log
+        if log is None:
+            return
+        stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        text = sanitize(message).replace("\n", "\n" + " " * (len(stamp) + 1))
+        try:
+            log.write(f"{stamp} {level}{text}\n")
+            log.flush()
+        except OSError as exc:
+            self._log = None
+            self.err.print(f"[yellow]warning:[/yellow] stopped writing {sanitize(str(self._log_path), markup=True)}: "
+                           f"{sanitize(exc.strerror or str(exc), markup=True)}")
+            try:
+                log.close()
+            except OSError:
+                pass
 
     @property
     def is_terminal(self) -> bool:
@@ -40,15 +89,26 @@ class Console:
 
     def info(self, message: str) -> None:
         self.err.print(sanitize(message), markup=False)
+        self._to_log("", message)
 
     def note(self, message: str) -> None:
         self.err.print(f"[dim]{sanitize(message, markup=True)}[/dim]")
+        self._to_log("", message)
 
     def warn(self, message: str) -> None:
         self.err.print(f"[yellow]warning:[/yellow] {sanitize(message, markup=True)}")
+        self._to_log("warning: ", message)
 
     def error(self, message: str) -> None:
         self.err.print(f"[bold red]error:[/bold red] {sanitize(message, markup=True)}")
+        self._to_log("error: ", message)
+
+    def detail(self, message: str, *, label: str = "", style: str | None = None) -> None:
+        """A message's further lines (a root cause, a traceback): ``label`` in bold, then the
+        text, which is data (escaped, never markup)."""
+        text = Text.assemble((label, "bold"), " " if label else "", sanitize(message), style=style or "")
+        self.err.print(text, highlight=False)
+        self._to_log(f"{label} " if label else "", message)
 
     def raw(self, text: str) -> None:
         """Text that must reach stdout byte for byte (a script, a file's content)."""

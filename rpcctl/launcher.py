@@ -132,11 +132,12 @@ def launch(
         if isinstance(exc, OSError):  # a full disk: say so, nothing was started
             raise RpcctlError(f"cannot set up the run directory {run_dir}: {exc.strerror or exc}") from None
         raise
-    server = _telemetry_server(run_dir, spec, plan.world_size, cluster, telemetry_listener, console) if telemetry else None
-    supervisor = Supervisor(
-        spec, plan, facts, record, console, echo=echo, live=live, ranks_shown=ranks_shown, telemetry=server, cluster=cluster
-    )
-    return supervisor.run()
+    with console.logging_to(run_dir / "launcher.log"):  # the launcher's own story, beside the rank server's output
+        server = _telemetry_server(run_dir, spec, plan.world_size, cluster, telemetry_listener, console) if telemetry else None
+        supervisor = Supervisor(
+            spec, plan, facts, record, console, echo=echo, live=live, ranks_shown=ranks_shown, telemetry=server, cluster=cluster
+        )
+        return supervisor.run()
 
 
 def make_run_dir(run_dir: Path, runs_dir: Path | None, spec: JobSpec) -> Path:

@@ -8,7 +8,7 @@ Layout of one run (``<runs-dir>/<run-id>/``)::
     errors/rank-N.json  the uncaught exception of rank N (torchelastic's error-file format)
     stacks/rank-N.txt   Python stacks dumped on request (``rpcctl stack``)
     hang/, hang-2/...   the hang watchdog's evidence: diagnosis.txt, stacks.txt, calls.json
-    launcher.log        the fork server's own output (normally empty)
+    launcher.log        the launcher's messages and verdict, timestamped; the rank server's own output
 
 Run status is a small state machine (``RunStatus``, in ``rpcctl.states``): ``running`` →
 ``succeeded`` | ``failed`` | ``cancelled``. A record left ``running`` by a launcher that no

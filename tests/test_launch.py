@@ -94,6 +94,20 @@ def test_failing_rank_is_the_root_cause_and_takes_the_job_down(tmp_path, runs_di
     assert pids_gone(r["pid"] for r in rec["ranks"])
 
 
+def test_launcher_log_keeps_the_launchers_messages_and_verdict(tmp_path, runs_dir):
+    result, run_dir, rec = launch(tmp_path, runs_dir, nproc_per_node=2, args=["1=raise"], max_restarts=1)
+    assert result.returncode == 1
+    log = run_dir / "launcher.log"
+    assert (log.stat().st_mode & 0o777) == 0o600
+    text = log.read_text()
+    stamped = [line for line in text.splitlines() if not line.startswith(" ")]
+    assert stamped and all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ", line) for line in stamped), text
+    assert "warning: restarting the whole group (1/1)" in text, text  # a message during the run
+    assert f"error: job '{rec['name']}' failed after" in text and "root cause: rank 1 (pid" in text, text  # the verdict
+    assert "ValueError: bad value in rank 1" in text and "restarts: 1 of 1" in text, text
+    assert text.index("restarting the whole group") < text.index("error: job")
+
+
 def test_uncaught_exception_is_written_to_the_error_file_with_the_users_traceback(tmp_path, runs_dir):
     result, run_dir, rec = launch(tmp_path, runs_dir, nproc_per_node=2, args=["1=raise", "0=hang"])
     error = json.loads((run_dir / "errors" / "rank-1.json").read_text())

@@ -21,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "rpcctl"
 TERMINAL = {
     RunStatus: {"running": False, "succeeded": True, "failed": True, "cancelled": True, "lost": True, "damaged": False},
     RankStatus: {"pending": False, "running": False, "succeeded": True, "failed": True, "killed": True, "lost": True,
-                 "orphaned": False, "exited": True},
+                 "orphaned": False, "stopped": False, "exited": True},
     RRefState: {"pending": False, "live": False, "deleted": True},
     RRefEnding: {"at shutdown": True, "leaked": True},
     CallState: {"pending": False, "ok": True, "error": True, "timeout": True, "unfinished": True},

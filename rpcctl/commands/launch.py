@@ -97,7 +97,8 @@ def launch(
         if page is not None:
             page.stop()  # the page stops with the job
     try:
-        render_outcome(console, record)
+        with console.logging_to(Path(record.run_dir) / "launcher.log"):  # the verdict too
+            render_outcome(console, record)
     except OSError:  # the terminal went away (SIGHUP): the record says it all, the code still counts
         pass
     # One way out for a job that did not succeed, as for bench: an error through the cli's boundary.
@@ -190,9 +191,9 @@ def render_leaks(console: Console, record: RunRecord) -> None:
         )
         for leak in leaks[:10]:
             what = leak.type or "?"
-            console.err.print(sanitize(f"  {leak.rref_id} owned by {leak.owner}: {what}, created at {leak.call_site or '?'}", markup=True), highlight=False)
+            console.detail(f"  {leak.rref_id} owned by {leak.owner}: {what}, created at {leak.call_site or '?'}")
         if len(leaks) > 10:
-            console.err.print(f"  ... and {len(leaks) - 10} more")
+            console.detail(f"  ... and {len(leaks) - 10} more")
     if held:
         console.info(
             f"rpcctl: {held} RRef(s) were still referenced when rpc.shutdown() began, which released them: normal for RRefs "
@@ -221,23 +222,23 @@ def render_outcome(console: Console, record: RunRecord) -> None:
     if cause.rank >= 0:
         how = f"killed by {cause.signal}" if cause.signal else f"exit code {cause.exit_code}"
         pid = f"pid {cause.pid}, " if cause.pid else ""
-        console.err.print(f"[bold]root cause:[/bold] rank {cause.rank}{on_node} ({pid}{how}): {sanitize(cause.message, markup=True)}")
+        console.detail(f"rank {cause.rank}{on_node} ({pid}{how}): {cause.message}", label="root cause:")
     else:  # the launcher's own message (a rendezvous one names its node already)
         where = "" if cause.message.startswith(("node ", "the launcher of node ")) else on_node
-        console.err.print(f"[bold]root cause:[/bold]{where} {sanitize(cause.message, markup=True)}")
+        console.detail(f"{where.strip()} {cause.message}".lstrip(), label="root cause:")
     if cause.traceback:
-        console.err.print(sanitize(cause.traceback.rstrip(), markup=True), style="dim")
+        console.detail(cause.traceback.rstrip(), style="dim")
     elif cause.log_tail:
-        console.err.print(f"last lines of rank {cause.rank}:", style="bold")
-        console.err.print(sanitize("\n".join(f"  {line}" for line in cause.log_tail), markup=True), style="dim")
+        console.detail(f"last lines of rank {cause.rank}:", style="bold")
+        console.detail("\n".join(f"  {line}" for line in cause.log_tail), style="dim")
     others = [s for s in record.ranks if s.rank != cause.rank]
     if others:
-        console.err.print(
+        console.detail(
             "other ranks: " + ", ".join(f"{s.rank} {s.state}" + (f" ({s.signal})" if s.signal else "") for s in others)
         )
     if cause.rank >= 0 and cause.node is not None:
-        console.err.print(f"log: on node {cause.node}{f' ({cause.host})' if cause.host else ''}, run {record.run_id}: logs/rank-{cause.rank}.log")
+        console.detail(f"log: on node {cause.node}{f' ({cause.host})' if cause.host else ''}, run {record.run_id}: logs/rank-{cause.rank}.log")
     elif cause.rank >= 0:
-        console.err.print(f"log: {record.run_dir}/logs/rank-{cause.rank}.log")
+        console.detail(f"log: {record.run_dir}/logs/rank-{cause.rank}.log")
     if record.restarts:
-        console.err.print(f"restarts: {record.restarts} of {record.max_restarts}")
+        console.detail(f"restarts: {record.restarts} of {record.max_restarts}")
