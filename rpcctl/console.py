@@ -302,13 +302,14 @@ def render_table(
     detail: bool = False,
     empty: str = "nothing to show",
     hint: str = "--json shows them",
-) -> FittedTable | str:
-    """Records as a table that fits the terminal (see ``FittedTable``), or ``empty``.
+) -> FittedTable | Text:
+    """Records as a table that fits the terminal (see ``FittedTable``), or ``empty`` (plain
+    text: it may quote the user's filter, which is never markup).
 
     ``hint`` ends the footnote that names hidden columns: how to see them in this command
     (``--wide`` adds columns, it cannot make room for them: every view with a table has ``--json``)."""
     if not records:
-        return empty
+        return Text(sanitize(empty))
     shown = [c for c in columns if detail or not c.detail]
     formatters = [c.formatter(records) for c in shown]
     rows = [[c.cell(record, fmt) for c, fmt in zip(shown, formatters)] for record in records]
