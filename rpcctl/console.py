@@ -57,10 +57,8 @@ class Console:
         finally:
             log, self._log = self._log, None
             if log is not None:
-                try:
+                with contextlib.suppress(OSError):
                     log.close()
-                except OSError:
-                    pass
 
     def _to_log(self, level: str, message: str) -> None:
         log = self._log
@@ -75,10 +73,8 @@ class Console:
             self._log = None
             self.err.print(f"[yellow]warning:[/yellow] stopped writing {sanitize(str(self._log_path), markup=True)}: "
                            f"{sanitize(exc.strerror or str(exc), markup=True)}")
-            try:
+            with contextlib.suppress(OSError):
                 log.close()
-            except OSError:
-                pass
 
     @property
     def is_terminal(self) -> bool:
