@@ -26,8 +26,10 @@ import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from rpcctl.config import JobSpec
+from rpcctl.console import KEY, Column
 from rpcctl.devices import parse_visible_devices
 from rpcctl.errors import ConfigError
 from rpcctl.runs import rank_error_file, rank_log, rank_stack_file
@@ -55,6 +57,21 @@ class RankPlan:
     device: str  # "cpu", "cuda:N" (physical index) or "inherit"
     log: str
     error_file: str
+
+    # The --dry-run table of ranks (a RankPlan whose env is that rank's own variables: the
+    # shared ones have ENV_COLUMNS' table). The rank ids and device are never cut; the env and
+    # the log fold.
+    COLUMNS: ClassVar[tuple[Column, ...]] = (
+        Column("rank", justify="right", priority=KEY),
+        Column("local_rank", "LOCAL", justify="right", priority=KEY),
+        Column("device", priority=KEY),
+        Column("env", "ENV (per rank)", fmt=lambda env: " ".join(f"{k}={v}" for k, v in env.items()), wrap=True),
+        Column("log", wrap=True, priority=KEY),
+    )
+
+
+# The --dry-run table of the variables every rank gets, over {"variable": ..., "value": ...}.
+ENV_COLUMNS = (Column("variable", priority=KEY), Column("value", wrap=True, priority=KEY))
 
 
 @dataclass(frozen=True)

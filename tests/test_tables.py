@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 from rich.console import Console as RichConsole
@@ -122,6 +123,38 @@ def test_losses_table_uses_four_significant_figures(runs):
         cells = [fmt_loss(s["first"]), fmt_loss(s["last"])]
         assert any(line.split()[:1] == [str(s["rank"])] and all(c in line.split() for c in cells) for line in out.splitlines()), out
     assert "1.667" in out  # rank 0's last loss, 10 / 6
+
+
+def column_text(lines: list[str], header: str, title: str, first: int, end: int) -> str:
+    """The text of the column titled ``title`` in rows ``first`` to ``end``, its folded lines joined."""
+    start = header.index(title)
+    return "".join(line[start:].split("  ")[0].strip() for line in lines[first:end])
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("width", WIDTHS)
+def test_launch_dry_run_keeps_ranks_and_folds_env_and_logs(tmp_path, width):
+    # A long runs directory, so the logs and the run directory must fold at both widths.
+    runs_dir = tmp_path / "runs-under-a-long-directory-name-so-every-path-is-wider-than-half-a-terminal"
+    config = write_config(tmp_path, name="plan", nproc_per_node=3, env={"MARKUP": "[red]x[/red]\x1b[2J"})
+    args = ("launch", str(config), "--dry-run", "--runs-dir", str(runs_dir))
+    plan = document(*args)
+    out = view(width, *args)
+    assert "…" not in out and "hidden to fit" not in out, out
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:3] == ["RANK", "LOCAL", "DEVICE"])
+    starts = [next(i for i, line in enumerate(lines) if line.split()[:4] == [str(r["rank"]), str(r["local_rank"]), r["device"], f"RANK={r['rank']}"])
+              for r in plan["ranks"]]
+    starts.append(next(i for i, line in enumerate(lines) if i > starts[-1] and not line.strip()))
+    for rank, first, end in zip(plan["ranks"], starts, starts[1:]):
+        log = column_text(lines, lines[header], "LOG", first, end)  # whole, once its folds are joined
+        assert re.fullmatch(re.escape(str(runs_dir.resolve())) + r"/plan-[0-9]{8}-[0-9]{6}-[0-9a-f]+/logs/rank-" + str(rank["rank"]) + r"\.log", log), out
+    # The environment every rank shares: each name whole, values as they are (data, not markup).
+    shared = {k: v for k, v in plan["ranks"][0]["env"].items() if all(r["env"].get(k) == v for r in plan["ranks"])}
+    assert "RANK" not in shared and "WORLD_SIZE" in shared and "MARKUP" in shared
+    for key in shared:
+        assert any(line.split()[:1] == [key] for line in lines), (key, out)
+    assert ["MARKUP", "[red]x[/red]\\x1b[2J"] in [line.split() for line in lines], out
 
 
 # -- render_table itself --------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from functools import partial
@@ -9,15 +10,14 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
 
 from rpcctl.commands.common import JsonOption, RunsDirOption
 from rpcctl.config import load_config, locate
-from rpcctl.console import Console, get_console, sanitize
+from rpcctl.console import Console, get_console, render_table, sanitize
 from rpcctl.errors import ConfigError, JobCancelledError, JobFailedError, UsageError
 from rpcctl.launcher import launch as launch_job
 from rpcctl.launcher import plan_job
-from rpcctl.plan import LaunchPlan
+from rpcctl.plan import ENV_COLUMNS, LaunchPlan, RankPlan
 from rpcctl.preflight import check_before_spawn
 from rpcctl.runs import RunRecord
 from rpcctl.states import RunStatus
@@ -152,26 +152,17 @@ def parse_ranks(text: str, world_size: int, first: int = 0) -> set[int]:
 
 
 def render_plan(console: Console, plan: LaunchPlan) -> None:
+    preload = f" (preload {sanitize(', '.join(plan.preload), markup=True)})" if plan.preload else ""
     console.print(
-        f"[bold]{sanitize(plan.name, markup=True)}[/bold]: {plan.world_size} rank(s), start method {plan.start_method}"
-        f"{' (preload ' + ', '.join(plan.preload) + ')' if plan.preload else ''}, "
-        f"rendezvous {plan.master_addr}:{plan.master_port}\nrun directory: {sanitize(plan.run_dir, markup=True)}\n"
+        f"[bold]{sanitize(plan.name, markup=True)}[/bold]: {plan.world_size} rank(s), start method {plan.start_method}{preload}, "
+        f"rendezvous {sanitize(plan.master_addr, markup=True)}:{plan.master_port}\nrun directory: {sanitize(plan.run_dir, markup=True)}\n"
     )
     shared = {k: v for k, v in plan.ranks[0].env.items() if all(r.env.get(k) == v for r in plan.ranks)}
-    ranks = Table(box=None, header_style="bold", pad_edge=False, title="Ranks", title_justify="left")
-    for column in ("RANK", "LOCAL", "DEVICE", "ENV (per rank)", "LOG"):
-        ranks.add_column(column)
-    for rank in plan.ranks:
-        own = " ".join(f"{k}={v}" for k, v in rank.env.items() if k not in shared)
-        ranks.add_row(str(rank.rank), str(rank.local_rank), rank.device, sanitize(own, markup=True), sanitize(rank.log, markup=True))
-    console.print(ranks)
+    own = [dataclasses.replace(r, env={k: v for k, v in r.env.items() if k not in shared}) for r in plan.ranks]
+    console.print(render_table(own, RankPlan.COLUMNS, title="Ranks"))
     console.print(f"\n[bold]Command[/bold] (every rank)\n  {sanitize(' '.join(plan.ranks[0].argv), markup=True)}\n")
-    env = Table(box=None, header_style="bold", pad_edge=False, title="Environment (every rank, on top of the launcher's)", title_justify="left")
-    env.add_column("VARIABLE")
-    env.add_column("VALUE", overflow="fold")
-    for key, value in shared.items():
-        env.add_row(key, sanitize(value, markup=True))
-    console.print(env)
+    variables = [{"variable": k, "value": v} for k, v in shared.items()]
+    console.print(render_table(variables, ENV_COLUMNS, title="Environment (every rank, on top of the launcher's)"))
 
 
 def render_leaks(console: Console, record: RunRecord) -> None:
