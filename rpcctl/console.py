@@ -177,7 +177,9 @@ class Column:
     columns (long free text) fold on a narrow terminal; ``priority`` (``KEY``, ``HIGH``,
     ``NORMAL``, ``LOW``) says which columns ``render_table`` hides first when even folded text
     does not fit: a cell is shown whole, folded, or its column hidden (and named in a footnote),
-    never cut with an ellipsis.
+    never cut with an ellipsis, but for ``clip`` columns: a glimpse of text kept whole
+    elsewhere (a rank's latest line in the live panel), cut with "…" to keep one line a row.
+    ``style`` gives a cell its style from the raw value (a state's colour).
     """
 
     key: str
@@ -187,6 +189,8 @@ class Column:
     detail: bool = False
     wrap: bool = False
     priority: int = NORMAL
+    clip: bool = False
+    style: Callable[[Any], str] | None = None
 
     @property
     def title(self) -> str:
@@ -211,7 +215,7 @@ class Column:
             shown = fmt(value) if fmt else str(value)
         except (TypeError, ValueError):  # a value of the wrong type from a damaged record
             shown = repr(value)
-        return Text(sanitize(shown))
+        return Text(sanitize(shown), style=self.style(value) if self.style else "")
 
 
 class FittedTable:
@@ -237,7 +241,7 @@ class FittedTable:
 
     def _floor(self, i: int) -> int:
         column = self.columns[i]
-        if not column.wrap:
+        if not (column.wrap or column.clip):
             return self.natural[i]
         return min(self.natural[i], max(WRAP_MIN, *(len(word) for word in column.title.split())))
 
@@ -265,7 +269,8 @@ class FittedTable:
         table = Table(header_style="bold", box=None, pad_edge=False)
         for i, width in widths.items():
             column = self.columns[i]
-            table.add_column(column.title, justify=column.justify, width=width, no_wrap=width >= self.natural[i], overflow="fold")
+            table.add_column(column.title, justify=column.justify, width=width, no_wrap=column.clip or width >= self.natural[i],
+                             overflow="ellipsis" if column.clip else "fold")
         for row in self.rows:
             table.add_row(*(row[i] for i in widths))
         yield table

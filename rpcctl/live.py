@@ -7,16 +7,15 @@ import os
 import sys
 import termios
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.console import Group
 from rich.live import Live
-from rich.table import Table
-from rich.text import Text
 
 from rpcctl import stacks
-from rpcctl.console import sanitize
+from rpcctl.console import HIGH, KEY, LOW, Column, render_table
 from rpcctl.states import RankStatus
 
 if TYPE_CHECKING:
@@ -24,6 +23,28 @@ if TYPE_CHECKING:
 
 STATE_STYLE = {RankStatus.PENDING: "dim", RankStatus.RUNNING: "cyan", RankStatus.SUCCEEDED: "green", RankStatus.FAILED: "bold red",
                RankStatus.KILLED: "yellow", RankStatus.STOPPED: "bold yellow"}
+
+
+@dataclass(frozen=True)
+class LiveRank:
+    """One rank's row in the panel. Its latest line is a glimpse (the log has it whole): cut
+    to keep one line a rank, never folded."""
+
+    rank: int
+    pid: int | None
+    state: str
+    device: str
+    exit: str
+    last_line: str
+
+    COLUMNS: ClassVar[tuple[Column, ...]] = (
+        Column("rank", justify="right", priority=KEY),
+        Column("pid", justify="right", priority=HIGH),
+        Column("state", priority=KEY, style=lambda state: STATE_STYLE.get(state, "")),
+        Column("device", priority=LOW),
+        Column("exit", priority=HIGH),
+        Column("last_line", clip=True),
+    )
 
 
 class LiveView:
@@ -76,28 +97,15 @@ class LiveView:
         record = sup.record
         elapsed = time.monotonic() - self.started
         restarts = f"  restarts {record.restarts}/{record.max_restarts}" if record.max_restarts else ""
-        table = Table(
-            title=Text(f"{record.name}  {record.run_id}  {elapsed:.0f}s{restarts}", style="italic"),
-            title_justify="left",
-            box=None,
-            header_style="bold",
-            pad_edge=False,
-        )
-        for column in ("RANK", "PID", "STATE", "DEVICE", "EXIT", "LAST LINE"):
-            table.add_column(column, no_wrap=True, overflow="ellipsis", max_width=60 if column == "LAST LINE" else None)
-        # Text cells, never markup strings: a rank's output is arbitrary text ("[epoch 1]"),
-        # and a print(markup=False) while the panel is up renders the panel without markup.
+        rows = []
         for state in record.ranks:
             exit_text = state.signal or ("" if state.exit_code is None else str(state.exit_code))
             shown = RankStatus.STOPPED if state.state == RankStatus.RUNNING and state.pid and stacks.stopped(state.pid) else state.state
-            table.add_row(
-                Text(str(state.rank)),
-                Text(str(state.pid or "-")),
-                Text(shown, style=STATE_STYLE.get(shown, "")),
-                Text(state.device),
-                Text(exit_text),
-                Text(sanitize(sup.latest_line(state.rank))),
-            )
+            rows.append(LiveRank(state.rank, state.pid or None, shown, state.device, exit_text, sup.latest_line(state.rank)))
+        # Plain text cells (render_table never parses markup): a rank's output is arbitrary text
+        # ("[epoch 1]"), and a print(markup=False) while the panel is up renders it without markup.
+        table = render_table(rows, LiveRank.COLUMNS, title=f"{record.name}  {record.run_id}  {elapsed:.0f}s{restarts}",
+                             hint="rpcctl inspect workers and rpcctl logs show them")
         parts = [table]
         parts.extend(_telemetry_panels(Path(record.run_dir)))
         return Group(*parts)

@@ -203,6 +203,16 @@ def test_render_table_never_hides_keys_even_too_narrow():
     assert "…" not in out and "succeeded" in out and "job-20261" in out and "2-4002" in out
 
 
+def test_render_table_clips_a_glimpse_column_to_one_line_and_styles_cells():
+    # The live panel's LAST LINE: cut with "…" to keep one line a row; its STATE: coloured by value.
+    columns = [Column("id", priority=KEY, style=lambda v: "bold red" if v == "b" else ""), Column("line", clip=True)]
+    records = [{"id": "a", "line": "loss 0.5 " * 12}, {"id": "b", "line": "short"}]
+    lines = rendered(40, records=records, columns=columns).splitlines()
+    assert [line.split()[0] for line in lines] == ["ID", "a", "b"], lines
+    assert lines[1].rstrip().endswith("…") and len(lines[1]) <= 40, lines
+    assert [cell.style for cell, _ in render_table(records, columns).rows] == ["", "bold red"]
+
+
 def test_render_table_detail_hint_and_empty():
     out = rendered(40, detail=True)
     assert "(--json shows them)" in out
