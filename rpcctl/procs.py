@@ -30,6 +30,7 @@ import psutil
 
 from rpcctl.errors import RpcctlError
 from rpcctl.lines import LineSplitter, Piece
+from rpcctl.log_times import TimeIndexWriter
 from rpcctl.plan import RankPlan
 from rpcctl.private import private_dir, private_open
 from rpcctl.rank_server import MAX_MESSAGE, PR_SET_CHILD_SUBREAPER, prctl
@@ -306,15 +307,20 @@ class RankLog:
         self.rank, self.path, self.on_error = rank, path, on_error
         self.written = 0
         self.file: Any = None
+        self.times: TimeIndexWriter | None = None
         try:
             private_dir(path.parent)
             self.file = opener(path, "ab", buffering=0)
+            self.start = path.stat().st_size  # a restart appends to the same log
+            self.times = TimeIndexWriter(path, opener)
         except OSError as exc:
             self._failed(exc)
 
     def write(self, data: bytes) -> None:
         if self.file is None:
             return
+        if self.times is not None:
+            self.times.note(self.start + self.written, time.time())
         view = memoryview(data)
         try:
             while view:
@@ -332,6 +338,8 @@ class RankLog:
 
     def close(self) -> None:
         file, self.file = self.file, None
+        if self.times is not None:
+            self.times.close()
         if file is not None:
             try:
                 file.close()

@@ -63,9 +63,17 @@ def test_a_long_line_is_cut_for_the_console_and_says_how_much_the_log_file_has()
     assert [t for t, _, _ in pieces(b"a" * 30 + b"\r" + b"b" * 5 + b"\n", max_bytes=10)] == ["a" * 10 + " … [20 more bytes in the log file]", "b" * 5]
 
 
-def test_final_lines_are_what_rpcctl_logs_prints():
+def test_final_lines_are_what_rpcctl_logs_prints(tmp_path):
+    from rpcctl.log_times import RankLogReader, lines_of
+
     data = b"start\n" + b"".join(b"\rtrain %d/100 loss=%d" % (i, i) for i in range(100)) + b"\n" + b"end\n"
     assert final_lines(data) == ["start", "train 99/100 loss=99", "end"]
+    log = tmp_path / "rank-0.log"
+    log.write_bytes(data[:1000])  # a bar half drawn: only its finished lines, then the rest
+    reader = RankLogReader(0, log)
+    assert [line.text for line in reader.new_lines()] == ["start"]
+    log.write_bytes(data)
+    assert [line.text for line in lines_of(reader, final=True)] == ["train 99/100 loss=99", "end"]
 
 
 def test_the_pump_keeps_every_byte_in_the_file_and_bounded_memory_on_a_line_without_newline(tmp_path):

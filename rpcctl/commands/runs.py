@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import signal
 import sys
 import time
+from collections.abc import Iterable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -15,7 +18,7 @@ from rich.text import Text
 from rpcctl.commands.common import FilterOption, JsonOption, RunArgument, RunsDirOption, filtered_empty, parse_filters
 from rpcctl.console import get_console, render_table, sanitize
 from rpcctl.errors import RpcctlError, UsageError
-from rpcctl.lines import final_lines
+from rpcctl.log_times import LogLine, RankLogReader, lines_of, merged
 from rpcctl.runs import (
     DamagedRun,
     RunRecord,
@@ -84,11 +87,20 @@ def logs(
     run: RunArgument = None,
     rank: Annotated[Optional[int], typer.Option("--rank", "-r", help="Only this rank.", show_default=False)] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new output until the run ends.")] = False,
+    merge: Annotated[bool, typer.Option("--merge", "-m", help="Interleave the ranks' lines in the order they arrived (default: rank by rank).")] = False,
+    timestamps: Annotated[bool, typer.Option("--timestamps", "-t", help="Put before each line the UTC time the launcher read it (to 10 ms).")] = False,
     raw: Annotated[bool, typer.Option("--raw", help="The log bytes exactly as written: no rank prefix, escape sequences untouched.")] = False,
     runs_dir: RunsDirOption = None,
 ) -> None:
-    """Print a run's rank logs, each line prefixed with its rank (colour kept, other terminal
-    escape sequences shown as text; --raw for the bytes as written)."""
+    """Print a run's rank logs, each line prefixed with its rank (other terminal escape
+    sequences shown as text; --raw for the bytes as written).
+
+    Examples:
+      rpcctl logs --merge --timestamps     the last run, every rank, in arrival order
+      rpcctl logs RUN -r 1 -f              follow rank 1 of RUN until it ends
+    """
+    if raw and (merge or timestamps):
+        raise UsageError("--raw prints the log bytes as written: it takes neither --merge nor --timestamps")
     run_dir = resolve_run(run, runs_dir)
     record = load_record(run_dir)
     ranks = [s.rank for s in record.ranks]
@@ -96,45 +108,63 @@ def logs(
         if rank not in ranks:
             raise UsageError(f"--rank {rank}: run {record.run_id} has ranks 0-{len(ranks) - 1}")
         ranks = [rank]
-    files = {r: rank_log(run_dir, r) for r in ranks}
-    offsets = {r: 0 for r in ranks}
-    write = _write_raw if raw else _write_lines
+    if raw:
+        _follow_raw(run_dir, record, ranks, follow)
+        return
+    readers = [RankLogReader(r, rank_log(run_dir, r)) for r in ranks]
     while True:
-        for r, path in files.items():
-            offsets[r] = _print_new(path, offsets[r], r, write)
-        if not follow:
-            return
-        record = load_record(run_dir)
-        if record.status.is_terminal or not launcher_alive(record):
-            for r, path in files.items():  # what arrived meanwhile
-                offsets[r] = _print_new(path, offsets[r], r, write)
+        ended = record.status.is_terminal or not launcher_alive(record)
+        streams = [lines_of(reader, final=ended) for reader in readers]  # a run that ended has no line half-written
+        _print_lines(merged(streams) if merge else itertools.chain(*streams), timestamps)
+        if ended or not follow:
             return
         time.sleep(0.2)
+        record = load_record(run_dir)
 
 
-def _print_new(path: Path, offset: int, rank: int, write) -> int:
+def _print_lines(lines: Iterable[LogLine], timestamps: bool) -> None:
+    console = get_console()
+    batch: list[str] = []
+    for line in lines:
+        stamp = f"{_stamp(line.time)} " if timestamps else ""
+        batch.append(f"{stamp}[rank{line.rank}]: {sanitize(line.text, sgr=True)}\n")
+        if len(batch) >= 512:  # a long log streams out in bounded memory
+            console.raw("".join(batch))
+            batch.clear()
+    if batch:
+        console.raw("".join(batch))
+
+
+def _stamp(moment: float | None) -> str:
+    if moment is None:  # a run from before the time index, or one whose index was lost
+        return "-".ljust(24)
+    return datetime.fromtimestamp(moment, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _follow_raw(run_dir: Path, record: RunRecord, ranks: list[int], follow: bool) -> None:
+    offsets = {r: 0 for r in ranks}
+    while True:
+        ended = record.status.is_terminal or not launcher_alive(record)
+        for r in ranks:
+            offsets[r] = _copy_raw(rank_log(run_dir, r), offsets[r])
+        if ended or not follow:
+            return
+        time.sleep(0.2)
+        record = load_record(run_dir)
+
+
+def _copy_raw(path: Path, offset: int) -> int:
     try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read()
+        f = open(path, "rb")
     except FileNotFoundError:
         return offset
-    complete = data.rfind(b"\n") + 1  # leave a partial last line for the next round
-    if complete:
-        write(rank, data[:complete])
-    return offset + complete
-
-
-def _write_lines(rank: int, data: bytes) -> None:
-    out = sys.stdout
-    for line in final_lines(data):  # a progress bar's last state, not its \r history
-        out.write(f"[rank{rank}]: {sanitize(line, sgr=True)}\n")
-    out.flush()
-
-
-def _write_raw(rank: int, data: bytes) -> None:
-    sys.stdout.buffer.write(data)
+    with f:
+        f.seek(offset)
+        while block := f.read(1 << 16):
+            sys.stdout.buffer.write(block)
+            offset += len(block)
     sys.stdout.buffer.flush()
+    return offset
 
 
 def stop(
