@@ -94,7 +94,7 @@ def _register() -> None:
     command("launch", "rpcctl launch configs/remote_call.yaml --set timeout=60 --ranks 0-1")(launch.launch)
     command("sbatch", "rpcctl sbatch configs/remote_call.yaml --nodes 2 --time 00:30:00 > job.sh")(sbatch.sbatch)
     command("runs", "rpcctl runs --limit 5 (or --json for every field)")(runs.runs)
-    command("logs", "rpcctl logs --rank 1 --follow")(runs.logs)
+    command("logs", "rpcctl logs --merge --timestamps --follow")(runs.logs)
     command("stop", "rpcctl stop remote-call-20261203 --wait 30")(runs.stop)
     inspect_app.command("calls", epilog="Example: rpcctl inspect calls --watch")(calls.calls)
     app.add_typer(inspect_app, name="inspect")

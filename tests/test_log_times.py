@@ -68,7 +68,7 @@ def test_timestamps_are_utc_times_within_the_run_and_in_order(tmp_path, runs_dir
     turns = [s for s, line in zip(stamps, result.stdout.splitlines()) if "turn " in line]
     assert turns[-1] - turns[0] >= 11 * 0.2 * 0.9, turns
     # The same with one rank alone: its stamps, not the merge, decide.
-    alone = rpcctl("logs", "-r", "1", "-t", "--runs-dir", str(runs_dir)).stdout.splitlines()
+    alone = rpcctl("logs", "-r", "1", "--timestamps", "--runs-dir", str(runs_dir)).stdout.splitlines()
     assert [line.split(" ", 1)[1] for line in alone][:4] == [f"[rank1]: turn {t} by rank 1" for t in (1, 4, 7, 10)]
 
 

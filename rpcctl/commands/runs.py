@@ -87,18 +87,14 @@ def logs(
     run: RunArgument = None,
     rank: Annotated[Optional[int], typer.Option("--rank", "-r", help="Only this rank.", show_default=False)] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new output until the run ends.")] = False,
-    merge: Annotated[bool, typer.Option("--merge", "-m", help="Interleave the ranks' lines in the order they arrived (default: rank by rank).")] = False,
-    timestamps: Annotated[bool, typer.Option("--timestamps", "-t", help="Put before each line the UTC time the launcher read it (to 10 ms).")] = False,
+    merge: Annotated[bool, typer.Option("--merge", help="Interleave the ranks' lines in the order they arrived (default: rank by rank).")] = False,
+    timestamps: Annotated[bool, typer.Option("--timestamps", help="Put before each line the UTC time the launcher read it (to 10 ms).")] = False,
     raw: Annotated[bool, typer.Option("--raw", help="The log bytes exactly as written: no rank prefix, escape sequences untouched.")] = False,
     runs_dir: RunsDirOption = None,
 ) -> None:
     """Print a run's rank logs, each line prefixed with its rank (other terminal escape
-    sequences shown as text; --raw for the bytes as written).
-
-    Examples:
-      rpcctl logs --merge --timestamps     the last run, every rank, in arrival order
-      rpcctl logs RUN -r 1 -f              follow rank 1 of RUN until it ends
-    """
+    sequences shown as text; --raw for the bytes as written). --merge interleaves the ranks
+    in the order their lines arrived."""
     if raw and (merge or timestamps):
         raise UsageError("--raw prints the log bytes as written: it takes neither --merge nor --timestamps")
     run_dir = resolve_run(run, runs_dir)
