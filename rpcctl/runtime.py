@@ -32,6 +32,8 @@ RPCCTL_STACK_FILE          where SIGUSR1 dumps the stacks
 RPCCTL_STORE_BIND          "1": bind rank 0's rendezvous store to MASTER_ADDR only, and keep it
                            up until every rank's rpc.shutdown returned
 RPCCTL_RPC                 JSON of the config's ``rpc:`` section when ``rpc.init`` is true
+RPCCTL_ALL_FRAMES          "1": keep rpcctl's own frames in an uncaught exception's traceback
+                           (``launch --all-frames``; see ``rpcctl.frames``)
 =========================  ==================================================================
 """
 
@@ -52,6 +54,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rpcctl.frames import ALL_FRAMES_ENV, drop_own_frames
 from rpcctl.private import private_dir, private_open
 from rpcctl.rpc_settings import apply_malloc_env, silence_torch_internal_warnings
 
@@ -91,7 +94,8 @@ def run_rank(argv: list[str]) -> int:
         if rpc_spec:
             _shutdown_rpc_quietly()
     except BaseException as exc:  # noqa: BLE001 - this is the rank's top level
-        _drop_own_frames(exc)
+        if os.environ.get(ALL_FRAMES_ENV) != "1":
+            drop_own_frames(exc)  # the user's traceback, as `python SCRIPT` would print it
         _write_error_file(exc)
         traceback.print_exception(exc)
         code = 130 if isinstance(exc, KeyboardInterrupt) else 1
@@ -122,15 +126,6 @@ def _run_script(argv: list[str]) -> int:
     except SystemExit as exc:
         return _exit_code(exc)
     return 0
-
-
-def _drop_own_frames(exc: BaseException) -> None:
-    """Start the traceback at the user's code, as `python SCRIPT` would show it."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
-        tb = tb.tb_next
-    if tb is not None:
-        exc.__traceback__ = tb
 
 
 def _exit_code(exc: SystemExit) -> int:

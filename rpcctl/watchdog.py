@@ -30,7 +30,6 @@ from __future__ import annotations
 import linecache
 import os
 import re
-import sysconfig
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Any
 from rpcctl import inspect, stacks
 from rpcctl.inspect.calls import CallsReport, PendingCall, ServingRecord, _same_function
 from rpcctl.console import human_seconds, to_jsonable
+from rpcctl.frames import is_user_file
 from rpcctl.runs import Failure, RunRecord, now_iso, write_json_atomic
 from rpcctl.states import CallState, RankStatus, ServingState
 from rpcctl.telemetry.rrefs.sender import _short_path as _short
@@ -74,7 +74,7 @@ class ThreadStack:
     frames: list[Frame]  # innermost first
 
     def user_frame(self) -> Frame | None:
-        return next((f for f in self.frames if _is_user_file(f.file)), None)
+        return next((f for f in self.frames if is_user_file(f.file)), None)
 
     @property
     def is_main(self) -> bool:
@@ -97,17 +97,6 @@ def parse_stacks(text: str) -> list[ThreadStack]:
         if frame and threads:
             threads[-1].frames.append(Frame(frame.group(1), int(frame.group(2)), frame.group(3)))
     return threads
-
-
-_NOT_USER = tuple(p for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
-                              os.path.dirname(os.path.abspath(__file__))} if p)
-
-
-_LIBRARY = re.compile(r"[/\\]lib[/\\]python\d+\.\d+[/\\]")  # any interpreter's stdlib, this one's or a rank's
-
-
-def _is_user_file(path: str) -> bool:
-    return not path.startswith("<") and not path.startswith(_NOT_USER) and _LIBRARY.search(path) is None
 
 
 def where(thread: ThreadStack | None) -> str | None:

@@ -211,6 +211,11 @@ def test_a_live_job_shows_its_rrefs_workers_stacks_and_losses(tmp_path, runs_dir
         result = rpcctl("stack", "--rank", "0", "--runs-dir", str(runs_dir))
         assert result.returncode == 0, result.stderr
         assert result.stdout.startswith(f"── rank 0 (pid {pids[0]}) ──") and "wait_for" in result.stdout and 'File "' in result.stdout
+        # rpcctl's own threads and frames are named and hidden; --all-frames shows them.
+        assert "rpcctl's telemetry sender (hidden; --all-frames shows it)" in result.stdout, result.stdout
+        assert "/rpcctl/" not in result.stdout and "[rpcctl frames hidden]" in result.stdout, result.stdout
+        everything = rpcctl("stack", "--rank", "0", "--all-frames", "--runs-dir", str(runs_dir)).stdout
+        assert "rpcctl/telemetry/worker.py" in everything and "rpcctl/runtime.py" in everything, everything
 
         # Deleting changes the state; releasing the fork removes the holder.
         (sync / "delete").touch()

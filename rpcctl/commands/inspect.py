@@ -21,6 +21,7 @@ from rpcctl import inspect as sdk
 from rpcctl.commands.common import FilterOption, JsonOption, RunArgument, RunsDirOption, WatchOption, filtered_empty, keep, no_match, parse_filters
 from rpcctl.console import KEY, Column, fmt_loss, get_console, render_table
 from rpcctl.errors import RpcctlError, RunNotFoundError, UsageError
+from rpcctl.frames import hide_own_frames
 from rpcctl.inspect.stacks import StoppedRankError
 from rpcctl.runs import load_record, resolve_run
 from rpcctl.stacks import stopped_message
@@ -341,6 +342,7 @@ def stack(
     run: RunArgument = None,
     rank: Annotated[Optional[list[int]], typer.Option("--rank", "-r", help="Rank to dump; repeatable (default: every running rank).", show_default=False)] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for each rank's dump (default: 5).", show_default=False)] = 5.0,
+    all_frames: Annotated[bool, typer.Option("--all-frames", help="Show rpcctl's own threads and frames too (the files in stacks/ keep them).")] = False,
     runs_dir: RunsDirOption = None,
 ) -> None:
     """Dump the Python stacks of a live rank's threads (SIGUSR1 → faulthandler): for hung jobs.
@@ -366,15 +368,16 @@ def stack(
             stopped.append(str(exc))
             continue
         for dump in dumps:
+            text = dump.text if all_frames or dump.text is None else hide_own_frames(dump.text)
             if not first:
                 console.raw("\n")
             first = False
             if dump.kind == "rank":
-                console.raw(f"── rank {r} (pid {dump.pid}) ──\n{dump.text}")
+                console.raw(f"── rank {r} (pid {dump.pid}) ──\n{text}")
             else:
                 # A process the rank started itself (mp.spawn, subprocess): often where a hang is.
                 started = shlex.join(dump.cmdline)
-                text = dump.text if dump.text is not None else f"(wrote no stack within {timeout:g} s)\n"
+                text = text if text is not None else f"(wrote no stack within {timeout:g} s)\n"
                 console.raw(f"── rank {r} › pid {dump.pid}: {started} ──\n{text}")
     if stopped:
         raise RpcctlError("; ".join(stopped))

@@ -14,6 +14,7 @@ import typer
 from rpcctl.commands.common import JsonOption, RunsDirOption
 from rpcctl.config import load_config, locate
 from rpcctl.console import Console, get_console, render_table, sanitize
+from rpcctl.frames import ALL_FRAMES_ENV
 from rpcctl.errors import ConfigError, JobCancelledError, JobFailedError, UsageError
 from rpcctl.launcher import launch as launch_job
 from rpcctl.launcher import plan_job
@@ -39,6 +40,7 @@ def launch(
     json_: JsonOption = False,
     hang_timeout: Annotated[Optional[float], typer.Option("--hang-timeout", help="Seconds without progress (no call ended, no loss, no output) before rpcctl diagnoses a hang; 0: off (default: the config's hang_timeout, 300 if unset).", show_default=False)] = None,
     keep_on_hang: Annotated[bool, typer.Option("--keep-on-hang", help="On a hang, dump and diagnose but keep the job running (config: on_hang: keep).")] = False,
+    all_frames: Annotated[bool, typer.Option("--all-frames", help="Keep rpcctl's own frames (its bootstrap, its call tracking) in the ranks' tracebacks.")] = False,
     web: Annotated[bool, typer.Option("--web", help="Serve the run's live page on 127.0.0.1 while it runs (the URL is printed; needs rpcctl[report]).")] = False,
     nnodes: Annotated[Optional[int], typer.Option("--nnodes", help="Nodes in the job; run one launcher per node (under srun: from SLURM).", show_default=False, rich_help_panel="Multi-node")] = None,
     node_rank: Annotated[Optional[int], typer.Option("--node-rank", help="This node's rank, 0 to nnodes-1 (under srun: SLURM_NODEID).", show_default=False, rich_help_panel="Multi-node")] = None,
@@ -78,6 +80,8 @@ def launch(
         else:
             render_plan(console, plan)
         return
+    if all_frames:
+        os.environ[ALL_FRAMES_ENV] = "1"  # the ranks inherit the launcher's environment
     page = None
     if web:
         from rpcctl.web.server import LaunchPage
