@@ -23,6 +23,11 @@ progress was seen for ``hang_timeout`` seconds in a job that uses RPC (a process
 
 Earlier, within ``JOIN_WARN_S`` (or half ``hang_timeout`` if shorter) of the first process
 entering ``init_rpc``, a rank that has not entered it yet is named with where it is, once.
+
+In any job (RPC or not), a rank whose telemetry heartbeat is older than ``STALE_AFTER_S`` has a
+sender thread that cannot run (a long C call holding the GIL, a starved or stopped process): its
+stack is dumped into ``stacks/rank-N.txt`` at once and the rank named with where it is, once per
+silence (again only after it beat again). Nothing ends on that alone: the hang timeout decides.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from rpcctl import inspect, stacks
 from rpcctl.inspect.calls import CallsReport, PendingCall, ServingRecord, _same_function
 from rpcctl.console import human_seconds, to_jsonable
 from rpcctl.frames import is_user_file
+from rpcctl.telemetry.protocol import STALE_AFTER_S
 from rpcctl.runs import Failure, RunRecord, now_iso, write_json_atomic
 from rpcctl.states import CallState, RankStatus, ServingState
 from rpcctl.telemetry.rrefs.sender import _short_path as _short
@@ -239,6 +245,7 @@ class HangWatchdog:
         self._next_check = 0.0
         self._restart = 0
         self._warned_join: set[int] = set()
+        self._silent: set[int] = set()  # proc ids whose stale heartbeat was reported (until it beats again)
         self._reported_at: float | None = None
         self.reports = 0
 
@@ -250,6 +257,7 @@ class HangWatchdog:
         self._restart = restart
         self._output_at = time.time()
         self._warned_join.clear()
+        self._silent.clear()
         self._reported_at = None
 
     def check(self, record: RunRecord) -> Failure | None:
@@ -257,6 +265,7 @@ class HangWatchdog:
         if now < self._next_check:
             return None
         self._next_check = now + CHECK_EVERY_S
+        self._dump_silent_ranks(record)
         facts = self._facts()
         if facts is None:
             return None
@@ -304,6 +313,34 @@ class HangWatchdog:
         progress = max([m for m in (marks[0]["a"], marks[0]["b"], marks[0]["c"], *starts) if m is not None] or [0.0])
         procs = [Proc(r["proc_id"], r["pid"], r["rank"], r["kind"] or "rank", r["name"], r["rpc_join_at"]) for r in rows]
         return procs, progress, min(joins)
+
+    def _dump_silent_ranks(self, record: RunRecord) -> None:
+        """A rank whose telemetry heartbeat went stale: its sender thread cannot run (the GIL held
+        by a long C call, a starved or stopped process). Dump its stack then, once per silence,
+        while the evidence is live: the hang timeout may be minutes away, or never come."""
+        from rpcctl.inspect._store import _Store
+
+        with _Store(self.run_dir) as s:
+            rows = s.rows("SELECT proc_id, pid, rank, kind, name, rpc_join_at, last_seen FROM procs"
+                          " WHERE restart = ? AND ended_at IS NULL AND stopped_at IS NULL", (self._restart,))
+        wall = time.time()
+        for row in rows:
+            silent = row["last_seen"] is not None and wall - row["last_seen"] > STALE_AFTER_S
+            if not silent:
+                self._silent.discard(row["proc_id"])
+                continue
+            if row["proc_id"] in self._silent or (row["kind"] or "rank") != "rank":
+                continue
+            self._silent.add(row["proc_id"])
+            proc = Proc(row["proc_id"], row["pid"], row["rank"], "rank", row["name"], row["rpc_join_at"])
+            self._dump(proc, record)
+            quiet = f"{proc.describe()} has sent no telemetry heartbeat for {human_seconds(wall - row['last_seen'])}"
+            if proc.stopped:
+                self.console.warn(f"{quiet}: it is stopped (SIGSTOP); `kill -CONT {proc.pid}` resumes it")
+                continue
+            at = where(proc.main_thread())
+            self.console.warn(f"{quiet} (its telemetry thread cannot run: a long call holding the GIL?)"
+                              + (f"; it is at {at}" if at else "") + f"; stacks in stacks/rank-{proc.rank}.txt")
 
     def _warn_absent(self, procs: list[Proc], record: RunRecord, first_join: float, wall: float) -> None:
         if wall - first_join < self.join_warn_s:

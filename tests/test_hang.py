@@ -77,8 +77,8 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _line(text: str) -> int:
-    return next(i for i, line in enumerate(SCRIPT.splitlines(), 1) if text in line)
+def _line(text: str, script: str = SCRIPT) -> int:
+    return next(i for i, line in enumerate(script.splitlines(), 1) if text in line)
 
 
 def _job(tmp_path: Path, mode: str, nproc: int) -> Path:
@@ -213,3 +213,35 @@ def test_a_bad_hang_timeout_is_refused_before_anything_starts(tmp_path, runs_dir
     result = rpcctl("launch", str(_job(tmp_path, "sleep", 2)), "--runs-dir", str(runs_dir), "--hang-timeout", "soon")
     assert result.returncode == 2 and "--hang-timeout" in result.stderr
     assert not runs_dir.exists() or not any(runs_dir.iterdir())
+
+
+GIL_HOLDER = textwrap.dedent(
+    '''
+    import ctypes, os, time
+
+    if os.environ["RANK"] == "1":
+        time.sleep(1.5)  # its telemetry has connected and beaten
+        ctypes.PyDLL(None).sleep(60)  # libc's sleep through PyDLL: the GIL held throughout
+    print("done", flush=True)
+    '''
+)
+
+
+def test_a_rank_whose_heartbeat_goes_stale_is_dumped_and_named_while_it_runs(tmp_path, runs_dir):
+    """Rank 1 holds the GIL in a C call: its telemetry thread cannot send a heartbeat. The
+    watchdog dumps its stack when the heartbeat goes stale (faulthandler needs no GIL, and the
+    signal ends the sleep early), long before the hang timeout, and says where it is."""
+    (tmp_path / "gil_holder.py").write_text(GIL_HOLDER)
+    config = tmp_path / "gil.yaml"
+    config.write_text("name: gil\nscript: gil_holder.py\nnproc_per_node: 2\ngrace: 2\ntimeout: 120\n")
+    result = rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir), "--hang-timeout", "100", timeout=150)
+    run_dir = only_run(runs_dir)
+    assert_no_process_left(run_dir)
+    assert result.returncode == 0, result.stderr  # the dump woke the sleep: the job went on
+    line = _line("ctypes.PyDLL", GIL_HOLDER)
+    warning = next((w for w in result.stderr.splitlines() if "has sent no telemetry heartbeat" in w), None)
+    assert warning is not None, result.stderr
+    assert warning.startswith("warning: rank 1 (pid ") and f"gil_holder.py:{line} in <module>" in warning, warning
+    assert "stacks/rank-1.txt" in warning and result.stderr.count("no telemetry heartbeat") == 1, result.stderr
+    assert f'gil_holder.py", line {line} in <module>' in (run_dir / "stacks" / "rank-1.txt").read_text()
+    assert not (run_dir / "stacks" / "rank-0.txt").read_text(), "rank 0 kept beating: not dumped"
