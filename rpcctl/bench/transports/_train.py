@@ -33,11 +33,15 @@ class ParameterServer:
     def forward(self, x):
         # Trainers step concurrently (Hogwild): an optimizer step may update a weight in place
         # while another trainer's backward still needs the value its forward used. Running on
-        # clones keeps those values intact; gradients still flow to the real parameters.
-        from torch.func import functional_call
+        # clones keeps those values intact; gradients still flow to the real parameters. Not
+        # torch.func.functional_call: it swaps the module's attributes for the call, and two
+        # trainers' forwards at once (RPC runs them on two threads) put the real parameters
+        # back under each other's feet: a backward then failed with "modified by an inplace
+        # operation" (seen in CI under load).
+        import torch.nn.functional as F
 
-        weights = {name: p.clone() for name, p in self.model.named_parameters()}
-        return functional_call(self.model, weights, (x,))
+        first, first_bias, second, second_bias = (p.clone() for p in self.model.parameters())
+        return F.linear(F.relu(F.linear(x, first, first_bias)), second, second_bias)
 
     def parameter_rrefs(self) -> list:
         import torch.distributed.rpc as rpc
