@@ -111,6 +111,12 @@ class Console:
         sys.stdout.write(text)
         sys.stdout.flush()
 
+    def raw_bytes(self, data: bytes) -> None:
+        """Bytes that must reach stdout as they are (``rpcctl logs --raw``)."""
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+
     def json(self, document: Any) -> None:
         # Plain write, not Rich: JSON must never be wrapped, highlighted or re-flowed.
         sys.stdout.write(json.dumps(to_jsonable(document), indent=2) + "\n")

@@ -21,7 +21,6 @@ import errno
 import json
 import os
 import signal
-import sys
 import threading
 import time
 from collections import deque
@@ -158,8 +157,7 @@ class Supervisor:
             return
         with self._out_lock:
             try:
-                sys.stdout.write(shown + "\n")
-                sys.stdout.flush()
+                self.console.raw(shown + "\n")
             except OSError:  # `rpcctl launch ... | head`, a closed terminal: keep running, stop echoing
                 self.echo = False
 

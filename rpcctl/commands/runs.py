@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import signal
-import sys
 import time
 from collections.abc import Iterable
 from datetime import datetime, timezone
@@ -154,12 +153,12 @@ def _copy_raw(path: Path, offset: int) -> int:
         f = open(path, "rb")
     except FileNotFoundError:
         return offset
+    console = get_console()
     with f:
         f.seek(offset)
         while block := f.read(1 << 16):
-            sys.stdout.buffer.write(block)
+            console.raw_bytes(block)
             offset += len(block)
-    sys.stdout.buffer.flush()
     return offset
 
 

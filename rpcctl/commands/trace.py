@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -35,7 +34,7 @@ def trace(
     document = build_trace(run_dir)
     text = json.dumps(document, separators=(",", ":"), allow_nan=False)
     if output is not None and str(output) == "-":
-        sys.stdout.write(text + "\n")
+        get_console().raw(text + "\n")
         return
     path = output or Path(f"{run_dir.name}.trace.json")
     try:
