@@ -30,6 +30,7 @@ from rpcctl.private import private_open
 RESOLUTION = 0.01  # seconds between two entries of one rank's index, at most
 _BLOCK = 64 * 1024
 _ENTRY_MAX = 64  # bytes of one index line; anything longer is damage, skipped
+_LATEST = 1e11  # a UNIX time past any real run (year 5138): beyond it an entry is damage
 
 
 def times_path(log_path: Path) -> Path:
@@ -106,7 +107,7 @@ class _TimeIndexReader:
                 offset, moment = int(offset_text), float(time_text)
             except ValueError:
                 continue
-            if offset > self._offset and moment == moment:  # forward only; NaN is damage
+            if offset > self._offset and 0.0 < moment < _LATEST:  # forward only; NaN, inf, year 5000: damage
                 self._offset = offset
                 return offset, moment
         return None

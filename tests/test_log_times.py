@@ -75,7 +75,7 @@ def test_timestamps_are_utc_times_within_the_run_and_in_order(tmp_path, runs_dir
 def test_a_damaged_index_costs_the_times_never_a_line(tmp_path, runs_dir):
     run_dir = _turns_job(tmp_path, runs_dir)
     index = times_path(run_dir / "logs" / "rank-1.log")
-    index.write_bytes(b"garbage\n" + b"9" * 5_000_000 + b"\nnan nan\n-5 1.0\n")  # no newline at the end either
+    index.write_bytes(b"garbage\n" + b"9" * 5_000_000 + b"\nnan nan\n-5 1.0\n0 1e400\n0 -99999999999999\n")  # no newline at the end either
     result = rpcctl("logs", "--merge", "--timestamps", "--runs-dir", str(runs_dir))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()

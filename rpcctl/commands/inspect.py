@@ -19,7 +19,7 @@ from rich.text import Text
 
 from rpcctl import inspect as sdk
 from rpcctl.commands.common import FilterOption, JsonOption, RunArgument, RunsDirOption, WatchOption, filtered_empty, keep, no_match, parse_filters
-from rpcctl.console import KEY, Column, fmt_loss, get_console, render_table
+from rpcctl.console import KEY, Column, fmt_loss, get_console, render_table, sanitize
 from rpcctl.errors import RpcctlError, RunNotFoundError, UsageError
 from rpcctl.frames import hide_own_frames
 from rpcctl.inspect.stacks import StoppedRankError
@@ -369,6 +369,7 @@ def stack(
             continue
         for dump in dumps:
             text = dump.text if all_frames or dump.text is None else hide_own_frames(dump.text)
+            text = sanitize(text) if text is not None else None  # paths and names from the rank are data
             if not first:
                 console.raw("\n")
             first = False
@@ -378,6 +379,6 @@ def stack(
                 # A process the rank started itself (mp.spawn, subprocess): often where a hang is.
                 started = shlex.join(dump.cmdline)
                 text = text if text is not None else f"(wrote no stack within {timeout:g} s)\n"
-                console.raw(f"── rank {r} › pid {dump.pid}: {started} ──\n{text}")
+                console.raw(f"── rank {r} › pid {dump.pid}: {sanitize(started)} ──\n{text}")
     if stopped:
         raise RpcctlError("; ".join(stopped))
