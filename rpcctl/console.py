@@ -14,6 +14,7 @@ import math
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -64,7 +65,7 @@ class Console:
         log = self._log
         if log is None:
             return
-        stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        stamp = utc_stamp(time.time())
         text = sanitize(message).replace("\n", "\n" + " " * (len(stamp) + 1))
         try:
             log.write(f"{stamp} {level}{text}\n")
@@ -375,6 +376,11 @@ def human_time(ts: float | str) -> str:
 
 def iso_time(ts: float | None) -> str | None:
     return None if ts is None else datetime.fromtimestamp(ts, timezone.utc).isoformat()
+
+
+def utc_stamp(ts: float) -> str:
+    """``2026-12-03T23:18:21.123Z``: the stamp of launcher.log lines and ``logs --timestamps``."""
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def join(values: Iterable[Any]) -> str:

@@ -90,25 +90,24 @@ def hide_own_frames(dump: str) -> str:
 
 
 def _hide_in_thread(block: list[str]) -> list[str]:
-    frames = [(i, m.group(1)) for i, m in ((i, _FRAME.match(line)) for i, line in enumerate(block)) if m]
+    frames = {i: m.group(1) for i, m in enumerate(map(_FRAME.match, block)) if m}  # line index -> file
     if not frames or not _THREAD.match(block[0]):
         return block
-    files = [f for _, f in frames]
-    users = [i for i, f in frames if is_user_file(f)]
-    if any(is_own(f) for f in files) and not users:
-        role = next((r for suffix, r in _THREAD_ROLES.items() for f in files if is_own(f) and f.endswith(suffix)), "a thread of rpcctl's")
+    users = [i for i, f in frames.items() if is_user_file(f)]
+    hidden = {i for i, f in frames.items() if is_own(f)}
+    if hidden and not users:
+        files = [frames[i] for i in hidden]
+        role = next((r for suffix, r in _THREAD_ROLES.items() if any(f.endswith(suffix) for f in files)), "a thread of rpcctl's")
         blank = [line for line in block[1:] if not line.strip()]  # the blank line between threads
         return [f"{block[0].split(' (most recent')[0]}: {role} (hidden; --all-frames shows it)", *blank]
     # Below the outermost user frame, rpcctl's bootstrap started the script (through runpy).
-    outer = [(i, f) for i, f in frames if users and i > users[-1]]
-    is_bootstrap = any(is_own(f) for _, f in outer) and all(is_own(f) or f.startswith("<frozen runpy>") for _, f in outer)
-    bootstrap = {i for i, _ in outer} if is_bootstrap else set()
+    outer = {i: f for i, f in frames.items() if users and i > users[-1]}
+    if hidden & outer.keys() and all(i in hidden or f.startswith("<frozen runpy>") for i, f in outer.items()):
+        hidden |= outer.keys()
     out: list[str] = []
     for i, line in enumerate(block):
-        match = _FRAME.match(line)
-        if match and (i in bootstrap or is_own(match.group(1))):
-            if not out or not out[-1].endswith("[rpcctl frames hidden]"):
-                out.append(line[: len(line) - len(line.lstrip())] + "[rpcctl frames hidden]")
-            continue
-        out.append(line)
+        if i not in hidden:
+            out.append(line)
+        elif i - 1 not in hidden:  # one line for each run of hidden frames
+            out.append(line[: len(line) - len(line.lstrip())] + "[rpcctl frames hidden]")
     return out

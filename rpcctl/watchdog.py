@@ -265,8 +265,12 @@ class HangWatchdog:
         if now < self._next_check:
             return None
         self._next_check = now + CHECK_EVERY_S
-        self._dump_silent_ranks(record)
-        facts = self._facts()
+        from rpcctl.inspect._store import _Store
+
+        with _Store(self.run_dir) as store:  # one read a check; the dumps wait until it is closed
+            rows = store.rows("SELECT * FROM procs WHERE restart = ? AND ended_at IS NULL", (self._restart,))
+            facts = self._facts(store, rows)
+        self._dump_silent_ranks(rows, record)
         if facts is None:
             return None
         procs, progress_at, first_join = facts
@@ -294,19 +298,15 @@ class HangWatchdog:
                        message=f"hang: {diagnosis.headline}", timestamp=now_iso(), traceback=diagnosis.text() + f"evidence: {folder}\n")
 
     # -- evidence ------------------------------------------------------------------------------
-    def _facts(self) -> tuple[list[Proc], float, float] | None:
+    def _facts(self, s: Any, rows: list) -> tuple[list[Proc], float, float] | None:
         """Processes of this attempt, the last progress the store saw, the first init_rpc; None
         while no process of the job entered init_rpc (the job does not use RPC, or not yet)."""
-        from rpcctl.inspect._store import _Store
-
-        with _Store(self.run_dir) as s:
-            rows = s.rows("SELECT * FROM procs WHERE restart = ? AND ended_at IS NULL", (self._restart,))
-            joins = [r["rpc_join_at"] for r in rows if r["rpc_join_at"] is not None]
-            if not joins:
-                return None
-            marks = s.rows(
-                "SELECT (SELECT max(updated_at) FROM call_stats WHERE restart = ?) AS a, (SELECT max(ended_at) FROM calls WHERE restart = ?) AS b,"
-                " (SELECT time FROM losses WHERE restart = ? ORDER BY id DESC LIMIT 1) AS c", (self._restart,) * 3)
+        joins = [r["rpc_join_at"] for r in rows if r["rpc_join_at"] is not None]
+        if not joins:
+            return None
+        marks = s.rows(
+            "SELECT (SELECT max(updated_at) FROM call_stats WHERE restart = ?) AS a, (SELECT max(ended_at) FROM calls WHERE restart = ?) AS b,"
+            " (SELECT time FROM losses WHERE restart = ? ORDER BY id DESC LIMIT 1) AS c", (self._restart,) * 3)
         # A process that connects or enters init_rpc moves the job on too (the fork server may
         # take seconds to start the ranks).
         starts = [r["connected_at"] for r in rows] + joins
@@ -314,18 +314,14 @@ class HangWatchdog:
         procs = [Proc(r["proc_id"], r["pid"], r["rank"], r["kind"] or "rank", r["name"], r["rpc_join_at"]) for r in rows]
         return procs, progress, min(joins)
 
-    def _dump_silent_ranks(self, record: RunRecord) -> None:
+    def _dump_silent_ranks(self, rows: list, record: RunRecord) -> None:
         """A rank whose telemetry heartbeat went stale: its sender thread cannot run (the GIL held
         by a long C call, a starved or stopped process). Dump its stack then, once per silence,
         while the evidence is live: the hang timeout may be minutes away, or never come."""
-        from rpcctl.inspect._store import _Store
-
-        with _Store(self.run_dir) as s:
-            rows = s.rows("SELECT proc_id, pid, rank, kind, name, rpc_join_at, last_seen FROM procs"
-                          " WHERE restart = ? AND ended_at IS NULL AND stopped_at IS NULL", (self._restart,))
         wall = time.time()
         for row in rows:
-            silent = row["last_seen"] is not None and wall - row["last_seen"] > STALE_AFTER_S
+            beating = row["stopped_at"] is None and row["last_seen"] is not None  # stopped_at: it said goodbye
+            silent = beating and wall - row["last_seen"] > STALE_AFTER_S
             if not silent:
                 self._silent.discard(row["proc_id"])
                 continue

@@ -6,7 +6,6 @@ import itertools
 import signal
 import time
 from collections.abc import Iterable
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -15,7 +14,7 @@ import typer
 from rich.text import Text
 
 from rpcctl.commands.common import FilterOption, JsonOption, RunArgument, RunsDirOption, filtered_empty, parse_filters
-from rpcctl.console import get_console, render_table, sanitize
+from rpcctl.console import get_console, render_table, sanitize, utc_stamp
 from rpcctl.errors import RpcctlError, UsageError
 from rpcctl.log_times import LogLine, RankLogReader, lines_of, merged
 from rpcctl.runs import (
@@ -104,13 +103,21 @@ def logs(
             raise UsageError(f"--rank {rank}: run {record.run_id} has ranks 0-{len(ranks) - 1}")
         ranks = [rank]
     if raw:
-        _follow_raw(run_dir, record, ranks, follow)
-        return
-    readers = [RankLogReader(r, rank_log(run_dir, r)) for r in ranks]
+        offsets = {r: 0 for r in ranks}
+
+        def print_round(ended: bool) -> None:
+            for r in ranks:
+                offsets[r] = _copy_raw(rank_log(run_dir, r), offsets[r])
+    else:
+        readers = [RankLogReader(r, rank_log(run_dir, r)) for r in ranks]
+
+        def print_round(ended: bool) -> None:
+            streams = [lines_of(reader, final=ended) for reader in readers]  # a run that ended has no line half-written
+            _print_lines(merged(streams) if merge else itertools.chain(*streams), timestamps)
+
     while True:
         ended = record.status.is_terminal or not launcher_alive(record)
-        streams = [lines_of(reader, final=ended) for reader in readers]  # a run that ended has no line half-written
-        _print_lines(merged(streams) if merge else itertools.chain(*streams), timestamps)
+        print_round(ended)
         if ended or not follow:
             return
         time.sleep(0.2)
@@ -133,19 +140,7 @@ def _print_lines(lines: Iterable[LogLine], timestamps: bool) -> None:
 def _stamp(moment: float | None) -> str:
     if moment is None:  # a run from before the time index, or one whose index was lost
         return "-".ljust(24)
-    return datetime.fromtimestamp(moment, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _follow_raw(run_dir: Path, record: RunRecord, ranks: list[int], follow: bool) -> None:
-    offsets = {r: 0 for r in ranks}
-    while True:
-        ended = record.status.is_terminal or not launcher_alive(record)
-        for r in ranks:
-            offsets[r] = _copy_raw(rank_log(run_dir, r), offsets[r])
-        if ended or not follow:
-            return
-        time.sleep(0.2)
-        record = load_record(run_dir)
+    return utc_stamp(moment)
 
 
 def _copy_raw(path: Path, offset: int) -> int:
