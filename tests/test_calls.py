@@ -76,6 +76,16 @@ def _line(text: str) -> int:
     return next(i for i, line in enumerate(SCRIPT.splitlines(), 1) if text in line)
 
 
+def _start_synced(tmp_path, runs_dir, script: str, name: str = "calls_job"):
+    """Launch ``script`` on 2 ranks with a directory of sync files as its argument."""
+    sync = tmp_path / "sync"
+    sync.mkdir()
+    (tmp_path / f"{name}.py").write_text(script)
+    config = tmp_path / f"{name}.yaml"
+    config.write_text(f"script: {name}.py\nargs: [{json.dumps(str(sync))}]\nnproc_per_node: 2\ntimeout: 150\n")
+    return sync, start_rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir))
+
+
 def test_bucket_quantiles_stay_within_a_bucket():
     durations = [0.0003] * 90 + [0.02] * 10
     hist: dict[int, int] = {}
@@ -88,12 +98,7 @@ def test_bucket_quantiles_stay_within_a_bucket():
 
 
 def test_a_live_job_shows_its_calls_in_flight_the_summary_and_the_callee_view(tmp_path, runs_dir):
-    sync = tmp_path / "sync"
-    sync.mkdir()
-    (tmp_path / "calls_job.py").write_text(SCRIPT)
-    config = tmp_path / "calls_job.yaml"
-    config.write_text(f"script: calls_job.py\nargs: [{json.dumps(str(sync))}]\nnproc_per_node: 2\ntimeout: 150\n")
-    launcher = start_rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir))
+    sync, launcher = _start_synced(tmp_path, runs_dir, SCRIPT)
     try:
         run_dir = only_run(runs_dir)
         wait_until(lambda: (sync / "fast-done").exists() or launcher.poll() is not None, 90, "the fast calls", logs=run_dir / "logs")
@@ -184,3 +189,74 @@ def test_remote_calls_held_to_a_quick_end_are_all_counted(tmp_path, runs_dir):
     remote = next(s for s in document["summary"] if s["kind"] == "remote" and s["func"] == "add")
     assert remote["count"] == 20 and remote["pending"] == 0, remote
     assert_no_process_left(only_run(runs_dir))
+
+
+SLOW_REMOTES = textwrap.dedent(
+    '''
+    import os, sys, time
+    from pathlib import Path
+
+    import torch.distributed.rpc as rpc
+
+    SYNC = Path(sys.argv[1])
+
+
+    def slow_make():
+        while not (SYNC / "release").exists():
+            time.sleep(0.02)
+        return 7
+
+
+    rank = int(os.environ["RANK"])
+    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
+    if rank == 0:
+        first = rpc.remote("worker1", slow_make)  # the timed one of REMOTE_SAMPLE (the first)
+        second = rpc.remote("worker1", slow_make)  # counted from its handle only
+        (SYNC / "sent").write_text("1")
+        assert first.to_here() + second.to_here() == 14
+        try:
+            rpc.remote("nobody", slow_make)  # refused at once (an unknown worker): no handle
+        except Exception:
+            pass
+    rpc.shutdown()
+    '''
+)
+
+
+def test_remote_calls_still_being_created_are_listed_pending_timed_or_not(tmp_path, runs_dir):
+    """A remote call whose owner has not created the value after LONG_S is a long call, listed
+    with its call site, whether it is the one call in REMOTE_SAMPLE timed in the hook or one
+    counted from its handle's record; each is counted once, and a call refused at once (no
+    handle) is counted as an error."""
+    sync, launcher = _start_synced(tmp_path, runs_dir, SLOW_REMOTES, name="slow")
+    try:
+        run_dir = only_run(runs_dir)
+        wait_until(lambda: (sync / "sent").exists() or launcher.poll() is not None, 60, "the remote calls", logs=run_dir / "logs")
+
+        def both_pending():
+            report = inspect.calls(run_dir)
+            mine = [c for c in report.pending if c.func == "slow_make"]
+            return mine if len(mine) == 2 else None
+
+        pending = wait_until(both_pending, 30, "both remote calls listed", logs=run_dir / "logs")
+        line = next(i for i, text in enumerate(SLOW_REMOTES.splitlines(), 1) if "first = rpc.remote" in text)
+        assert {(c.caller, c.callee, c.kind, c.state) for c in pending} == {("worker0", "worker1", "remote", "pending")}
+        sites = sorted(c.call_site for c in pending)
+        assert sites[0].endswith(f"slow.py:{line} in <module>") and sites[1].endswith(f"slow.py:{line + 1} in <module>"), sites
+        assert all(c.age_s >= tracking.LONG_S for c in pending)
+        (sync / "release").write_text("1")
+        out, err = launcher.communicate(timeout=60)
+        assert launcher.returncode == 0, (out, err)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.communicate()
+    document = json.loads(rpcctl("inspect", "calls", "--json", "--runs-dir", str(runs_dir)).stdout)
+    assert document["pending"] == []
+    made = next(s for s in document["summary"] if s["func"] == "slow_make" and s["callee"] == "worker1")
+    assert made["count"] == 2 and made["errors"] == 0 and made["max_s"] >= tracking.LONG_S, made
+    refused = next(s for s in document["summary"] if s["func"] == "slow_make" and s["callee"] == "nobody")
+    assert (refused["count"], refused["errors"]) == (1, 1), refused
+    history = inspect.calls(run_dir, history=True)
+    assert sorted((c.func, c.state) for c in history.pending) == [("slow_make", "ok"), ("slow_make", "ok")]
+    assert_no_process_left(run_dir)

@@ -65,3 +65,19 @@ def test_the_slow_rank_is_flagged_with_its_step_rate_and_call_latency(tmp_path, 
     assert "calls to worker2 (work) take" in flagged[0]
     document = json.loads(rpcctl("inspect", "workers", "--json", "--runs-dir", str(runs_dir)).stdout)
     assert [w["rank"] for w in document if w["straggler"]] == [2]
+
+
+def test_call_latency_is_the_mean_of_the_timed_calls_not_of_all_counted():
+    """rpc.remote: every call is counted, one in REMOTE_SAMPLE timed (total_s sums those, the
+    histogram counts them): the figure is total / timed, as `inspect calls` computes its mean."""
+    from rpcctl.inspect.stragglers import _slow_callees
+    from rpcctl.telemetry import calls as tracking
+
+    def row(callee, seconds, timed=10, counted=160):
+        return {"callee": callee, "func": "make", "count": counted, "total_s": seconds * timed,
+                "hist": json.dumps({str(tracking.bucket(seconds)): timed})}
+
+    stats = [row("worker1", 0.002), row("worker2", 0.002), row("worker3", 0.05)]
+    [slow] = _slow_callees(stats, {"worker1": 1, "worker2": 2, "worker3": 3})
+    assert (slow.rank, slow.worker, slow.func) == (3, "worker3", "make")
+    assert slow.value == pytest.approx(0.05) and slow.others == pytest.approx(0.002)

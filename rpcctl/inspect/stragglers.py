@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rpcctl.console import human_seconds
-from rpcctl.inspect._store import _Store
+from rpcctl.inspect._store import _loads, _Store
 
 WINDOW_S = 30.0
 RECENT = 5000
@@ -47,8 +47,7 @@ def stragglers(run_dir: Path) -> list[Straggler]:
         restart = s.latest_restart()
         rows = s.rows("SELECT rank, time FROM losses WHERE restart = ? AND id > (SELECT coalesce(max(id), 0) - ? FROM losses) AND time IS NOT NULL",
                       (restart, RECENT))
-        stats = s.rows("SELECT callee, func, sum(count) AS n, sum(total_s) AS total FROM call_stats WHERE restart = ? GROUP BY callee, func",
-                       (restart,))
+        stats = s.rows("SELECT callee, func, total_s, hist FROM call_stats WHERE restart = ?", (restart,))
         names = {r["name"]: r["rank"] for r in s.rows("SELECT name, rank FROM procs WHERE restart = ? AND kind = 'rank' AND name IS NOT NULL",
                                                        (restart,))}
         now = s.now if s.live else (s.closed_at or s.now)
@@ -77,10 +76,17 @@ def _slow_steps(rows: list, now: float) -> list[Straggler]:
 
 
 def _slow_callees(stats: list, names: dict[str, int]) -> list[Straggler]:
-    by_func: dict[str, dict[str, float]] = {}
+    # The mean of the timed calls: total_s sums the durations of those only (one rpc.remote in
+    # REMOTE_SAMPLE is timed; every call is counted), and the histogram counts them.
+    timed: dict[tuple[str, str], list[float]] = {}
     for row in stats:
-        if row["n"]:
-            by_func.setdefault(row["func"], {})[row["callee"]] = row["total"] / row["n"]
+        entry = timed.setdefault((row["func"], row["callee"]), [0.0, 0])
+        entry[0] += row["total_s"] or 0.0
+        entry[1] += sum(int(n) for n in (_loads(row["hist"]) or {}).values())
+    by_func: dict[str, dict[str, float]] = {}
+    for (func, callee), (total, n) in timed.items():
+        if n:
+            by_func.setdefault(func, {})[callee] = total / n
     out = []
     for func, means in by_func.items():
         for callee, mean in means.items():

@@ -9,16 +9,18 @@ calls, ``rref.rpc_sync().method()``, go through them too):
 hook                               hot path
 =================================  ==========================================================
 ``rpc_sync``                       a ``_Call`` in ``_pending``; timed inline, then queued
-``rpc_async`` / ``remote``         the same, ended by a done-callback on the call's future
-                                   (``remote``: the RRef's creation future, which completes
-                                   when the owner has run the function)
+``rpc_async``                      the same, ended by a done-callback on the call's future
+``remote``                         one call in ``REMOTE_SAMPLE`` the same (ended by the RRef's
+                                   creation future, complete once the owner ran the function);
+                                   the others only call through: the RRef hook's record of
+                                   the handle (``rrefs.hooks``) counts them, on the sender
 ``internal._run_function``         the callee's side: ``_serving[thread] = [udf, start]``
 ``init_rpc``                       a ``join`` event when it starts (a rank stuck before it
                                    is named by the watchdog), the worker list when it ends
 =================================  ==========================================================
 
 Everything else happens on the telemetry sender thread (``Summariser.process``, every 0.1 s):
-ended calls are counted per (callee, function, kind) into a log-scale histogram (``cstat``
+ended calls, and the ``rpc.remote`` handles the RRef hook queued, are counted per (callee, function, kind) into a log-scale histogram (``cstat``
 events: count, errors, timeouts, durations), so a fast call costs one small object and no
 event of its own. Only calls running for at least ``LONG_S`` are listed one by one (``call``
 when seen, ``cend`` when over), and only functions served for that long (``srv`` / ``send``),
@@ -32,9 +34,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-import weakref
 import math
-import os
 import sys
 import threading
 import time
@@ -43,9 +43,11 @@ from typing import Any
 
 from rpcctl.states import CallState
 from rpcctl.telemetry.protocol import MAX_QUEUE
+from rpcctl.telemetry.rrefs import hooks
+from rpcctl.telemetry.rrefs.hooks import _Ref, caller as _caller
 from rpcctl.telemetry.rrefs.sender import Tracker, _qualname as qualname
 
-REMOTE_SAMPLE = 16  # rpc.remote: one call in 16 is timed (all are counted)
+REMOTE_SAMPLE = 16  # rpc.remote: one call in 16 is timed (all are counted, from the RRef hook's records)
 LONG_S = 1.0  # calls (and served functions) running this long are listed one by one
 MAX_LISTED = 100_000  # per process: beyond this, long calls are only counted
 HIST_BUCKETS_PER_OCTAVE = 4  # duration histogram: bucket b covers 2**(b/4) µs onwards
@@ -56,15 +58,11 @@ _TORCH_INTERNAL = "torch.distributed.rpc."
 _q: Any = None  # the worker's queue while telemetry is active; None: the hooks only call through
 _time = time.time
 _get_ident = threading.get_ident
-_getframe = sys._getframe
-_weakref = weakref.ref
 _pending: dict[int, _Call] = {}  # id(call) → call, for calls in flight
 _done: deque[_Call] = deque()  # ended calls, for the sender
 _serving: dict[int, list[Any]] = {}  # thread ident → [python_udf, started]: what this process runs for others
 _sender_tid = 0  # the telemetry thread: its own calls (RRef descriptions) are not the job's
 _installed = False
-_skip_prefixes: tuple[str, ...] = ()
-_skip_codes: dict[Any, bool] = {}
 _local_invokes: tuple[Any, ...] = ()  # rref_proxy's functions behind rref.rpc_sync().method()
 _me: str | None = None
 _workers: dict[int, str] = {}
@@ -72,7 +70,7 @@ _dropped = 0
 
 
 class _Call:
-    __slots__ = ("kind", "to", "func", "args", "code", "lasti", "tid", "t0", "t1", "status", "listed", "ref")
+    __slots__ = ("kind", "to", "func", "args", "code", "lasti", "tid", "t0", "t1", "status", "listed", "counted")
 
     def finish(self, fut: Any) -> None:
         """Done-callback of an async call's future (a torch thread)."""
@@ -112,27 +110,13 @@ def _start(kind: str, to: Any, func: Any, args: Any) -> _Call | None:
     if tid == _sender_tid:
         return None
     call = _Call()
-    call.kind, call.to, call.func, call.tid, call.listed, call.ref = kind, to, func, tid, 0, None
+    call.kind, call.to, call.func, call.tid, call.listed, call.counted = kind, to, func, tid, 0, True
     # rref.rpc_sync().method(): args = (rref, method name, ...); only the name is kept.
     call.args = args[1] if func in _local_invokes and args and len(args) > 1 else None
-    call.code, call.lasti = _caller()
+    call.code, call.lasti = _caller(3)  # 3: this function, the hook, the hook's caller
     call.t0 = _time()
     _pending[id(call)] = call
     return call
-
-
-def _caller() -> tuple[Any, int]:
-    """The innermost frame outside torch.distributed.rpc and rpcctl's telemetry: the call site."""
-    frame = _getframe(3)
-    while frame is not None:
-        code = frame.f_code
-        skip = _skip_codes.get(code)
-        if skip is None:
-            skip = _skip_codes[code] = code.co_filename.startswith(_skip_prefixes)
-        if not skip:
-            return code, frame.f_lasti
-        frame = frame.f_back
-    return None, 0
 
 
 def _wrap_rpc_sync(orig: Any, unset_timeout: float) -> Any:
@@ -158,15 +142,27 @@ def _wrap_rpc_sync(orig: Any, unset_timeout: float) -> Any:
 def _wrap_async(orig: Any, unset_timeout: float, kind: str, future_of: Any, sample_every: int = 1) -> Any:
     """rpc_async and remote: the call ends when ``future_of(result)`` completes (remote: the
     RRef's creation future, complete once the owner ran the function). ``sample_every``: only
-    one call in that many gets the done-callback (for remote, ``rref._get_future()`` and the
-    callback cost ~18 µs, a fifth of a loopback rpc.remote); the others keep a weak reference
-    to the RRef, and the sender sees them end (``Summariser._unwatched``): counted exactly,
-    timed only if sampled."""
+    one call in that many is tracked here (for remote, ``rref._get_future()`` and the callback
+    cost ~18 µs, a fifth of a loopback rpc.remote); the others call straight through, but for
+    a failure, and the sender counts them from the RRef hook's record of their handle
+    (``Summariser.remotes``), and lists those still pending after ``LONG_S``. A sampled one is
+    timed here and counted there (``counted``: False), so no call is counted twice."""
     seen = itertools.count()
 
     @functools.wraps(orig)
     def wrapper(to, func, args=None, kwargs=None, timeout=unset_timeout):  # noqa: ANN001 - torch's signature
-        call = _start(kind, to, func, args) if _q is not None else None
+        if _q is None:
+            return orig(to, func, args, kwargs, timeout)
+        if sample_every > 1 and next(seen) % sample_every:
+            try:
+                return orig(to, func, args, kwargs, timeout)
+            except BaseException as exc:  # no handle, so no record of it: counted here
+                failed = _start(kind, to, func, args)
+                if failed is not None:
+                    failed.status = _failure(exc)
+                    _end(failed)
+                raise
+        call = _start(kind, to, func, args)
         if call is None:
             return orig(to, func, args, kwargs, timeout)
         try:
@@ -175,12 +171,8 @@ def _wrap_async(orig: Any, unset_timeout: float, kind: str, future_of: Any, samp
             call.status = _failure(exc)
             _end(call)
             raise
-        if sample_every > 1 and next(seen) % sample_every:
-            try:
-                call.ref = _weakref(result)
-                return result
-            except TypeError:
-                pass
+        if sample_every > 1:
+            call.counted = False  # its handle's record counts it
         try:
             future_of(result).add_done_callback(call.finish)
         except Exception:  # no future to watch: count the call as sent
@@ -243,7 +235,7 @@ def _wrap_init_rpc(orig: Any) -> Any:
 def install() -> bool:
     """Wrap torch.distributed.rpc's call paths (idempotent). Call before ``rrefs.install()``: its
     wrappers then sit outside these, and it sees ``rpc.remote`` as not yet wrapped by itself."""
-    global _installed, _skip_prefixes, _local_invokes
+    global _installed, _local_invokes
     if _installed:
         return True
     import torch.distributed as dist
@@ -260,8 +252,7 @@ def install() -> bool:
     if getattr(api.rpc_sync, "_rpcctl_calls", False):
         _installed = True
         return True
-    telemetry_dir = os.path.dirname(os.path.abspath(__file__))
-    _skip_prefixes = (os.path.dirname(rpc.__file__) + os.sep, telemetry_dir + os.sep)
+    hooks.skip_frames_of(rpc)
     _local_invokes = (rref_proxy._local_invoke, rref_proxy._local_invoke_async_execution)
     wrappers = {"rpc_sync": _wrap_rpc_sync(api.rpc_sync, UNSET_RPC_TIMEOUT),
                 "rpc_async": _wrap_async(api.rpc_async, UNSET_RPC_TIMEOUT, "rpc_async", _future),
@@ -335,22 +326,25 @@ class Summariser:
         self.stats: dict[tuple[str, str, str], list[Any]] = {}  # (callee, func, kind) → [n, err, tmo, sum, max, hist]
         self.listed = 0
         self.serving: dict[int, tuple[int, list[Any]]] = {}  # serve id → (thread, entry) listed as long
+        self.watching: list[_Ref] = []  # rpc.remote handles alive when first seen
+        self.remote_listed: dict[int, int] = {}  # id(handle record) → call id, for those listed
         self.next_id = 1
 
-    def process(self, now: float, final: bool = False) -> list[dict[str, Any]]:
+    def process(self, now: float, final: bool = False, items: list[Any] = ()) -> list[dict[str, Any]]:
+        """This cycle's reports; ``items``: what the hooks queued this cycle (the RRef
+        tracker's), whose ``rpc.remote`` handles count those calls."""
         global _sender_tid
         _sender_tid = _get_ident()
         out: list[dict[str, Any]] = []
+        if _q is not None:
+            self.remotes(items)
         for _ in range(len(_done)):
             call = _done.popleft()
             self._ended(call, out)
         for call in list(_pending.values()):
-            if call.ref is not None:
-                self._unwatched(call, now, final)
             if not call.listed and now - call.t0 >= LONG_S and id(call) in _pending:
                 self._list(call, out)
-        for _ in range(len(_done)):  # the unwatched ones that ended just now
-            self._ended(_done.popleft(), out)
+        self._watch_remotes(now, out)
         for (callee, func, kind), (n, err, tmo, total, longest, hist) in self.stats.items():
             out.append({"e": "cstat", "callee": callee, "func": func, "kind": kind, "n": n, "err": err, "tmo": tmo,
                         "sum": total, "max": longest, "h": {str(k): v for k, v in hist.items()}, "t": now})
@@ -358,19 +352,53 @@ class Summariser:
         self._serving(now, out)
         return out
 
-    def _unwatched(self, call: _Call, now: float, final: bool = False) -> None:
-        """An untimed remote call: over once its RRef is gone, or (checked only once it is a
-        second old, or in the last report, since ``_get_future()`` costs) once its creation
-        future is done. Without the last check, an RRef held to the end and younger than a
-        second would never be counted."""
-        rref = call.ref()
-        if rref is None or ((final or now - call.t0 >= LONG_S) and rref._get_future().done()):
-            call.status, call.t1 = OK, (now if call.listed else None)  # a listed call's end is seen now
-        else:
-            return
-        del rref
-        _pending.pop(id(call), None)
-        _done.append(call)
+    def remotes(self, items: list[Any]) -> None:
+        """Count every ``rpc.remote`` call from its handle's record (``hooks._Ref``, kind "r"),
+        and watch the handles still alive: one whose creation is still pending after LONG_S is
+        listed like a long call (``_watch_remotes``)."""
+        stats, watching, name_of, callee_of = self.stats, self.watching, self._ref_name, self._callee
+        for item in items:
+            if type(item) is not _Ref or item.kind != "r":
+                continue
+            name = name_of(item)
+            if name.startswith(_TORCH_INTERNAL):
+                continue
+            key = (callee_of(item.to), name, "remote")
+            entry = stats.get(key)
+            if entry is None:
+                entry = stats[key] = [0, 0, 0, 0.0, 0.0, {}]
+            entry[0] += 1
+            if item() is not None and len(watching) < MAX_QUEUE:
+                watching.append(item)
+
+    def _watch_remotes(self, now: float, out: list[dict[str, Any]]) -> None:
+        """The watched handles: over once gone, or (looked at once a second old: the future
+        costs) once the owner created the value; listed while still pending."""
+        still = []
+        for ref in self.watching:
+            rref = ref()
+            if rref is not None and now - ref.t >= LONG_S and rref._get_future().done():
+                rref = None
+            if rref is None:
+                listed = self.remote_listed.pop(id(ref), None)
+                if listed is not None:
+                    out.append({"e": "cend", "id": listed, "status": OK, "t": now})
+                continue
+            del rref
+            still.append(ref)
+            if now - ref.t >= LONG_S and id(ref) not in self.remote_listed and self.listed < MAX_LISTED:
+                self.listed += 1
+                self.remote_listed[id(ref)] = listed = self.next_id
+                self.next_id += 1
+                out.append({"e": "call", "id": listed, "kind": "remote", "callee": self._callee(ref.to), "func": self._ref_name(ref),
+                            "site": self._site(ref.code, ref.lasti), "thread": ref.tid, "t": ref.t})
+        self.watching = still
+
+    def _ref_name(self, ref: _Ref) -> str:
+        target = ref.target
+        if target is not None:  # rref.remote().method(): the caller knows the method, not the type
+            return f"rref.{target[1]}"
+        return self._func_name(ref.func)
 
     def _ended(self, call: _Call, out: list[dict[str, Any]]) -> None:
         if call.t1 is None:  # an untimed remote call: counted, not timed
@@ -391,7 +419,8 @@ class Summariser:
         entry = self.stats.get(key)
         if entry is None:
             entry = self.stats[key] = [0, 0, 0, 0.0, 0.0, {}]
-        entry[0] += 1
+        if call.counted:
+            entry[0] += 1
         if call.status == ERROR:
             entry[1] += 1
         elif call.status == TIMEOUT:
@@ -404,7 +433,7 @@ class Summariser:
         entry[5][b] = entry[5].get(b, 0) + 1
 
     def _list(self, call: _Call, out: list[dict[str, Any]]) -> None:
-        if self.listed >= MAX_LISTED:
+        if self.listed >= MAX_LISTED or not call.counted:  # a sampled remote: its handle is listed
             return
         self.listed += 1
         call.listed = self.next_id
@@ -441,7 +470,9 @@ class Summariser:
     def _name(self, call: _Call) -> str:
         if call.args is not None:  # an RRef proxy: the caller knows the method, not the type
             return f"rref.{call.args}"
-        func = call.func
+        return self._func_name(call.func)
+
+    def _func_name(self, func: Any) -> str:
         try:
             name = self.names.get(func)
         except TypeError:  # unhashable callable

@@ -280,7 +280,7 @@ class _Worker:
             items = [self.queue.popleft() for _ in range(len(self.queue))]
             try:
                 events = tracker.process(items, now, final=stopping)
-                events.extend(summariser.process(now, final=stopping))
+                events.extend(summariser.process(now, final=stopping, items=items))
                 if stopping or time.monotonic() >= next_probe:
                     events.append(self._probe(now))
                     next_probe = time.monotonic() + protocol.PROBE_INTERVAL_S

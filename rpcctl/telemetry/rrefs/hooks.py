@@ -17,6 +17,7 @@ import functools
 import os
 import re
 import sys
+import threading
 import time
 import types
 import weakref
@@ -36,9 +37,13 @@ _installed = False
 _time = time.time
 _weakref = weakref.ref
 _getframe = sys._getframe
+_get_ident = threading.get_ident
 _PLAIN = (types.FunctionType, types.MethodType, type)  # callees whose type is hashable and known
 _skip_dirs: tuple[str, ...] = ()
-_skip_codes: dict[Any, bool] = {}
+# id(code) → (code, in torch's rpc or rpcctl's telemetry?). By id: a code object hashes its
+# contents (its constants, names, bytecode) at every lookup; the entry keeps the code alive.
+_skip_codes: dict[int, tuple[Any, bool]] = {}
+MAX_CODES = 10_000  # code objects remembered (beyond: looked at each time)
 _proxy_calls: tuple[Any, ...] = ()  # rref_proxy's _local_invoke functions: rref.remote().method()
 _shutting_down = False
 # rref id → creation site of the rpc.RRef(value) handles made here that died before the sender
@@ -76,7 +81,7 @@ class _Ref(weakref.ref):
     trigger collections a plain torch RPC loop never does). Queued when the handle is made, and
     queued again, by its callback, when the handle dies."""
 
-    __slots__ = ("kind", "to", "func", "target", "code", "lasti", "data", "t", "released", "seen")
+    __slots__ = ("kind", "to", "func", "target", "code", "lasti", "data", "t", "released", "seen", "tid")
 
 
 def _released(ref: _Ref) -> None:
@@ -95,19 +100,34 @@ def _value_freed(wr: weakref.ref) -> None:
         q.append(("vx", wr, _time()))
 
 
-def _caller() -> tuple[Any, int]:
-    """The user's frame that called the hook: (code, f_lasti); the line is resolved later
-    (``f_lineno`` costs twice as much as ``f_lasti`` here)."""
-    frame = _getframe(2)
+def caller(depth: int = 2) -> tuple[Any, int]:
+    """The call site of a hook: the innermost frame from ``depth`` up (2: the hook's caller)
+    outside torch.distributed.rpc and rpcctl's telemetry, as (code, f_lasti); the line is
+    resolved later, off the hot path (``f_lineno`` costs twice as much as ``f_lasti`` here)."""
+    frame = _getframe(depth)
     while frame is not None:
         code = frame.f_code
-        skip = _skip_codes.get(code)
-        if skip is None:
-            skip = _skip_codes[code] = code.co_filename.startswith(_skip_dirs)
+        known = _skip_codes.get(id(code))
+        if known is not None and known[0] is code:
+            skip = known[1]
+        else:
+            skip = code.co_filename.startswith(_skip_dirs)
+            if len(_skip_codes) < MAX_CODES:
+                _skip_codes[id(code)] = (code, skip)
         if not skip:
             return code, frame.f_lasti
         frame = frame.f_back
     return None, 0
+
+
+_caller = caller
+
+
+def skip_frames_of(rpc: Any) -> None:
+    """Where ``caller`` looks past: torch.distributed.rpc's files and rpcctl's telemetry."""
+    global _skip_dirs
+    telemetry_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # rpcctl/telemetry/
+    _skip_dirs = (os.path.dirname(rpc.__file__) + os.sep, telemetry_dir + os.sep)
 
 
 def _wrap_remote(orig: Any, unset_timeout: float) -> Any:
@@ -118,7 +138,7 @@ def _wrap_remote(orig: Any, unset_timeout: float) -> Any:
         if q is not None:
             if len(q) < MAX_QUEUE:
                 ref = _Ref(rref, _released)
-                ref.kind, ref.to, ref.func, ref.t, ref.seen = "r", to, func, _time(), 0
+                ref.kind, ref.to, ref.func, ref.t, ref.seen, ref.tid = "r", to, func, _time(), 0, _get_ident()
                 ref.code, ref.lasti = _caller()
                 # rref.remote().method(): remember the target RRef (weakly) and the method name
                 ref.target = (_weakref(args[0]), args[1]) if func in _proxy_calls and args and len(args) > 1 else None
@@ -205,7 +225,7 @@ def _wrap_shutdown(orig: Any) -> Any:
 
 def install() -> bool:
     """Wrap torch.distributed.rpc in this process (idempotent). False where RPC is unavailable."""
-    global _installed, _skip_dirs, _proxy_calls
+    global _installed, _proxy_calls
     if _installed:
         return True
     import torch.distributed as dist
@@ -224,8 +244,7 @@ def install() -> bool:
         _installed = True
         return True
 
-    telemetry_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # rpcctl/telemetry/
-    _skip_dirs = (os.path.dirname(rpc.__file__) + os.sep, telemetry_dir + os.sep)
+    skip_frames_of(rpc)
     _proxy_calls = (rref_proxy._local_invoke, rref_proxy._local_invoke_async_execution)
 
     remote = _wrap_remote(api.remote, UNSET_RPC_TIMEOUT)

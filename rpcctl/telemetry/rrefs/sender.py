@@ -36,11 +36,18 @@ def pause() -> None:
 
 def in_slices(items: Any, every: int | None = None) -> Any:
     """``items``, one by one, letting go of the GIL after every ``every`` (GIL_SLICE) of them."""
+    for chunk in slices(list(items), every):
+        yield from chunk
+
+
+def slices(items: list[Any], every: int | None = None) -> Any:
+    """``items`` in lists of ``every`` (GIL_SLICE), letting go of the GIL between them: a loop
+    over each list costs less per item than a generator that counts (the sender's hot loop)."""
     every = every or GIL_SLICE
-    for index, item in enumerate(items):
-        if index and not index % every:
+    for start in range(0, len(items), every):
+        if start:
             pause()
-        yield item
+        yield items[start : start + every]
 
 
 DESCRIBE_PER_CYCLE = 16  # RRefs per owner per sender cycle (0.1 s): at most 160/s per owner
@@ -77,31 +84,40 @@ class Tracker:
             self.set_identity(*self._identity)
         out: list[dict[str, Any]] = []
         todo, self.deferred = self.deferred + items, []
-        for item in in_slices(todo):
-            kind = type(item)
-            try:
-                if kind is _Ref:
-                    seen = item.seen
-                    if seen == 0:  # a new handle: report it if it outlived MIN_AGE_S
-                        if not final and now - item.t < MIN_AGE_S and item() is not None:
-                            self.deferred.append(item)
+        deferred, churn, young = self.deferred, self.churn, now - MIN_AGE_S
+        for chunk in slices(todo):
+            for item in chunk:
+                kind = type(item)
+                try:
+                    if kind is _Ref:
+                        seen = item.seen
+                        if seen == 0:  # a new handle: report it if it outlived MIN_AGE_S
+                            if item() is None:
+                                # Gone already (most are): counted per call site, nothing sent.
+                                churned = self._churn_key(item)
+                                if churned is not None:
+                                    churn[churned] += 1
+                                    item.seen = 2
+                                    continue
+                            elif not final and item.t > young:
+                                deferred.append(item)
+                                continue
+                            event = self._created(item)
+                        elif seen == 1 and item() is None:  # a reported handle died
+                            event = self._dropped(item, now)
+                        else:
                             continue
-                        event = self._created(item)
-                    elif seen == 1 and item() is None:  # a reported handle died
-                        event = self._dropped(item, now)
+                    elif kind is dict:
+                        event = item
                     else:
-                        continue
-                elif kind is dict:
-                    event = item
-                else:
-                    event = getattr(self, "_" + item[0])(*item[1:])
-            except Exception:
-                event = None  # a torch object that misbehaves must not stop the sender
-            if event is not None:
-                out.append(event)
-            if self.pending_events:
-                out.extend(self.pending_events)
-                self.pending_events.clear()
+                        event = getattr(self, "_" + item[0])(*item[1:])
+                except Exception:
+                    event = None  # a torch object that misbehaves must not stop the sender
+                if event is not None:
+                    out.append(event)
+                if self.pending_events:
+                    out.extend(self.pending_events)
+                    self.pending_events.clear()
         for key, (wr, rref_id, owner) in in_slices(list(self.unconfirmed.items())):
             rref = wr()
             if rref is None:
@@ -122,10 +138,21 @@ class Tracker:
     def _created(self, ref: _Ref) -> dict | None:
         # _r, _l and _f set seen = 1 while they hold the handle: from then on its death is
         # queued (``hooks._released``), and it cannot die unseen in between.
-        event = {"r": self._r, "l": self._l, "f": self._f}[ref.kind](ref)
+        kind = ref.kind
+        event = self._r(ref) if kind == "r" else self._l(ref) if kind == "l" else self._f(ref)
         if event is None:
             ref.seen = 2
         return event
+
+    def _churn_key(self, ref: _Ref) -> tuple[str, str, str] | None:
+        """The churn counter of an ``rpc.remote`` handle gone before the sender saw it, from the
+        cache of its call site's (owner, callee, site); None where it is not cached yet (the
+        first of its site, a callee that is not a plain function, a proxy call): ``_r`` then
+        resolves it the long way."""
+        if ref.kind != "r" or ref.target is not None:
+            return None
+        meta = self.meta.get((ref.to, ref.func, None, id(ref.code), ref.lasti)) if type(ref.to) is str and type(ref.func) in _PLAIN else None
+        return None if meta is None else (meta[1] or "?", meta[2], meta[3])
 
     def _dropped(self, ref: _Ref, now: float) -> dict | None:
         ref.seen = 3
@@ -138,14 +165,16 @@ class Tracker:
     def _r(self, ref: _Ref) -> dict | None:
         to, func, target, t = ref.to, ref.func, ref.target, ref.t
         method = target[1] if target else None
-        key = (to, func, method, ref.code, ref.lasti) if type(to) is str and type(func) in _PLAIN else None
+        # Keyed by the code object's id, not the code object: a code object hashes its contents
+        # (half the cost of a churned RRef here); the entry keeps the code alive, so the id stays its.
+        key = (to, func, method, id(ref.code), ref.lasti) if type(to) is str and type(func) in _PLAIN else None
         meta = self.meta.get(key) if key is not None else None
         if meta is None:
             owner_rank, owner = self._owner(to)
-            meta = (owner_rank, owner, f"?.{method}" if method else _qualname(func), self._site(ref.code, ref.lasti))
+            meta = (owner_rank, owner, f"?.{method}" if method else _qualname(func), self._site(ref.code, ref.lasti), ref.code)
             if key is not None and len(self.meta) < 10_000:
                 self.meta[key] = meta
-        owner_rank, owner, callee, site = meta
+        owner_rank, owner, callee, site, _ = meta
         rref = ref()
         if rref is None:
             self.churn[(owner or "?", callee, site)] += 1
