@@ -25,7 +25,7 @@ from rpcctl.telemetry.store import ProcInfo, StoreWriter
 RREF_KEYS = [
     "rref_id", "owner", "owner_rank", "creator", "creator_rank", "holders", "type", "shape", "dtype", "device", "nbytes",
     "state", "created_at", "confirmed_at", "deleted_at", "call_site", "callee", "kind", "forks", "live_at_shutdown", "restart",
-    "ending",
+    "ending", "last_used_at", "unused_s",
 ]
 WORKER_KEYS = [
     "rank", "name", "host", "pid", "state", "exit_code", "cpu_percent", "rss_bytes", "device", "gpu_memory_bytes",
@@ -84,6 +84,7 @@ def run(runs_dir) -> Path:
     for step, loss in enumerate([1.0, 0.5, 0.25]):
         w.loss(0, 0, step, None, loss, None, t + 3 + step, "log")
     w.loss(1, 0, 7, 2, 0.125, {"acc": 0.5}, t + 4, "report")
+    w.apply(p0, {"e": "used", "id": "0:0", "fork": "0:1", "t": t + 7.5})  # in use to the end
     w.apply(p0, {"e": "shutdown", "t": t + 8})
     w.rank_exited(0, 1000, "succeeded", 0, t + 9)
     w.rank_exited(1, 1001, "succeeded", 0, t + 9)
@@ -124,6 +125,7 @@ def test_rrefs_json_is_one_stable_document(cli, run):
         "type": "Tensor", "shape": [16, 32], "dtype": "float32", "device": "cpu", "nbytes": 2048, "state": "deleted",
         "created_at": None, "confirmed_at": None, "deleted_at": None, "call_site": "train.py:10 in main", "callee": "make",
         "kind": "remote", "forks": 0, "live_at_shutdown": True, "restart": 0, "ending": "at shutdown",
+        "last_used_at": "2027-01-15T08:00:07.500000+00:00", "unused_s": None,
     }
     assert made["created_at"] == "2027-01-15T08:00:01+00:00" and made["deleted_at"] == "2027-01-15T08:00:09+00:00"
     assert (freed["rref_id"], freed["deleted_at"], freed["live_at_shutdown"]) == ("0:2", "2027-01-15T08:00:02+00:00", False)

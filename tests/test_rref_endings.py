@@ -1,5 +1,6 @@
-"""How a real job's RRefs ended, told apart: held until rpc.shutdown() (normal), leaked (the
-value outlived every reference), and RRefs made with rpc.RRef(value) and handed out at once."""
+"""How a real job's RRefs ended, told apart: held, in use, until rpc.shutdown() (normal), held
+unused long before it (the reference kept its value alive for nothing), leaked (the value
+outlived every reference), and RRefs made with rpc.RRef(value) and handed out at once."""
 
 from __future__ import annotations
 
@@ -29,6 +30,15 @@ SCRIPT = textwrap.dedent(
         return torch.ones(n)
 
 
+    class Counter:
+        def __init__(self):
+            self.n = 0
+
+        def bump(self):
+            self.n += 1
+            return self.n
+
+
     def cached(n):
         value = torch.ones(n)
         _cache.append(value)  # the owner keeps it: a leak once every RRef to it is gone
@@ -45,6 +55,7 @@ SCRIPT = textwrap.dedent(
         if rank == 0:
             kept = rpc.remote("worker1", make, args=(3,))
             leaky = rpc.remote("worker1", cached, args=(5,))
+            busy = rpc.remote("worker1", Counter)
             params = rpc.rpc_sync("worker1", parameters)
             telemetry.set_hooks(False)
             hidden = rpc.remote("worker1", make, args=(7,))
@@ -53,7 +64,9 @@ SCRIPT = textwrap.dedent(
                 rref.to_here()
             time.sleep(1.0)  # each RRef older than 0.2 s: listed and described
             del leaky
-            time.sleep(2.5)  # its release reaches the owner well before the end
+            for _ in range(25):  # its release reaches the owner well before the end; busy is used to it
+                busy.rpc_sync().bump()
+                time.sleep(0.1)
             print(f"holding {len(params)} parameter RRef(s) and {hidden.owner().name}'s", flush=True)
         rpc.shutdown()
 
@@ -77,25 +90,36 @@ def test_held_until_shutdown_leaked_and_handed_out_rrefs_are_told_apart(tmp_path
 
     records = {r.call_site.rsplit("/", 1)[-1]: r for r in inspect.rrefs(run_dir)}
     kept, leaky = records[f"endings.py:{_line('kept = ')} in main"], records[f"endings.py:{_line('leaky = ')} in main"]
+    busy = records[f"endings.py:{_line('busy = ')} in main"]
     # rpc.RRef(value) on worker1, whose own handle died at once: its holder's fork names where it was made.
     param = records[f"endings.py:{_line('return [rpc.RRef')} in parameters"]
-    assert len(records) == 3  # the RRef made while the hooks were off is not there
-    assert (kept.ending, kept.state) == ("at shutdown", "deleted")
+    assert len(records) == 4  # the RRef made while the hooks were off is not there
+    # kept: last used (to_here) some 3.5 s before rpc.shutdown(), held all the same; busy: in use to the end.
+    assert (kept.ending, kept.state) == ("held unused", "deleted")
+    assert 3.0 <= kept.unused_s <= 6.0 and kept.shown_state.startswith("held unused "), kept
+    assert (busy.ending, busy.unused_s, busy.type) == ("at shutdown", None, "Counter")
     assert (leaky.ending, leaky.type, leaky.shape) == ("leaked", "Tensor", [5])
     assert (param.ending, param.kind, param.owner, param.creator, param.type) == ("at shutdown", "local", "worker1", "worker1", "Tensor")
     assert [r.rref_id for r in inspect.leaked_rrefs(run_dir)] == [leaky.rref_id]
 
-    # The end-of-run report: a warning for the leak (with where it was made), one calm line for the rest.
+    # The end-of-run report: a warning for the leak and one for the unused reference (with where
+    # each was made), one calm line for the rest.
     assert "warning: 1 RRef value(s) leaked" in result.stderr
-    assert f"{leaky.rref_id} owned by worker1: Tensor, created at " in result.stderr
+    assert f"{leaky.rref_id} owned by worker1: Tensor (20 B), created at " in result.stderr
     assert f"endings.py:{_line('leaky = ')} in main" in result.stderr
-    assert "2 RRef(s) were still referenced when rpc.shutdown() began, which released them: normal" in result.stderr
+    assert "warning: 1 RRef(s) were held unused until rpc.shutdown()" in result.stderr
+    assert f"{kept.rref_id} owned by worker1: Tensor (12 B), unused for " in result.stderr
+    assert f"endings.py:{_line('kept = ')} in main" in result.stderr
+    assert "2 RRef(s) were still referenced, and in use, when rpc.shutdown() began, which released them: normal" in result.stderr
     assert "still live at shutdown" not in result.stderr
 
     # inspect rrefs marks them as the report speaks of them.
     table = rpcctl("inspect", "rrefs", "--runs-dir", str(runs_dir), env={**os.environ, "COLUMNS": "200"})
     rows = {line.split()[0]: line for line in table.stdout.splitlines() if line[:1].isdigit()}
-    assert "leaked" in rows[leaky.rref_id] and "released at shutdown" in rows[kept.rref_id], table.stdout
+    assert "leaked" in rows[leaky.rref_id] and "held unused" in rows[kept.rref_id], table.stdout
+    assert "released at shutdown" in rows[busy.rref_id], table.stdout
     leaked = json.loads(rpcctl("inspect", "rrefs", "--state", "leaked", "--json", "--runs-dir", str(runs_dir)).stdout)
     assert [(r["rref_id"], r["state"], r["ending"]) for r in leaked] == [(leaky.rref_id, "deleted", "leaked")]
     assert_no_process_left(run_dir)
+    unused = json.loads(rpcctl("inspect", "rrefs", "--state", "held-unused", "--json", "--runs-dir", str(runs_dir)).stdout)
+    assert [(r["rref_id"], r["ending"]) for r in unused] == [(kept.rref_id, "held unused")] and unused[0]["last_used_at"], unused

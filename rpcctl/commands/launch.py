@@ -7,13 +7,14 @@ import os
 import re
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Optional
+from collections.abc import Callable
+from typing import Annotated, Any, Optional
 
 import typer
 
 from rpcctl.commands.common import JsonOption, RunsDirOption
 from rpcctl.config import load_config, locate
-from rpcctl.console import Console, get_console, render_table, sanitize
+from rpcctl.console import Console, get_console, human_bytes, human_seconds, render_table, sanitize
 from rpcctl.frames import ALL_FRAMES_ENV
 from rpcctl.errors import ConfigError, JobCancelledError, JobFailedError, UsageError
 from rpcctl.launcher import launch as launch_job
@@ -171,29 +172,43 @@ def render_plan(console: Console, plan: LaunchPlan) -> None:
 
 def render_leaks(console: Console, record: RunRecord) -> None:
     """How the run's RRefs ended, worded by whether the user should act: values that outlived
-    every reference (a leak: a warning, with where they were made), and RRefs a program held
-    until rpc.shutdown() released them (normal: one line saying so)."""
-    from rpcctl.inspect import LEAKED, ended_rrefs
+    every reference (a leak), references held to the end but unused long before (each kept its
+    value alive for nothing): a warning each, with where they were made; and RRefs a program
+    held, in use, until rpc.shutdown() released them (normal: one line saying so)."""
+    from rpcctl.inspect import HELD_UNUSED, LEAKED, ended_rrefs
 
     ended = ended_rrefs(Path(record.run_dir))
     leaks = [r for r in ended if r.ending == LEAKED]
-    held = len(ended) - len(leaks)
+    unused = sorted((r for r in ended if r.ending == HELD_UNUSED), key=lambda r: -(r.unused_s or 0.0))
+    held = len(ended) - len(leaks) - len(unused)
     if leaks:
         console.warn(
             f"{len(leaks)} RRef value(s) leaked: each outlived every reference to it, because its owner still held it "
             f"elsewhere (a list, a cache, a closure) when it shut down. Where they were made "
             f"(`rpcctl inspect rrefs {record.run_id} --state leaked` lists them all):"
         )
-        for leak in leaks[:10]:
-            what = leak.type or "?"
-            console.detail(f"  {leak.rref_id} owned by {leak.owner}: {what}, created at {leak.call_site or '?'}")
-        if len(leaks) > 10:
-            console.detail(f"  ... and {len(leaks) - 10} more")
+        _list_rrefs(console, leaks, lambda r: "")
+    if unused:
+        console.warn(
+            f"{len(unused)} RRef(s) were held unused until rpc.shutdown(): no holder had used them (to_here, a proxy call, "
+            f"passing them on) for the last {human_seconds(unused[-1].unused_s)} or more, and each kept its value alive on "
+            f"its owner until then; `del` an RRef after its last use to free its value. Longest unused first "
+            f"(`rpcctl inspect rrefs {record.run_id} --state held-unused` lists them all):"
+        )
+        _list_rrefs(console, unused, lambda r: f", unused for {human_seconds(r.unused_s)}")
     if held:
         console.info(
-            f"rpcctl: {held} RRef(s) were still referenced when rpc.shutdown() began, which released them: normal for RRefs "
-            f"a program keeps to the end, nothing to do (`rpcctl inspect rrefs {record.run_id} --state at-shutdown`)"
+            f"rpcctl: {held} RRef(s) were still referenced, and in use, when rpc.shutdown() began, which released them: normal "
+            f"for RRefs a program keeps to the end, nothing to do (`rpcctl inspect rrefs {record.run_id} --state at-shutdown`)"
         )
+
+
+def _list_rrefs(console: Console, records: list, more: Callable[[Any], str]) -> None:
+    for r in records[:10]:
+        size = f" ({human_bytes(r.nbytes)})" if r.nbytes else ""
+        console.detail(f"  {r.rref_id} owned by {r.owner}: {r.type or '?'}{size}{more(r)}, created at {r.call_site or '?'}")
+    if len(records) > 10:
+        console.detail(f"  ... and {len(records) - 10} more")
 
 
 def render_outcome(console: Console, record: RunRecord) -> None:

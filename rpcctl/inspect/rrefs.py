@@ -10,6 +10,11 @@ How an RRef ended (``ending``), once its processes stopped:
 - ``at shutdown``: a holder still referenced it when it began ``rpc.shutdown()``, which then
   released it. Normal for RRefs a program keeps to the end (a parameter server's, a shared
   store's): nothing to do.
+- ``held unused``: the same, but no holder had used it (``to_here``, ``local_value``, a proxy
+  call, passing it in a call) for the last ``UNUSED_MIN_S`` and for at least half the time it
+  was held: the reference kept the owner's value alive after its last use. Judged only for
+  ``rpc.remote`` results, whose value exists for the reference; an ``rpc.RRef(value)`` is a
+  handle on an object its owner keeps anyway (a model's parameter).
 - ``leaked``: its value outlived every reference to it. All holders had dropped their RRefs at
   least ``LEAK_GRACE_S`` before the owner's process ended, yet the owner still held the value then
   (a list, a cache, a closure kept it). Only values the owner could watch (weakly referable:
@@ -27,14 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rpcctl.console import HIGH, KEY, LOW, Column, human_bytes, human_time, iso_time, join
+from rpcctl.console import HIGH, KEY, LOW, Column, human_bytes, human_seconds, human_time, iso_time, join
 from rpcctl.errors import UsageError
 from rpcctl.inspect._store import _column, _loads, _Store, has_telemetry
 from rpcctl.states import RRefEnding, RRefState
 
 RREF_STATES = tuple(RRefState)
-AT_SHUTDOWN, LEAKED = RRefEnding.AT_SHUTDOWN, RRefEnding.LEAKED
-ENDINGS = ("at-shutdown", "leaked")  # --state filters on how an RRef ended, too
+AT_SHUTDOWN, HELD_UNUSED, LEAKED = RRefEnding.AT_SHUTDOWN, RRefEnding.HELD_UNUSED, RRefEnding.LEAKED
+ENDINGS = ("at-shutdown", "held-unused", "leaked")  # --state filters on how an RRef ended, too
+UNUSED_MIN_S = 2.0  # held unused: no use in at least this long before rpc.shutdown() (and half the time held)
 LEAK_GRACE_S = 1.0  # between the last release and the owner's shutdown: the owner's free takes a message
 
 
@@ -65,11 +71,15 @@ class RRefRecord:
     forks: int  # references received by other workers, ever
     live_at_shutdown: bool
     restart: int
-    ending: RRefEnding | None = None  # at shutdown | leaked (see the module docstring)
+    ending: RRefEnding | None = None  # at shutdown | held unused | leaked (see the module docstring)
+    last_used_at: str | None = None  # the latest use by a holder that kept it to rpc.shutdown() (or when it got it)
+    unused_s: float | None = None  # held unused: how long before rpc.shutdown() it was last used
 
     @property
     def shown_state(self) -> str:
         """STATE in the table: how it ended, where that says more than ``deleted``."""
+        if self.ending == HELD_UNUSED:
+            return f"held unused {human_seconds(self.unused_s)}" if self.unused_s is not None else "held unused"
         return {AT_SHUTDOWN: "released at shutdown", LEAKED: "leaked"}.get(self.ending or "", self.state)
 
     COLUMNS = (
@@ -84,6 +94,7 @@ class RRefRecord:
         Column("nbytes", "BYTES", fmt=human_bytes, justify="right", priority=HIGH),
         Column("shown_state", "STATE", priority=KEY),
         Column("created_at", "CREATED", fmt=human_time, detail=True),
+        Column("last_used_at", "LAST USED", fmt=human_time, detail=True),
         Column("callee", detail=True, wrap=True),
         Column("call_site", "CALL SITE", wrap=True),
         Column("kind", detail=True, priority=LOW),
@@ -134,6 +145,9 @@ def _rrefs(s: _Store, restart: int) -> list[RRefRecord]:
         handles[row["rref_id"]].append(row)
     rows = s.rows("SELECT * FROM rrefs WHERE restart = ? ORDER BY created_at, rref_id", (restart,))
     types_by_id = {row["rref_id"]: row["type"] for row in rows}
+    # Stores before schema 6 have no uses: there, no reference can be told held unused.
+    version = s.rows("SELECT value FROM meta WHERE key = 'schema_version'")
+    knows_uses = bool(version) and str(version[0]["value"]).isdigit() and int(version[0]["value"]) >= 6
     records = []
     for row in rows:
         mine = handles.get(row["rref_id"], [])
@@ -151,8 +165,11 @@ def _rrefs(s: _Store, restart: int) -> list[RRefRecord]:
             state = RRefState.LIVE
         owner_rank = row["owner_rank"]
         at_shutdown = _live_at_shutdown(mine, freed, procs)
+        last_used, unused_s = _last_use(mine, procs) if at_shutdown and knows_uses else (None, None)
         if _leaked(row, mine, procs):
             ending = LEAKED
+        elif at_shutdown and row["kind"] != "local" and unused_s is not None and unused_s >= UNUSED_MIN_S:
+            ending = HELD_UNUSED
         else:
             ending = AT_SHUTDOWN if at_shutdown else None
         records.append(
@@ -179,6 +196,8 @@ def _rrefs(s: _Store, restart: int) -> list[RRefRecord]:
                 live_at_shutdown=at_shutdown,
                 restart=restart,
                 ending=ending,
+                last_used_at=iso_time(last_used),
+                unused_s=unused_s if ending == HELD_UNUSED else None,
             )
         )
     return records
@@ -219,6 +238,26 @@ def _live_at_shutdown(handles: list[sqlite3.Row], freed: float | None, procs: di
         if (released is None or released >= end) and (freed is None or freed >= end):
             return True
     return False
+
+
+def _last_use(handles: list[sqlite3.Row], procs: dict[int, sqlite3.Row]) -> tuple[float | None, float | None]:
+    """Of the references held into rpc.shutdown(): the latest use (a holder that never used its
+    reference counts from when it got it), and how long before its holder's shutdown that was;
+    None where it was not that long unused for at least half the time it was held."""
+    latest, idle, held = None, None, None
+    for handle in handles:
+        proc = procs.get(handle["proc_id"])
+        end = (proc["rpc_shutdown_at"] or proc["ended_at"]) if proc is not None else None
+        acquired = handle["acquired_at"]
+        if end is None or acquired is None or acquired > end or (handle["released_at"] is not None and handle["released_at"] < end):
+            continue
+        used = max(acquired, _column(handle, "last_used_at") or 0.0)
+        latest = used if latest is None else max(latest, used)
+        idle = end - used if idle is None else min(idle, end - used)
+        held = end - acquired if held is None else max(held, end - acquired)
+    if idle is None or held is None or idle < 0.5 * held:
+        return latest, None
+    return latest, idle
 
 
 def _leaked(row: sqlite3.Row, handles: list[sqlite3.Row], procs: dict[int, sqlite3.Row]) -> bool:

@@ -499,7 +499,7 @@ def _udf_name(udf: Any) -> str | None:
         func = udf.func
         if func in _local_invokes:
             rref, method = udf.args[0], udf.args[1]
-            return f"{type(rref.local_value()).__qualname__}.{method}"
+            return f"{type(hooks.local_value(rref)).__qualname__}.{method}"
         name = qualname(func)
     except Exception:
         return None

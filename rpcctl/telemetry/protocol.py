@@ -39,6 +39,8 @@ desc       id, value (the owner describes a value: type, shape, dtype, device, n
 vfree      id (the owner's value was freed)
 fork       id, fork, owner_rank, type (this process received a user reference)
 rel        id, fork (this process dropped a reference)
+used       id, fork (when rpc.shutdown() began: this process last used its reference at
+           ``t``: to_here, local_value, a proxy call, or sent it in a call)
 churn      owner, callee, site, n (RRefs that lived less than MIN_AGE_S: counted, not listed)
 loss       step, loss, epoch, metrics
 shutdown   (rpc.shutdown() began in this process)
@@ -127,6 +129,7 @@ EVENT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "vfree": {"id": _STR},
     "fork": {"id": _STR, "fork": _STR, "owner_rank": _INT, "type": _STR},
     "rel": {"id": _STR, "fork": _STR},
+    "used": {"id": _STR, "fork": _STR},
     "churn": {"owner": _STR, "callee": _STR, "site": _STR, "n": _INT},
     "loss": {"step": _INT, "epoch": _INT, "loss": _NUM, "metrics": (dict,)},
     "shutdown": {},
@@ -141,7 +144,7 @@ EVENT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
 }
 # Fields that must be present (the store keys rows by them).
 EVENT_REQUIRED: dict[str, tuple[str, ...]] = {
-    "rref": ("id",), "conf": ("id",), "desc": ("id",), "vfree": ("id",), "fork": ("id",), "rel": ("id",),
+    "rref": ("id",), "conf": ("id",), "desc": ("id",), "vfree": ("id",), "fork": ("id",), "rel": ("id",), "used": ("id",),
     "call": ("id",), "cend": ("id",), "srv": ("id",), "send": ("id",), "cstat": ("callee", "func", "kind"),
 }
 _VALUE_FIELDS: dict[str, tuple[type, ...]] = {"type": _STR, "shape": (list,), "dtype": _STR, "device": _STR, "nbytes": _INT}

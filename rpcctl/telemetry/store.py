@@ -46,8 +46,9 @@ from typing import Any
 from rpcctl.errors import DamagedRunError
 from rpcctl.private import private_file
 
-SCHEMA_VERSION = 5  # 2: procs.cpu_s, procs.telemetry_cpu_s; meta server_cpu_s. 3: calls, call_stats, serving, procs.rpc_join_at
+SCHEMA_VERSION = 6  # 2: procs.cpu_s, procs.telemetry_cpu_s; meta server_cpu_s. 3: calls, call_stats, serving, procs.rpc_join_at
 # 4: losses.seq, losses.rule, log_lines. 5: rrefs.value_watched (1: the owner watches the value, so value_freed_at NULL means still alive)
+# 6: handles.last_used_at (the holder's last use of a reference it still held at rpc.shutdown())
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -73,7 +74,7 @@ CREATE TABLE IF NOT EXISTS rrefs (
     PRIMARY KEY (restart, rref_id));
 CREATE TABLE IF NOT EXISTS handles (
     restart INTEGER NOT NULL, rref_id TEXT NOT NULL, fork_id TEXT NOT NULL, proc_id INTEGER NOT NULL,
-    holder TEXT, role TEXT, acquired_at REAL, released_at REAL,
+    holder TEXT, role TEXT, acquired_at REAL, released_at REAL, last_used_at REAL,
     PRIMARY KEY (restart, rref_id, fork_id, proc_id));
 CREATE TABLE IF NOT EXISTS churn (
     restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, owner TEXT NOT NULL, callee TEXT NOT NULL,
@@ -346,6 +347,12 @@ class StoreWriter:
     def _ev_rel(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         self._x(
             "UPDATE handles SET released_at = ? WHERE restart = ? AND rref_id = ? AND fork_id = ? AND proc_id = ? AND released_at IS NULL",
+            (t, proc.restart, ev["id"], ev.get("fork") or "", proc.proc_id),
+        )
+
+    def _ev_used(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        self._x(
+            "UPDATE handles SET last_used_at = max(coalesce(last_used_at, 0), ?) WHERE restart = ? AND rref_id = ? AND fork_id = ? AND proc_id = ?",
             (t, proc.restart, ev["id"], ev.get("fork") or "", proc.proc_id),
         )
 

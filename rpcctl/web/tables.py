@@ -80,15 +80,19 @@ def rrefs(snap: RunSnapshot) -> str:
 
     live = [r for r in snap.rrefs if r.state != RRefState.DELETED]
     leaked = [r for r in snap.rrefs if r.ending == RRefEnding.LEAKED]
-    held = sum(1 for r in snap.rrefs if r.ending == "at shutdown")
+    held = sum(1 for r in snap.rrefs if r.ending == RRefEnding.AT_SHUTDOWN)
+    unused = sum(1 for r in snap.rrefs if r.ending == RRefEnding.HELD_UNUSED)
     parts = ['<p class="note">Graph: an arrow from the worker that created or holds an RRef to its owner '
              "(dotted: held through a fork; grey: every RRef on it deleted). Node size: bytes of live values owned.</p>",
              "<h3>Per owner</h3>", html_table(snap.owners, OwnerSummary.COLUMNS, empty="no RRefs")]
     if leaked:
         parts.append(f'<p class="warn">{len(leaked)} RRef value(s) leaked: each outlived every reference to it '
                      "(its owner still held it elsewhere when it shut down).</p>")
+    if unused:
+        parts.append(f'<p class="warn">{unused} RRef(s) were held unused until rpc.shutdown(): no holder had used them for '
+                     "a while before it, and each kept its value alive on its owner until then.</p>")
     if held:
-        parts.append(f'<p class="note">{held} RRef(s) were held until rpc.shutdown(), which released them: normal, nothing to do.</p>')
+        parts.append(f'<p class="note">{held} RRef(s) were held, in use, until rpc.shutdown(), which released them: normal, nothing to do.</p>')
     parts.append(f"<h3>Live and pending RRefs ({len(live)} of {len(snap.rrefs)})</h3>")
     parts.append(html_table(live, RRefRecord.COLUMNS, empty="none live"))
     return "".join(parts)

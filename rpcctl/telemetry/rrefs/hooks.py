@@ -49,6 +49,19 @@ _shutting_down = False
 # rref id → creation site of the rpc.RRef(value) handles made here that died before the sender
 # reported them (written by the sender, read by _describe_on_owner when a holder asks).
 local_sites: dict[str, str] = {}
+# id(handle) → when this process last used it (to_here, local_value, a proxy call, sent in a
+# call): whether a reference held to shutdown was still in use. Entries go when the sender sees
+# the handle gone (``_Ref.oid``), so an id reused meanwhile loses at most one use.
+last_use: dict[int, float] = {}
+sender_tid = 0  # the telemetry sender's thread: what it does with an RRef is no use of it
+
+
+def local_value(rref: Any) -> Any:
+    """``rref.local_value()`` for rpcctl's own reads (a description), not noted as a use."""
+    return _raw_local_value(rref)
+
+
+_raw_local_value: Callable[[Any], Any] = lambda rref: rref.local_value()  # noqa: E731 - replaced by install()
 # (name, rank, {rank: name}) once init_rpc returned here; None before, and in a forked child.
 identity: tuple[str, int, dict[int, str]] | None = None
 # Called by the init_rpc hook before the rendezvous: joins telemetry, returns how to post the
@@ -81,7 +94,7 @@ class _Ref(weakref.ref):
     trigger collections a plain torch RPC loop never does). Queued when the handle is made, and
     queued again, by its callback, when the handle dies."""
 
-    __slots__ = ("kind", "to", "func", "target", "code", "lasti", "data", "t", "released", "seen", "tid")
+    __slots__ = ("kind", "to", "func", "target", "code", "lasti", "data", "t", "released", "seen", "tid", "oid")
 
 
 def _released(ref: _Ref) -> None:
@@ -138,7 +151,7 @@ def _wrap_remote(orig: Any, unset_timeout: float) -> Any:
         if q is not None:
             if len(q) < MAX_QUEUE:
                 ref = _Ref(rref, _released)
-                ref.kind, ref.to, ref.func, ref.t, ref.seen, ref.tid = "r", to, func, _time(), 0, _get_ident()
+                ref.kind, ref.to, ref.func, ref.t, ref.seen, ref.tid, ref.oid = "r", to, func, _time(), 0, _get_ident(), id(rref)
                 ref.code, ref.lasti = _caller()
                 # rref.remote().method(): remember the target RRef (weakly) and the method name
                 ref.target = (_weakref(args[0]), args[1]) if func in _proxy_calls and args and len(args) > 1 else None
@@ -158,7 +171,7 @@ def _wrap_rref_init(orig: Any) -> Any:
         if q is not None:
             if len(q) < MAX_QUEUE:
                 ref = _Ref(self, _released)
-                ref.kind, ref.t, ref.seen = "l", _time(), 0
+                ref.kind, ref.t, ref.seen, ref.oid = "l", _time(), 0, id(self)
                 ref.code, ref.lasti = _caller()
                 # Its id now: an RRef(value) handed out at once (parameter RRefs) is gone by the
                 # time the sender looks, and its holders still want to know where it was made.
@@ -178,7 +191,7 @@ def _wrap_receiver(orig: Any) -> Any:
         if q is not None and not rref.is_owner():  # the owner getting its own RRef back is no fork
             if len(q) < MAX_QUEUE:
                 ref = _Ref(rref, _released)
-                ref.kind, ref.data, ref.t, ref.seen = "f", rref_fork_data, _time(), 0
+                ref.kind, ref.data, ref.t, ref.seen, ref.oid = "f", rref_fork_data, _time(), 0, id(rref)
                 q.append(ref)
             else:
                 _drop()
@@ -188,6 +201,35 @@ def _wrap_receiver(orig: Any) -> Any:
     _py_rref_receiver.__qualname__ = "_InternalRPCPickler._py_rref_receiver"
     _py_rref_receiver._rpcctl_wrapped = True  # type: ignore[attr-defined]
     return _py_rref_receiver
+
+
+def _wrap_use(orig: Any) -> Any:
+    """An RRef method that uses the reference (``to_here``, ``local_value``, the proxies): note when."""
+
+    @functools.wraps(orig)
+    def use(self, *args: Any, **kwargs: Any) -> Any:
+        if _q is not None:
+            last_use[id(self)] = _time()
+        return orig(self, *args, **kwargs)
+
+    use._rpcctl_wrapped = True  # type: ignore[attr-defined]
+    return use
+
+
+def _wrap_reducer(orig: Any) -> Any:
+    """Pickling an RRef into a call's arguments (handing it to another worker) is a use too."""
+
+    def _py_rref_reducer(self: Any, py_rref: Any) -> Any:
+        if _q is not None and _get_ident() != sender_tid:  # not the sender's batched describe calls
+            last_use[id(py_rref)] = _time()
+        return orig(self, py_rref)
+
+    _py_rref_reducer.__qualname__ = "_InternalRPCPickler._py_rref_reducer"
+    _py_rref_reducer._rpcctl_wrapped = True  # type: ignore[attr-defined]
+    return _py_rref_reducer
+
+
+USES = ("to_here", "local_value", "rpc_sync", "rpc_async", "remote")  # PyRRef methods that use the reference
 
 
 def _wrap_init_rpc(orig: Any) -> Any:
@@ -216,6 +258,7 @@ def _wrap_shutdown(orig: Any) -> Any:
         _shutting_down = True  # no more describe calls from the sender thread
         q = _q
         if q is not None:
+            q.append(("uses", dict(last_use)))  # the last uses now: its locals may be gone by the sender's next cycle
             q.append({"e": "shutdown", "t": _time()})
         return orig(*args, **kwargs)
 
@@ -225,7 +268,7 @@ def _wrap_shutdown(orig: Any) -> Any:
 
 def install() -> bool:
     """Wrap torch.distributed.rpc in this process (idempotent). False where RPC is unavailable."""
-    global _installed, _proxy_calls
+    global _installed, _proxy_calls, _raw_local_value
     if _installed:
         return True
     import torch.distributed as dist
@@ -257,6 +300,10 @@ def install() -> bool:
     api.RRef.__init__ = _wrap_rref_init(api.RRef.__init__)
     pickler = internal._InternalRPCPickler
     pickler._py_rref_receiver = classmethod(_wrap_receiver(pickler.__dict__["_py_rref_receiver"].__func__))
+    pickler._py_rref_reducer = _wrap_reducer(pickler._py_rref_reducer)
+    _raw_local_value = api.PyRRef.local_value
+    for name in USES:  # on torch's PyRRef: rpc.RRef's methods and rpc.remote's handles both end there
+        setattr(api.PyRRef, name, _wrap_use(getattr(api.PyRRef, name)))
     _installed = True
     return True
 
@@ -299,6 +346,7 @@ def after_fork_in_child() -> None:
     _shutting_down = False
     identity = None
     local_sites.clear()
+    last_use.clear()
 
 
 def _describe_on_owner(rrefs: list[Any]) -> None:
@@ -312,7 +360,7 @@ def _describe_on_owner(rrefs: list[Any]) -> None:
         try:
             ids = RREF_ID.findall(str(rref))
             rref_id = f"{ids[0][0]}:{ids[0][1]}"
-            value = rref.local_value()
+            value = local_value(rref)
         except Exception:
             continue
         event = {"e": "desc", "id": rref_id, "value": describe(value), "watched": True, "t": now}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import os
+import threading
 import time
 import weakref
 from collections import Counter
@@ -50,6 +51,7 @@ def slices(items: list[Any], every: int | None = None) -> Any:
         yield items[start : start + every]
 
 
+MAX_USES = 200_000  # hooks.last_use entries: beyond, it is cleared (the uses of handles never seen to end)
 DESCRIBE_PER_CYCLE = 16  # RRefs per owner per sender cycle (0.1 s): at most 160/s per owner
 DESCRIBE_BACKLOG = 10_000  # beyond this, RRefs stay undescribed
 
@@ -82,9 +84,12 @@ class Tracker:
         if hooks.identity is not self._identity and hooks.identity is not None:  # init_rpc returned since the last cycle
             self._identity = hooks.identity
             self.set_identity(*self._identity)
+        hooks.sender_tid = threading.get_ident()
+        if len(hooks.last_use) > MAX_USES:  # handles whose end was never queued (a full queue)
+            hooks.last_use.clear()
         out: list[dict[str, Any]] = []
         todo, self.deferred = self.deferred + items, []
-        deferred, churn, young = self.deferred, self.churn, now - MIN_AGE_S
+        deferred, churn, young, last_use = self.deferred, self.churn, now - MIN_AGE_S, hooks.last_use
         for chunk in slices(todo):
             for item in chunk:
                 kind = type(item)
@@ -93,6 +98,7 @@ class Tracker:
                         seen = item.seen
                         if seen == 0:  # a new handle: report it if it outlived MIN_AGE_S
                             if item() is None:
+                                last_use.pop(item.oid, None)
                                 # Gone already (most are): counted per call site, nothing sent.
                                 churned = self._churn_key(item)
                                 if churned is not None:
@@ -154,8 +160,20 @@ class Tracker:
         meta = self.meta.get((ref.to, ref.func, None, id(ref.code), ref.lasti)) if type(ref.to) is str and type(ref.func) in _PLAIN else None
         return None if meta is None else (meta[1] or "?", meta[2], meta[3])
 
+    def _uses(self, uses: dict[int, float]) -> None:
+        """rpc.shutdown() began (``uses``: ``hooks.last_use`` then): when this process last used
+        each reference it still held (``used``), so one kept to the end unused can be told from
+        one in use. The handles still in ``sent`` are those alive then: a release queued before
+        shutdown was taken before this item; one after it (the script's end frees its locals
+        before the sender's next cycle) is taken after."""
+        for ref, rref_id, fork_id in self.sent.values():
+            used = uses.get(ref.oid)
+            if used is not None:
+                self.pending_events.append({"e": "used", "id": rref_id, "fork": fork_id, "t": used})
+
     def _dropped(self, ref: _Ref, now: float) -> dict | None:
         ref.seen = 3
+        hooks.last_use.pop(ref.oid, None)
         entry = self.sent.pop(id(ref), None)
         self.unconfirmed.pop(id(ref), None)
         if entry is None:
@@ -203,7 +221,7 @@ class Tracker:
     def _describe(self, rref: Any, owner: str | None, rref_id: str, out: list | None, t: float) -> None:
         """Describe a confirmed RRef's value: here if we own it, else batched to its owner."""
         if rref.is_owner():
-            value = rref.local_value()
+            value = hooks.local_value(rref)
             event = {"e": "desc", "id": rref_id, "value": describe(value), "watched": self._watch_value(value, rref_id), "t": t}
             if out is not None:
                 out.append(event)
@@ -262,7 +280,7 @@ class Tracker:
         if rref_id is None:
             ids = RREF_ID.findall(str(rref))
             rref_id = f"{ids[0][0]}:{ids[0][1]}"
-        value = rref.local_value()
+        value = hooks.local_value(rref)
         description = describe(value)
         self.sent[id(ref)] = (ref, rref_id, "")
         ref.seen = 1
