@@ -78,7 +78,8 @@ class Supervisor:
         self._out_lock = threading.Lock()
         self._view = None
         self.watchdog = None
-        if telemetry is not None and spec.hang_timeout and spec.nnodes == 1:  # it reads the store and signals local ranks
+        # On node 0 (a single node's too), whose store has every node's telemetry; it signals this node's ranks only.
+        if telemetry is not None and spec.hang_timeout and spec.node_rank == 0:
             from rpcctl.watchdog import HangWatchdog
 
             self.watchdog = HangWatchdog(self.run_dir, spec.hang_timeout, spec.on_hang == "keep", console)

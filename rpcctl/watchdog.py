@@ -131,12 +131,20 @@ class Proc:
     stopped: bool = False
     threads: list[ThreadStack] = field(default_factory=list)
     dumped: bool = False
+    host: str | None = None
+    local: bool = True  # one of this node's: a multi-node run's other nodes are not signalled from here
 
     def describe(self) -> str:
+        on = "" if self.local else f" on {self.host or 'another node'}"
         if self.kind == "rank":
             named = f"{self.name}, " if self.name else ""
-            return f"rank {self.rank} ({named}pid {self.pid})"
-        return f"{self.name or 'process'} (pid {self.pid}, started by rank {self.rank})"
+            return f"rank {self.rank} ({named}pid {self.pid}{on})"
+        return f"{self.name or 'process'} (pid {self.pid}{on}, started by rank {self.rank})"
+
+    @property
+    def elsewhere(self) -> str:
+        """For a process of another node: where its stack can be had."""
+        return "" if self.local else f"; its stack: `rpcctl stack` on {self.host or 'its node'}"
 
     def thread(self, ident: int | None) -> ThreadStack | None:
         return next((t for t in self.threads if t.ident == ident), None)
@@ -211,7 +219,8 @@ def _chain(first: PendingCall, waiting: list[PendingCall], serving: list[Serving
         if served is None:
             suspect = callee
             at = where(callee.main_thread()) if callee is not None else None
-            parts.append(f"{call.callee} shows nothing running for it" + (f"; its main thread is at {at}" if at else ""))
+            parts.append(f"{call.callee} shows nothing running for it" + (f"; its main thread is at {at}" if at else "")
+                         + (callee.elsewhere if callee is not None else ""))
             break
         thread = callee.thread(served.thread) if callee is not None else None
         onward = next((c for c in waiting if callee is not None and c.caller_proc == callee.proc_id and c.thread == served.thread), None)
@@ -219,7 +228,7 @@ def _chain(first: PendingCall, waiting: list[PendingCall], serving: list[Serving
             suspect = callee
             at = where(thread)
             parts.append(f"{served.worker} is running {served.func} for {served.caller or '?'} ({human_seconds(served.age_s)})"
-                         + (f", blocked at {at}" if at else ""))
+                         + (f", blocked at {at}" if at else "") + (callee.elsewhere if callee is not None else ""))
             break
         parts.append(f"{served.worker} runs {served.func}, which waits on {onward.kind} → {onward.callee} ({onward.func}, {onward.call_site})")
         call = onward
@@ -235,6 +244,11 @@ def _chain(first: PendingCall, waiting: list[PendingCall], serving: list[Serving
 
 
 class HangWatchdog:
+    """The supervisor's hang watchdog. On a multi-node run it runs on node 0, whose store has
+    every node's telemetry: it detects and diagnoses the hang for the whole job, and dumps the
+    stacks of this node's processes only (a pid of another node means nothing here; those are
+    named with their host, and a failure it declares tears every node down as any failure does)."""
+
     def __init__(self, run_dir: Path, timeout: float, keep: bool, console: Any):
         self.run_dir = Path(run_dir)
         self.timeout = timeout
@@ -269,7 +283,7 @@ class HangWatchdog:
 
         with _Store(self.run_dir) as store:  # one read a check; the dumps wait until it is closed
             rows = store.rows("SELECT * FROM procs WHERE restart = ? AND ended_at IS NULL", (self._restart,))
-            facts = self._facts(store, rows)
+            facts = self._facts(store, rows, record)
         self._dump_silent_ranks(rows, record)
         if facts is None:
             return None
@@ -298,7 +312,7 @@ class HangWatchdog:
                        message=f"hang: {diagnosis.headline}", timestamp=now_iso(), traceback=diagnosis.text() + f"evidence: {folder}\n")
 
     # -- evidence ------------------------------------------------------------------------------
-    def _facts(self, s: Any, rows: list) -> tuple[list[Proc], float, float] | None:
+    def _facts(self, s: Any, rows: list, record: RunRecord) -> tuple[list[Proc], float, float] | None:
         """Processes of this attempt, the last progress the store saw, the first init_rpc; None
         while no process of the job entered init_rpc (the job does not use RPC, or not yet)."""
         joins = [r["rpc_join_at"] for r in rows if r["rpc_join_at"] is not None]
@@ -311,8 +325,7 @@ class HangWatchdog:
         # take seconds to start the ranks).
         starts = [r["connected_at"] for r in rows] + joins
         progress = max([m for m in (marks[0]["a"], marks[0]["b"], marks[0]["c"], *starts) if m is not None] or [0.0])
-        procs = [Proc(r["proc_id"], r["pid"], r["rank"], r["kind"] or "rank", r["name"], r["rpc_join_at"]) for r in rows]
-        return procs, progress, min(joins)
+        return [_proc(r, record) for r in rows], progress, min(joins)
 
     def _dump_silent_ranks(self, rows: list, record: RunRecord) -> None:
         """A rank whose telemetry heartbeat went stale: its sender thread cannot run (the GIL held
@@ -328,9 +341,12 @@ class HangWatchdog:
             if row["proc_id"] in self._silent or (row["kind"] or "rank") != "rank":
                 continue
             self._silent.add(row["proc_id"])
-            proc = Proc(row["proc_id"], row["pid"], row["rank"], "rank", row["name"], row["rpc_join_at"])
+            proc = _proc(row, record)
             self._dump(proc, record)
             quiet = f"{proc.describe()} has sent no telemetry heartbeat for {human_seconds(wall - row['last_seen'])}"
+            if not proc.local:
+                self.console.warn(f"{quiet}{proc.elsewhere}")
+                continue
             if proc.stopped:
                 self.console.warn(f"{quiet}: it is stopped (SIGSTOP); `kill -CONT {proc.pid}` resumes it")
                 continue
@@ -349,6 +365,8 @@ class HangWatchdog:
             self._dump(proc, record)
             at = where(proc.main_thread())
             state = "it is stopped (SIGSTOP)" if proc.stopped else (f"it is at {at}" if at else "its stack did not come")
+            if not proc.local:
+                state = proc.elsewhere.lstrip("; ")
             self.console.warn(f"{proc.describe()} has not joined RPC after {human_seconds(wall - first_join)}; {state}")
         for state in record.ranks:  # a rank whose telemetry never connected is absent too
             if state.state == RankStatus.RUNNING and state.rank not in connected and state.rank not in self._warned_join:
@@ -360,6 +378,8 @@ class HangWatchdog:
         """Dump a rank (and its children) unless it is stopped; fill in the threads."""
         from rpcctl.errors import RpcctlError
 
+        if not proc.local:
+            return []
         proc.stopped = stacks.stopped(proc.pid)
         if proc.stopped or proc.kind != "rank" or proc.rank is None:
             return []
@@ -378,6 +398,8 @@ class HangWatchdog:
             if proc.kind != "rank":
                 continue
             dumps = self._dump(proc, record)
+            if not proc.local:
+                texts.append(f"── {proc.describe()} ──\n(not dumped from this node{proc.elsewhere})\n")
             if proc.stopped:
                 texts.append(f"── {proc.describe()} ──\n(stopped: no stack until SIGCONT)\n")
             for dump in dumps:
@@ -388,7 +410,7 @@ class HangWatchdog:
                 header = f"── rank {dump.rank} (pid {dump.pid}) ──" if dump.kind == "rank" else f"── rank {dump.rank} › pid {dump.pid}: {' '.join(dump.cmdline)} ──"
                 texts.append(f"{header}\n{dump.text or '(wrote no stack in time)'}\n")
         for proc in procs:  # spawned processes the dumps did not reach (stopped ones)
-            if proc.kind != "rank" and not proc.threads:
+            if proc.kind != "rank" and not proc.threads and proc.local:
                 proc.stopped = stacks.stopped(proc.pid)
         calls = inspect.calls(self.run_dir, restart=self._restart)
         diagnosis = diagnose(procs, calls, stalled)
@@ -404,6 +426,13 @@ class HangWatchdog:
         folder = self.run_dir / name
         folder.mkdir(mode=0o700, exist_ok=True)
         return folder
+
+
+def _proc(row: Any, record: RunRecord) -> Proc:
+    """A procs row as the watchdog sees it; local: a process of one of this node's ranks."""
+    local = row["rank"] in {r.rank for r in record.ranks}
+    return Proc(row["proc_id"], row["pid"], row["rank"], row["kind"] or "rank", row["name"], row["rpc_join_at"],
+                host=row["host"], local=local)
 
 
 def _write_private(path: Path, text: str) -> None:

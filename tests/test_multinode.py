@@ -195,3 +195,44 @@ def test_multi_node_without_a_secret_is_refused(tmp_path, monkeypatch):
     config = write_config(tmp_path, nproc_per_node=1)
     result = rpcctl("launch", str(config), "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--runs-dir", str(tmp_path / "runs"))
     assert result.returncode == 2 and "RPCCTL_SECRET" in result.stderr
+
+
+STUCK_ACROSS_NODES = """
+import os, time
+import torch.distributed.rpc as rpc
+
+
+def stuck():
+    time.sleep(600)  # the callee never answers: the job hangs across the nodes
+
+
+rank = int(os.environ["RANK"])
+rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
+if rank == 0:
+    rpc.rpc_sync("worker1", stuck)
+rpc.shutdown()
+"""
+
+
+def test_a_hang_across_nodes_is_diagnosed_on_node_0_and_ends_every_node(hosts, tmp_path, secret):
+    """Node 0's store has every node's calls: its watchdog follows rank 0's call to worker1 on
+    the other host, names what worker1 runs there and where to get its stack, dumps node 0's
+    own ranks only, and the hang tears both nodes down."""
+    _, b = hosts
+    (tmp_path / "stuck.py").write_text(STUCK_ACROSS_NODES)
+    config = write_config(tmp_path, script=str(tmp_path / "stuck.py"), nproc_per_node=1, hang_timeout=6, preload=["torch"])
+    node0, node1 = start_both(hosts, config, tmp_path)
+    (_, err0), (_, err1) = finish(node0, node1, timeout=150)
+    assert node0.returncode == 1, err0
+    assert node1.returncode != 0, err1
+    hang = next(line for line in err0.splitlines() if line.startswith("warning: hang:"))
+    assert "rank 0 (worker0, pid " in hang and "has waited" in hang and "on rpc_sync → worker1 (stuck, " in hang, hang
+    assert "worker1 is running stuck for worker0" in hang and f"its stack: `rpcctl stack` on {b.hostname}" in hang, hang
+    run0 = only_run(tmp_path / "n0")
+    rec0 = record(run0)
+    assert rec0["status"] == "failed" and rec0["root_cause"]["reason"] == "hang", rec0["root_cause"]
+    dumped = (run0 / "hang" / "stacks.txt").read_text()
+    assert "── rank 0 (pid " in dumped and "in <module>" in dumped  # node 0's rank, dumped
+    assert f"on {b.hostname}) ──\n(not dumped from this node; its stack: `rpcctl stack` on {b.hostname})" in dumped, dumped
+    assert_no_process_left(run0)
+    assert_no_process_left(only_run(tmp_path / "n1"))
