@@ -33,7 +33,7 @@ SCRIPT = textwrap.dedent(
             self.n += 1
             return x + 1
 
-        def hold(self):
+        def hold(self, x=None):
             while not (SYNC / "release").exists():
                 time.sleep(0.02)
             return self.n
@@ -47,6 +47,10 @@ SCRIPT = textwrap.dedent(
         raise ValueError("boom")
 
 
+    def total(t, scale):
+        return float(t.sum()) * scale
+
+
     def main():
         rank = int(os.environ["RANK"])
         rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
@@ -54,6 +58,8 @@ SCRIPT = textwrap.dedent(
             for i in range(300):
                 rpc.rpc_sync("worker1", add, args=(i, 1))
             torch.futures.wait_all([rpc.rpc_async("worker1", add, args=(i, 2)) for i in range(40)])
+            for _ in range(5):
+                rpc.rpc_sync("worker1", total, args=(torch.ones(1000), 2.0))  # 4000 bytes sent a call
             [r.to_here() for r in [rpc.remote("worker1", add, args=(i, 3)) for i in range(20)]]
             ps = rpc.remote("worker1", PS)
             for i in range(10):
@@ -63,7 +69,7 @@ SCRIPT = textwrap.dedent(
             except ValueError:
                 pass
             (SYNC / "fast-done").write_text("1")
-            ps.rpc_sync().hold()
+            ps.rpc_sync().hold(torch.zeros(16))  # 64 bytes sent, through the proxy
         rpc.shutdown()
 
 
@@ -113,8 +119,8 @@ def test_a_live_job_shows_its_calls_in_flight_the_summary_and_the_callee_view(tm
         report = wait_until(held, 30, "the held call in flight", logs=run_dir / "logs")
         [call] = report.pending
         assert (call.caller, call.callee, call.func, call.kind, call.state) == ("worker0", "worker1", "PS.hold", "rpc_sync", "pending")
-        assert call.call_site.endswith(f"calls_job.py:{_line('ps.rpc_sync().hold()')} in main")
-        assert call.age_s >= tracking.LONG_S
+        assert call.call_site.endswith(f"calls_job.py:{_line('ps.rpc_sync().hold(')} in main")
+        assert call.age_s >= tracking.LONG_S and call.nbytes == 64
         [served] = report.serving
         assert (served.worker, served.func, served.caller, served.state) == ("worker1", "PS.hold", "worker0", "running")
         assert served.describe().startswith("worker1 has run PS.hold for worker0 for ")
@@ -125,6 +131,9 @@ def test_a_live_job_shows_its_calls_in_flight_the_summary_and_the_callee_view(tm
         assert summary[("add", "rpc_async")].count == 40
         assert summary[("add", "remote")].count == 20
         assert summary[("rref.update", "rpc_sync")].count == 10
+        assert (summary[("total", "rpc_sync")].count, summary[("total", "rpc_sync")].mean_sent_bytes) == (5, 4000)
+        assert summary[("add", "rpc_sync")].mean_sent_bytes is None  # no tensor among its arguments
+        assert summary[("rref.update", "rpc_sync")].mean_sent_bytes is None  # (an int, through the proxy)
         assert (summary[("boom", "rpc_sync")].count, summary[("boom", "rpc_sync")].errors) == (1, 1)
         add = summary[("add", "rpc_sync")]
         assert 0 < add.p50_s <= add.p99_s <= add.max_s and add.errors == 0 and add.pending == 0

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rpcctl.console import HIGH, KEY, LOW, Column, human_seconds, iso_time
-from rpcctl.inspect._store import _loads, _Store
+from rpcctl.console import HIGH, KEY, LOW, Column, human_bytes, human_seconds, iso_time
+from rpcctl.inspect._store import _column, _loads, _Store
 from rpcctl.states import CallState, ServingState
 from rpcctl.telemetry import calls as tracking
 
@@ -48,6 +48,7 @@ class PendingCall:
     caller_proc: int
     call_id: int
     restart: int
+    nbytes: int | None = None  # bytes of the tensors among its arguments (None: none, or not known)
 
     COLUMNS = (
         Column("caller", priority=KEY),
@@ -55,6 +56,7 @@ class PendingCall:
         Column("func", "FUNCTION", priority=KEY, wrap=True),
         Column("kind", priority=LOW),
         Column("age_s", "AGE", fmt=human_seconds, justify="right", priority=KEY),
+        Column("nbytes", "SENT", fmt=human_bytes, justify="right", detail=True),
         Column("call_site", "CALL SITE", wrap=True),
         Column("state", detail=True),
         Column("caller_pid", "PID", detail=True, justify="right"),
@@ -76,6 +78,7 @@ class CallSummary:
     errors: int
     timeouts: int
     pending: int  # listed calls (running 1 s or more) not ended yet
+    mean_sent_bytes: float | None = None  # of the timed calls: bytes of the tensors among their arguments
 
     COLUMNS = (
         Column("caller", priority=KEY),
@@ -87,6 +90,7 @@ class CallSummary:
         Column("p99_s", "P99", fmt=_duration, justify="right", priority=HIGH),
         Column("max_s", "MAX", fmt=_duration, justify="right", detail=True),
         Column("mean_s", "MEAN", fmt=_duration, justify="right", detail=True),
+        Column("mean_sent_bytes", "SENT/CALL", fmt=human_bytes, justify="right", detail=True),
         Column("errors", justify="right"),
         Column("timeouts", justify="right", detail=True),
         Column("pending", justify="right"),
@@ -166,7 +170,7 @@ def calls(run_dir: Path, *, restart: int | None = None, history: bool = False) -
             caller=row["caller"] or (proc["name"] if proc is not None else None), caller_rank=row["caller_rank"], callee=row["callee"],
             func=row["func"], kind=row["kind"], age_s=max(0.0, until - row["started_at"]), call_site=row["call_site"], state=state,
             started_at=iso_time(row["started_at"]), thread=row["thread"], caller_pid=proc["pid"] if proc is not None else None,
-            caller_proc=row["proc_id"], call_id=row["call_id"], restart=restart))
+            caller_proc=row["proc_id"], call_id=row["call_id"], restart=restart, nbytes=_column(row, "nbytes")))
     serving = []
     for row in serve_rows:
         proc = procs.get(row["proc_id"])
@@ -234,8 +238,9 @@ def _summary(stat_rows: list[Any], pending: list[PendingCall]) -> list[CallSumma
     merged: dict[tuple[str | None, str, str, str], dict[str, Any]] = {}
     for row in stat_rows:
         key = (row["caller"], row["callee"], row["func"], row["kind"])
-        entry = merged.setdefault(key, {"count": 0, "errors": 0, "timeouts": 0, "total": 0.0, "max": 0.0, "hist": {}})
+        entry = merged.setdefault(key, {"count": 0, "errors": 0, "timeouts": 0, "total": 0.0, "max": 0.0, "hist": {}, "sent": 0})
         entry["count"] += row["count"]
+        entry["sent"] += _column(row, "request_bytes") or 0
         entry["errors"] += row["errors"]
         entry["timeouts"] += row["timeouts"]
         entry["total"] += row["total_s"] or 0.0
@@ -248,7 +253,7 @@ def _summary(stat_rows: list[Any], pending: list[PendingCall]) -> list[CallSumma
             key = next((k for k in merged if k[0] == call.caller and k[1] == call.callee and k[3] == call.kind
                         and _same_function(k[2], call.func)), (call.caller, call.callee, call.func, call.kind))
             open_calls[key] = open_calls.get(key, 0) + 1
-            merged.setdefault(key, {"count": 0, "errors": 0, "timeouts": 0, "total": 0.0, "max": 0.0, "hist": {}})
+            merged.setdefault(key, {"count": 0, "errors": 0, "timeouts": 0, "total": 0.0, "max": 0.0, "hist": {}, "sent": 0})
     out = []
     for key, entry in merged.items():
         count = entry["count"]
@@ -257,6 +262,7 @@ def _summary(stat_rows: list[Any], pending: list[PendingCall]) -> list[CallSumma
             p50_s=_at_most(tracking.quantile(entry["hist"], 0.5), entry["max"]),
             p99_s=_at_most(tracking.quantile(entry["hist"], 0.99), entry["max"]),
             max_s=entry["max"] if count else None, mean_s=entry["total"] / timed if (timed := sum(entry["hist"].values())) else None,
-            errors=entry["errors"], timeouts=entry["timeouts"], pending=open_calls.get(key, 0)))
+            errors=entry["errors"], timeouts=entry["timeouts"], pending=open_calls.get(key, 0),
+            mean_sent_bytes=entry["sent"] / timed if timed and entry["sent"] else None))
     out.sort(key=lambda c: (c.caller or "", c.callee, -c.count, c.func))
     return out

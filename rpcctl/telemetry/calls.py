@@ -26,8 +26,11 @@ event of its own. Only calls running for at least ``LONG_S`` are listed one by o
 when seen, ``cend`` when over), and only functions served for that long (``srv`` / ``send``),
 with the caller's thread, so the watchdog can tie a waiting thread to what it waits on.
 
-Not recorded: request bytes on the caller (walking the arguments would cost the hot path);
-the callee reports the bytes of the tensor arguments of the functions it lists (``srv``).
+Request bytes: the caller adds up the bytes of the tensors among a call's first
+``MAX_ARGS_LOOKED_AT`` positional arguments (what is cheap to see: no walk into lists, dicts or
+objects; pickled non-tensor data is not counted); summarised per (callee, function, kind) over
+the calls timed here, and listed with a long call. The callee reports the same of the
+functions it lists (``srv``).
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ MAX_LISTED = 100_000  # per process: beyond this, long calls are only counted
 HIST_BUCKETS_PER_OCTAVE = 4  # duration histogram: bucket b covers 2**(b/4) µs onwards
 OK, ERROR, TIMEOUT = CallState.OK, CallState.ERROR, CallState.TIMEOUT  # bound once: the hooks are hot
 KINDS = ("rpc_sync", "rpc_async", "remote")
+MAX_ARGS_LOOKED_AT = 8  # request bytes: the tensors among this many positional arguments
+_Tensor: Any = ()  # torch.Tensor once installed (isinstance against () is always False)
 _TORCH_INTERNAL = "torch.distributed.rpc."
 
 _q: Any = None  # the worker's queue while telemetry is active; None: the hooks only call through
@@ -70,7 +75,7 @@ _dropped = 0
 
 
 class _Call:
-    __slots__ = ("kind", "to", "func", "args", "code", "lasti", "tid", "t0", "t1", "status", "listed", "counted")
+    __slots__ = ("kind", "to", "func", "args", "code", "lasti", "tid", "t0", "t1", "status", "listed", "counted", "nbytes")
 
     def finish(self, fut: Any) -> None:
         """Done-callback of an async call's future (a torch thread)."""
@@ -111,12 +116,27 @@ def _start(kind: str, to: Any, func: Any, args: Any) -> _Call | None:
         return None
     call = _Call()
     call.kind, call.to, call.func, call.tid, call.listed, call.counted = kind, to, func, tid, 0, True
-    # rref.rpc_sync().method(): args = (rref, method name, ...); only the name is kept.
-    call.args = args[1] if func in _local_invokes and args and len(args) > 1 else None
+    # rref.rpc_sync().method(): args = (rref, method name, its args, its kwargs); the name is kept.
+    proxy = func in _local_invokes and args and len(args) > 1
+    call.args = args[1] if proxy else None
     call.code, call.lasti = _caller(3)  # 3: this function, the hook, the hook's caller
+    sent = (args[2] if len(args) > 2 else None) if proxy else args
+    call.nbytes = _request_bytes(sent) if sent else None
     call.t0 = _time()
     _pending[id(call)] = call
     return call
+
+
+def _request_bytes(args: Any) -> int | None:
+    """Bytes of the tensors among the first arguments; None where there is none."""
+    total = None
+    try:
+        for arg in args[:MAX_ARGS_LOOKED_AT]:
+            if isinstance(arg, _Tensor):
+                total = (total or 0) + arg.nbytes
+    except Exception:  # odd args (not a sequence): no figure
+        return None
+    return total
 
 
 def _wrap_rpc_sync(orig: Any, unset_timeout: float) -> Any:
@@ -235,7 +255,7 @@ def _wrap_init_rpc(orig: Any) -> Any:
 def install() -> bool:
     """Wrap torch.distributed.rpc's call paths (idempotent). Call before ``rrefs.install()``: its
     wrappers then sit outside these, and it sees ``rpc.remote`` as not yet wrapped by itself."""
-    global _installed, _local_invokes
+    global _installed, _local_invokes, _Tensor
     if _installed:
         return True
     import torch.distributed as dist
@@ -253,6 +273,9 @@ def install() -> bool:
         _installed = True
         return True
     hooks.skip_frames_of(rpc)
+    import torch
+
+    _Tensor = torch.Tensor
     _local_invokes = (rref_proxy._local_invoke, rref_proxy._local_invoke_async_execution)
     wrappers = {"rpc_sync": _wrap_rpc_sync(api.rpc_sync, UNSET_RPC_TIMEOUT),
                 "rpc_async": _wrap_async(api.rpc_async, UNSET_RPC_TIMEOUT, "rpc_async", _future),
@@ -345,9 +368,9 @@ class Summariser:
             if not call.listed and now - call.t0 >= LONG_S and id(call) in _pending:
                 self._list(call, out)
         self._watch_remotes(now, out)
-        for (callee, func, kind), (n, err, tmo, total, longest, hist) in self.stats.items():
+        for (callee, func, kind), (n, err, tmo, total, longest, hist, sent) in self.stats.items():
             out.append({"e": "cstat", "callee": callee, "func": func, "kind": kind, "n": n, "err": err, "tmo": tmo,
-                        "sum": total, "max": longest, "h": {str(k): v for k, v in hist.items()}, "t": now})
+                        "sum": total, "max": longest, "h": {str(k): v for k, v in hist.items()}, "bytes": sent, "t": now})
         self.stats.clear()
         self._serving(now, out)
         return out
@@ -366,7 +389,7 @@ class Summariser:
             key = (callee_of(item.to), name, "remote")
             entry = stats.get(key)
             if entry is None:
-                entry = stats[key] = [0, 0, 0, 0.0, 0.0, {}]
+                entry = stats[key] = [0, 0, 0, 0.0, 0.0, {}, 0]
             entry[0] += 1
             if item() is not None and len(watching) < MAX_QUEUE:
                 watching.append(item)
@@ -418,7 +441,7 @@ class Summariser:
         key = (self._callee(call.to), name, call.kind)
         entry = self.stats.get(key)
         if entry is None:
-            entry = self.stats[key] = [0, 0, 0, 0.0, 0.0, {}]
+            entry = self.stats[key] = [0, 0, 0, 0.0, 0.0, {}, 0]
         if call.counted:
             entry[0] += 1
         if call.status == ERROR:
@@ -429,6 +452,7 @@ class Summariser:
             return
         entry[3] += duration
         entry[4] = max(entry[4], duration)
+        entry[6] += call.nbytes or 0  # over the timed calls, as the durations
         b = bucket(duration)
         entry[5][b] = entry[5].get(b, 0) + 1
 
@@ -439,7 +463,7 @@ class Summariser:
         call.listed = self.next_id
         self.next_id += 1
         out.append({"e": "call", "id": call.listed, "kind": call.kind, "callee": self._callee(call.to), "func": self._name(call),
-                    "site": self._site(call.code, call.lasti), "thread": call.tid, "t": call.t0})
+                    "site": self._site(call.code, call.lasti), "thread": call.tid, "nbytes": call.nbytes, "t": call.t0})
 
     def _serving(self, now: float, out: list[dict[str, Any]]) -> None:
         listed = {id(entry) for _, entry in self.serving.values()}

@@ -45,8 +45,9 @@ churn      owner, callee, site, n (RRefs that lived less than MIN_AGE_S: counted
 loss       step, loss, epoch, metrics
 shutdown   (rpc.shutdown() began in this process)
 join       (init_rpc() began in this process)
-cstat      callee, func, kind, n, err, tmo, sum, max, h {bucket: n} (calls that ended this cycle)
-call       id, kind, callee, func, site, thread (a call running for calls.LONG_S; t: its start)
+cstat      callee, func, kind, n, err, tmo, sum, max, h {bucket: n}, bytes (calls that ended this
+           cycle; sum, h and bytes over the timed ones: bytes of their tensor arguments)
+call       id, kind, callee, func, site, thread, nbytes (a call running for calls.LONG_S; t: its start)
 cend       id, status (ok|error|timeout) (a listed call ended)
 srv        id, thread, func, nbytes (this process has run func for an incoming call for LONG_S)
 send       id (that function returned)
@@ -134,8 +135,8 @@ EVENT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "loss": {"step": _INT, "epoch": _INT, "loss": _NUM, "metrics": (dict,)},
     "shutdown": {},
     "join": {},
-    "cstat": {"callee": _STR, "func": _STR, "kind": _STR, "n": _INT, "err": _INT, "tmo": _INT, "sum": _NUM, "max": _NUM, "h": (dict,)},
-    "call": {"id": _INT, "kind": _STR, "callee": _STR, "func": _STR, "site": _STR, "thread": _INT},
+    "cstat": {"callee": _STR, "func": _STR, "kind": _STR, "n": _INT, "err": _INT, "tmo": _INT, "sum": _NUM, "max": _NUM, "h": (dict,), "bytes": _INT},
+    "call": {"id": _INT, "kind": _STR, "callee": _STR, "func": _STR, "site": _STR, "thread": _INT, "nbytes": _INT},
     "cend": {"id": _INT, "status": _STR},
     "srv": {"id": _INT, "thread": _INT, "func": _STR, "nbytes": _INT},
     "send": {"id": _INT},

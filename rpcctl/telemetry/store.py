@@ -48,7 +48,8 @@ from rpcctl.private import private_file
 
 SCHEMA_VERSION = 6  # 2: procs.cpu_s, procs.telemetry_cpu_s; meta server_cpu_s. 3: calls, call_stats, serving, procs.rpc_join_at
 # 4: losses.seq, losses.rule, log_lines. 5: rrefs.value_watched (1: the owner watches the value, so value_freed_at NULL means still alive)
-# 6: handles.last_used_at (the holder's last use of a reference it still held at rpc.shutdown())
+# 6: handles.last_used_at (the holder's last use of a reference it still held at rpc.shutdown()),
+#    call_stats.request_bytes, calls.nbytes (bytes of the tensor arguments)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -88,12 +89,12 @@ CREATE TABLE IF NOT EXISTS losses (
 CREATE TABLE IF NOT EXISTS calls (
     restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, call_id INTEGER NOT NULL, kind TEXT,
     caller TEXT, caller_rank INTEGER, callee TEXT, func TEXT, call_site TEXT, thread INTEGER,
-    started_at REAL, ended_at REAL, status TEXT,
+    started_at REAL, ended_at REAL, status TEXT, nbytes INTEGER,
     PRIMARY KEY (proc_id, call_id));
 CREATE TABLE IF NOT EXISTS call_stats (
     restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, caller TEXT, caller_rank INTEGER,
     callee TEXT NOT NULL, func TEXT NOT NULL, kind TEXT NOT NULL, count INTEGER NOT NULL,
-    errors INTEGER NOT NULL, timeouts INTEGER NOT NULL, total_s REAL, max_s REAL, hist TEXT, updated_at REAL,
+    errors INTEGER NOT NULL, timeouts INTEGER NOT NULL, total_s REAL, max_s REAL, hist TEXT, updated_at REAL, request_bytes INTEGER,
     PRIMARY KEY (proc_id, callee, func, kind));
 CREATE TABLE IF NOT EXISTS serving (
     restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, serve_id INTEGER NOT NULL, worker TEXT,
@@ -374,9 +375,9 @@ class StoreWriter:
     def _ev_call(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         self._x(
             "INSERT OR REPLACE INTO calls (restart, proc_id, call_id, kind, caller, caller_rank, callee, func, call_site, thread,"
-            " started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " started_at, nbytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (proc.restart, proc.proc_id, int(ev["id"]), str(ev.get("kind")), proc.name, proc.rpc_rank, str(ev.get("callee")),
-             str(ev.get("func")), str(ev.get("site")), _int(ev.get("thread")), t),
+             str(ev.get("func")), str(ev.get("site")), _int(ev.get("thread")), t, _int(ev.get("nbytes"))),
         )
 
     def _ev_cend(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
@@ -391,13 +392,14 @@ class StoreWriter:
             hist[str(int(bucket))] = hist.get(str(int(bucket)), 0) + int(n)
         self._x(
             "INSERT INTO call_stats (restart, proc_id, caller, caller_rank, callee, func, kind, count, errors, timeouts, total_s,"
-            " max_s, hist, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (proc_id, callee, func, kind)"
+            " max_s, hist, updated_at, request_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (proc_id, callee, func, kind)"
             " DO UPDATE SET count = count + excluded.count, errors = errors + excluded.errors,"
+            " request_bytes = coalesce(request_bytes, 0) + excluded.request_bytes,"
             " timeouts = timeouts + excluded.timeouts, total_s = total_s + excluded.total_s,"
             " max_s = max(max_s, excluded.max_s), hist = excluded.hist, updated_at = excluded.updated_at,"
             " caller = coalesce(excluded.caller, caller), caller_rank = coalesce(excluded.caller_rank, caller_rank)",
             (proc.restart, proc.proc_id, proc.name, proc.rpc_rank, *key[1:], int(ev.get("n", 0)), int(ev.get("err", 0)),
-             int(ev.get("tmo", 0)), float(ev.get("sum", 0.0)), float(ev.get("max", 0.0)), _json(hist), t),
+             int(ev.get("tmo", 0)), float(ev.get("sum", 0.0)), float(ev.get("max", 0.0)), _json(hist), t, max(0, _int(ev.get("bytes")) or 0)),
         )
 
     def _ev_srv(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
