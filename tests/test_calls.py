@@ -101,6 +101,10 @@ def test_bucket_quantiles_stay_within_a_bucket():
     assert 0.0003 / 1.2 < p50 < 0.0003 * 1.2
     assert 0.02 / 1.2 < p99 < 0.02 * 1.2
     assert tracking.quantile({}, 0.5) is None
+    few = {tracking.bucket(0.002): 2, tracking.bucket(0.006): 1}  # 3 calls: the p99 is the slowest's
+    assert 0.006 / 1.2 < tracking.quantile(few, 0.99) < 0.006 * 1.2
+    assert 0.002 / 1.2 < tracking.quantile(few, 0.5) < 0.002 * 1.2
+    assert 0.002 / 1.2 < tracking.quantile({tracking.bucket(0.002): 1}, 0.0) < 0.002 * 1.2
 
 
 def test_a_live_job_shows_its_calls_in_flight_the_summary_and_the_callee_view(tmp_path, runs_dir):
@@ -137,6 +141,7 @@ def test_a_live_job_shows_its_calls_in_flight_the_summary_and_the_callee_view(tm
         assert (summary[("boom", "rpc_sync")].count, summary[("boom", "rpc_sync")].errors) == (1, 1)
         add = summary[("add", "rpc_sync")]
         assert 0 < add.p50_s <= add.p99_s <= add.max_s and add.errors == 0 and add.pending == 0
+        assert add.timed == 300 and summary[("add", "remote")].timed == len(range(0, 20, tracking.REMOTE_SAMPLE))
         assert summary[("PS.hold", "rpc_sync")].pending == 1  # not ended: not counted yet, named by its owner
         assert not any(s.func.startswith("torch.distributed.rpc.") for s in report.summary)  # torch's own protocol
 
@@ -197,6 +202,7 @@ def test_remote_calls_held_to_a_quick_end_are_all_counted(tmp_path, runs_dir):
     document = json.loads(rpcctl("inspect", "calls", "--json", "--runs-dir", str(runs_dir)).stdout)
     remote = next(s for s in document["summary"] if s["kind"] == "remote" and s["func"] == "add")
     assert remote["count"] == 20 and remote["pending"] == 0, remote
+    assert remote["timed"] == len(range(0, 20, tracking.REMOTE_SAMPLE)), remote  # what p50/p99 are of
     assert_no_process_left(only_run(runs_dir))
 
 

@@ -9,7 +9,8 @@
     report.serving   [ServingRecord] what each worker has been running for whom, for 1 s or more
 
 Calls that end within ``calls.LONG_S`` are only counted (``call_stats``: a log-scale histogram
-per caller, callee, function and kind, so p50/p99 come from bucket middles, within ±9%). The
+per caller, callee, function and kind, so p50/p99 come from bucket middles, within ±9%; of the
+timed calls, ``timed``: every rpc_sync and rpc_async, one rpc.remote in ``REMOTE_SAMPLE``). The
 callee does not know who asked: ``serving`` rows get their caller by matching the callers'
 pending calls to the same worker and function, the latest one that started before.
 After the run, calls that never ended are listed as ``unfinished``, aged until their process
@@ -79,6 +80,7 @@ class CallSummary:
     timeouts: int
     pending: int  # listed calls (running 1 s or more) not ended yet
     mean_sent_bytes: float | None = None  # of the timed calls: bytes of the tensors among their arguments
+    timed: int = 0  # the calls p50, p99 and the mean are of: all rpc_sync / rpc_async ones, 1 rpc.remote in 16
 
     COLUMNS = (
         Column("caller", priority=KEY),
@@ -86,6 +88,7 @@ class CallSummary:
         Column("func", "FUNCTION", priority=KEY, wrap=True),
         Column("kind", priority=LOW),
         Column("count", "CALLS", justify="right", priority=HIGH),
+        Column("timed", "TIMED", justify="right", detail=True),
         Column("p50_s", "P50", fmt=_duration, justify="right", priority=HIGH),
         Column("p99_s", "P99", fmt=_duration, justify="right", priority=HIGH),
         Column("max_s", "MAX", fmt=_duration, justify="right", detail=True),
@@ -263,6 +266,6 @@ def _summary(stat_rows: list[Any], pending: list[PendingCall]) -> list[CallSumma
             p99_s=_at_most(tracking.quantile(entry["hist"], 0.99), entry["max"]),
             max_s=entry["max"] if count else None, mean_s=entry["total"] / timed if (timed := sum(entry["hist"].values())) else None,
             errors=entry["errors"], timeouts=entry["timeouts"], pending=open_calls.get(key, 0),
-            mean_sent_bytes=entry["sent"] / timed if timed and entry["sent"] else None))
+            mean_sent_bytes=entry["sent"] / timed if timed and entry["sent"] else None, timed=timed))
     out.sort(key=lambda c: (c.caller or "", c.callee, -c.count, c.func))
     return out

@@ -329,13 +329,15 @@ def bucket_seconds(index: int) -> float:
 
 
 def quantile(hist: dict[int, int], q: float) -> float | None:
+    """The nearest-rank quantile: the ceil(q·n)-th duration's bucket, so the p99 of a few calls
+    is the slowest one's (rounding the rank down showed the p99 of 3 calls as the second)."""
     total = sum(hist.values())
     if not total:
         return None
-    rank, seen = q * (total - 1), 0
+    rank, seen = max(1, math.ceil(q * total)), 0
     for index in sorted(hist):
         seen += hist[index]
-        if seen > rank:
+        if seen >= rank:
             return bucket_seconds(index)
     return bucket_seconds(max(hist))
 
