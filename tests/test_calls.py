@@ -275,3 +275,25 @@ def test_remote_calls_still_being_created_are_listed_pending_timed_or_not(tmp_pa
     history = inspect.calls(run_dir, history=True)
     assert sorted((c.func, c.state) for c in history.pending) == [("slow_make", "ok"), ("slow_make", "ok")]
     assert_no_process_left(run_dir)
+
+
+def test_torchscript_functions_are_named_by_their_own_name(tmp_path, monkeypatch):
+    """A TorchScript function's __qualname__ is its class's ("torch.jit.ScriptFunction"), as
+    DistributedOptimizer's remote steps showed ("torch.jit.torch.jit.ScriptFunction"); it is
+    named like a Python function: module and name."""
+    torch = pytest.importorskip("torch")
+    (tmp_path / "scripted_steps.py").write_text(textwrap.dedent(
+        '''
+        import torch
+
+
+        @torch.jit.script
+        def scaled(x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+        '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import scripted_steps
+
+    assert isinstance(scripted_steps.scaled, torch.jit.ScriptFunction)
+    assert tracking.qualname(scripted_steps.scaled) == "scripted_steps.scaled"
+    assert tracking.qualname(textwrap.dedent) == "textwrap.dedent"  # a Python function, as before

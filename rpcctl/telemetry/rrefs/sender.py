@@ -365,6 +365,13 @@ def _ignore_result(future: Any) -> None:
 
 def _qualname(func: Any) -> str:
     name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+    if name is not None and name == getattr(type(func), "__qualname__", None):  # its type's, not its own
+        # A TorchScript function answers with its class ("torch.jit.ScriptFunction"); its own
+        # name is "__torch__.<module>.<name>".
+        qualified = getattr(func, "qualified_name", None)
+        if isinstance(qualified, str) and qualified:
+            return qualified.removeprefix("__torch__.").removeprefix("__main__.")
+        return type(func).__name__
     if name is None:
         return type(func).__name__
     module = getattr(func, "__module__", None)
