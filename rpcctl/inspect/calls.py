@@ -259,13 +259,13 @@ def _summary(stat_rows: list[Any], pending: list[PendingCall]) -> list[CallSumma
             merged.setdefault(key, {"count": 0, "errors": 0, "timeouts": 0, "total": 0.0, "max": 0.0, "hist": {}, "sent": 0})
     out = []
     for key, entry in merged.items():
-        count = entry["count"]
+        count, timed = entry["count"], sum(entry["hist"].values())
         out.append(CallSummary(
-            caller=key[0], callee=key[1], func=key[2], kind=key[3], count=count,
+            caller=key[0], callee=key[1], func=key[2], kind=key[3], count=count, timed=timed,
             p50_s=_at_most(tracking.quantile(entry["hist"], 0.5), entry["max"]),
             p99_s=_at_most(tracking.quantile(entry["hist"], 0.99), entry["max"]),
-            max_s=entry["max"] if count else None, mean_s=entry["total"] / timed if (timed := sum(entry["hist"].values())) else None,
+            max_s=entry["max"] if count else None, mean_s=entry["total"] / timed if timed else None,
             errors=entry["errors"], timeouts=entry["timeouts"], pending=open_calls.get(key, 0),
-            mean_sent_bytes=entry["sent"] / timed if timed and entry["sent"] else None, timed=timed))
+            mean_sent_bytes=entry["sent"] / timed if timed and entry["sent"] else None))
     out.sort(key=lambda c: (c.caller or "", c.callee, -c.count, c.func))
     return out

@@ -371,7 +371,7 @@ def _qualname(func: Any) -> str:
         qualified = getattr(func, "qualified_name", None)
         if isinstance(qualified, str) and qualified:
             return qualified.removeprefix("__torch__.").removeprefix("__main__.")
-        return type(func).__name__
+        name = None
     if name is None:
         return type(func).__name__
     module = getattr(func, "__module__", None)
