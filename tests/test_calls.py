@@ -258,7 +258,7 @@ def test_remote_calls_still_being_created_are_listed_pending_timed_or_not(tmp_pa
         assert {(c.caller, c.callee, c.kind, c.state) for c in pending} == {("worker0", "worker1", "remote", "pending")}
         sites = sorted(c.call_site for c in pending)
         assert sites[0].endswith(f"slow.py:{line} in <module>") and sites[1].endswith(f"slow.py:{line + 1} in <module>"), sites
-        assert all(c.age_s >= tracking.LONG_S for c in pending)
+        assert all(c.age_s >= tracking.LONG_S for c in pending), pending
         (sync / "release").write_text("1")
         out, err = launcher.communicate(timeout=60)
         assert launcher.returncode == 0, (out, err)

@@ -51,7 +51,9 @@ class _Store:
         if self.db is None:
             return []
         try:
-            return self.db.execute(sql, params).fetchall()
+            rows = self.db.execute(sql, params).fetchall()
+            self.now = time.time()  # after the read: a row the server wrote meanwhile is never aged below its age
+            return rows
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
                 return []  # the server has not created the schema yet

@@ -145,13 +145,13 @@ def calls(run_dir: Path, *, restart: int | None = None, history: bool = False) -
     with _Store(run_dir) as s:
         restart = s.latest_restart() if restart is None else restart
         procs = {p["proc_id"]: p for p in s.rows("SELECT * FROM procs WHERE restart = ?", (restart,))}
-        now = s.now if s.live else (s.closed_at or s.now)
         call_rows = s.rows("SELECT * FROM calls WHERE restart = ?" + ("" if history else " AND ended_at IS NULL") + " ORDER BY started_at",
                            (restart,))
         serve_rows = s.rows("SELECT * FROM serving WHERE restart = ?" + ("" if history else " AND ended_at IS NULL") + " ORDER BY started_at",
                             (restart,))
         stat_rows = s.rows("SELECT * FROM call_stats WHERE restart = ?", (restart,))
         live = s.live
+        now = s.now if live else (s.closed_at or s.now)  # after the reads (``_Store.rows``)
 
     def end_of(proc_id: int) -> float:
         proc = procs.get(proc_id)
