@@ -141,29 +141,66 @@ def _job_cpu(ctx: dict) -> float:
     return time.process_time() + ctx["rpc"].rpc_sync("worker1", time.process_time)
 
 
-def one_round(ctx: dict, shape: str, first_on: bool) -> dict[bool, list[float]]:
+def thread_cpu() -> dict[str, float]:
+    """This process's CPU seconds so far by thread group: the main thread, each Python thread by
+    its name, torch's and TensorPipe's native threads by their kernel name (``pt_thread_pool``,
+    ``TP_UV_loop``, ...). From /proc's schedstat (nanoseconds); {} where there is none."""
+    import threading
+
+    named = {t.native_id: t.name for t in threading.enumerate()}
+    groups: dict[str, float] = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return groups
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                ns = int(f.read().split()[0])
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                comm = f.read().strip()
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended between the listing and the read
+        group = "main" if int(tid) == os.getpid() else named.get(int(tid)) or comm
+        groups[group] = groups.get(group, 0.0) + ns / 1e9
+    return groups
+
+
+def _both_threads(ctx: dict) -> dict[str, float]:
+    mine = {f"rank0 {k}": v for k, v in thread_cpu().items()}
+    theirs = ctx["rpc"].rpc_sync("worker1", thread_cpu)
+    return mine | {f"rank1 {k}": v for k, v in theirs.items()}
+
+
+def one_round(ctx: dict, shape: str, first_on: bool, threads: bool = False) -> dict:
     """One round of ``shape``: BLOCKS blocks per side, alternating; per side [ops, seconds,
-    caller thread CPU seconds, both ranks' CPU seconds]."""
+    caller thread CPU seconds, both ranks' CPU seconds], and with ``threads`` each side's CPU
+    seconds by thread group ("threads on" / "threads off")."""
     fn, ops = SHAPES[shape]
     block = max(1, ops // BLOCKS)
-    totals = {True: [0.0, 0.0, 0.0, 0.0], False: [0.0, 0.0, 0.0, 0.0]}
+    totals: dict = {True: [0.0, 0.0, 0.0, 0.0], False: [0.0, 0.0, 0.0, 0.0]}
+    by_thread: dict[bool, dict[str, float]] = {True: {}, False: {}}
     for b in range(2 * BLOCKS):
         on = first_on if b % 2 == 0 else not first_on
         _set_hooks(on)
         ctx["rpc"].rpc_sync("worker1", _set_hooks, args=(on,))  # the callee's hooks too
+        before = _both_threads(ctx) if threads else {}
         job_cpu = _job_cpu(ctx)
         cpu, start = time.thread_time(), time.perf_counter()
         done = fn(ctx, block)
         elapsed, cpu = time.perf_counter() - start, time.thread_time() - cpu
         job_cpu = _job_cpu(ctx) - job_cpu
+        for group, seconds in (_both_threads(ctx) if threads else {}).items():
+            by_thread[on][group] = by_thread[on].get(group, 0.0) + seconds - before.get(group, 0.0)
         for i, value in enumerate((done, elapsed, cpu, job_cpu)):
             totals[on][i] += value
+    totals["threads on"], totals["threads off"] = by_thread[True], by_thread[False]
     _set_hooks(True)
     ctx["rpc"].rpc_sync("worker1", _set_hooks, args=(True,))
     return totals
 
 
-def workload(shapes: list[str], rounds: int, profile: bool) -> None:
+def workload(shapes: list[str], rounds: int, profile: bool, threads: bool = False) -> None:
     import torch
     import torch.distributed.rpc as rpc
 
@@ -179,7 +216,7 @@ def workload(shapes: list[str], rounds: int, profile: bool) -> None:
             SHAPES[shape][0](ctx, max(1, SHAPES[shape][1] // BLOCKS))
         for r in range(rounds):
             for i, shape in enumerate(shapes):
-                totals = one_round(ctx, shape, first_on=(r + i) % 2 == 0)
+                totals = one_round(ctx, shape, first_on=(r + i) % 2 == 0, threads=threads)
                 (on_ops, on_s, on_cpu, on_job), (off_ops, off_s, off_cpu, off_job) = totals[True], totals[False]
                 row = result[shape]
                 row["on"].append(on_ops / on_s)
@@ -189,6 +226,13 @@ def workload(shapes: list[str], rounds: int, profile: bool) -> None:
                 row["cpu_off_us"].append(off_cpu / off_ops * 1e6)
                 row["job_on_us"].append(on_job / on_ops * 1e6)
                 row["job_off_us"].append(off_job / off_ops * 1e6)
+                if threads:  # CPU by thread group, summed over the rounds: (seconds, ops) per side
+                    sums = row.setdefault("threads", {})
+                    for side, ops_done in (("on", on_ops), ("off", off_ops)):
+                        for group, seconds in totals[f"threads {side}"].items():
+                            cell = sums.setdefault(group, {"on": [0.0, 0], "off": [0.0, 0]})[side]
+                            cell[0] += seconds
+                            cell[1] += ops_done
         if profile:
             result = {"shapes": result, "profile": _profile(shapes, ctx)}
         else:
@@ -229,10 +273,11 @@ def spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
-def measure(shapes: list[str], rounds: int, profile: bool = False, timeout: float = 900.0) -> dict:
+def measure(shapes: list[str], rounds: int, profile: bool = False, timeout: float = 900.0, threads: bool = False) -> dict:
     """Launch the workload once under rpcctl (2 ranks, telemetry on) and summarise its pairs."""
     script = Path(__file__).resolve()
-    args = ["--workload", "--shapes", ",".join(shapes), "--rounds", str(rounds), *(["--profile"] if profile else [])]
+    args = ["--workload", "--shapes", ",".join(shapes), "--rounds", str(rounds), *(["--profile"] if profile else []),
+            *(["--threads"] if threads else [])]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(prefix="rpcctl-telemetry-cost-") as tmp:
@@ -260,6 +305,11 @@ def measure(shapes: list[str], rounds: int, profile: bool = False, timeout: floa
             # the job would keep were it CPU-bound (the same target, 0.97).
             "job_cpu_off_over_on": spread([off / on for on, off in zip(row["job_on_us"], row["job_off_us"])]),
         }
+        if "threads" in row:  # µs per op by thread group, on and off, the largest extra first
+            groups = {g: {side: (c[side][0] / c[side][1] * 1e6 if c[side][1] else 0.0) for side in ("on", "off")}
+                      for g, c in row["threads"].items()}
+            report["shapes"][shape]["thread_cpu_us_per_op"] = dict(
+                sorted(groups.items(), key=lambda item: item[1]["off"] - item[1]["on"]))
     if "profile" in raw:
         report["profile"] = raw["profile"]
     return report
@@ -278,6 +328,11 @@ def render(report: dict) -> str:
         job = f"{row['job_cpu_us_per_op_on']:6.1f} / {row['job_cpu_us_per_op_off']:<6.1f}"
         lines.append(f"  {shape:14}{r['median']:7.3f}  {r['min']:6.3f}-{r['max']:<6.3f}  {j['median']:7.3f}  {j['min']:6.3f}-{j['max']:<6.3f}"
                      f"  {row['ops_per_s_on']:9.0f}  {row['ops_per_s_off']:9.0f}  {cpu:>15}  {job:>15}{verdict}")
+    for shape, row in report["shapes"].items():
+        if "thread_cpu_us_per_op" in row:
+            lines.append(f"\n{shape}: CPU by thread, µs per operation on / off (largest extra first)")
+            lines.extend(f"  {g:34} {c['on']:8.1f} / {c['off']:<8.1f} {c['on'] - c['off']:+8.1f}"
+                         for g, c in list(row["thread_cpu_us_per_op"].items())[:10])
     for shape, rows in report.get("profile", {}).items():
         lines.append(f"\n{shape}: telemetry functions by own time (µs per operation; calls per operation)")
         lines.extend(f"  {own:7.2f} µs  {cum:7.2f} µs cumulative  {calls:5.2f}×  {name}" for name, calls, own, cum in rows)
@@ -290,6 +345,7 @@ def main() -> None:
     parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma list of: {', '.join(SHAPES)}")
     parser.add_argument("--profile", action="store_true", help="also profile the hooks (cProfile, hooks on)")
     parser.add_argument("--only", choices=("rrefs", "calls"), help="turn only this family of hooks on and off (the others stay on)")
+    parser.add_argument("--threads", action="store_true", help="also show both ranks' CPU by thread, on and off")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--workload", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -298,11 +354,11 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown shape(s) {', '.join(unknown)}; known: {', '.join(SHAPES)}")
     if args.workload:
-        workload(shapes, args.rounds, args.profile)
+        workload(shapes, args.rounds, args.profile, args.threads)
         return
     if args.only:
         os.environ["RPCCTL_COST_ONLY"] = args.only  # the ranks inherit it
-    report = measure(shapes, args.rounds, args.profile)
+    report = measure(shapes, args.rounds, args.profile, threads=args.threads)
     report["only"] = args.only
     print(json.dumps(report, indent=2) if args.json else render(report))
 
