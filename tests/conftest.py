@@ -86,6 +86,13 @@ def start_rpcctl(*args: str) -> subprocess.Popen:
     )
 
 
+def kill_if_running(launcher: subprocess.Popen) -> None:
+    """A test's ``finally``: a launcher it left running (the test failed) is killed and reaped."""
+    if launcher.poll() is None:
+        launcher.kill()
+        launcher.communicate()
+
+
 def launch_job(tmp_path: Path, runs_dir: Path, *args: str, **keys) -> tuple[subprocess.CompletedProcess, Path, dict]:
     """Run `rpcctl launch` on a behave.py config to the end; check it left no process behind."""
     config = write_config(tmp_path, **keys)

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from conftest import assert_no_process_left, only_run, rpcctl, start_rpcctl, wait_until
+from conftest import assert_no_process_left, kill_if_running, only_run, rpcctl, start_rpcctl, wait_until
 from rpcctl import inspect
 from rpcctl.telemetry import calls as tracking
 
@@ -154,9 +154,7 @@ def test_a_live_job_shows_its_calls_in_flight_the_summary_and_the_callee_view(tm
         out, err = launcher.communicate(timeout=90)
         assert launcher.returncode == 0, (out, err)
     finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.communicate()
+        kill_if_running(launcher)
 
     # After the run: nothing pending, the held call counted, from the store.
     result = rpcctl("inspect", "calls", "--json", "--runs-dir", str(runs_dir))
@@ -263,9 +261,7 @@ def test_remote_calls_still_being_created_are_listed_pending_timed_or_not(tmp_pa
         out, err = launcher.communicate(timeout=60)
         assert launcher.returncode == 0, (out, err)
     finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.communicate()
+        kill_if_running(launcher)
     document = json.loads(rpcctl("inspect", "calls", "--json", "--runs-dir", str(runs_dir)).stdout)
     assert document["pending"] == []
     made = next(s for s in document["summary"] if s["func"] == "slow_make" and s["callee"] == "worker1")
@@ -297,3 +293,104 @@ def test_torchscript_functions_are_named_by_their_own_name(tmp_path, monkeypatch
     assert isinstance(scripted_steps.scaled, torch.jit.ScriptFunction)
     assert tracking.qualname(scripted_steps.scaled) == "scripted_steps.scaled"
     assert tracking.qualname(textwrap.dedent) == "textwrap.dedent"  # a Python function, as before
+
+
+MANY_ASYNC = textwrap.dedent(
+    '''
+    import os, sys, time
+    from pathlib import Path
+
+    import torch
+    import torch.distributed.rpc as rpc
+
+    SYNC = Path(sys.argv[1])
+    N = int(sys.argv[2])  # past the rpc_async calls that are all timed
+
+
+    def add(a, b):
+        return a + b
+
+
+    def boom():
+        raise ValueError("boom")
+
+
+    def slow():
+        time.sleep(1.0)
+
+
+    def hold(t):
+        while not (SYNC / "release").exists():
+            time.sleep(0.02)
+        return t.numel()
+
+
+    rank = int(os.environ["RANK"])
+    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
+    if rank == 0:
+        torch.futures.wait_all([rpc.rpc_async("worker1", add, args=(i, 2)) for i in range(N)])
+        for future in [rpc.rpc_async("worker1", boom) for _ in range(48)]:
+            try:
+                future.wait()  # and dropped at once: its error must be counted all the same
+            except ValueError:
+                pass
+        for future in [rpc.rpc_async("worker1", slow, timeout=0.2) for _ in range(16)]:
+            try:
+                future.wait()
+            except RuntimeError:
+                pass
+        # Two long calls back to back: at most one of them is timed (one in ASYNC_SAMPLE).
+        first = rpc.rpc_async("worker1", hold, args=(torch.zeros(4),))
+        second = rpc.rpc_async("worker1", hold, args=(torch.zeros(8),))
+        (SYNC / "sent").write_text("1")
+        assert first.wait() + second.wait() == 12
+        time.sleep(1.0)  # the callee's slow() calls, long timed out here, end before shutdown
+    rpc.shutdown()
+    '''
+)
+
+
+def test_rpc_async_calls_past_the_first_are_sampled_for_time_but_all_counted_and_long_ones_listed(tmp_path, runs_dir):
+    """In a process, the first ASYNC_TIMED_FIRST rpc_async calls are timed, then one in
+    ASYNC_SAMPLE (a done-callback on every future cost the RPC threads a tenth of a call); the
+    others are still counted with their outcome, errors and timeouts too, even when the job
+    drops the future right after waiting on it, and one running for LONG_S is listed with its
+    call site, thread and request bytes, and ended, whether timed or not."""
+    n = tracking.ASYNC_TIMED_FIRST + 10 * tracking.ASYNC_SAMPLE
+    script = MANY_ASYNC.replace("int(sys.argv[2])", str(n))
+    sync, launcher = _start_synced(tmp_path, runs_dir, script, name="many")
+    try:
+        run_dir = only_run(runs_dir)
+        wait_until(lambda: (sync / "sent").exists() or launcher.poll() is not None, 120, "the calls", logs=run_dir / "logs")
+
+        def both_pending():
+            mine = [c for c in inspect.calls(run_dir).pending if c.func == "hold"]
+            return mine if len(mine) == 2 else None
+
+        pending = wait_until(both_pending, 30, "the two long calls listed", logs=run_dir / "logs")
+        line = next(i for i, source in enumerate(script.splitlines(), 1) if "first = rpc.rpc_async" in source)
+        assert sorted((c.kind, c.call_site.rsplit("/", 1)[-1], c.nbytes) for c in pending) == [
+            ("rpc_async", f"many.py:{line} in <module>", 16), ("rpc_async", f"many.py:{line + 1} in <module>", 32)], pending
+        assert all(c.age_s >= tracking.LONG_S and c.state == "pending" and c.thread for c in pending), pending
+        (sync / "release").write_text("1")
+        out, err = launcher.communicate(timeout=90)
+        assert launcher.returncode == 0, (out, err)
+    finally:
+        kill_if_running(launcher)
+
+    summary = {s.func: s for s in inspect.calls(run_dir).summary if s.caller == "worker0" and s.kind == "rpc_async"}
+    add, boom, slow, hold = summary["add"], summary["boom"], summary["slow"], summary["hold"]
+    assert (add.count, add.errors, add.pending) == (n, 0, 0), add
+    assert (boom.count, boom.errors) == (48, 48), boom
+    assert (slow.count, slow.timeouts, slow.errors) == (16, 16, 0), slow
+    assert (hold.count, hold.pending) == (2, 0), hold
+    assert hold.max_s >= tracking.LONG_S, hold  # the longest call, timed or not
+    # Every call of the first ASYNC_TIMED_FIRST is timed, then one in ASYNC_SAMPLE (torch's own calls
+    # among them, so a few more or less here).
+    timed = add.timed + boom.timed + slow.timed + hold.timed
+    expected = tracking.ASYNC_TIMED_FIRST + (n + 48 + 16 + 2 - tracking.ASYNC_TIMED_FIRST) // tracking.ASYNC_SAMPLE
+    assert expected - 3 <= timed <= expected + 3, (timed, expected, add, boom, slow, hold)
+    assert 0 < add.p50_s <= add.p99_s <= add.max_s
+    history = inspect.calls(run_dir, history=True)
+    assert sorted((c.kind, c.state) for c in history.pending if c.func == "hold") == [("rpc_async", "ok")] * 2
+    assert_no_process_left(run_dir)

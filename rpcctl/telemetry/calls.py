@@ -9,7 +9,11 @@ calls, ``rref.rpc_sync().method()``, go through them too):
 hook                               hot path
 =================================  ==========================================================
 ``rpc_sync``                       a ``_Call`` in ``_pending``; timed inline, then queued
-``rpc_async``                      the same, ended by a done-callback on the call's future
+``rpc_async``                      the first ``ASYNC_TIMED_FIRST`` calls, then one in
+                                   ``ASYNC_SAMPLE``: as rpc_sync, ended by a done-callback on
+                                   the call's future; the others: one tuple in ``_watched``
+                                   (future, callee, function, site, start), counted with their
+                                   outcome once seen done, not timed
 ``remote``                         one call in ``REMOTE_SAMPLE`` the same (ended by the RRef's
                                    creation future, complete once the owner ran the function);
                                    the others only call through: the RRef hook's record of
@@ -18,6 +22,14 @@ hook                               hot path
 ``init_rpc``                       a ``join`` event when it starts (a rank stuck before it
                                    is named by the watchdog), the worker list when it ends
 =================================  ==========================================================
+
+Why not a done-callback on every rpc_async future: torch runs it on an RPC thread that takes
+the GIL a second time for it (after unpickling the result), and that cost rank 0's RPC threads
+~15-30 µs of CPU per call at 64 in flight (``benchmarks/telemetry_cost.py --threads``), a tenth
+of a loopback call. A watched future is looked at instead: by the caller's thread at each timed
+call (from the oldest, up to the first still running) and by the sender every cycle. The price:
+a future the job has dropped stays alive (with its value) until it is seen done, at most one
+sender cycle (0.1 s) later.
 
 Everything else happens on the telemetry sender thread (``Summariser.process``, every 0.1 s):
 ended calls, and the ``rpc.remote`` handles the RRef hook queued, are counted per (callee, function, kind) into a log-scale histogram (``cstat``
@@ -51,6 +63,8 @@ from rpcctl.telemetry.rrefs.hooks import _Ref, caller as _caller
 from rpcctl.telemetry.rrefs.sender import Tracker, _qualname as qualname
 
 REMOTE_SAMPLE = 16  # rpc.remote: one call in 16 is timed (all are counted, from the RRef hook's records)
+ASYNC_TIMED_FIRST = 100  # rpc_async: the first 100 calls of a process are timed, then one in ASYNC_SAMPLE
+ASYNC_SAMPLE = 16
 LONG_S = 1.0  # calls (and served functions) running this long are listed one by one
 MAX_LISTED = 100_000  # per process: beyond this, long calls are only counted
 HIST_BUCKETS_PER_OCTAVE = 4  # duration histogram: bucket b covers 2**(b/4) µs onwards
@@ -65,6 +79,8 @@ _time = time.time
 _get_ident = threading.get_ident
 _pending: dict[int, _Call] = {}  # id(call) → call, for calls in flight
 _done: deque[_Call] = deque()  # ended calls, for the sender
+_watched: deque[tuple[Any, ...]] = deque()  # untimed rpc_async calls: (future, to, func, args, code, lasti, tid, t0)
+_seen_done: deque[tuple[tuple[Any, ...], str, float]] = deque()  # (watched, status, when seen) for the sender
 _serving: dict[int, list[Any]] = {}  # thread ident → [python_udf, started]: what this process runs for others
 _sender_tid = 0  # the telemetry thread: its own calls (RRef descriptions) are not the job's
 _installed = False
@@ -116,15 +132,44 @@ def _start(kind: str, to: Any, func: Any, args: Any) -> _Call | None:
         return None
     call = _Call()
     call.kind, call.to, call.func, call.tid, call.listed, call.counted = kind, to, func, tid, 0, True
-    # rref.rpc_sync().method(): args = (rref, method name, its args, its kwargs); the name is kept.
-    proxy = func in _local_invokes and args and len(args) > 1
-    call.args = args[1] if proxy else None
+    call.args = _proxy_method(func, args)
     call.code, call.lasti = _caller(3)  # 3: this function, the hook, the hook's caller
-    sent = (args[2] if len(args) > 2 else None) if proxy else args
-    call.nbytes = _request_bytes(sent) if sent else None
+    call.nbytes = _sent_bytes(func, args, call.args)
     call.t0 = _time()
     _pending[id(call)] = call
     return call
+
+
+def _proxy_method(func: Any, args: Any) -> str | None:
+    """rref.rpc_sync().method(): args = (rref, method name, its args, its kwargs); the name."""
+    return args[1] if func in _local_invokes and args and len(args) > 1 else None
+
+
+def _sent_bytes(func: Any, args: Any, method: str | None) -> int | None:
+    sent = (args[2] if len(args) > 2 else None) if method is not None else args
+    return _request_bytes(sent) if sent else None
+
+
+def _outcome(fut: Any) -> str:
+    try:
+        fut.value()
+    except BaseException as exc:  # noqa: BLE001 - an RPC error of any type ends the call
+        return _failure(exc)
+    return OK
+
+
+def _harvest_done() -> None:
+    """The caller's thread, at a timed rpc_async call: the watched calls done, from the oldest up
+    to the first still running, go to the sender (so a dropped future is let go soon)."""
+    while _watched:
+        try:
+            watched = _watched.popleft()
+        except IndexError:  # the sender took the last one
+            return
+        if not watched[0].done():
+            _watched.appendleft(watched)
+            return
+        _seen_done.append((watched, _outcome(watched[0]), _time()))
 
 
 def _request_bytes(args: Any) -> int | None:
@@ -159,29 +204,42 @@ def _wrap_rpc_sync(orig: Any, unset_timeout: float) -> Any:
     return rpc_sync
 
 
-def _wrap_async(orig: Any, unset_timeout: float, kind: str, future_of: Any, sample_every: int = 1) -> Any:
+def _wrap_async(orig: Any, unset_timeout: float, kind: str, future_of: Any, sample_every: int = 1,
+                watch_every: int = 1, watch_after: int = 0) -> Any:
     """rpc_async and remote: the call ends when ``future_of(result)`` completes (remote: the
     RRef's creation future, complete once the owner ran the function). ``sample_every``: only
     one call in that many is tracked here (for remote, ``rref._get_future()`` and the callback
     cost ~18 µs, a fifth of a loopback rpc.remote); the others call straight through, but for
     a failure, and the sender counts them from the RRef hook's record of their handle
     (``Summariser.remotes``), and lists those still pending after ``LONG_S``. A sampled one is
-    timed here and counted there (``counted``: False), so no call is counted twice."""
+    timed here and counted there (``counted``: False), so no call is counted twice.
+    ``watch_every`` (rpc_async): after the first ``watch_after`` calls, only one in that many
+    is timed by a done-callback; the others' futures are kept in ``_watched`` until seen done,
+    so they are counted with their outcome, listed if long, but not timed."""
     seen = itertools.count()
 
     @functools.wraps(orig)
     def wrapper(to, func, args=None, kwargs=None, timeout=unset_timeout):  # noqa: ANN001 - torch's signature
         if _q is None:
             return orig(to, func, args, kwargs, timeout)
-        if sample_every > 1 and next(seen) % sample_every:
-            try:
-                return orig(to, func, args, kwargs, timeout)
-            except BaseException as exc:  # no handle, so no record of it: counted here
-                failed = _start(kind, to, func, args)
-                if failed is not None:
-                    failed.status = _failure(exc)
-                    _end(failed)
-                raise
+        if watch_every > 1:
+            n = next(seen)
+            if n >= watch_after and n % watch_every:
+                tid = _get_ident()
+                if tid == _sender_tid:
+                    return orig(to, func, args, kwargs, timeout)
+                code, lasti = _caller(2)  # 2: the hook's caller
+                t0 = _time()
+                result = _call_counting_failure(orig, kind, to, func, args, kwargs, timeout)
+                if len(_watched) < MAX_QUEUE:
+                    _watched.append((result, to, func, args, code, lasti, tid, t0))
+                else:  # the sender is far behind: the call goes unrecorded rather than the list unbounded
+                    _drop()
+                return result
+            if _watched:
+                _harvest_done()
+        elif sample_every > 1 and next(seen) % sample_every:
+            return _call_counting_failure(orig, kind, to, func, args, kwargs, timeout)  # the handle's record counts it
         call = _start(kind, to, func, args)
         if call is None:
             return orig(to, func, args, kwargs, timeout)
@@ -202,6 +260,18 @@ def _wrap_async(orig: Any, unset_timeout: float, kind: str, future_of: Any, samp
 
     wrapper._rpcctl_calls = True  # type: ignore[attr-defined]
     return wrapper
+
+
+def _call_counting_failure(orig: Any, kind: str, to: Any, func: Any, args: Any, kwargs: Any, timeout: Any) -> Any:
+    """An untracked call: if it fails before it is sent (no future, no handle), counted here."""
+    try:
+        return orig(to, func, args, kwargs, timeout)
+    except BaseException as exc:
+        failed = _start(kind, to, func, args)
+        if failed is not None:
+            failed.status = _failure(exc)
+            _end(failed)
+        raise
 
 
 def _future(fut: Any) -> Any:
@@ -278,7 +348,8 @@ def install() -> bool:
     _Tensor = torch.Tensor
     _local_invokes = (rref_proxy._local_invoke, rref_proxy._local_invoke_async_execution)
     wrappers = {"rpc_sync": _wrap_rpc_sync(api.rpc_sync, UNSET_RPC_TIMEOUT),
-                "rpc_async": _wrap_async(api.rpc_async, UNSET_RPC_TIMEOUT, "rpc_async", _future),
+                "rpc_async": _wrap_async(api.rpc_async, UNSET_RPC_TIMEOUT, "rpc_async", _future,
+                                         watch_every=ASYNC_SAMPLE, watch_after=ASYNC_TIMED_FIRST),
                 "remote": _wrap_async(api.remote, UNSET_RPC_TIMEOUT, "remote", _creation_future, REMOTE_SAMPLE)}
     for name, wrapped in wrappers.items():
         setattr(api, name, wrapped)
@@ -309,6 +380,8 @@ def after_fork_in_child() -> None:
     _sender_tid = 0
     _pending.clear()
     _done.clear()
+    _watched.clear()
+    _seen_done.clear()
     _serving.clear()
     _summariser = Summariser()
 
@@ -338,8 +411,8 @@ def quantile(hist: dict[int, int], q: float) -> float | None:
     for index in sorted(hist):
         seen += hist[index]
         if seen >= rank:
-            return bucket_seconds(index)
-    return bucket_seconds(max(hist))
+            break
+    return bucket_seconds(index)
 
 
 class Summariser:
@@ -353,6 +426,7 @@ class Summariser:
         self.serving: dict[int, tuple[int, list[Any]]] = {}  # serve id → (thread, entry) listed as long
         self.watching: list[_Ref] = []  # rpc.remote handles alive when first seen
         self.remote_listed: dict[int, int] = {}  # id(handle record) → call id, for those listed
+        self.watched_listed: dict[int, int] = {}  # id(watched rpc_async) → call id, for those listed
         self.next_id = 1
 
     def process(self, now: float, final: bool = False, items: list[Any] = ()) -> list[dict[str, Any]]:
@@ -363,6 +437,8 @@ class Summariser:
         out: list[dict[str, Any]] = []
         if _q is not None:
             self.remotes(items)
+        if _watched or _seen_done:
+            self._harvest(now, out)
         for _ in range(len(_done)):
             call = _done.popleft()
             self._ended(call, out)
@@ -418,6 +494,51 @@ class Summariser:
                 out.append({"e": "call", "id": listed, "kind": "remote", "callee": self._callee(ref.to), "func": self._ref_name(ref),
                             "site": self._site(ref.code, ref.lasti), "thread": ref.tid, "t": ref.t})
         self.watching = still
+
+    def _harvest(self, now: float, out: list[dict[str, Any]]) -> None:
+        """The watched rpc_async calls: counted with their outcome once done, listed once running
+        for LONG_S (ended when seen done, so their end is known within a cycle)."""
+        for _ in range(len(_watched)):
+            try:
+                watched = _watched.popleft()
+            except IndexError:  # the caller's thread took the last one
+                break
+            if watched[0].done():
+                self._count_watched(watched, _outcome(watched[0]), now, out)
+                continue
+            _watched.append(watched)
+            if now - watched[7] >= LONG_S and id(watched) not in self.watched_listed and self.listed < MAX_LISTED:
+                _, to, func, args, code, lasti, tid, t0 = watched
+                method = _proxy_method(func, args)
+                self.listed += 1
+                self.watched_listed[id(watched)] = self.next_id
+                out.append({"e": "call", "id": self.next_id, "kind": "rpc_async", "callee": self._callee(to),
+                            "func": self._func_or_method(func, method), "site": self._site(code, lasti), "thread": tid,
+                            "nbytes": _sent_bytes(func, args, method), "t": t0})
+                self.next_id += 1
+        for _ in range(len(_seen_done)):
+            watched, status, seen = _seen_done.popleft()
+            self._count_watched(watched, status, seen, out)
+
+    def _count_watched(self, watched: tuple[Any, ...], status: str, seen: float, out: list[dict[str, Any]]) -> None:
+        listed = self.watched_listed.pop(id(watched), None)
+        if listed is not None:
+            out.append({"e": "cend", "id": listed, "status": status, "t": seen})
+        _, to, func, args = watched[:4]
+        name = self._func_or_method(func, _proxy_method(func, args))
+        if name.startswith(_TORCH_INTERNAL):
+            return
+        key = (self._callee(to), name, "rpc_async")
+        entry = self.stats.get(key)
+        if entry is None:
+            entry = self.stats[key] = [0, 0, 0, 0.0, 0.0, {}, 0]
+        entry[0] += 1
+        if status == ERROR:
+            entry[1] += 1
+        elif status == TIMEOUT:
+            entry[2] += 1
+        if seen - watched[7] >= LONG_S:  # untimed, but the longest call is known within a cycle
+            entry[4] = max(entry[4], seen - watched[7])
 
     def _ref_name(self, ref: _Ref) -> str:
         target = ref.target
@@ -494,9 +615,12 @@ class Summariser:
         return str(getattr(to, "name", to))
 
     def _name(self, call: _Call) -> str:
-        if call.args is not None:  # an RRef proxy: the caller knows the method, not the type
-            return f"rref.{call.args}"
-        return self._func_name(call.func)
+        return self._func_or_method(call.func, call.args)
+
+    def _func_or_method(self, func: Any, method: str | None) -> str:
+        if method is not None:  # an RRef proxy: the caller knows the method, not the type
+            return f"rref.{method}"
+        return self._func_name(func)
 
     def _func_name(self, func: Any) -> str:
         try:
