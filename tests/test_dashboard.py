@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 from rich.console import Console
 
-from conftest import assert_no_process_left, only_run, rpcctl, start_rpcctl, wait_until
+from conftest import assert_no_process_left, kill_if_running, only_run, rpcctl, start_rpcctl, wait_until
 from rpcctl import inspect
 from rpcctl.telemetry.dashboard import dashboard_panels
 
@@ -110,7 +110,5 @@ def test_the_live_panel_counts_rref_states_as_inspect_rrefs_does(tmp_path, runs_
         out, err = launcher.communicate(timeout=90)
         assert launcher.returncode == 0, (out, err)
     finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.communicate()
+        kill_if_running(launcher)
     assert_no_process_left(run_dir)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_no_process_left, only_run, record, rpcctl, start_rpcctl, wait_until
+from conftest import assert_no_process_left, kill_if_running, only_run, record, rpcctl, start_rpcctl, wait_until
 from rpcctl import watchdog
 
 pytestmark = pytest.mark.timeout(240)
@@ -96,9 +96,7 @@ def _hung(runs_dir: Path, config: Path, *extra: str, before=None) -> tuple[str, 
             before(run_dir, launcher)
         out, err = launcher.communicate(timeout=150)
     finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.communicate()
+        kill_if_running(launcher)
     assert_no_process_left(run_dir)
     return out, err, launcher.returncode, run_dir
 

@@ -21,6 +21,7 @@ import pytest
 
 from conftest import (
     assert_no_process_left,
+    kill_if_running,
     launch_job as launch,
     launch_until_running,
     only_run,
@@ -253,9 +254,7 @@ def test_run_files_are_private_whatever_the_umask(tmp_path, runs_dir, umask):
         flag.write_text("")
         launcher.communicate(timeout=60)
     finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.communicate()
+        kill_if_running(launcher)
     assert launcher.returncode == 1
     done = _modes(run_dir)
     assert "errors/rank-1.json" in done and "launcher.log" in done and "telemetry.db" in done

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import assert_no_process_left, only_run, record, rpcctl, start_rpcctl, wait_until
+from conftest import assert_no_process_left, kill_if_running, only_run, record, rpcctl, start_rpcctl, wait_until
 from rpcctl import inspect
 
 pytestmark = pytest.mark.timeout(150)
@@ -149,9 +149,7 @@ def _launched(config: Path, runs_dir: Path):
     try:
         yield launcher, only_run(runs_dir)
     finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.communicate()
+        kill_if_running(launcher)
 
 
 def _finish(launcher, sync: Path) -> tuple[str, str]:
