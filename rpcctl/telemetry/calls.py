@@ -18,7 +18,7 @@ hook                               hot path
                                    creation future, complete once the owner ran the function);
                                    the others only call through: the RRef hook's record of
                                    the handle (``rrefs.hooks``) counts them, on the sender
-``internal._run_function``         the callee's side: ``_serving[thread] = [udf, start]``
+``internal._run_function``         the callee's side: ``_serving[thread] = (udf, start)``
 ``init_rpc``                       a ``join`` event when it starts (a rank stuck before it
                                    is named by the watchdog), the worker list when it ends
 =================================  ==========================================================
@@ -81,7 +81,7 @@ _pending: dict[int, _Call] = {}  # id(call) → call, for calls in flight
 _done: deque[_Call] = deque()  # ended calls, for the sender
 _watched: deque[tuple[Any, ...]] = deque()  # untimed rpc_async calls: (future, to, func, args, code, lasti, tid, t0)
 _seen_done: deque[tuple[tuple[Any, ...], str, float]] = deque()  # (watched, status, when seen) for the sender
-_serving: dict[int, list[Any]] = {}  # thread ident → [python_udf, started]: what this process runs for others
+_serving: dict[int, tuple[Any, float]] = {}  # thread ident → (python_udf, started): what this process runs for others
 _sender_tid = 0  # the telemetry thread: its own calls (RRef descriptions) are not the job's
 _installed = False
 _local_invokes: tuple[Any, ...] = ()  # rref_proxy's functions behind rref.rpc_sync().method()
@@ -230,7 +230,11 @@ def _wrap_async(orig: Any, unset_timeout: float, kind: str, future_of: Any, samp
                     return orig(to, func, args, kwargs, timeout)
                 code, lasti = _caller(2)  # 2: the hook's caller
                 t0 = _time()
-                result = _call_counting_failure(orig, kind, to, func, args, kwargs, timeout)
+                try:  # inline, not in a helper: a Python call more per call shows in this loop
+                    result = orig(to, func, args, kwargs, timeout)
+                except BaseException as exc:
+                    _count_failure(kind, to, func, args, exc)
+                    raise
                 if len(_watched) < MAX_QUEUE:
                     _watched.append((result, to, func, args, code, lasti, tid, t0))
                 else:  # the sender is far behind: the call goes unrecorded rather than the list unbounded
@@ -238,8 +242,12 @@ def _wrap_async(orig: Any, unset_timeout: float, kind: str, future_of: Any, samp
                 return result
             if _watched:
                 _harvest_done()
-        elif sample_every > 1 and next(seen) % sample_every:
-            return _call_counting_failure(orig, kind, to, func, args, kwargs, timeout)  # the handle's record counts it
+        elif sample_every > 1 and next(seen) % sample_every:  # the handle's record counts it
+            try:
+                return orig(to, func, args, kwargs, timeout)
+            except BaseException as exc:  # no handle, so no record of it: counted here
+                _count_failure(kind, to, func, args, exc)
+                raise
         call = _start(kind, to, func, args)
         if call is None:
             return orig(to, func, args, kwargs, timeout)
@@ -262,16 +270,12 @@ def _wrap_async(orig: Any, unset_timeout: float, kind: str, future_of: Any, samp
     return wrapper
 
 
-def _call_counting_failure(orig: Any, kind: str, to: Any, func: Any, args: Any, kwargs: Any, timeout: Any) -> Any:
-    """An untracked call: if it fails before it is sent (no future, no handle), counted here."""
-    try:
-        return orig(to, func, args, kwargs, timeout)
-    except BaseException as exc:
-        failed = _start(kind, to, func, args)
-        if failed is not None:
-            failed.status = _failure(exc)
-            _end(failed)
-        raise
+def _count_failure(kind: str, to: Any, func: Any, args: Any, exc: BaseException) -> None:
+    """An untracked call that failed before it was sent (no future, no handle): counted here."""
+    failed = _start(kind, to, func, args)
+    if failed is not None:
+        failed.status = _failure(exc)
+        _end(failed)
 
 
 def _future(fut: Any) -> Any:
@@ -288,7 +292,7 @@ def _wrap_run_function(orig: Any) -> Any:
             return orig(python_udf)
         tid = _get_ident()
         previous = _serving.get(tid)
-        _serving[tid] = [python_udf, _time()]
+        _serving[tid] = (python_udf, _time())
         try:
             return orig(python_udf)
         finally:
@@ -423,7 +427,7 @@ class Summariser:
         self.sites: dict[tuple[Any, int], str] = {}
         self.stats: dict[tuple[str, str, str], list[Any]] = {}  # (callee, func, kind) → [n, err, tmo, sum, max, hist]
         self.listed = 0
-        self.serving: dict[int, tuple[int, list[Any]]] = {}  # serve id → (thread, entry) listed as long
+        self.serving: dict[int, tuple[int, tuple[Any, float]]] = {}  # serve id → (thread, entry) listed as long
         self.watching: list[_Ref] = []  # rpc.remote handles alive when first seen
         self.remote_listed: dict[int, int] = {}  # id(handle record) → call id, for those listed
         self.watched_listed: dict[int, int] = {}  # id(watched rpc_async) → call id, for those listed
