@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -43,7 +42,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULT = re.compile(r"RESULT (\{.*\})")
 CALLS = 5000
 
 
@@ -200,7 +198,7 @@ def one_round(ctx: dict, shape: str, first_on: bool, threads: bool = False) -> d
     return totals
 
 
-def workload(shapes: list[str], rounds: int, profile: bool, threads: bool = False) -> None:
+def workload(shapes: list[str], rounds: int, profile: bool, threads: bool, result_path: str) -> None:
     import torch
     import torch.distributed.rpc as rpc
 
@@ -238,7 +236,8 @@ def workload(shapes: list[str], rounds: int, profile: bool, threads: bool = Fals
         else:
             result = {"shapes": result}
         ctx.clear()
-        print("RESULT " + json.dumps(result), flush=True)
+        # A file, not a log line: rpcctl splits a rank's lines past 8 KiB, and --threads makes it longer.
+        Path(result_path).write_text(json.dumps(result))
     rpc.shutdown()
 
 
@@ -281,14 +280,15 @@ def measure(shapes: list[str], rounds: int, profile: bool = False, timeout: floa
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(prefix="rpcctl-telemetry-cost-") as tmp:
+        result = Path(tmp) / "result.json"
+        args += ["--result", str(result)]
         config = Path(tmp) / "job.yaml"
         config.write_text(json.dumps({"name": "telemetry-cost", "script": str(script), "args": args, "nproc_per_node": 2, "timeout": timeout}))
         cmd = [sys.executable, "-m", "rpcctl", "launch", str(config), "--no-live", "--runs-dir", str(Path(tmp) / "runs")]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout + 60)
-    match = RESULT.search(proc.stdout)
-    if proc.returncode != 0 or match is None:
-        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    raw = json.loads(match.group(1))
+        if proc.returncode != 0 or not result.exists():
+            raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        raw = json.loads(result.read_text())
     report = {"rounds": rounds, "blocks_per_side": BLOCKS, "target": 0.97, "shapes": {}}
     for shape in shapes:
         row = raw["shapes"][shape]
@@ -348,13 +348,14 @@ def main() -> None:
     parser.add_argument("--threads", action="store_true", help="also show both ranks' CPU by thread, on and off")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--workload", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     unknown = [s for s in shapes if s not in SHAPES]
     if unknown:
         parser.error(f"unknown shape(s) {', '.join(unknown)}; known: {', '.join(SHAPES)}")
     if args.workload:
-        workload(shapes, args.rounds, args.profile, args.threads)
+        workload(shapes, args.rounds, args.profile, args.threads, args.result)
         return
     if args.only:
         os.environ["RPCCTL_COST_ONLY"] = args.only  # the ranks inherit it
