@@ -394,3 +394,29 @@ def test_rpc_async_calls_past_the_first_are_sampled_for_time_but_all_counted_and
     history = inspect.calls(run_dir, history=True)
     assert sorted((c.kind, c.state) for c in history.pending if c.func == "hold") == [("rpc_async", "ok")] * 2
     assert_no_process_left(run_dir)
+
+
+def test_a_caller_far_ahead_of_the_sender_counts_the_watched_calls_done_itself():
+    """Once HARVEST_AT untimed rpc_async calls are waiting (a sender that cannot keep up), the
+    caller's thread takes those done, oldest first up to the first still running, with their
+    outcome, and lets their futures go. Real torch futures, completed by hand (no RPC needed)."""
+    torch = pytest.importorskip("torch")
+    futures = [torch.futures.Future() for _ in range(tracking.HARVEST_AT)]
+    for i, future in enumerate(futures[:-2]):
+        if i % 10 == 3:
+            future.set_exception(ValueError("boom"))
+        else:
+            future.set_result(i)
+    futures[-1].set_result(-1)  # done, but behind one still running: left for the sender
+    watched = [(future, "worker1", test_a_caller_far_ahead_of_the_sender_counts_the_watched_calls_done_itself, (), None, 0, 1, 0.0)
+               for future in futures]
+    tracking._watched.extend(watched)
+    try:
+        tracking._harvest_done()
+        seen = list(tracking._seen_done)
+        assert [entry for entry, _, _ in seen] == watched[:-2]
+        assert [status for _, status, _ in seen] == ["error" if i % 10 == 3 else "ok" for i in range(len(futures) - 2)]
+        assert list(tracking._watched) == watched[-2:]
+    finally:
+        tracking._watched.clear()
+        tracking._seen_done.clear()

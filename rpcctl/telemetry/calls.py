@@ -26,10 +26,10 @@ hook                               hot path
 Why not a done-callback on every rpc_async future: torch runs it on an RPC thread that takes
 the GIL a second time for it (after unpickling the result), and that cost rank 0's RPC threads
 ~15-30 µs of CPU per call at 64 in flight (``benchmarks/telemetry_cost.py --threads``), a tenth
-of a loopback call. A watched future is looked at instead: by the caller's thread at each timed
-call (from the oldest, up to the first still running) and by the sender every cycle. The price:
-a future the job has dropped stays alive (with its value) until it is seen done, at most one
-sender cycle (0.1 s) later.
+of a loopback call. A watched future is looked at instead, by the sender every cycle (and by the
+caller's thread once ``HARVEST_AT`` are waiting: a sender that cannot keep up). The price: a
+future the job has dropped stays alive (with its value) until it is seen done, one sender cycle
+(0.1 s) later at most while the sender keeps up.
 
 Everything else happens on the telemetry sender thread (``Summariser.process``, every 0.1 s):
 ended calls, and the ``rpc.remote`` handles the RRef hook queued, are counted per (callee, function, kind) into a log-scale histogram (``cstat``
@@ -65,6 +65,7 @@ from rpcctl.telemetry.rrefs.sender import Tracker, _qualname as qualname
 REMOTE_SAMPLE = 16  # rpc.remote: one call in 16 is timed (all are counted, from the RRef hook's records)
 ASYNC_TIMED_FIRST = 100  # rpc_async: the first 100 calls of a process are timed, then one in ASYNC_SAMPLE
 ASYNC_SAMPLE = 16
+HARVEST_AT = 1024  # watched rpc_async calls waiting: the caller's thread then counts those done itself
 LONG_S = 1.0  # calls (and served functions) running this long are listed one by one
 MAX_LISTED = 100_000  # per process: beyond this, long calls are only counted
 HIST_BUCKETS_PER_OCTAVE = 4  # duration histogram: bucket b covers 2**(b/4) µs onwards
@@ -159,8 +160,8 @@ def _outcome(fut: Any) -> str:
 
 
 def _harvest_done() -> None:
-    """The caller's thread, at a timed rpc_async call: the watched calls done, from the oldest up
-    to the first still running, go to the sender (so a dropped future is let go soon)."""
+    """The caller's thread, when HARVEST_AT calls are watched: those done, from the oldest up to
+    the first still running, go to the sender, so the futures the job dropped are let go."""
     while _watched:
         try:
             watched = _watched.popleft()
@@ -235,13 +236,13 @@ def _wrap_async(orig: Any, unset_timeout: float, kind: str, future_of: Any, samp
                 except BaseException as exc:
                     _count_failure(kind, to, func, args, exc)
                     raise
+                if len(_watched) >= HARVEST_AT:
+                    _harvest_done()
                 if len(_watched) < MAX_QUEUE:
                     _watched.append((result, to, func, args, code, lasti, tid, t0))
                 else:  # the sender is far behind: the call goes unrecorded rather than the list unbounded
                     _drop()
                 return result
-            if _watched:
-                _harvest_done()
         elif sample_every > 1 and next(seen) % sample_every:  # the handle's record counts it
             try:
                 return orig(to, func, args, kwargs, timeout)
