@@ -420,3 +420,49 @@ def test_a_caller_far_ahead_of_the_sender_counts_the_watched_calls_done_itself()
     finally:
         tracking._watched.clear()
         tracking._seen_done.clear()
+
+
+BACK_TO_BACK = textwrap.dedent(
+    '''
+    import os, time
+
+    import torch
+    import torch.distributed.rpc as rpc
+
+
+    def short():
+        time.sleep(0.05)
+
+
+    def long():
+        time.sleep(1.6)
+
+
+    rank = int(os.environ["RANK"])
+    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
+    if rank == 0:
+        end = time.monotonic() + 2.5
+        while time.monotonic() < end:  # 32 at a time: each of the callee's threads busy back to back
+            torch.futures.wait_all([rpc.rpc_async("worker1", short) for _ in range(32)])
+        rpc.rpc_sync("worker1", long)
+    rpc.shutdown()
+    '''
+)
+
+
+def test_the_callee_lists_a_function_served_for_long_not_short_ones_back_to_back(tmp_path, runs_dir):
+    """The callee's view comes from its threads' stacks (no hook on its hot path): a call is the
+    frame of torch's _run_function that runs it, so short calls back to back on one thread are
+    not taken for one long one, while a long call is listed, for its caller, and ended."""
+    (tmp_path / "back.py").write_text(BACK_TO_BACK)
+    config = tmp_path / "back.yaml"
+    config.write_text("script: back.py\nnproc_per_node: 2\ntimeout: 120\n")
+    result = rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir), timeout=150)
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run(runs_dir)
+    history = inspect.calls(run_dir, history=True)
+    served = [(s.worker, s.func, s.caller, s.state) for s in history.serving]
+    assert served == [("worker1", "long", "worker0", "done")], served
+    short = next(s for s in history.summary if s.func == "short")
+    assert short.count >= 32 * 10 and short.max_s < tracking.LONG_S, short
+    assert_no_process_left(run_dir)

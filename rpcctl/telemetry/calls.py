@@ -2,8 +2,8 @@
 process is running for others right now.
 
 Hooks (installed when torch is imported, before ``init_rpc``: torch's RPC handler captures
-``api.rpc_sync`` / ``rpc_async`` / ``remote`` and ``internal._run_function`` then, so RRef proxy
-calls, ``rref.rpc_sync().method()``, go through them too):
+``api.rpc_sync`` / ``rpc_async`` / ``remote`` then, so RRef proxy calls,
+``rref.rpc_sync().method()``, go through them too):
 
 =================================  ==========================================================
 hook                               hot path
@@ -18,7 +18,6 @@ hook                               hot path
                                    creation future, complete once the owner ran the function);
                                    the others only call through: the RRef hook's record of
                                    the handle (``rrefs.hooks``) counts them, on the sender
-``internal._run_function``         the callee's side: ``_serving[thread] = (udf, start)``
 ``init_rpc``                       a ``join`` event when it starts (a rank stuck before it
                                    is named by the watchdog), the worker list when it ends
 =================================  ==========================================================
@@ -30,6 +29,13 @@ of a loopback call. A watched future is looked at instead, by the sender every c
 caller's thread once ``HARVEST_AT`` are waiting: a sender that cannot keep up). The price: a
 future the job has dropped stays alive (with its value) until it is seen done, one sender cycle
 (0.1 s) later at most while the sender keeps up.
+
+The callee's side has no hook: the sender looks at every thread's stack each cycle
+(``sys._current_frames``) for a frame of torch's ``internal._run_function`` (what runs a Python
+function for an incoming call), and lists one running for ``LONG_S`` with its function, from
+when it was first seen (up to a cycle late). A hook there cost the callee's RPC threads 3-12 µs
+of CPU per call (``benchmarks/telemetry_cost.py --threads``); the look costs the sender a few µs
+per thread per cycle, whatever the call rate.
 
 Everything else happens on the telemetry sender thread (``Summariser.process``, every 0.1 s):
 ended calls, and the ``rpc.remote`` handles the RRef hook queued, are counted per (callee, function, kind) into a log-scale histogram (``cstat``
@@ -82,7 +88,8 @@ _pending: dict[int, _Call] = {}  # id(call) → call, for calls in flight
 _done: deque[_Call] = deque()  # ended calls, for the sender
 _watched: deque[tuple[Any, ...]] = deque()  # untimed rpc_async calls: (future, to, func, args, code, lasti, tid, t0)
 _seen_done: deque[tuple[tuple[Any, ...], str, float]] = deque()  # (watched, status, when seen) for the sender
-_serving: dict[int, tuple[Any, float]] = {}  # thread ident → (python_udf, started): what this process runs for others
+_run_function_code: Any = None  # torch's internal._run_function: a thread in it serves a call
+MAX_FRAMES_LOOKED_AT = 256  # per thread and cycle, looking for _run_function
 _sender_tid = 0  # the telemetry thread: its own calls (RRef descriptions) are not the job's
 _installed = False
 _local_invokes: tuple[Any, ...] = ()  # rref_proxy's functions behind rref.rpc_sync().method()
@@ -287,25 +294,6 @@ def _creation_future(rref: Any) -> Any:
     return rref._get_future()
 
 
-def _wrap_run_function(orig: Any) -> Any:
-    def _run_function(python_udf):  # noqa: ANN001 - called by torch's C++ RPC handler only
-        if _q is None:
-            return orig(python_udf)
-        tid = _get_ident()
-        previous = _serving.get(tid)
-        _serving[tid] = (python_udf, _time())
-        try:
-            return orig(python_udf)
-        finally:
-            if previous is None:
-                _serving.pop(tid, None)
-            else:
-                _serving[tid] = previous
-
-    _run_function._rpcctl_calls = True  # type: ignore[attr-defined]
-    return _run_function
-
-
 def _wrap_init_rpc(orig: Any) -> Any:
     @functools.wraps(orig)
     def init_rpc(*args: Any, **kwargs: Any) -> Any:
@@ -330,7 +318,7 @@ def _wrap_init_rpc(orig: Any) -> Any:
 def install() -> bool:
     """Wrap torch.distributed.rpc's call paths (idempotent). Call before ``rrefs.install()``: its
     wrappers then sit outside these, and it sees ``rpc.remote`` as not yet wrapped by itself."""
-    global _installed, _local_invokes, _Tensor
+    global _installed, _local_invokes, _Tensor, _run_function_code
     if _installed:
         return True
     import torch.distributed as dist
@@ -344,6 +332,7 @@ def install() -> bool:
     from torch.distributed.rpc import api, internal, rref_proxy
     from torch.distributed.rpc.constants import UNSET_RPC_TIMEOUT
 
+    _run_function_code = getattr(internal._run_function, "__code__", None)
     if getattr(api.rpc_sync, "_rpcctl_calls", False):
         _installed = True
         return True
@@ -361,7 +350,6 @@ def install() -> bool:
         setattr(rpc, name, wrapped)
     # rref_proxy tells rref.rpc_async() from the blocking proxies by identity with this name.
     rref_proxy.rpc_async = api.rpc_async
-    internal._run_function = _wrap_run_function(internal._run_function)
     rpc.init_rpc = _wrap_init_rpc(rpc.init_rpc)
     _installed = True
     return True
@@ -387,7 +375,6 @@ def after_fork_in_child() -> None:
     _done.clear()
     _watched.clear()
     _seen_done.clear()
-    _serving.clear()
     _summariser = Summariser()
 
 
@@ -428,7 +415,7 @@ class Summariser:
         self.sites: dict[tuple[Any, int], str] = {}
         self.stats: dict[tuple[str, str, str], list[Any]] = {}  # (callee, func, kind) → [n, err, tmo, sum, max, hist]
         self.listed = 0
-        self.serving: dict[int, tuple[int, tuple[Any, float]]] = {}  # serve id → (thread, entry) listed as long
+        self.running: dict[int, list[Any]] = {}  # thread → [its _run_function frame, first seen, serve id or 0]
         self.watching: list[_Ref] = []  # rpc.remote handles alive when first seen
         self.remote_listed: dict[int, int] = {}  # id(handle record) → call id, for those listed
         self.watched_listed: dict[int, int] = {}  # id(watched rpc_async) → call id, for those listed
@@ -594,23 +581,41 @@ class Summariser:
                     "site": self._site(call.code, call.lasti), "thread": call.tid, "nbytes": call.nbytes, "t": call.t0})
 
     def _serving(self, now: float, out: list[dict[str, Any]]) -> None:
-        listed = {id(entry) for _, entry in self.serving.values()}
-        for tid, entry in list(_serving.items()):
-            if id(entry) in listed or now - entry[1] < LONG_S or len(self.serving) >= 10_000:
+        """What this process runs for others: a thread whose stack holds a frame of torch's
+        ``_run_function`` serves a call; one served for LONG_S is listed (``srv``) until it is
+        over (``send``: when this frame is no longer on that thread's stack). The frame is held
+        from one cycle to the next (so its identity is its own; a call that ended is let go then)."""
+        code = _run_function_code
+        if code is None:
+            return
+        me, main = _get_ident(), threading.main_thread().ident
+        running: dict[int, list[Any]] = {}
+        for tid, frame in sys._current_frames().items():
+            if tid == me or tid == main:  # the sender; the main thread serves no call
                 continue
-            udf = entry[0]
-            name = _udf_name(udf)
-            if name is None:
+            for _ in range(MAX_FRAMES_LOOKED_AT):
+                if frame is None or frame.f_code is code:
+                    break
+                frame = frame.f_back
+            if frame is None or frame.f_code is not code:
                 continue
-            serve_id = self.next_id
-            self.next_id += 1
-            self.serving[serve_id] = (tid, entry)
-            out.append({"e": "srv", "id": serve_id, "thread": tid, "func": name, "nbytes": _tensor_bytes(udf), "t": entry[1]})
-        for serve_id, (tid, entry) in list(self.serving.items()):
-            current = _serving.get(tid)
-            if current is not entry:  # over (the hot path only removes it: the end is seen here)
-                del self.serving[serve_id]
-                out.append({"e": "send", "id": serve_id, "t": now})
+            entry = self.running.get(tid)
+            if entry is None or entry[0] is not frame:
+                entry = [frame, now, 0]
+            running[tid] = entry
+            if not entry[2] and now - entry[1] >= LONG_S and self.listed < MAX_LISTED:
+                udf = frame.f_locals.get("python_udf")  # read once, as it is listed
+                name = _udf_name(udf)
+                entry[2] = -1 if name is None else self.next_id  # -1: not the job's (rpcctl's own describe)
+                if name is not None:
+                    self.listed += 1
+                    self.next_id += 1
+                    out.append({"e": "srv", "id": entry[2], "thread": tid, "func": name, "nbytes": _tensor_bytes(udf), "t": entry[1]})
+            del frame
+        for tid, entry in self.running.items():
+            if running.get(tid) is not entry and entry[2] > 0:
+                out.append({"e": "send", "id": entry[2], "t": now})
+        self.running = running
 
     def _callee(self, to: Any) -> str:
         if type(to) is str:
