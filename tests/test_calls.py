@@ -82,6 +82,15 @@ def _line(text: str) -> int:
     return next(i for i, line in enumerate(SCRIPT.splitlines(), 1) if text in line)
 
 
+def _timed_of(n: int, first: int, every: int) -> int:
+    """How many of a kind's first n calls in a process are timed: the first ``first``, then one in ``every``."""
+    return min(n, first) + len(range(first, n, every))
+
+
+# In a job script: a process's first rpc.remote calls, all timed, so the next are sampled.
+WARM_UP = f"[rpc.remote('worker1', warm).to_here() for _ in range({tracking.REMOTE_TIMED_FIRST})]"
+
+
 def _start_synced(tmp_path, runs_dir, script: str, name: str = "calls_job"):
     """Launch ``script`` on 2 ranks with a directory of sync files as its argument."""
     sync = tmp_path / "sync"
@@ -141,7 +150,8 @@ def test_a_live_job_shows_its_calls_in_flight_the_summary_and_the_callee_view(tm
         assert (summary[("boom", "rpc_sync")].count, summary[("boom", "rpc_sync")].errors) == (1, 1)
         add = summary[("add", "rpc_sync")]
         assert 0 < add.p50_s <= add.p99_s <= add.max_s and add.errors == 0 and add.pending == 0
-        assert add.timed == 300 and summary[("add", "remote")].timed == len(range(0, 20, tracking.REMOTE_SAMPLE))
+        remote_timed = _timed_of(20, tracking.REMOTE_TIMED_FIRST, tracking.REMOTE_SAMPLE)  # its first 20 remote calls
+        assert add.timed == 300 and summary[("add", "remote")].timed == remote_timed
         assert summary[("PS.hold", "rpc_sync")].pending == 1  # not ended: not counted yet, named by its owner
         assert not any(s.func.startswith("torch.distributed.rpc.") for s in report.summary)  # torch's own protocol
 
@@ -178,20 +188,25 @@ HELD_TO_THE_END = textwrap.dedent(
         return a + b
 
 
+    def warm():
+        return 0
+
+
     rank = int(os.environ["RANK"])
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
     if rank == 0:
+        WARM_UP
         held = [rpc.remote("worker1", add, args=(i, 1)) for i in range(20)]
         rpc.rpc_sync("worker1", add, args=(0, 0))  # the owner has run them all: their creation is done
     rpc.shutdown()
     '''
-)
+).replace("WARM_UP", WARM_UP)
 
 
 def test_remote_calls_held_to_a_quick_end_are_all_counted(tmp_path, runs_dir):
-    """Only one rpc.remote in REMOTE_SAMPLE is timed; the others are counted when their RRef
-    goes or, after a second, when it is created. RRefs still held at a sub-second shutdown are
-    counted by the last report."""
+    """Past a process's first REMOTE_TIMED_FIRST, only one rpc.remote in REMOTE_SAMPLE is timed;
+    the others are counted when their RRef goes or, after a second, when it is created. RRefs
+    still held at a sub-second shutdown are counted by the last report."""
     (tmp_path / "held.py").write_text(HELD_TO_THE_END)
     config = tmp_path / "held.yaml"
     config.write_text("script: held.py\nnproc_per_node: 2\ntimeout: 120\n")
@@ -220,10 +235,15 @@ SLOW_REMOTES = textwrap.dedent(
         return 7
 
 
+    def warm():
+        return 0
+
+
     rank = int(os.environ["RANK"])
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
     if rank == 0:
-        first = rpc.remote("worker1", slow_make)  # the timed one of REMOTE_SAMPLE (the first)
+        WARM_UP
+        first = rpc.remote("worker1", slow_make)  # the timed one of REMOTE_SAMPLE (the first past them)
         second = rpc.remote("worker1", slow_make)  # counted from its handle only
         (SYNC / "sent").write_text("1")
         assert first.to_here() + second.to_here() == 14
@@ -233,7 +253,7 @@ SLOW_REMOTES = textwrap.dedent(
             pass
     rpc.shutdown()
     '''
-)
+).replace("WARM_UP", WARM_UP)
 
 
 def test_remote_calls_still_being_created_are_listed_pending_timed_or_not(tmp_path, runs_dir):

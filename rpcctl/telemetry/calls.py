@@ -14,10 +14,11 @@ hook                               hot path
                                    the call's future; the others: one tuple in ``_watched``
                                    (future, callee, function, site, start), counted with their
                                    outcome once seen done, not timed
-``remote``                         one call in ``REMOTE_SAMPLE`` the same (ended by the RRef's
-                                   creation future, complete once the owner ran the function);
-                                   the others only call through: the RRef hook's record of
-                                   the handle (``rrefs.hooks``) counts them, on the sender
+``remote``                         the first ``REMOTE_TIMED_FIRST``, then one in
+                                   ``REMOTE_SAMPLE``, the same (ended by the RRef's creation
+                                   future, complete once the owner ran the function); the
+                                   others only call through: the RRef hook's record of the
+                                   handle (``rrefs.hooks``) counts them, on the sender
 ``init_rpc``                       a ``join`` event when it starts (a rank stuck before it
                                    is named by the watchdog), the worker list when it ends
 =================================  ==========================================================
@@ -68,9 +69,11 @@ from rpcctl.telemetry.rrefs import hooks
 from rpcctl.telemetry.rrefs.hooks import _Ref, caller as _caller
 from rpcctl.telemetry.rrefs.sender import Tracker, _qualname as qualname
 
-REMOTE_SAMPLE = 16  # rpc.remote: one call in 16 is timed (all are counted, from the RRef hook's records)
-ASYNC_TIMED_FIRST = 100  # rpc_async: the first 100 calls of a process are timed, then one in ASYNC_SAMPLE
-ASYNC_SAMPLE = 16
+# The first calls of a kind in a process are timed, then one in SAMPLE: a timed rpc.remote
+# (its creation future and a done-callback on it) cost the job ~70 µs of CPU here, a timed
+# rpc_async ~20 µs; every call is counted either way (benchmarks/telemetry_cost.py --threads).
+REMOTE_TIMED_FIRST, REMOTE_SAMPLE = 100, 64  # the others are counted from the RRef hook's records
+ASYNC_TIMED_FIRST, ASYNC_SAMPLE = 100, 16  # the others are watched (``_watched``)
 HARVEST_AT = 1024  # watched rpc_async calls waiting: the caller's thread then counts those done itself
 LONG_S = 1.0  # calls (and served functions) running this long are listed one by one
 MAX_LISTED = 100_000  # per process: beyond this, long calls are only counted
@@ -213,26 +216,26 @@ def _wrap_rpc_sync(orig: Any, unset_timeout: float) -> Any:
 
 
 def _wrap_async(orig: Any, unset_timeout: float, kind: str, future_of: Any, sample_every: int = 1,
-                watch_every: int = 1, watch_after: int = 0) -> Any:
+                timed_first: int = 0, watch: bool = False) -> Any:
     """rpc_async and remote: the call ends when ``future_of(result)`` completes (remote: the
     RRef's creation future, complete once the owner ran the function). ``sample_every``: only
     one call in that many is tracked here (for remote, ``rref._get_future()`` and the callback
-    cost ~18 µs, a fifth of a loopback rpc.remote); the others call straight through, but for
-    a failure, and the sender counts them from the RRef hook's record of their handle
-    (``Summariser.remotes``), and lists those still pending after ``LONG_S``. A sampled one is
-    timed here and counted there (``counted``: False), so no call is counted twice.
-    ``watch_every`` (rpc_async): after the first ``watch_after`` calls, only one in that many
-    is timed by a done-callback; the others' futures are kept in ``_watched`` until seen done,
-    so they are counted with their outcome, listed if long, but not timed."""
+    cost ~18 µs, a fifth of a loopback rpc.remote), after the first ``timed_first``. For
+    remote, the others call straight through, but for a failure, and the sender counts them
+    from the RRef hook's record of their handle (``Summariser.remotes``), and lists those still
+    pending after ``LONG_S``; a sampled one is timed here and counted there (``counted``:
+    False), so no call is counted twice. With ``watch`` (rpc_async), the others' futures are
+    kept in ``_watched`` until seen done, so they are counted with their outcome, listed if
+    long, but not timed."""
     seen = itertools.count()
 
     @functools.wraps(orig)
     def wrapper(to, func, args=None, kwargs=None, timeout=unset_timeout):  # noqa: ANN001 - torch's signature
         if _q is None:
             return orig(to, func, args, kwargs, timeout)
-        if watch_every > 1:
-            n = next(seen)
-            if n >= watch_after and n % watch_every:
+        n = next(seen)
+        if n >= timed_first and (n - timed_first) % sample_every:
+            if watch:
                 tid = _get_ident()
                 if tid == _sender_tid:
                     return orig(to, func, args, kwargs, timeout)
@@ -250,8 +253,7 @@ def _wrap_async(orig: Any, unset_timeout: float, kind: str, future_of: Any, samp
                 else:  # the sender is far behind: the call goes unrecorded rather than the list unbounded
                     _drop()
                 return result
-        elif sample_every > 1 and next(seen) % sample_every:  # the handle's record counts it
-            try:
+            try:  # the handle's record counts it
                 return orig(to, func, args, kwargs, timeout)
             except BaseException as exc:  # no handle, so no record of it: counted here
                 _count_failure(kind, to, func, args, exc)
@@ -265,7 +267,7 @@ def _wrap_async(orig: Any, unset_timeout: float, kind: str, future_of: Any, samp
             call.status = _failure(exc)
             _end(call)
             raise
-        if sample_every > 1:
+        if kind == "remote":
             call.counted = False  # its handle's record counts it
         try:
             future_of(result).add_done_callback(call.finish)
@@ -342,9 +344,10 @@ def install() -> bool:
     _Tensor = torch.Tensor
     _local_invokes = (rref_proxy._local_invoke, rref_proxy._local_invoke_async_execution)
     wrappers = {"rpc_sync": _wrap_rpc_sync(api.rpc_sync, UNSET_RPC_TIMEOUT),
-                "rpc_async": _wrap_async(api.rpc_async, UNSET_RPC_TIMEOUT, "rpc_async", _future,
-                                         watch_every=ASYNC_SAMPLE, watch_after=ASYNC_TIMED_FIRST),
-                "remote": _wrap_async(api.remote, UNSET_RPC_TIMEOUT, "remote", _creation_future, REMOTE_SAMPLE)}
+                "rpc_async": _wrap_async(api.rpc_async, UNSET_RPC_TIMEOUT, "rpc_async", _future, ASYNC_SAMPLE,
+                                         ASYNC_TIMED_FIRST, watch=True),
+                "remote": _wrap_async(api.remote, UNSET_RPC_TIMEOUT, "remote", _creation_future, REMOTE_SAMPLE,
+                                      REMOTE_TIMED_FIRST)}
     for name, wrapped in wrappers.items():
         setattr(api, name, wrapped)
         setattr(rpc, name, wrapped)
