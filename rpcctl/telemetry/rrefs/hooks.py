@@ -92,15 +92,17 @@ class _Ref(weakref.ref):
     """A weak reference to an RRef handle that carries what the hook saw: one object per event
     (a tuple beside it would double the garbage-collected allocations on the hot path, and
     trigger collections a plain torch RPC loop never does). Queued when the handle is made, and
-    queued again, by its callback, when the handle dies."""
+    queued again when it dies if the sender reported it (``_released``, by a second weak
+    reference the sender makes then: most handles die before, and a callback on every one cost
+    the caller a call from C each)."""
 
     __slots__ = ("kind", "to", "func", "target", "code", "lasti", "data", "t", "released", "seen", "tid", "oid")
 
 
-def _released(ref: _Ref) -> None:
+def _released(ref: _Ref, _watcher: Any = None) -> None:
     # Only a handle the sender reported (seen == 1) needs its release queued: one it has not
     # reached yet it will find dead (and count as short-lived). Most handles die that young,
-    # so this spares most of them a timestamp and a second trip through the queue.
+    # so the sender watches only those it reported (``Tracker._report``).
     q = _q
     if q is not None and ref.seen == 1:
         ref.released = _time()
@@ -150,7 +152,7 @@ def _wrap_remote(orig: Any, unset_timeout: float) -> Any:
         q = _q
         if q is not None:
             if len(q) < MAX_QUEUE:
-                ref = _Ref(rref, _released)
+                ref = _Ref(rref)
                 ref.kind, ref.to, ref.func, ref.t, ref.seen, ref.tid, ref.oid = "r", to, func, _time(), 0, _get_ident(), id(rref)
                 ref.code, ref.lasti = _caller()
                 # rref.remote().method(): remember the target RRef (weakly) and the method name
@@ -170,7 +172,7 @@ def _wrap_rref_init(orig: Any) -> Any:
         q = _q
         if q is not None:
             if len(q) < MAX_QUEUE:
-                ref = _Ref(self, _released)
+                ref = _Ref(self)
                 ref.kind, ref.t, ref.seen, ref.oid = "l", _time(), 0, id(self)
                 ref.code, ref.lasti = _caller()
                 # Its id now: an RRef(value) handed out at once (parameter RRefs) is gone by the
@@ -190,7 +192,7 @@ def _wrap_receiver(orig: Any) -> Any:
         q = _q
         if q is not None and not rref.is_owner():  # the owner getting its own RRef back is no fork
             if len(q) < MAX_QUEUE:
-                ref = _Ref(rref, _released)
+                ref = _Ref(rref)
                 ref.kind, ref.data, ref.t, ref.seen, ref.oid = "f", rref_fork_data, _time(), 0, id(rref)
                 q.append(ref)
             else:

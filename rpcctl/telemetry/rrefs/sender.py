@@ -10,6 +10,7 @@ worker's sends use too.
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import threading
 import time
@@ -63,7 +64,7 @@ class Tracker:
         self.rank: int | None = None
         self.workers: dict[int, str] = {}
         self.ranks_by_name: dict[str, int] = {}
-        self.sent: dict[int, tuple[weakref.ref, str, str]] = {}  # id(weakref) → (weakref, rref id, fork id)
+        self.sent: dict[int, tuple[_Ref, str, str, weakref.ref]] = {}  # id(_Ref) → (it, rref id, fork id, its release watcher)
         self.unconfirmed: dict[int, tuple[weakref.ref, str, str | None]] = {}  # … (weakref, rref id, owner)
         self.values: dict[int, tuple[weakref.ref, str]] = {}  # id(weakref of a value we own) → (weakref, rref id)
         self.to_describe: dict[str, collections.deque[weakref.ref]] = {}  # owner → confirmed RRefs to describe
@@ -166,7 +167,7 @@ class Tracker:
         one in use. The handles still in ``sent`` are those alive then: a release queued before
         shutdown was taken before this item; one after it (the script's end frees its locals
         before the sender's next cycle) is taken after."""
-        for ref, rref_id, fork_id in self.sent.values():
+        for ref, rref_id, fork_id, _ in self.sent.values():
             used = uses.get(ref.oid)
             if used is not None:
                 self.pending_events.append({"e": "used", "id": rref_id, "fork": fork_id, "t": used})
@@ -207,8 +208,7 @@ class Tracker:
         confirmed = rref.confirmed_by_owner()
         rref_id = f"{ids[0][0]}:{ids[0][1]}"
         fork_id = f"{ids[1][0]}:{ids[1][1]}" if len(ids) > 1 else ""
-        self.sent[id(ref)] = (ref, rref_id, fork_id)
-        ref.seen = 1
+        self._report(ref, rref, rref_id, fork_id)
         event = {"e": "rref", "id": rref_id, "fork": fork_id, "owner": owner, "owner_rank": owner_rank, "kind": "remote",
                  "callee": callee, "site": site, "confirmed": confirmed, "t": t}
         if confirmed:
@@ -217,6 +217,12 @@ class Tracker:
             self.unconfirmed[id(ref)] = (ref, rref_id, owner)
         del rref
         return event
+
+    def _report(self, ref: _Ref, rref: Any, rref_id: str, fork_id: str) -> None:
+        """A handle reported (``rref``: held by the caller, so it cannot die in between): from
+        now on its death is queued (``hooks._released``, by a weak reference with a callback)."""
+        self.sent[id(ref)] = (ref, rref_id, fork_id, weakref.ref(rref, functools.partial(hooks._released, ref)))
+        ref.seen = 1
 
     def _describe(self, rref: Any, owner: str | None, rref_id: str, out: list | None, t: float) -> None:
         """Describe a confirmed RRef's value: here if we own it, else batched to its owner."""
@@ -282,8 +288,7 @@ class Tracker:
             rref_id = f"{ids[0][0]}:{ids[0][1]}"
         value = hooks.local_value(rref)
         description = describe(value)
-        self.sent[id(ref)] = (ref, rref_id, "")
-        ref.seen = 1
+        self._report(ref, rref, rref_id, "")
         watched = self._watch_value(value, rref_id)
         del rref, value
         return {"e": "rref", "id": rref_id, "fork": "", "owner": self.name, "owner_rank": self.rank, "kind": "local",
@@ -296,8 +301,7 @@ class Tracker:
             return None
         owner_rank, rref_on, rref_local, fork_on, fork_local = (int(x) for x in data[:5])
         rref_id, fork_id = f"{rref_on}:{rref_local}", f"{fork_on}:{fork_local}"
-        self.sent[id(ref)] = (ref, rref_id, fork_id)
-        ref.seen = 1
+        self._report(ref, rref, rref_id, fork_id)
         type_name = data[6] if len(data) > 6 and isinstance(data[6], str) else None
         if type_name and "." in type_name:
             type_name = type_name.rsplit(".", 1)[1]
