@@ -1,7 +1,7 @@
 """What rpcctl's telemetry costs a job, measured in pairs: hooks on and hooks off, in the same
 ranks of one ``rpcctl launch``, interleaved over several rounds.
 
-    python benchmarks/telemetry_cost.py                      # 5 rounds of every shape, ~2 min
+    python benchmarks/telemetry_cost.py                      # 9 rounds of every shape, ~4 min
     python benchmarks/telemetry_cost.py --rounds 9 --json
     python benchmarks/telemetry_cost.py --shapes remote-churn --profile   # where the hooks' time goes
     python benchmarks/telemetry_cost.py --only calls     # one family of hooks (rrefs | calls) on and off
@@ -164,9 +164,35 @@ def thread_cpu() -> dict[str, float]:
     return groups
 
 
+_GC = {"n": [0, 0, 0], "s": [0.0, 0.0, 0.0], "t0": 0.0}  # this process's collections by generation: count, seconds
+
+
+def _count_collection(phase: str, info: dict) -> None:
+    if phase == "start":
+        _GC["t0"] = time.perf_counter()
+    else:
+        _GC["n"][info["generation"]] += 1
+        _GC["s"][info["generation"]] += time.perf_counter() - _GC["t0"]
+
+
+def thread_cpu_and_gc() -> dict[str, float]:
+    """thread_cpu, and the garbage collector's collections and seconds by generation so far
+    ("gc gen2 n", "gc gen2 s"...): telemetry's objects living until the sender takes them can
+    make a job collect more often."""
+    import gc
+
+    if _count_collection not in gc.callbacks:
+        gc.callbacks.append(_count_collection)
+    out = thread_cpu()
+    for g in range(3):
+        out[f"gc gen{g} n"] = float(_GC["n"][g])
+        out[f"gc gen{g} s"] = _GC["s"][g]
+    return out
+
+
 def _both_threads(ctx: dict) -> dict[str, float]:
-    mine = {f"rank0 {k}": v for k, v in thread_cpu().items()}
-    theirs = ctx["rpc"].rpc_sync("worker1", thread_cpu)
+    mine = {f"rank0 {k}": v for k, v in thread_cpu_and_gc().items()}
+    theirs = ctx["rpc"].rpc_sync("worker1", thread_cpu_and_gc)
     return mine | {f"rank1 {k}": v for k, v in theirs.items()}
 
 
@@ -309,7 +335,9 @@ def measure(shapes: list[str], rounds: int, profile: bool = False, timeout: floa
             groups = {g: {side: (c[side][0] / c[side][1] * 1e6 if c[side][1] else 0.0) for side in ("on", "off")}
                       for g, c in row["threads"].items()}
             report["shapes"][shape]["thread_cpu_us_per_op"] = dict(
-                sorted(groups.items(), key=lambda item: item[1]["off"] - item[1]["on"]))
+                sorted(((g, c) for g, c in groups.items() if " gc " not in g), key=lambda item: item[1]["off"] - item[1]["on"]))
+            # collections per million operations, and µs of collecting per operation, by rank and generation
+            report["shapes"][shape]["gc"] = {g: c for g, c in groups.items() if " gc " in g and (c["on"] or c["off"])}
     if "profile" in raw:
         report["profile"] = raw["profile"]
     return report
@@ -333,6 +361,9 @@ def render(report: dict) -> str:
             lines.append(f"\n{shape}: CPU by thread, µs per operation on / off (largest extra first)")
             lines.extend(f"  {g:34} {c['on']:8.1f} / {c['off']:<8.1f} {c['on'] - c['off']:+8.1f}"
                          for g, c in list(row["thread_cpu_us_per_op"].items())[:10])
+            if row.get("gc"):
+                lines.append(f"{shape}: garbage collections per million operations (n) and µs per operation collecting (s), on / off")
+                lines.extend(f"  {g:34} {c['on']:8.1f} / {c['off']:<8.1f}" for g, c in row["gc"].items())
     for shape, rows in report.get("profile", {}).items():
         lines.append(f"\n{shape}: telemetry functions by own time (µs per operation; calls per operation)")
         lines.extend(f"  {own:7.2f} µs  {cum:7.2f} µs cumulative  {calls:5.2f}×  {name}" for name, calls, own, cum in rows)
@@ -341,7 +372,7 @@ def render(report: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5, help="on/off pairs per shape (default 5)")
+    parser.add_argument("--rounds", type=int, default=9, help="on/off pairs per shape (default 9: on 2 cores, 5 leave the median ±3%% from run to run)")
     parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma list of: {', '.join(SHAPES)}")
     parser.add_argument("--profile", action="store_true", help="also profile the hooks (cProfile, hooks on)")
     parser.add_argument("--only", choices=("rrefs", "calls"), help="turn only this family of hooks on and off (the others stay on)")
