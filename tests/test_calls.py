@@ -192,11 +192,16 @@ HELD_TO_THE_END = textwrap.dedent(
         return 0
 
 
+    def one():
+        return 1
+
+
     rank = int(os.environ["RANK"])
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
     if rank == 0:
         WARM_UP
         held = [rpc.remote("worker1", add, args=(i, 1)) for i in range(20)]
+        alone = rpc.remote("worker1", one)  # untimed: the only call of its function
         rpc.rpc_sync("worker1", add, args=(0, 0))  # the owner has run them all: their creation is done
     rpc.shutdown()
     '''
@@ -216,6 +221,9 @@ def test_remote_calls_held_to_a_quick_end_are_all_counted(tmp_path, runs_dir):
     remote = next(s for s in document["summary"] if s["kind"] == "remote" and s["func"] == "add")
     assert remote["count"] == 20 and remote["pending"] == 0, remote
     assert remote["timed"] == len(range(0, 20, tracking.REMOTE_SAMPLE)), remote  # what p50/p99 are of
+    alone = next(s for s in document["summary"] if s["func"] == "one")
+    # No duration known: none is shown (it read MAX 0.00 ms)
+    assert (alone["count"], alone["timed"], alone["p50_s"], alone["max_s"], alone["mean_s"]) == (1, 0, None, None, None), alone
     assert_no_process_left(only_run(runs_dir))
 
 

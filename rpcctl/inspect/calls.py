@@ -266,7 +266,9 @@ def _summary(stat_rows: list[Any], pending: list[PendingCall]) -> list[CallSumma
             caller=key[0], callee=key[1], func=key[2], kind=key[3], count=count, timed=timed,
             p50_s=_at_most(tracking.quantile(entry["hist"], 0.5), entry["max"]),
             p99_s=_at_most(tracking.quantile(entry["hist"], 0.99), entry["max"]),
-            max_s=entry["max"] if count else None, mean_s=entry["total"] / timed if timed else None,
+            # None where no call was timed and none was long (an untimed call's duration is not known)
+            max_s=entry["max"] if count and (timed or entry["max"]) else None,
+            mean_s=entry["total"] / timed if timed else None,
             errors=entry["errors"], timeouts=entry["timeouts"], pending=open_calls.get(key, 0),
             mean_sent_bytes=entry["sent"] / timed if timed and entry["sent"] else None))
     out.sort(key=lambda c: (c.caller or "", c.callee, -c.count, c.func))
