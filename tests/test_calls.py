@@ -494,3 +494,42 @@ def test_the_callee_lists_a_function_served_for_long_not_short_ones_back_to_back
     short = next(s for s in history.summary if s.func == "short")
     assert short.count >= 32 * 10 and short.max_s < tracking.LONG_S, short
     assert_no_process_left(run_dir)
+
+
+HELD_THEN_DROPPED = textwrap.dedent(
+    '''
+    import os, time
+
+    import torch.distributed.rpc as rpc
+
+
+    def make():
+        return 7
+
+
+    rank = int(os.environ["RANK"])
+    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
+    if rank == 0:
+        kept = rpc.remote("worker1", make)  # lives past the sender's report (MIN_AGE_S) ...
+        time.sleep(0.6)
+        assert kept.to_here() == 7
+        del kept  # ... then goes before shutdown: its release is queued, and must not count again
+        time.sleep(0.6)
+    rpc.shutdown()
+    '''
+)
+
+
+def test_a_remote_call_whose_handle_was_reported_then_dropped_is_counted_once(tmp_path, runs_dir):
+    """The RRef hook queues a handle's record when it is made and, once reported, again when it
+    dies; the remote call is counted from the first only (the parameter-server example counted
+    each trainer's rpc.remote twice)."""
+    (tmp_path / "dropped.py").write_text(HELD_THEN_DROPPED)
+    config = tmp_path / "dropped.yaml"
+    config.write_text("script: dropped.py\nnproc_per_node: 2\ntimeout: 60\n")
+    result = rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir), timeout=90)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(rpcctl("inspect", "calls", "--json", "--runs-dir", str(runs_dir)).stdout)
+    make = next(s for s in document["summary"] if s["func"] == "make")
+    assert (make["kind"], make["count"], make["timed"]) == ("remote", 1, 1), make
+    assert_no_process_left(only_run(runs_dir))

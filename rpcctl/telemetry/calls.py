@@ -454,8 +454,8 @@ class Summariser:
         listed like a long call (``_watch_remotes``)."""
         stats, watching, name_of, callee_of = self.stats, self.watching, self._ref_name, self._callee
         for item in items:
-            if type(item) is not _Ref or item.kind != "r":
-                continue
+            if type(item) is not _Ref or item.kind != "r" or hasattr(item, "released"):
+                continue  # not a remote handle's first record ("released": the same one queued again as it died)
             name = name_of(item)
             if name.startswith(_TORCH_INTERNAL):
                 continue
