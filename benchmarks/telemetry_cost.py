@@ -370,9 +370,16 @@ def render(report: dict) -> str:
     return "\n".join(lines)
 
 
+def _positive(text: str) -> int:
+    value = int(text) if text.isdigit() else 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=9, help="on/off pairs per shape (default 9: on 2 cores, 5 leave the median ±3%% from run to run)")
+    parser.add_argument("--rounds", type=_positive, default=9, help="on/off pairs per shape (default 9: on 2 cores, 5 leave the median ±3%% from run to run)")
     parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma list of: {', '.join(SHAPES)}")
     parser.add_argument("--profile", action="store_true", help="also profile the hooks (cProfile, hooks on)")
     parser.add_argument("--only", choices=("rrefs", "calls"), help="turn only this family of hooks on and off (the others stay on)")
@@ -384,7 +391,7 @@ def main() -> None:
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     unknown = [s for s in shapes if s not in SHAPES]
     if unknown:
-        parser.error(f"unknown shape(s) {', '.join(unknown)}; known: {', '.join(SHAPES)}")
+        parser.error(f"unknown shape(s) {', '.join(map(repr, unknown))}; known: {', '.join(SHAPES)}")
     if args.workload:
         workload(shapes, args.rounds, args.profile, args.threads, args.result)
         return

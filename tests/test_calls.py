@@ -91,6 +91,15 @@ def _timed_of(n: int, first: int, every: int) -> int:
 WARM_UP = f"[rpc.remote('worker1', warm).to_here() for _ in range({tracking.REMOTE_TIMED_FIRST})]"
 
 
+def _launch_to_end(tmp_path, runs_dir, script: str, name: str) -> None:
+    """Run ``script`` on 2 ranks under `rpcctl launch` to its end, which must be a success."""
+    (tmp_path / f"{name}.py").write_text(script)
+    config = tmp_path / f"{name}.yaml"
+    config.write_text(f"script: {name}.py\nnproc_per_node: 2\ntimeout: 120\n")
+    result = rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir), timeout=150)
+    assert result.returncode == 0, result.stderr
+
+
 def _start_synced(tmp_path, runs_dir, script: str, name: str = "calls_job"):
     """Launch ``script`` on 2 ranks with a directory of sync files as its argument."""
     sync = tmp_path / "sync"
@@ -212,11 +221,7 @@ def test_remote_calls_held_to_a_quick_end_are_all_counted(tmp_path, runs_dir):
     """Past a process's first REMOTE_TIMED_FIRST, only one rpc.remote in REMOTE_SAMPLE is timed;
     the others are counted when their RRef goes or, after a second, when it is created. RRefs
     still held at a sub-second shutdown are counted by the last report."""
-    (tmp_path / "held.py").write_text(HELD_TO_THE_END)
-    config = tmp_path / "held.yaml"
-    config.write_text("script: held.py\nnproc_per_node: 2\ntimeout: 120\n")
-    result = rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir), timeout=150)
-    assert result.returncode == 0, result.stderr
+    _launch_to_end(tmp_path, runs_dir, HELD_TO_THE_END, "held")
     document = json.loads(rpcctl("inspect", "calls", "--json", "--runs-dir", str(runs_dir)).stdout)
     remote = next(s for s in document["summary"] if s["kind"] == "remote" and s["func"] == "add")
     assert remote["count"] == 20 and remote["pending"] == 0, remote
@@ -482,11 +487,7 @@ def test_the_callee_lists_a_function_served_for_long_not_short_ones_back_to_back
     """The callee's view comes from its threads' stacks (no hook on its hot path): a call is the
     frame of torch's _run_function that runs it, so short calls back to back on one thread are
     not taken for one long one, while a long call is listed, for its caller, and ended."""
-    (tmp_path / "back.py").write_text(BACK_TO_BACK)
-    config = tmp_path / "back.yaml"
-    config.write_text("script: back.py\nnproc_per_node: 2\ntimeout: 120\n")
-    result = rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir), timeout=150)
-    assert result.returncode == 0, result.stderr
+    _launch_to_end(tmp_path, runs_dir, BACK_TO_BACK, "back")
     run_dir = only_run(runs_dir)
     history = inspect.calls(run_dir, history=True)
     served = [(s.worker, s.func, s.caller, s.state) for s in history.serving]
@@ -524,11 +525,7 @@ def test_a_remote_call_whose_handle_was_reported_then_dropped_is_counted_once(tm
     """The RRef hook queues a handle's record when it is made and, once reported, again when it
     dies; the remote call is counted from the first only (the parameter-server example counted
     each trainer's rpc.remote twice)."""
-    (tmp_path / "dropped.py").write_text(HELD_THEN_DROPPED)
-    config = tmp_path / "dropped.yaml"
-    config.write_text("script: dropped.py\nnproc_per_node: 2\ntimeout: 60\n")
-    result = rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir), timeout=90)
-    assert result.returncode == 0, result.stderr
+    _launch_to_end(tmp_path, runs_dir, HELD_THEN_DROPPED, "dropped")
     document = json.loads(rpcctl("inspect", "calls", "--json", "--runs-dir", str(runs_dir)).stdout)
     make = next(s for s in document["summary"] if s["func"] == "make")
     assert (make["kind"], make["count"], make["timed"]) == ("remote", 1, 1), make

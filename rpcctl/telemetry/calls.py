@@ -145,7 +145,7 @@ def _start(kind: str, to: Any, func: Any, args: Any) -> _Call | None:
     call.kind, call.to, call.func, call.tid, call.listed, call.counted = kind, to, func, tid, 0, True
     call.args = _proxy_method(func, args)
     call.code, call.lasti = _caller(3)  # 3: this function, the hook, the hook's caller
-    call.nbytes = _sent_bytes(func, args, call.args)
+    call.nbytes = _sent_bytes(args, call.args)
     call.t0 = _time()
     _pending[id(call)] = call
     return call
@@ -156,7 +156,7 @@ def _proxy_method(func: Any, args: Any) -> str | None:
     return args[1] if func in _local_invokes and args and len(args) > 1 else None
 
 
-def _sent_bytes(func: Any, args: Any, method: str | None) -> int | None:
+def _sent_bytes(args: Any, method: str | None) -> int | None:
     sent = (args[2] if len(args) > 2 else None) if method is not None else args
     return _request_bytes(sent) if sent else None
 
@@ -452,7 +452,7 @@ class Summariser:
         """Count every ``rpc.remote`` call from its handle's record (``hooks._Ref``, kind "r"),
         and watch the handles still alive: one whose creation is still pending after LONG_S is
         listed like a long call (``_watch_remotes``)."""
-        stats, watching, name_of, callee_of = self.stats, self.watching, self._ref_name, self._callee
+        watching, name_of, callee_of = self.watching, self._ref_name, self._callee
         for item in items:
             if type(item) is not _Ref or item.kind != "r" or hasattr(item, "released"):
                 continue  # not a remote handle's first record ("released": the same one queued again as it died)
@@ -460,9 +460,7 @@ class Summariser:
             if name.startswith(_TORCH_INTERNAL):
                 continue
             key = (callee_of(item.to), name, "remote")
-            entry = stats.get(key)
-            if entry is None:
-                entry = stats[key] = [0, 0, 0, 0.0, 0.0, {}, 0]
+            entry = self._entry(key)
             entry[0] += 1
             if item() is not None and len(watching) < MAX_QUEUE:
                 watching.append(item)
@@ -490,6 +488,13 @@ class Summariser:
                             "site": self._site(ref.code, ref.lasti), "thread": ref.tid, "t": ref.t})
         self.watching = still
 
+    def _entry(self, key: tuple[str, str, str]) -> list[Any]:
+        """This cycle's counts of (callee, func, kind): [n, err, tmo, sum, max, hist, bytes]."""
+        entry = self.stats.get(key)
+        if entry is None:
+            entry = self.stats[key] = [0, 0, 0, 0.0, 0.0, {}, 0]
+        return entry
+
     def _harvest(self, now: float, out: list[dict[str, Any]]) -> None:
         """The watched rpc_async calls: counted with their outcome once done, listed once running
         for LONG_S (ended when seen done, so their end is known within a cycle)."""
@@ -509,7 +514,7 @@ class Summariser:
                 self.watched_listed[id(watched)] = self.next_id
                 out.append({"e": "call", "id": self.next_id, "kind": "rpc_async", "callee": self._callee(to),
                             "func": self._func_or_method(func, method), "site": self._site(code, lasti), "thread": tid,
-                            "nbytes": _sent_bytes(func, args, method), "t": t0})
+                            "nbytes": _sent_bytes(args, method), "t": t0})
                 self.next_id += 1
         for _ in range(len(_seen_done)):
             watched, status, seen = _seen_done.popleft()
@@ -524,9 +529,7 @@ class Summariser:
         if name.startswith(_TORCH_INTERNAL):
             return
         key = (self._callee(to), name, "rpc_async")
-        entry = self.stats.get(key)
-        if entry is None:
-            entry = self.stats[key] = [0, 0, 0, 0.0, 0.0, {}, 0]
+        entry = self._entry(key)
         entry[0] += 1
         if status == ERROR:
             entry[1] += 1
@@ -557,9 +560,7 @@ class Summariser:
         if name.startswith(_TORCH_INTERNAL):  # torch's own protocol (shutdown's barrier, proxies' type lookups)
             return
         key = (self._callee(call.to), name, call.kind)
-        entry = self.stats.get(key)
-        if entry is None:
-            entry = self.stats[key] = [0, 0, 0, 0.0, 0.0, {}, 0]
+        entry = self._entry(key)
         if call.counted:
             entry[0] += 1
         if call.status == ERROR:
