@@ -64,7 +64,7 @@ def _torch_imported() -> None:
     try:
         from rpcctl.telemetry import calls, rrefs
 
-        calls.install()  # first: rrefs' wrappers go around these
+        calls.install()  # first: rrefs' init_rpc hook goes around this one's (it joins telemetry, which this one then posts to)
         if _join is not None:
             rrefs.set_join(_join)
         rrefs.install()

@@ -14,11 +14,12 @@ hook                               hot path
                                    the call's future; the others: one tuple in ``_watched``
                                    (future, callee, function, site, start), counted with their
                                    outcome once seen done, not timed
-``remote``                         the first ``REMOTE_TIMED_FIRST``, then one in
-                                   ``REMOTE_SAMPLE``, the same (ended by the RRef's creation
-                                   future, complete once the owner ran the function); the
-                                   others only call through: the RRef hook's record of the
-                                   handle (``rrefs.hooks``) counts them, on the sender
+``remote``                         the RRef hook (``rrefs.hooks``: one hook for both) lets
+                                   ``_time_remote`` time the first ``REMOTE_TIMED_FIRST``,
+                                   then one in ``REMOTE_SAMPLE``, the same (ended by the RRef's
+                                   creation future, complete once the owner ran the function);
+                                   the others only call through: the hook's record of the
+                                   handle counts them, on the sender
 ``init_rpc``                       a ``join`` event when it starts (a rank stuck before it
                                    is named by the watchdog), the worker list when it ends
 =================================  ==========================================================
@@ -99,6 +100,7 @@ _local_invokes: tuple[Any, ...] = ()  # rref_proxy's functions behind rref.rpc_s
 _me: str | None = None
 _workers: dict[int, str] = {}
 _dropped = 0
+_remotes_timed = 0  # rpc.remote calls timed in this process
 
 
 class _Call:
@@ -144,7 +146,7 @@ def _start(kind: str, to: Any, func: Any, args: Any) -> _Call | None:
     call = _Call()
     call.kind, call.to, call.func, call.tid, call.listed, call.counted = kind, to, func, tid, 0, True
     call.args = _proxy_method(func, args)
-    call.code, call.lasti = _caller(3)  # 3: this function, the hook, the hook's caller
+    call.code, call.lasti = _caller(3)  # 3: this function, the hook, the hook's caller (or rpcctl's frames, walked past)
     call.nbytes = _sent_bytes(args, call.args)
     call.t0 = _time()
     _pending[id(call)] = call
@@ -195,18 +197,23 @@ def _request_bytes(args: Any) -> int | None:
     return total
 
 
+def _sent(call: _Call, orig: Any, to: Any, func: Any, args: Any, kwargs: Any, timeout: Any) -> Any:
+    """``orig``'s result for a timed call; one that raised is ended with its failure."""
+    try:
+        return orig(to, func, args, kwargs, timeout)
+    except BaseException as exc:
+        call.status = _failure(exc)
+        _end(call)
+        raise
+
+
 def _wrap_rpc_sync(orig: Any, unset_timeout: float) -> Any:
     @functools.wraps(orig)
     def rpc_sync(to, func, args=None, kwargs=None, timeout=unset_timeout):  # noqa: ANN001 - torch's signature
         call = _start("rpc_sync", to, func, args) if _q is not None else None
         if call is None:
             return orig(to, func, args, kwargs, timeout)
-        try:
-            result = orig(to, func, args, kwargs, timeout)
-        except BaseException as exc:
-            call.status = _failure(exc)
-            _end(call)
-            raise
+        result = _sent(call, orig, to, func, args, kwargs, timeout)
         call.status = OK
         _end(call)
         return result
@@ -215,69 +222,68 @@ def _wrap_rpc_sync(orig: Any, unset_timeout: float) -> Any:
     return rpc_sync
 
 
-def _wrap_async(orig: Any, unset_timeout: float, kind: str, future_of: Any, sample_every: int = 1,
-                timed_first: int = 0, watch: bool = False) -> Any:
-    """rpc_async and remote: the call ends when ``future_of(result)`` completes (remote: the
-    RRef's creation future, complete once the owner ran the function). ``sample_every``: only
-    one call in that many is tracked here (for remote, ``rref._get_future()`` and the callback
-    cost ~18 µs, a fifth of a loopback rpc.remote), after the first ``timed_first``. For
-    remote, the others call straight through, but for a failure, and the sender counts them
-    from the RRef hook's record of their handle (``Summariser.remotes``), and lists those still
-    pending after ``LONG_S``; a sampled one is timed here and counted there (``counted``:
-    False), so no call is counted twice. With ``watch`` (rpc_async), the others' futures are
-    kept in ``_watched`` until seen done, so they are counted with their outcome, listed if
-    long, but not timed."""
+def _wrap_rpc_async(orig: Any, unset_timeout: float) -> Any:
+    """rpc_async: the first ``ASYNC_TIMED_FIRST`` calls, then one in ``ASYNC_SAMPLE``, are timed
+    (``_timed_async``); the others' futures are kept in ``_watched`` until seen done, so they
+    are counted with their outcome, listed if long, but not timed."""
     seen = itertools.count()
 
     @functools.wraps(orig)
-    def wrapper(to, func, args=None, kwargs=None, timeout=unset_timeout):  # noqa: ANN001 - torch's signature
+    def rpc_async(to, func, args=None, kwargs=None, timeout=unset_timeout):  # noqa: ANN001 - torch's signature
         if _q is None:
             return orig(to, func, args, kwargs, timeout)
         n = next(seen)
-        if n >= timed_first and (n - timed_first) % sample_every:
-            if watch:
-                tid = _get_ident()
-                if tid == _sender_tid:
-                    return orig(to, func, args, kwargs, timeout)
-                code, lasti = _caller(2)  # 2: the hook's caller
-                t0 = _time()
-                try:  # inline, not in a helper: a Python call more per call shows in this loop
-                    result = orig(to, func, args, kwargs, timeout)
-                except BaseException as exc:
-                    _count_failure(kind, to, func, args, exc)
-                    raise
-                if len(_watched) >= HARVEST_AT:
-                    _harvest_done()
-                if len(_watched) < MAX_QUEUE:
-                    _watched.append((result, to, func, args, code, lasti, tid, t0))
-                else:  # the sender is far behind: the call goes unrecorded rather than the list unbounded
-                    _drop()
-                return result
-            try:  # the handle's record counts it
-                return orig(to, func, args, kwargs, timeout)
-            except BaseException as exc:  # no handle, so no record of it: counted here
-                _count_failure(kind, to, func, args, exc)
-                raise
-        call = _start(kind, to, func, args)
-        if call is None:
+        if n < ASYNC_TIMED_FIRST or not (n - ASYNC_TIMED_FIRST) % ASYNC_SAMPLE:
+            return _timed_async("rpc_async", _future, orig, to, func, args, kwargs, timeout)
+        tid = _get_ident()
+        if tid == _sender_tid:
             return orig(to, func, args, kwargs, timeout)
-        try:
+        code, lasti = _caller(2)  # 2: the hook's caller
+        t0 = _time()
+        try:  # inline, not in a helper: a Python call more per call shows in this loop
             result = orig(to, func, args, kwargs, timeout)
         except BaseException as exc:
-            call.status = _failure(exc)
-            _end(call)
+            _count_failure("rpc_async", to, func, args, exc)
             raise
-        if kind == "remote":
-            call.counted = False  # its handle's record counts it
-        try:
-            future_of(result).add_done_callback(call.finish)
-        except Exception:  # no future to watch: count the call as sent
-            call.status = OK
-            _end(call)
+        if len(_watched) >= HARVEST_AT:
+            _harvest_done()
+        if len(_watched) < MAX_QUEUE:
+            _watched.append((result, to, func, args, code, lasti, tid, t0))
+        else:  # the sender is far behind: the call goes unrecorded rather than the list unbounded
+            _drop()
         return result
 
-    wrapper._rpcctl_calls = True  # type: ignore[attr-defined]
-    return wrapper
+    rpc_async._rpcctl_calls = True  # type: ignore[attr-defined]
+    return rpc_async
+
+
+def _timed_async(kind: str, future_of: Any, orig: Any, to: Any, func: Any, args: Any, kwargs: Any, timeout: Any) -> Any:
+    """One timed call of ``kind``, ended by a done-callback on ``future_of(result)`` (remote: the
+    RRef's creation future, complete once the owner ran the function)."""
+    call = _start(kind, to, func, args)
+    if call is None:
+        return orig(to, func, args, kwargs, timeout)
+    result = _sent(call, orig, to, func, args, kwargs, timeout)
+    if kind == "remote":
+        call.counted = False  # its handle's record counts it
+    try:
+        future_of(result).add_done_callback(call.finish)
+    except Exception:  # no future to watch: count the call as sent
+        call.status = OK
+        _end(call)
+    return result
+
+
+def _time_remote(orig: Any, to: Any, func: Any, args: Any, kwargs: Any, timeout: Any) -> tuple[Any, int]:
+    """The RRef hook's timer (``hooks.set_remote_timer``): one timed rpc.remote, and how many
+    to let by untimed before the next (none among a process's first ``REMOTE_TIMED_FIRST``).
+    The schedule of the rpc_async hook: the calls numbered REMOTE_TIMED_FIRST + k * REMOTE_SAMPLE.
+    The others the RRef hook's record of their handle counts, on the sender."""
+    global _remotes_timed
+    rref = _timed_async("remote", _creation_future, orig, to, func, args, kwargs, timeout)
+    _remotes_timed += 1
+    # Calls 0 to REMOTE_TIMED_FIRST - 1 are timed, then REMOTE_TIMED_FIRST, and one in REMOTE_SAMPLE on
+    return rref, 0 if _remotes_timed <= REMOTE_TIMED_FIRST else REMOTE_SAMPLE - 1
 
 
 def _count_failure(kind: str, to: Any, func: Any, args: Any, exc: BaseException) -> None:
@@ -318,8 +324,8 @@ def _wrap_init_rpc(orig: Any) -> Any:
 
 
 def install() -> bool:
-    """Wrap torch.distributed.rpc's call paths (idempotent). Call before ``rrefs.install()``: its
-    wrappers then sit outside these, and it sees ``rpc.remote`` as not yet wrapped by itself."""
+    """Wrap torch.distributed.rpc's call paths (idempotent), but for ``rpc.remote``: the RRef
+    hook there (``rrefs.install()``) times the calls of it that ``activate`` asks for."""
     global _installed, _local_invokes, _Tensor, _run_function_code
     if _installed:
         return True
@@ -344,10 +350,7 @@ def install() -> bool:
     _Tensor = torch.Tensor
     _local_invokes = (rref_proxy._local_invoke, rref_proxy._local_invoke_async_execution)
     wrappers = {"rpc_sync": _wrap_rpc_sync(api.rpc_sync, UNSET_RPC_TIMEOUT),
-                "rpc_async": _wrap_async(api.rpc_async, UNSET_RPC_TIMEOUT, "rpc_async", _future, ASYNC_SAMPLE,
-                                         ASYNC_TIMED_FIRST, watch=True),
-                "remote": _wrap_async(api.remote, UNSET_RPC_TIMEOUT, "remote", _creation_future, REMOTE_SAMPLE,
-                                      REMOTE_TIMED_FIRST)}
+                "rpc_async": _wrap_rpc_async(api.rpc_async, UNSET_RPC_TIMEOUT)}
     for name, wrapped in wrappers.items():
         setattr(api, name, wrapped)
         setattr(rpc, name, wrapped)
@@ -361,18 +364,22 @@ def install() -> bool:
 def activate(queue: Any) -> None:
     global _q
     _q = queue
+    hooks.set_remote_timer(_time_remote, functools.partial(_count_failure, "remote"))
 
 
 def deactivate() -> None:
     global _q
     _q = None
+    hooks.set_remote_timer(None, None)
 
 
 def after_fork_in_child() -> None:
     """A forked child starts with nothing in flight and serves nothing."""
-    global _q, _dropped, _summariser, _sender_tid
+    global _q, _dropped, _summariser, _sender_tid, _remotes_timed
     _q = None
     _dropped = 0
+    _remotes_timed = 0
+    hooks.set_remote_timer(None, None)
     _sender_tid = 0
     _pending.clear()
     _done.clear()
@@ -454,8 +461,8 @@ class Summariser:
         listed like a long call (``_watch_remotes``)."""
         watching, name_of, callee_of = self.watching, self._ref_name, self._callee
         for item in items:
-            if type(item) is not _Ref or item.kind != "r" or hasattr(item, "released"):
-                continue  # not a remote handle's first record ("released": the same one queued again as it died)
+            if type(item) is not _Ref or item.kind != "r":
+                continue
             name = name_of(item)
             if name.startswith(_TORCH_INTERNAL):
                 continue

@@ -91,22 +91,23 @@ def set_join(join: Callable[[], Callable[[dict[str, Any]], None] | None]) -> Non
 class _Ref(weakref.ref):
     """A weak reference to an RRef handle that carries what the hook saw: one object per event
     (a tuple beside it would double the garbage-collected allocations on the hot path, and
-    trigger collections a plain torch RPC loop never does). Queued when the handle is made, and
-    queued again when it dies if the sender reported it (``_released``, by a second weak
-    reference the sender makes then: most handles die before, and a callback on every one cost
-    the caller a call from C each)."""
+    trigger collections a plain torch RPC loop never does). Queued when the handle is made; its
+    death is queued as a ("released", ref, when) item if the sender reported it (``_released``,
+    by a second weak reference the sender makes then: most handles die before, and a callback
+    on every one cost the caller a call from C each)."""
 
-    __slots__ = ("kind", "to", "func", "target", "code", "lasti", "data", "t", "released", "seen", "tid", "oid")
+    __slots__ = ("kind", "to", "func", "target", "code", "lasti", "data", "t", "seen", "tid", "oid")
 
 
 def _released(ref: _Ref, _watcher: Any = None) -> None:
     # Only a handle the sender reported (seen == 1) needs its release queued: one it has not
     # reached yet it will find dead (and count as short-lived). Most handles die that young,
-    # so the sender watches only those it reported (``Tracker._report``).
+    # so the sender watches only those it reported (``Tracker._report``). An item of its own,
+    # not the record again: what reads the queue for new handles (the calls summary counts
+    # rpc.remote calls from them) then sees each handle once.
     q = _q
     if q is not None and ref.seen == 1:
-        ref.released = _time()
-        q.append(ref)
+        q.append(("released", ref, _time()))
 
 
 def _value_freed(wr: weakref.ref) -> None:
@@ -145,16 +146,54 @@ def skip_frames_of(rpc: Any) -> None:
     _skip_dirs = (os.path.dirname(rpc.__file__) + os.sep, telemetry_dir + os.sep)
 
 
+def set_remote_timer(timer: Callable[..., tuple[Any, int]] | None, count_failure: Callable[..., None] | None) -> None:
+    """The calls family's part of the ``rpc.remote`` hook (``calls.activate``; None: off).
+    ``timer(orig, to, func, args, kwargs, timeout)`` makes one timed call and returns (its
+    handle, how many calls to let by untimed before the next); ``count_failure(to, func, args,
+    exc)`` counts an untimed one that raised (no handle, so no record of it counts it).
+
+    One hook for both families: a second wrapper in the chain (calls' own, until this) cost
+    each call ~2 µs of the caller's time in situ, cold caches and all: a third of what the
+    hooks cost a sequential ``rpc.remote`` loop (benchmarks/telemetry_cost.py)."""
+    global _time_remote, _count_failed_remote
+    _time_remote, _count_failed_remote = timer, count_failure
+
+
+_time_remote: Callable[..., tuple[Any, int]] | None = None
+_count_failed_remote: Callable[..., None] | None = None
+_untimed_left = 0  # rpc.remote calls to let by before the calls family times one (a race only moves a sample)
+
+
 def _wrap_remote(orig: Any, unset_timeout: float) -> Any:
     @functools.wraps(orig)
     def remote(to, func, args=None, kwargs=None, timeout=unset_timeout):  # noqa: ANN001 - torch's signature
-        rref = orig(to, func, args, kwargs, timeout)
+        global _untimed_left
+        timer = _time_remote
+        if timer is None:
+            rref = orig(to, func, args, kwargs, timeout)
+        elif _untimed_left > 0:
+            _untimed_left -= 1
+            try:
+                rref = orig(to, func, args, kwargs, timeout)
+            except BaseException as exc:
+                _count_failed_remote(to, func, args, exc)
+                raise
+        else:
+            rref, _untimed_left = timer(orig, to, func, args, kwargs, timeout)
         q = _q
         if q is not None:
             if len(q) < MAX_QUEUE:
                 ref = _Ref(rref)
                 ref.kind, ref.to, ref.func, ref.t, ref.seen, ref.tid, ref.oid = "r", to, func, _time(), 0, _get_ident(), id(rref)
-                ref.code, ref.lasti = _caller()
+                # The call site: inline where the caller's frame is known as the job's (the
+                # loop that calls it), as a call to caller() costs more than the look.
+                frame = _getframe(1)
+                code = frame.f_code
+                known = _skip_codes.get(id(code))
+                if known is not None and known[0] is code and not known[1]:
+                    ref.code, ref.lasti = code, frame.f_lasti
+                else:  # not seen yet, or torch's or rpcctl's: walk on up
+                    ref.code, ref.lasti = _caller()
                 # rref.remote().method(): remember the target RRef (weakly) and the method name
                 ref.target = (_weakref(args[0]), args[1]) if func in _proxy_calls and args and len(args) > 1 else None
                 q.append(ref)
@@ -342,9 +381,10 @@ def deactivate() -> None:
 
 def after_fork_in_child() -> None:
     """A forked child starts with no queue and no state."""
-    global _q, _dropped, _shutting_down, identity
+    global _q, _dropped, _shutting_down, identity, _untimed_left
     _q = None
     _dropped = 0
+    _untimed_left = 0
     _shutting_down = False
     identity = None
     local_sites.clear()

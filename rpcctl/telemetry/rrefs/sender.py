@@ -96,8 +96,7 @@ class Tracker:
                 kind = type(item)
                 try:
                     if kind is _Ref:
-                        seen = item.seen
-                        if seen == 0:  # a new handle: report it if it outlived MIN_AGE_S
+                        if item.seen == 0:  # a new handle: report it if it outlived MIN_AGE_S
                             if item() is None:
                                 last_use.pop(item.oid, None)
                                 # Gone already (most are): counted per call site, nothing sent.
@@ -110,8 +109,6 @@ class Tracker:
                                 deferred.append(item)
                                 continue
                             event = self._created(item)
-                        elif seen == 1 and item() is None:  # a reported handle died
-                            event = self._dropped(item, now)
                         else:
                             continue
                     elif kind is dict:
@@ -172,14 +169,15 @@ class Tracker:
             if used is not None:
                 self.pending_events.append({"e": "used", "id": rref_id, "fork": fork_id, "t": used})
 
-    def _dropped(self, ref: _Ref, now: float) -> dict | None:
+    def _released(self, ref: _Ref, t: float) -> dict | None:
+        """A reported handle died (``hooks._released``)."""
         ref.seen = 3
         hooks.last_use.pop(ref.oid, None)
         entry = self.sent.pop(id(ref), None)
         self.unconfirmed.pop(id(ref), None)
         if entry is None:
             return None
-        return {"e": "rel", "id": entry[1], "fork": entry[2], "t": getattr(ref, "released", now)}
+        return {"e": "rel", "id": entry[1], "fork": entry[2], "t": t}
 
     def _r(self, ref: _Ref) -> dict | None:
         to, func, target, t = ref.to, ref.func, ref.target, ref.t
