@@ -119,9 +119,13 @@ SHAPES = {
     "remote-churn": (remote_churn, CALLS),
     "remote-64": (remote_64, CALLS),
     "async-64": (async_64, CALLS),
-    "train-step": (train_step, 200),
+    "train-step": (train_step, 500),  # 10 steps a block
 }
-BLOCKS = 10  # a round alternates on and off this many times per side
+# A round alternates on and off this many times per side. Short blocks (100 calls, ~50 ms):
+# this 2-core VM runs fast and slow spells a fraction of a second long (where its scheduler puts
+# TensorPipe's polling threads), and 10 blocks a side left single rounds 0.85-1.15x apart, the
+# median of 11 ±3% from run to run; 50 a side, 0.95-1.04x.
+BLOCKS = 50
 
 
 ONLY = os.environ.get("RPCCTL_COST_ONLY") or None  # --only: toggle one family of hooks, the others stay on
@@ -237,7 +241,7 @@ def workload(shapes: list[str], rounds: int, profile: bool, threads: bool, resul
         result: dict = {s: {"ratio": [], "on": [], "off": [], "cpu_on_us": [], "cpu_off_us": [], "job_on_us": [], "job_off_us": []}
                         for s in shapes}
         for shape in shapes:  # warm-up: connections, thread pools, first pickling, the model
-            SHAPES[shape][0](ctx, max(1, SHAPES[shape][1] // BLOCKS))
+            SHAPES[shape][0](ctx, max(1, SHAPES[shape][1] // 10))
         for r in range(rounds):
             for i, shape in enumerate(shapes):
                 totals = one_round(ctx, shape, first_on=(r + i) % 2 == 0, threads=threads)
