@@ -18,9 +18,9 @@ The shapes (``SHAPES``; each is a function of the rank-0 context that does a fix
 and returns how many operations it did; add one there and it is measured like the others):
 
 ============  ==================================================================================
-remote-churn  ``rpc.remote`` + wait for the owner to create it + drop, one at a time (5,000 a side)
-remote-64     ``rpc.remote`` with 64 in flight, each window dropped before the next (5,000)
-async-64      ``rpc_async`` with 64 in flight (5,000)
+remote-churn  ``rpc.remote`` + wait for the owner to create it + drop, one at a time (6,400 a side)
+remote-64     ``rpc.remote`` with 64 in flight, each window dropped before the next (6,400)
+async-64      ``rpc_async`` with 64 in flight (6,400)
 train-step    a parameter-server step: remote forward, distributed autograd backward,
               ``DistributedOptimizer`` over parameter RRefs (``rpc.RRef(p)`` on the owner)
 ============  ==================================================================================
@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CALLS = 5000
+CALLS = 6400  # 128 a block: 2 windows of 64 in flight
 
 
 # ---------------------------------------------------------------------------------------------
@@ -81,18 +81,20 @@ def remote_churn(ctx, n: int) -> int:
 
 def remote_64(ctx, n: int) -> int:
     rpc, torch, x = ctx["rpc"], ctx["torch"], ctx["x"]
-    for _ in range(0, n, 64):
+    windows = max(1, n // 64)
+    for _ in range(windows):
         window = [rpc.remote("worker1", echo, args=(x,)) for _ in range(64)]
         torch.futures.wait_all([r._get_future() for r in window])
         del window
-    return n // 64 * 64
+    return windows * 64
 
 
 def async_64(ctx, n: int) -> int:
     rpc, torch, x = ctx["rpc"], ctx["torch"], ctx["x"]
-    for _ in range(0, n, 64):
+    windows = max(1, n // 64)
+    for _ in range(windows):
         torch.futures.wait_all([rpc.rpc_async("worker1", echo, args=(x,)) for _ in range(64)])
-    return n // 64 * 64
+    return windows * 64
 
 
 def train_step(ctx, n: int) -> int:
