@@ -123,11 +123,12 @@ SHAPES = {
     "async-64": (async_64, CALLS),
     "train-step": (train_step, 500),  # 10 steps a block
 }
-# A round alternates on and off this many times per side. Short blocks (100 calls, ~50 ms):
-# this 2-core VM runs fast and slow spells a fraction of a second long (where its scheduler puts
-# TensorPipe's polling threads), and 10 blocks a side left single rounds 0.85-1.15x apart, the
-# median of 11 ±3% from run to run; 50 a side, 0.95-1.04x.
-BLOCKS = 50
+# A round alternates on and off this many times per side: 256 calls a block (~0.1 s). The VM's
+# fast and slow spells last a fraction of a second (where its scheduler puts TensorPipe's polling
+# threads), and 10 blocks a side left single rounds 0.85-1.15x apart, the median of 11 ±3% from
+# run to run; shorter still (50 a side, ~35 ms) a block is shorter than a sender cycle (0.1 s),
+# and whether one falls in it decided the async-64 rounds.
+BLOCKS = 25
 
 
 ONLY = os.environ.get("RPCCTL_COST_ONLY") or None  # --only: toggle one family of hooks, the others stay on
