@@ -1,7 +1,7 @@
 """What rpcctl's telemetry costs a job, measured in pairs: hooks on and hooks off, in the same
 ranks of one ``rpcctl launch``, interleaved over several rounds.
 
-    python benchmarks/telemetry_cost.py                      # 9 rounds of every shape, ~4 min
+    python benchmarks/telemetry_cost.py                      # 9 rounds of every shape, ~2.5 min
     python benchmarks/telemetry_cost.py --rounds 9 --json
     python benchmarks/telemetry_cost.py --shapes remote-churn --profile   # where the hooks' time goes
     python benchmarks/telemetry_cost.py --only calls     # one family of hooks (rrefs | calls) on and off
@@ -121,7 +121,7 @@ SHAPES = {
     "remote-churn": (remote_churn, CALLS),
     "remote-64": (remote_64, CALLS),
     "async-64": (async_64, CALLS),
-    "train-step": (train_step, 500),  # 10 steps a block
+    "train-step": (train_step, 500),  # 20 steps a block
 }
 # A round alternates on and off this many times per side: 256 calls a block (~0.1 s). The VM's
 # fast and slow spells last a fraction of a second (where its scheduler puts TensorPipe's polling
