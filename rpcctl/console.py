@@ -367,9 +367,22 @@ def human_seconds(s: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"
 
 
+def parse_iso(stamp: str) -> datetime:
+    """An ISO-8601 stamp as an aware datetime. One without an offset is UTC, as rpcctl writes its
+    stamps: a hand-edited record must read the same in every view (naive, it read as local time in
+    some and UTC in others, and its duration could not be taken at all). ValueError if malformed."""
+    moment = datetime.fromisoformat(stamp)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+
+
+def epoch_of(stamp: str | None) -> float | None:
+    """An ISO-8601 stamp (or None) as epoch seconds: the inverse of ``iso_time``."""
+    return None if stamp is None else parse_iso(stamp).timestamp()
+
+
 def human_time(ts: float | str) -> str:
     """A wall-clock time (epoch seconds or ISO-8601) as local HH:MM:SS, with the date if not today."""
-    moment = datetime.fromisoformat(ts) if isinstance(ts, str) else datetime.fromtimestamp(ts, timezone.utc)
+    moment = parse_iso(ts) if isinstance(ts, str) else datetime.fromtimestamp(ts, timezone.utc)
     local = moment.astimezone()
     return local.strftime("%H:%M:%S" if local.date() == datetime.now().date() else "%Y-%m-%d %H:%M")
 

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 import psutil
 
-from rpcctl.console import HIGH, KEY, LOW, Column, human_seconds, human_time
+from rpcctl.console import HIGH, KEY, LOW, Column, epoch_of, human_seconds, human_time, parse_iso
 from rpcctl.errors import DamagedRunError, RunNotFoundError
 from rpcctl.states import RankStatus, RunStatus
 
@@ -108,8 +108,8 @@ class RunRecord:
     @property
     def duration_s(self) -> float:
         """From the start to the end, or to now while it runs."""
-        start = datetime.fromisoformat(self.started_at)
-        end = datetime.fromisoformat(self.ended_at) if self.ended_at else datetime.now(start.tzinfo)
+        start = parse_iso(self.started_at)
+        end = parse_iso(self.ended_at) if self.ended_at else datetime.now(timezone.utc)
         return (end - start).total_seconds()
 
     @property
@@ -292,7 +292,7 @@ def _checked_record(path: Path, data: Any) -> RunRecord:
         record = TypeAdapter(RunRecord).validate_python({k: v for k, v in data.items() if k in known})
         for moment in (record.started_at, record.ended_at):
             if moment is not None:
-                datetime.fromisoformat(moment)
+                parse_iso(moment)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
@@ -331,7 +331,7 @@ def scan_runs(runs_dir: Path) -> tuple[list[RunRecord], list[DamagedRun]]:
             damaged.append(DamagedRun(child, exc.reason))
         except RunNotFoundError:  # removed meanwhile
             continue
-    records.sort(key=lambda r: datetime.fromisoformat(r.started_at).timestamp(), reverse=True)
+    records.sort(key=lambda r: epoch_of(r.started_at), reverse=True)
     return records, damaged
 
 

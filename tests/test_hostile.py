@@ -80,6 +80,35 @@ def test_damaged_records_are_listed_as_damaged_and_the_other_runs_still_work(tmp
         assert f"{runs_dir / 'not-utf8' / 'run.json'} is damaged" in named.stderr and "Traceback" not in named.stderr
 
 
+def test_a_stamp_without_an_offset_reads_as_utc_in_every_view(runs_dir):
+    """rpcctl writes its stamps in UTC with an offset; a hand-edited record may drop the offset.
+    It is read as UTC everywhere: before, a naive start beside an aware end crashed ``rpcctl runs``
+    (the two cannot be subtracted) and the STARTED column read it as local time."""
+    from rpcctl.runs import RunRecord, save_record
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    stamps = {"edited-1": ("2026-01-02T00:00:00", "2026-01-02T00:01:30+00:00"),  # 90 s, the newer run
+              "written-1": ("2026-01-01T23:00:00+00:00", "2026-01-01T23:00:05+00:00")}
+    for run_id, (started, ended) in stamps.items():
+        (runs_dir / run_id).mkdir(parents=True)
+        save_record(RunRecord(
+            run_id=run_id, name=run_id, status="succeeded", run_dir=str(runs_dir / run_id), config_path=None,
+            script="s.py", world_size=1, nproc_per_node=1, start_method="fork", host="h", launcher_pid=gone.pid,
+            launcher_started=0, master_addr="127.0.0.1", master_port=1, started_at=started, ended_at=ended,
+        ))
+    # A POSIX zone 5:30 east of UTC: a stamp read as local time would show 00:00, not 05:30.
+    env = {**os.environ, "TZ": "IST-5:30", "COLUMNS": "200"}
+    listed = rpcctl("runs", "--runs-dir", str(runs_dir), env=env)
+    assert listed.returncode == 0, listed.stderr
+    rows = [line for line in listed.stdout.splitlines() if line.startswith(("edited-1", "written-1"))]
+    assert [row.split()[0] for row in rows] == ["edited-1", "written-1"], listed.stdout  # newest first
+    assert "2026-01-02 05:30" in rows[0] and "90.0 s" in rows[0], rows[0]
+    assert "2026-01-02 04:30" in rows[1] and "5.0 s" in rows[1], rows[1]
+    ninety = rpcctl("runs", "--runs-dir", str(runs_dir), "--json", "--filter", "duration_s=90.0", env=env)
+    assert [d["run_id"] for d in json.loads(ninety.stdout)] == ["edited-1"], ninety.stderr
+
+
 @pytest.mark.parametrize(("content", "why"), [(b"", "an empty file"), (b"\x00garbage" * 100, "not an SQLite database")])
 def test_damaged_telemetry_store_is_reported_not_read_as_empty(tmp_path, runs_dir, content, why):
     result, run_dir, _ = launch(tmp_path, runs_dir, nproc_per_node=1)

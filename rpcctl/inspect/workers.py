@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from rpcctl.console import HIGH, KEY, LOW, Column, human_bytes, human_seconds, iso_time
+from rpcctl.console import HIGH, KEY, LOW, Column, epoch_of, human_bytes, human_seconds, iso_time
 from rpcctl.inspect._store import _column, _loads, _Store
 from rpcctl import stacks
 from rpcctl.runs import hostname, process_in_run
@@ -134,14 +133,10 @@ def _with_recorded_ranks(s: _Store, rows: list[sqlite3.Row], restart: int) -> li
     stored = {row["rank"] for row in rows}
     recorded = [
         {"rank": r.rank, "restart": restart, "pid": r.pid, "local_rank": r.local_rank, "device": r.device,
-         "state": r.state, "exit_code": r.exit_code, "started_at": _epoch(r.started_at), "ended_at": _epoch(r.ended_at)}
+         "state": r.state, "exit_code": r.exit_code, "started_at": epoch_of(r.started_at), "ended_at": epoch_of(r.ended_at)}
         for r in s.record.ranks if r.rank not in stored and r.pid is not None
     ]
     return sorted([*rows, *recorded], key=lambda row: row["rank"])
-
-
-def _epoch(iso: str | None) -> float | None:
-    return None if iso is None else datetime.fromisoformat(iso).timestamp()
 
 
 def _without_launcher(s: _Store, pid: int | None) -> RankStatus:

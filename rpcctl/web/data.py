@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from rpcctl import inspect
+from rpcctl.console import epoch_of
 from rpcctl.runs import hang_diagnoses, load_record
 from rpcctl.states import RunStatus
 
@@ -78,15 +78,11 @@ class RunSnapshot:
 
 
 def parse_time(iso: str | None) -> float | None:
-    if not iso:
-        return None
+    """Epoch seconds of a stamp from the store or the record; None for none or a malformed one."""
     try:
-        moment = datetime.fromisoformat(iso)
+        return epoch_of(iso or None)
     except ValueError:
         return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.timestamp()
 
 
 def run_snapshot(run_dir: Path) -> RunSnapshot:
