@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 from conftest import launch_job as launch
 
 from rpcctl.frames import PACKAGE_DIR, drop_own_frames, hide_own_frames
@@ -44,6 +45,8 @@ def test_a_ranks_traceback_through_rpcctls_call_tracking(tmp_path, runs_dir, all
         assert 'remote_error.py", line 12, in <module>' in text and "torch/distributed/rpc/api.py" in text, text
         assert ("rpcctl/telemetry/calls.py" in text) == all_frames, text
     assert rec["root_cause"]["traceback"] == callstack
+    kept = yaml.safe_load((run_dir / "config.yaml").read_text())["env"]  # a replay keeps the choice
+    assert kept.get("RPCCTL_ALL_FRAMES") == ("1" if all_frames else None), kept
 
 
 def _raise_in_rpcctl():

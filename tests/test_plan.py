@@ -361,6 +361,19 @@ def test_dry_run_json(cli, config, tmp_path, script):
     assert not (tmp_path / "runs").exists()
 
 
+def test_all_frames_travels_in_the_plan_not_the_launchers_environment(cli, config, tmp_path, monkeypatch):
+    # It used to be set in the launcher's os.environ for the ranks to inherit: the plan (and so
+    # --dry-run and the run's config.yaml) did not show it, and the launcher's process kept it.
+    monkeypatch.delenv("RPCCTL_ALL_FRAMES", raising=False)
+    args = ["launch", str(config), "--dry-run", "--json", "--runs-dir", str(tmp_path / "runs")]
+    plain = json.loads(cli.invoke(app, args).stdout)
+    result = cli.invoke(app, [*args, "--all-frames"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert [r["env"].get("RPCCTL_ALL_FRAMES") for r in json.loads(result.stdout)["ranks"]] == ["1", "1"]
+    assert [r["env"].get("RPCCTL_ALL_FRAMES") for r in plain["ranks"]] == [None, None]
+    assert "RPCCTL_ALL_FRAMES" not in os.environ
+
+
 def test_dry_run_json_applies_overrides(cli, config, tmp_path):
     runs = tmp_path / "runs"
     result = cli.invoke(

@@ -67,6 +67,8 @@ def launch(
         if value is not None:
             flags[key] = (value, f"{flag} {value}")
     spec = load_config(config, set_ or [], nproc_per_node=nproc_per_node, flags=flags)
+    if all_frames:  # in each rank's planned environment: the plan, --dry-run and config.yaml show it
+        spec = spec.model_copy(update={"env": {**spec.env, ALL_FRAMES_ENV: "1"}})
     first_rank = spec.node_rank * spec.nproc_per_node  # ranks are global: this node's come from here
     shown = parse_ranks(ranks, first_rank + spec.nproc_per_node, first_rank) if ranks is not None else None
     if nproc_per_node is not None:
@@ -81,8 +83,6 @@ def launch(
         else:
             render_plan(console, plan)
         return
-    if all_frames:
-        os.environ[ALL_FRAMES_ENV] = "1"  # the ranks inherit the launcher's environment
     page = None
     if web:
         from rpcctl.web.server import LaunchPage
