@@ -23,7 +23,6 @@ import dataclasses
 import json
 import os
 import socket
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -32,6 +31,7 @@ from rpcctl.config import JobSpec
 from rpcctl.console import KEY, Column
 from rpcctl.devices import parse_visible_devices
 from rpcctl.errors import ConfigError
+from rpcctl.python_cmd import RUNTIME, module_command
 from rpcctl.runs import rank_error_file, rank_log, rank_stack_file
 
 LOOPBACK = "127.0.0.1"
@@ -52,7 +52,7 @@ class NodeFacts:
 class RankPlan:
     rank: int
     local_rank: int
-    argv: list[str]  # the command, as `python -m rpcctl.runtime SCRIPT ARGS`
+    argv: list[str]  # the command, as `python -P -m rpcctl.runtime SCRIPT ARGS` (script_argv: from SCRIPT)
     env: dict[str, str]  # the contract: added on top of the launcher's environment
     device: str  # "cpu", "cuda:N" (physical index) or "inherit"
     log: str
@@ -68,6 +68,11 @@ class RankPlan:
         Column("env", "ENV (per rank)", fmt=lambda env: " ".join(f"{k}={v}" for k, v in env.items()), wrap=True),
         Column("log", wrap=True, priority=KEY),
     )
+
+    @property
+    def script_argv(self) -> list[str]:
+        """SCRIPT ARGS: what the bootstrap runs, as the rank server is told it."""
+        return self.argv[len(module_command(RUNTIME)):]
 
 
 # The --dry-run table of the variables every rank gets, over {"variable": ..., "value": ...}.
@@ -144,7 +149,7 @@ def build_plan(spec: JobSpec, facts: NodeFacts, *, run_id: str, run_dir: Path, r
             RankPlan(
                 rank=rank,
                 local_rank=local_rank,
-                argv=[sys.executable, "-m", "rpcctl.runtime", str(spec.script), *map(str, spec.args)],
+                argv=[*module_command(RUNTIME), str(spec.script), *map(str, spec.args)],
                 env={**tuned, **{k: str(v) for k, v in spec.env.items()}, **env},
                 device=device,
                 log=str(rank_log(run_dir, rank)),

@@ -33,6 +33,7 @@ from rpcctl.lines import LineSplitter, Piece
 from rpcctl.log_times import TimeIndexWriter
 from rpcctl.plan import RankPlan
 from rpcctl.private import private_dir, private_open
+from rpcctl.python_cmd import RANK_SERVER, module_command
 from rpcctl.rank_server import MAX_MESSAGE, PR_SET_CHILD_SUBREAPER, prctl
 from rpcctl.runs import process_in_run
 
@@ -87,7 +88,7 @@ class RankProcesses:
         server_log = private_open(run_dir / "launcher.log", "ab")  # handed to the child
         try:
             self.server = subprocess.Popen(
-                [sys.executable, "-m", "rpcctl.rank_server", str(theirs.fileno()), ",".join(preload)],
+                [*module_command(RANK_SERVER), str(theirs.fileno()), ",".join(preload)],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
                 stdout=server_log,
@@ -107,7 +108,7 @@ class RankProcesses:
         return self._sock.fileno()
 
     def start(self, rank: RankPlan, env: dict[str, str], exec_fresh: bool, output_fd: int, cwd: str) -> None:
-        message = {"op": "spawn", "rank": rank.rank, "argv": rank.argv[3:], "env": env, "cwd": cwd, "exec": exec_fresh}
+        message = {"op": "spawn", "rank": rank.rank, "argv": rank.script_argv, "env": env, "cwd": cwd, "exec": exec_fresh}
         socket.send_fds(self._sock, [json.dumps(message).encode()], [output_fd])
 
     def poll(self, timeout: float) -> list[ExitStatus]:

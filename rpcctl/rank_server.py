@@ -3,7 +3,7 @@
 Process tree of a job::
 
     rpcctl launch (launcher: supervisor, log pump, telemetry; never imports torch)
-    └── python -m rpcctl.rank_server (rank server: subreaper, single-threaded)
+    └── python -P -m rpcctl.rank_server (rank server: subreaper, single-threaded)
         ├── rank 0  (own session; PR_SET_PDEATHSIG=SIGKILL on the rank server)
         │   └── ...  anything the script starts; orphans are re-parented to the rank server
         └── rank 1
@@ -14,7 +14,7 @@ Start methods:
   rank. No thread, RPC agent or CUDA context exists in the server, so the fork is safe, and N
   ranks cost one ``import torch`` instead of N.
 - ``spawn``: the server preloads nothing and each forked child ``exec``\\s a fresh interpreter
-  (``python -m rpcctl.runtime SCRIPT ARGS``), for scripts that must run before torch is imported.
+  (``python -P -m rpcctl.runtime SCRIPT ARGS``), for scripts that must run before torch is imported.
 
 Protocol: JSON messages over a ``SOCK_SEQPACKET`` socket pair; a spawn request carries the
 write end of the rank's output pipe as SCM_RIGHTS. Launcher → server: ``spawn``, ``shutdown``.
@@ -38,6 +38,8 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
+
+from rpcctl.python_cmd import RUNTIME, module_command, working_dir_on_path
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -209,13 +211,14 @@ def run_child(task: ChildTask) -> int:
     os.environ.clear()
     os.environ.update(task.env)
     if task.exec_fresh:
-        os.execve(sys.executable, [sys.executable, "-m", "rpcctl.runtime", *task.argv], task.env)
+        os.execve(sys.executable, [*module_command(RUNTIME), *task.argv], task.env)
     from rpcctl import runtime
 
     return runtime.run_rank(task.argv)
 
 
 def main() -> None:
+    working_dir_on_path()  # for preload: started with -P (rpcctl.python_cmd)
     sock = socket.socket(fileno=int(sys.argv[1]))
     preload = [m for m in sys.argv[2].split(",") if m] if len(sys.argv) > 2 else []
     task = RankServer(sock, preload).serve()

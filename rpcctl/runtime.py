@@ -56,6 +56,7 @@ from typing import Any
 
 from rpcctl.frames import ALL_FRAMES_ENV, drop_own_frames
 from rpcctl.private import private_dir, private_open
+from rpcctl.python_cmd import working_dir_on_path
 from rpcctl.rpc_settings import apply_malloc_env, silence_torch_internal_warnings
 
 _stack_file = None  # kept open for faulthandler.register
@@ -318,6 +319,7 @@ def _shutdown_rpc_quietly() -> None:
 
 
 def main() -> None:
+    working_dir_on_path()  # started with -P (rpcctl.python_cmd); the script's folder replaces it
     sys.exit(run_rank(sys.argv[1:]))
 
 

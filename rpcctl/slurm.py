@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rpcctl.errors import RpcctlError, UsageError
+from rpcctl.python_cmd import module_command
 
 
 def in_srun_step(env: Mapping[str, str]) -> bool:
@@ -86,7 +87,7 @@ def batch_script(
     if time_limit:
         directives.append(f"#SBATCH --time={time_limit}")
     directives += [f"#SBATCH {d}" for d in extra_sbatch]
-    launch = [python, "-m", "rpcctl", "launch", str(config), "--no-live", "--runs-dir", str(runs_dir)]
+    launch = [*module_command("rpcctl", python), "launch", str(config), "--no-live", "--runs-dir", str(runs_dir)]
     for override in overrides:
         launch += ["--set", override]
     return "\n".join(

@@ -7,7 +7,10 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -171,6 +174,30 @@ def test_spawn_start_method_runs_a_fresh_interpreter(tmp_path, runs_dir):
     result, _, rec = launch(tmp_path, runs_dir, script=str(script), nproc_per_node=2, start_method="spawn")
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("torch preloaded: False") == 2
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_an_rpcctl_folder_in_the_working_directory_is_never_imported(tmp_path, runs_dir, start_method):
+    # The rank server and the ranks ran as `python -m`, which puts the working directory first
+    # on sys.path: launched beside another checkout, they imported its rpcctl/, not the
+    # installed one. A preload module kept there is still found, as `python -m` finds it.
+    import rpcctl
+
+    work = tmp_path / "work"
+    (work / "rpcctl").mkdir(parents=True)
+    (work / "rpcctl" / "__init__.py").write_text("raise SystemExit('imported the rpcctl/ of the working directory')\n")
+    (work / "kept_here.py").write_text("")
+    script = tmp_path / "which.py"
+    script.write_text("import sys, rpcctl\nprint('rpcctl:', rpcctl.__file__, 'preloaded:', 'kept_here' in sys.modules)\n")
+    preload = ["kept_here"] if start_method == "fork" else []
+    config = write_config(tmp_path, script=str(script), nproc_per_node=2, start_method=start_method, preload=preload)
+    result = subprocess.run(  # the console script, as a user runs it
+        [str(Path(sys.executable).parent / "rpcctl"), "launch", str(config), "--no-live", "--runs-dir", str(runs_dir)],
+        cwd=work, capture_output=True, text=True, timeout=60,
+    )
+    assert_no_process_left(only_run(runs_dir))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count(f"rpcctl: {rpcctl.__file__} preloaded: {start_method == 'fork'}") == 2, result.stdout
 
 
 def test_ranks_filter_limits_the_console_but_not_the_logs(tmp_path, runs_dir):

@@ -225,7 +225,7 @@ def test_sbatch_dry_run_prints_the_script_and_submits_nothing(tmp_path):
     for directive in ("--nodes=3", "--ntasks-per-node=1", "--partition=gpu", "--time=0:30:00", f"--output={runs.resolve()}/slurm-%j.out"):
         assert f"#SBATCH {directive}" in lines, script
     (srun,) = [line for line in lines if line.startswith("srun ")]
-    assert "--ntasks-per-node=1" in srun and " -m rpcctl launch " in srun and "--no-live" in srun
+    assert "--ntasks-per-node=1" in srun and " -P -m rpcctl launch " in srun and "--no-live" in srun
     assert str(ROOT / "configs/parameter_server.yaml") in srun and f"--runs-dir {runs.resolve()}" in srun and "--set nproc_per_node=2" in srun
     assert any(line.startswith("export RPCCTL_SECRET=") for line in lines)  # made at run time, not written into the file
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
