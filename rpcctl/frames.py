@@ -26,6 +26,22 @@ ALL_FRAMES_ENV = "RPCCTL_ALL_FRAMES"  # "1" in a rank: keep rpcctl's frames in i
 _LIBRARIES = tuple(p for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]} if p)
 _ANY_LIBRARY = re.compile(r"[/\\]lib[/\\]python\d+\.\d+[/\\]")  # any interpreter's stdlib or site-packages
 _INSTALLED_RPCCTL = re.compile(r"[/\\]site-packages[/\\]rpcctl[/\\]")  # another node's install of it
+# Longest first: a system Python's site-packages lies inside its stdlib folder.
+_LIBRARY_PREFIXES = tuple(sorted({os.path.join(p, "") for p in _LIBRARIES}, key=len, reverse=True))
+
+
+def short_path(path: str) -> str:
+    """A source file as people name it in a call site: installed code by its import path
+    (``torch/distributed/optim/optimizer.py``, not where the venv lies), a file under the working
+    directory relative to it, any other file whole."""
+    for prefix in _LIBRARY_PREFIXES:
+        if path.startswith(prefix):
+            return path[len(prefix):]
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:
+        return path
+    return relative if not relative.startswith("..") else path
 
 
 def is_own(filename: str) -> bool:

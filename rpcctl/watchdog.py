@@ -43,11 +43,10 @@ from typing import Any
 from rpcctl import inspect, stacks
 from rpcctl.inspect.calls import CallsReport, PendingCall, ServingRecord, _same_function
 from rpcctl.console import human_seconds, to_jsonable
-from rpcctl.frames import is_user_file
+from rpcctl.frames import is_user_file, short_path
 from rpcctl.telemetry.protocol import STALE_AFTER_S
 from rpcctl.runs import Failure, RunRecord, now_iso, write_json_atomic
 from rpcctl.states import CallState, RankStatus, ServingState
-from rpcctl.telemetry.rrefs.sender import _short_path as _short
 
 JOIN_WARN_S = 20.0
 CHECK_EVERY_S = 1.0
@@ -66,7 +65,7 @@ class Frame:
 
     @property
     def site(self) -> str:
-        return f"{_short(self.file)}:{self.line} in {self.func}"
+        return f"{short_path(self.file)}:{self.line} in {self.func}"
 
     @property
     def source(self) -> str:

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from conftest import launch_job as launch
 
-from rpcctl.frames import PACKAGE_DIR, drop_own_frames, hide_own_frames
+from rpcctl.frames import PACKAGE_DIR, drop_own_frames, hide_own_frames, short_path
 
 # Rank 0 calls a function that raises on rank 1: the exception comes back through rpc_sync,
 # which rpcctl's call tracking wraps (rpcctl/telemetry/calls.py), and kills rank 0.
@@ -100,3 +100,15 @@ def test_a_stack_dump_keeps_the_user_and_names_rpcctls_threads():
     # A thread of the user's that only sleeps in the standard library is the user's: kept whole.
     user_thread = 'Thread 0x1 (most recent call first):\n  File "/usr/lib/python3.11/threading.py", line 331 in wait\n'
     assert hide_own_frames(user_thread) == user_thread
+
+
+def test_short_path_names_installed_code_by_its_import_path(tmp_path, monkeypatch):
+    import threading
+
+    import torch.distributed.rpc.api
+
+    assert short_path(torch.distributed.rpc.api.__file__) == "torch/distributed/rpc/api.py"
+    assert short_path(threading.__file__) == "threading.py"
+    monkeypatch.chdir(tmp_path)
+    assert short_path(str(tmp_path / "jobs" / "train.py")) == "jobs/train.py"
+    assert short_path("/srv/elsewhere/train.py") == "/srv/elsewhere/train.py"

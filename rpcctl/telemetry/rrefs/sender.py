@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import collections
 import functools
-import os
 import threading
 import time
 import weakref
 from collections import Counter
 from typing import Any
 
+from rpcctl.frames import short_path
 from rpcctl.telemetry.protocol import MIN_AGE_S
 from rpcctl.telemetry.rrefs import hooks
 from rpcctl.telemetry.rrefs.hooks import _PLAIN, RREF_ID, _describe_on_owner, _Ref, _value_freed, _weakref
@@ -339,7 +339,7 @@ class Tracker:
         site = self.sites.get(key)
         if site is None:
             line = next((ln for start, end, ln in code.co_lines() if start <= lasti < end and ln is not None), code.co_firstlineno)
-            site = f"{_short_path(code.co_filename)}:{line} in {code.co_name}"
+            site = f"{short_path(code.co_filename)}:{line} in {code.co_name}"
             if len(self.sites) < 10_000:
                 self.sites[key] = site
         return site
@@ -379,10 +379,3 @@ def _qualname(func: Any) -> str:
     module = getattr(func, "__module__", None)
     return f"{module}.{name}" if module and module not in ("__main__", "__mp_main__", "builtins") else name
 
-
-def _short_path(path: str) -> str:
-    try:
-        relative = os.path.relpath(path)
-    except ValueError:
-        return path
-    return relative if not relative.startswith("..") else path
