@@ -14,12 +14,13 @@ progress was seen for ``hang_timeout`` seconds in a job that uses RPC (a process
 2. snapshots the calls in flight and the callees' view (``rpcctl.inspect.calls``),
 3. writes ``stacks.txt``, ``calls.json`` and ``diagnosis.txt`` into ``<run_dir>/hang/``
    (``hang-2/``… for later reports), owner-only,
-4. prints the diagnosis: the wait chain from the oldest call in flight to the process at its
+4. makes the diagnosis: the wait chain from the oldest call in flight to the process at its
    end, what that process is running and where (file, line, the source line: the lock it
    waits on), a cycle of workers if the chain comes back (a deadlock); else the rank that
    never joined RPC, else where the ranks' main threads are,
-5. returns the failure (root cause: hang; the job is torn down, exit 1) or, with
-   ``on_hang: keep``, keeps the job and reports again only after progress resumed and stopped.
+5. returns the failure (root cause: hang, the diagnosis its message and details; the job is
+   torn down, exit 1, and the verdict prints it) or, with ``on_hang: keep``, prints the
+   diagnosis, keeps the job and reports again only after progress resumed and stopped.
 
 Earlier, within ``JOIN_WARN_S`` (or half ``hang_timeout`` if shorter) of the first process
 entering ``init_rpc``, a rank that has not entered it yet is named with where it is, once.
@@ -233,8 +234,11 @@ def _chain(first: PendingCall, waiting: list[PendingCall], serving: list[Serving
         call = onward
     headline = "; ".join(parts)
     repeated = [name for index, name in enumerate(path) if name in path[:index]]
-    if repeated:
-        headline += f" — a deadlock: {' → '.join(path)} comes back to {repeated[0]}"
+    if repeated:  # name the cycle itself, and who waits on it from outside
+        start = path.index(repeated[0])
+        outside = path[:start]
+        headline += f" — a deadlock: {' → '.join(path[start:])} wait on each other" + (
+            f"; {', '.join(outside)} {'waits' if len(outside) == 1 else 'wait'} on the cycle" if outside else "")
     return headline, suspect
 
 
@@ -299,16 +303,19 @@ class HangWatchdog:
             return None
         diagnosis, folder = self.report(procs, record, stalled)
         self._reported_at = wall
-        self.console.warn(f"hang: {diagnosis.headline}")
-        for line in diagnosis.details:
-            self.console.info(f"  {line}")
-        self.console.info(f"  stacks, calls and this diagnosis: {folder}")
         if self.keep:
+            self.console.warn(f"hang: {diagnosis.headline}")
+            for line in diagnosis.details:
+                self.console.info(f"  {line}")
+            self.console.info(f"  stacks, calls and this diagnosis: {folder}")
             self.console.info("  on_hang: keep — the job keeps running")
             return None
+        # The verdict, once the job is down, gives the diagnosis (its root cause): said once.
+        self.console.warn(f"hang: no progress for {human_seconds(stalled)}; stopping the job (the diagnosis follows)")
         suspect = diagnosis.suspect
+        details = "".join(f"  {line}\n" for line in diagnosis.details)  # the message is the headline
         return Failure(rank=-1, pid=suspect.pid if suspect is not None else None, exit_code=None, signal=None, reason="hang",
-                       message=f"hang: {diagnosis.headline}", timestamp=now_iso(), traceback=diagnosis.text() + f"evidence: {folder}\n")
+                       message=f"hang: {diagnosis.headline}", timestamp=now_iso(), traceback=f"{details}evidence: {folder}\n")
 
     # -- evidence ------------------------------------------------------------------------------
     def _facts(self, s: Any, rows: list, record: RunRecord) -> tuple[list[Proc], float, float] | None:

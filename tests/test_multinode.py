@@ -225,7 +225,7 @@ def test_a_hang_across_nodes_is_diagnosed_on_node_0_and_ends_every_node(hosts, t
     (_, err0), (_, err1) = finish(node0, node1, timeout=150)
     assert node0.returncode == 1, err0
     assert node1.returncode != 0, err1
-    hang = next(line for line in err0.splitlines() if line.startswith("warning: hang:"))
+    hang = next(line for line in err0.splitlines() if line.startswith("root cause: hang:"))
     assert "rank 0 (worker0, pid " in hang and "has waited" in hang and "on rpc_sync → worker1 (stuck, " in hang, hang
     assert "worker1 is running stuck for worker0" in hang and f"its stack: `rpcctl stack` on {b.hostname}" in hang, hang
     run0 = only_run(tmp_path / "n0")
