@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import launch_job, rpcctl
+from conftest import launch_job, record, rpcctl
 from rpcctl.console import Column
 
 PACKAGE = Path(__file__).resolve().parent.parent / "rpcctl"
@@ -94,15 +94,37 @@ def test_filters_parse_against_the_declared_columns(tmp_path, runs_dir):
     assert (empty.returncode, empty.stdout, empty.stderr) == (0, "no runs match status=cancelled\n", "")
     unknown = rpcctl("runs", *where, "--filter", "state=failed")
     assert unknown.returncode == 2 and unknown.stdout == ""
-    assert unknown.stderr == ("error: --filter 'state=failed': unknown key 'state' (valid keys: run_id, name, status, "
-                              "world_size, started_at, duration_s, restarts, cause)\n")
+    assert unknown.stderr.startswith("error: --filter 'state=failed': unknown key 'state' (valid keys: run_id, name, status, "
+                                     "world_size, started_at, duration_s, restarts, cause, "), unknown.stderr
+    assert unknown.stderr.endswith(", max_restarts, reason, exit_code; or a column's header)\n"), unknown.stderr  # the record's keys too
     malformed = rpcctl("runs", *where, "--filter", "status")
-    assert malformed.returncode == 2 and "expected KEY=VALUE" in malformed.stderr
+    assert malformed.returncode == 2 and "expected KEY=VALUE, KEY!=VALUE or KEY>N" in malformed.stderr
+    nothing = rpcctl("runs", *where, "--filter", "restarts>")
+    assert nothing.returncode == 2 and "> needs a number or a time to compare with" in nothing.stderr
+
+    def names(*filters: str) -> list[str]:
+        args = [arg for f in filters for arg in ("--filter", f)]
+        return sorted(d["name"] for d in json.loads(rpcctl("runs", *where, "--json", *args).stdout))
+
+    assert names("status!=failed") == ["good"] and names("status!=damaged") == ["bad", "good"]
+    assert names("world_size>=2") == ["bad"] and names("world_size<2") == ["good"] and names("world_size>2") == []
+    assert names("RANKS=2") == ["bad"] and names("ranks > 1") == ["bad"]  # a column's header, any case
+    assert names("duration>0", "duration_s<3600") == ["bad", "good"]  # numbers in raw units
+    assert names("nnodes=1") == ["bad", "good"]  # a key of the record that no column shows
+    first, second = sorted([record(ok_dir)["started_at"], record(failed_dir)["started_at"]])
+    assert names(f"started_at>{first}") == ["bad"] and names(f"started_at>={first}", f"started_at<={second}") == ["bad", "good"]
+    table = rpcctl("runs", *where, "--filter", "duration_s>1e9", "--filter", "status!=failed")
+    assert (table.returncode, table.stdout) == (0, "no runs match duration_s>1e9, status!=failed\n")
 
     # inspect workers: the same grammar over WorkerRecord.COLUMNS
     workers = json.loads(rpcctl("inspect", "workers", str(failed_dir), "--json", "--filter", "state=failed").stdout)
     assert [(w["rank"], w["state"]) for w in workers] == [(1, "failed")]
     none = rpcctl("inspect", "workers", str(failed_dir), "--filter", "state=succeeded")
     assert (none.returncode, none.stdout.splitlines()[0]) == (0, "no workers match state=succeeded")
-    bad = rpcctl("inspect", "workers", str(failed_dir), "--filter", "rank=1")
-    assert bad.returncode == 2 and "unknown key 'rank' (valid keys: rank_shown, name_shown, kind," in bad.stderr
+    bad = rpcctl("inspect", "workers", str(failed_dir), "--filter", "ranq=1")
+    assert bad.returncode == 2 and "unknown key 'ranq' (valid keys: rank_shown, name_shown, kind," in bad.stderr
+    ranks = json.loads(rpcctl("inspect", "workers", str(failed_dir), "--json", "--filter", "rank=1").stdout)  # a key of --json
+    assert [(w["rank"], w["state"]) for w in ranks] == [(1, "failed")]
+    below = json.loads(rpcctl("inspect", "workers", str(failed_dir), "--json", "--filter", "exit_code!=3", "--filter", "pid>1").stdout)
+    assert [w["rank"] for w in below] == [0]
+    assert len(json.loads(rpcctl("inspect", "workers", str(failed_dir), "--json", "--filter", "stale=false").stdout)) == 2

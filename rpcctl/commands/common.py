@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import math
+import operator
+import re
+import types
+import typing
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -35,41 +41,99 @@ FilterOption = Annotated[
     Optional[list[str]],
     typer.Option(
         "--filter", metavar="KEY=VALUE", show_default=False,
-        help="Only the rows whose KEY says VALUE (a column's key, as in --json; repeat to require several).",
+        help="Only the rows whose KEY says VALUE; also KEY!=VALUE, and KEY>N (>=, <, <=) for numbers in raw units "
+             "and for times (started_at>=2026-12-01). KEY: a key of --json or a column's header; repeat to require several.",
     ),
 ]
+
+_FILTER = re.compile(r"^\s*(?P<key>[^=!<>]*?)\s*(?P<op>!=|>=|<=|==|=|>|<)\s*(?P<value>.*?)\s*$", re.DOTALL)
+_ORDER: dict[str, Callable[[Any, Any], bool]] = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
+
+
+def _number(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 @dataclass(frozen=True)
 class Filter:
-    """One ``--filter KEY=VALUE``, checked against a view's declared columns."""
+    """One ``--filter KEY OP VALUE``, checked against a view's declared columns and keys."""
 
     column: Column
+    op: str
     value: str
 
     def __str__(self) -> str:
-        return f"{self.column.key}={self.value}"
+        return f"{self.column.key}{self.op}{self.value}"
 
     def matches(self, record: Any) -> bool:
-        """VALUE is the raw value as text (what --json says) or the cell as the table shows it."""
         raw = self.column.value(record)
+        if self.op in ("=", "=="):
+            return self._says(record, raw)
+        if self.op == "!=":
+            return not self._says(record, raw)
+        compare = _ORDER[self.op]
+        number = _number(self.value)
+        if number is not None:  # numbers as numbers: 10 > 9
+            return isinstance(raw, (int, float)) and not isinstance(raw, bool) and compare(raw, number)
+        return isinstance(raw, str) and compare(raw, self.value)  # ISO times sort as text
+
+    def _says(self, record: Any, raw: Any) -> bool:
+        """VALUE is the raw value as text (what --json says) or the cell as the table shows it."""
+        if isinstance(raw, bool):  # as --json writes it: true, false
+            return self.value.lower() == ("true" if raw else "false")
         return (raw is not None and str(raw) == self.value) or self.column.cell(record).plain == self.value
 
 
-def parse_filters(specs: list[str] | None, columns: Sequence[Column]) -> list[Filter]:
-    """``--filter`` arguments → filters; a malformed one or an unknown key is a usage error
-    that names the valid keys (the view's column keys)."""
-    keys = ", ".join(c.key for c in columns)
+def parse_filters(specs: list[str] | None, columns: Sequence[Column], fields: Sequence[str] = ()) -> list[Filter]:
+    """``--filter`` arguments → filters. KEY is a column's key, one of ``fields`` (the record's
+    other JSON keys), or a column's header (``rank``, ``duration``: any case, ``_`` for a
+    space). A malformed one, an unknown key or a comparison with nothing to compare is a usage
+    error that names the valid keys."""
+    by_key = {c.key: c for c in columns} | {f: Column(f) for f in fields if f not in {c.key for c in columns}}
+    by_header = {_header_key(c.title): c for c in columns}
+    keys = ", ".join(by_key)
     filters = []
     for spec in specs or []:
-        key, sep, value = spec.partition("=")
-        column = next((c for c in columns if c.key == key.strip()), None)
-        if not sep or not key.strip():
-            raise UsageError(f"--filter '{spec}': expected KEY=VALUE (valid keys: {keys})")
+        match = _FILTER.match(spec)
+        if match is None or not match["key"]:
+            raise UsageError(f"--filter '{spec}': expected KEY=VALUE, KEY!=VALUE or KEY>N (>=, <, <=) (valid keys: {keys})")
+        key, op, value = match["key"], match["op"], match["value"]
+        column = by_key.get(key) or by_header.get(_header_key(key))
         if column is None:
-            raise UsageError(f"--filter '{spec}': unknown key '{key.strip()}' (valid keys: {keys})")
-        filters.append(Filter(column, value.strip()))
+            raise UsageError(f"--filter '{spec}': unknown key '{key}' (valid keys: {keys}; or a column's header)")
+        if op in _ORDER and not value:
+            raise UsageError(f"--filter '{spec}': {op} needs a number or a time to compare with")
+        filters.append(Filter(column, op, value))
     return filters
+
+
+def _header_key(title: str) -> str:
+    return title.strip().lower().replace(" ", "_")
+
+
+def scalar_fields(record_type: type) -> list[str]:
+    """The fields of a record dataclass that hold one value (text, a number, a state, or none):
+    the JSON keys that ``--filter`` can compare. Lists and nested records are left out, so a
+    header can name its column (``runs``: RANKS is ``world_size``, not the ``ranks`` list)."""
+    hints = typing.get_type_hints(record_type)
+
+    def scalar(hint: Any) -> bool:
+        return typing.get_origin(hint) is None and isinstance(hint, type) and issubclass(hint, (str, int, float))
+
+    names = []
+    for field in dataclasses.fields(record_type):
+        hint = hints[field.name]
+        if typing.get_origin(hint) in (typing.Union, types.UnionType):
+            options = [a for a in typing.get_args(hint) if a is not type(None)]
+        else:
+            options = [hint]
+        if all(scalar(option) for option in options):
+            names.append(field.name)
+    return names
 
 
 def keep(records: Sequence[Any], filters: Sequence[Filter]) -> list[Any]:
@@ -77,6 +141,7 @@ def keep(records: Sequence[Any], filters: Sequence[Filter]) -> list[Any]:
 
 
 def filtered_empty(things: str, filters: Sequence[Filter]) -> str | None:
-    """``no_match`` for ``--filter``: ``no runs match status=failed``; None without a filter."""
-    return no_match(things, **{f.column.key: f.value for f in filters})
+    """What an empty filtered view says: ``no runs match status=failed, duration_s>60``; None
+    without a filter."""
+    return f"no {things} match {', '.join(map(str, filters))}" if filters else None
 

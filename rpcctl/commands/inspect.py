@@ -18,7 +18,7 @@ from rich.console import Group
 from rich.text import Text
 
 from rpcctl import inspect as sdk
-from rpcctl.commands.common import FilterOption, JsonOption, RunArgument, RunsDirOption, WatchOption, filtered_empty, keep, no_match, parse_filters
+from rpcctl.commands.common import FilterOption, JsonOption, RunArgument, RunsDirOption, WatchOption, filtered_empty, keep, no_match, parse_filters, scalar_fields
 from rpcctl.console import KEY, Column, fmt_loss, get_console, render_table, sanitize
 from rpcctl.errors import RpcctlError, RunNotFoundError, UsageError
 from rpcctl.frames import hide_own_frames
@@ -162,7 +162,7 @@ def workers(
             lines.append(Text(cost.describe(), style="dim"))
         return Group(table, "", *lines) if lines else table
 
-    filters = parse_filters(filter_, sdk.WorkerRecord.COLUMNS)
+    filters = parse_filters(filter_, sdk.WorkerRecord.COLUMNS, scalar_fields(sdk.WorkerRecord))
     _view(run, runs_dir, json_, watch, lambda run_dir: keep(sdk.workers(run_dir), filters), render)
 
 

@@ -13,7 +13,7 @@ import psutil
 import typer
 from rich.text import Text
 
-from rpcctl.commands.common import FilterOption, JsonOption, RunArgument, RunsDirOption, filtered_empty, parse_filters
+from rpcctl.commands.common import FilterOption, JsonOption, RunArgument, RunsDirOption, filtered_empty, parse_filters, scalar_fields
 from rpcctl.console import get_console, render_table, sanitize, utc_stamp
 from rpcctl.errors import RpcctlError, UsageError
 from rpcctl.log_times import LogLine, RankLogReader, lines_of, merged
@@ -40,7 +40,7 @@ def runs(
 ) -> None:
     """List runs, newest first (damaged records last, with their path)."""
     console = get_console()
-    filters = parse_filters(filter_, RunRecord.COLUMNS)
+    filters = parse_filters(filter_, RunRecord.COLUMNS, scalar_fields(RunRecord))
     records, damaged = scan_runs(runs_dir or default_runs_dir())
     from rpcctl.launcher import lost_runs
 
@@ -68,9 +68,9 @@ def runs(
 
 
 def _row(record: RunRecord, lost: dict) -> dict:
-    """A run as ``runs`` shows it (and ``--filter`` reads it): its record's columns, the status
+    """A run as ``runs`` shows it (and ``--filter`` reads it): its record's keys and columns, the status
     as it reads now, a lost run's story as its cause when it has none."""
-    row = {c.key: c.value(record) for c in RunRecord.COLUMNS}
+    row = {**record.to_dict(), **{c.key: c.value(record) for c in RunRecord.COLUMNS}}
     row["status"] = record.effective_status
     if record.run_id in lost and not row["cause"]:
         row["cause"] = lost[record.run_id].short()
