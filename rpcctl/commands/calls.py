@@ -3,18 +3,16 @@ and what each worker is running for whom. Data from ``rpcctl.inspect.calls``."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-import typer
 from rich.console import Group
 from rich.text import Text
 
 from rpcctl import inspect as sdk
-from rpcctl.commands.common import JsonOption, RunArgument, RunsDirOption, WatchOption
+from rpcctl.commands.common import JsonOption, RunArgument, RunsDirOption, WatchOption, WideOption
 from rpcctl.console import render_table
 from rpcctl.states import CallState, ServingState
 
-WideOption = Annotated[bool, typer.Option("--wide", help="Show every column.")]
 
 
 def calls(

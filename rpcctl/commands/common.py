@@ -27,6 +27,7 @@ RunArgument = Annotated[
     typer.Argument(metavar="RUN", help="Run id (or a unique prefix) or run directory (default: the latest run).", show_default=False),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document (raw units) instead of a table.")]
+WideOption = Annotated[bool, typer.Option("--wide", help="Show every column.")]
 WatchOption = Annotated[bool, typer.Option("--watch", "-w", help="Refresh the view until the run ends (Ctrl-C to stop).")]
 
 

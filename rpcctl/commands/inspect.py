@@ -18,7 +18,7 @@ from rich.console import Group
 from rich.text import Text
 
 from rpcctl import inspect as sdk
-from rpcctl.commands.common import FilterOption, JsonOption, RunArgument, RunsDirOption, WatchOption, filtered_empty, keep, no_match, parse_filters, scalar_fields
+from rpcctl.commands.common import FilterOption, JsonOption, RunArgument, RunsDirOption, WatchOption, WideOption, filtered_empty, keep, no_match, parse_filters, scalar_fields
 from rpcctl.console import KEY, Column, fmt_loss, get_console, render_table, sanitize
 from rpcctl.errors import RpcctlError, RunNotFoundError, UsageError
 from rpcctl.frames import hide_own_frames
@@ -34,7 +34,6 @@ inspect_app = typer.Typer(
     no_args_is_help=True,
 )
 
-WideOption = Annotated[bool, typer.Option("--wide", help="Show every column.")]
 
 
 def _run_dir(run: str | None, runs_dir: Path | None) -> Path:
