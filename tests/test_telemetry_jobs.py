@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import assert_no_process_left, kill_if_running, only_run, record, rpcctl, start_rpcctl, wait_until
+from conftest import assert_no_process_left, kill_if_running, launch_job, only_run, record, rpcctl, start_rpcctl, wait_until
 from rpcctl import inspect
 
 pytestmark = pytest.mark.timeout(150)
@@ -328,3 +328,42 @@ def test_report_in_a_forked_child_uses_its_own_connection(tmp_path):
     kinds = sorted(w.kind for w in inspect.workers(server.run_dir))
     assert kinds == ["child", "rank"]
     assert sorted((r.step, r.loss) for r in inspect.losses(server.run_dir)) == [(0, 1.0), (0, 2.0), (1, 0.5)]
+
+
+SITES_SCRIPT = textwrap.dedent(
+    """
+    import os, time
+
+    import torch
+    import torch.distributed.rpc as rpc
+    from torch.distributed.optim import DistributedOptimizer
+
+
+    def make_param():
+        return torch.nn.Parameter(torch.ones(2))
+
+
+    rank = int(os.environ["RANK"])
+    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
+    if rank == 1:
+        param = rpc.remote("worker0", make_param)
+        opt = DistributedOptimizer(torch.optim.SGD, [param], lr=0.1)
+        time.sleep(1.0)  # both RRefs outlive the 0.2 s below which they are only counted
+        del opt, param
+    rpc.shutdown()
+    """
+)
+
+
+def test_call_sites_name_installed_code_by_its_import_path(tmp_path, runs_dir):
+    # DistributedOptimizer makes its RRef inside torch, on the parameter's owner: its site read
+    # /.../.venv/lib/python3.11/site-packages/torch/distributed/optim/optimizer.py:101, four
+    # folded lines of the CALL SITE column.
+    script = tmp_path / "sites.py"
+    script.write_text(SITES_SCRIPT)
+    result, run_dir, _ = launch_job(tmp_path, runs_dir, script=str(script), nproc_per_node=2, preload=["torch"])
+    assert result.returncode == 0, result.stdout + result.stderr
+    sites = sorted(r.call_site for r in inspect.rrefs(run_dir))
+    assert len(sites) == 2, sites
+    assert sites[0].startswith("/") and sites[0].endswith(f"sites.py:{_line(SITES_SCRIPT, 'param = ')} in <module>"), sites
+    assert sites[1].startswith("torch/distributed/optim/optimizer.py:") and " in _new_script_local_optimizer" in sites[1], sites
