@@ -14,7 +14,6 @@ from rpcctl.console import render_table
 from rpcctl.states import CallState, ServingState
 
 
-
 def calls(
     run: RunArgument = None,
     wide: WideOption = False,

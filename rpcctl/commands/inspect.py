@@ -35,7 +35,6 @@ inspect_app = typer.Typer(
 )
 
 
-
 def _run_dir(run: str | None, runs_dir: Path | None) -> Path:
     run_dir = resolve_run(run, runs_dir)
     if not sdk.has_telemetry(run_dir):
