@@ -99,8 +99,9 @@ def test_filters_parse_against_the_declared_columns(tmp_path, runs_dir):
     assert unknown.stderr.endswith(", max_restarts, reason, exit_code; or a column's header)\n"), unknown.stderr  # the record's keys too
     malformed = rpcctl("runs", *where, "--filter", "status")
     assert malformed.returncode == 2 and "expected KEY=VALUE, KEY!=VALUE or KEY>N" in malformed.stderr
-    nothing = rpcctl("runs", *where, "--filter", "restarts>")
-    assert nothing.returncode == 2 and "> needs a number or a time to compare with" in nothing.stderr
+    for spec in ("restarts>", "restarts>nan", "duration_s<=-inf"):
+        nothing = rpcctl("runs", *where, "--filter", spec)
+        assert nothing.returncode == 2 and "needs a number or a time to compare with" in nothing.stderr, (spec, nothing.stderr)
 
     def names(*filters: str) -> list[str]:
         args = [arg for f in filters for arg in ("--filter", f)]
@@ -128,3 +129,15 @@ def test_filters_parse_against_the_declared_columns(tmp_path, runs_dir):
     below = json.loads(rpcctl("inspect", "workers", str(failed_dir), "--json", "--filter", "exit_code!=3", "--filter", "pid>1").stdout)
     assert [w["rank"] for w in below] == [0]
     assert len(json.loads(rpcctl("inspect", "workers", str(failed_dir), "--json", "--filter", "stale=false").stdout)) == 2
+
+
+def test_a_long_filter_without_an_operator_is_refused_at_once():
+    # The first parser, a regex with a lazy KEY, backtracked for minutes on 40,000 spaces.
+    from rpcctl.commands.common import parse_filters
+    from rpcctl.errors import UsageError
+    from rpcctl.runs import RunRecord
+
+    for spec in (" " * 100_000 + "x", "k" * 100_000, "!" * 100_000):
+        with pytest.raises(UsageError, match="expected KEY=VALUE"):
+            parse_filters([spec], RunRecord.COLUMNS)
+    assert [str(f) for f in parse_filters([" " * 100_000 + "status = failed"], RunRecord.COLUMNS)] == ["status=failed"]

@@ -47,16 +47,15 @@ FilterOption = Annotated[
     ),
 ]
 
-_FILTER = re.compile(r"^\s*(?P<key>[^=!<>]*?)\s*(?P<op>!=|>=|<=|==|=|>|<)\s*(?P<value>.*?)\s*$", re.DOTALL)
+_OPERATOR_CHARS = re.compile(r"[=!<>]")
 _ORDER: dict[str, Callable[[Any, Any], bool]] = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
 
 
 def _number(text: str) -> float | None:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         return None
-    return value if math.isfinite(value) else None
 
 
 @dataclass(frozen=True)
@@ -99,17 +98,32 @@ def parse_filters(specs: list[str] | None, columns: Sequence[Column], fields: Se
     keys = ", ".join(by_key)
     filters = []
     for spec in specs or []:
-        match = _FILTER.match(spec)
-        if match is None or not match["key"]:
+        split = _split_filter(spec)
+        if split is None:
             raise UsageError(f"--filter '{spec}': expected KEY=VALUE, KEY!=VALUE or KEY>N (>=, <, <=) (valid keys: {keys})")
-        key, op, value = match["key"], match["op"], match["value"]
+        key, op, value = split
         column = by_key.get(key) or by_header.get(_header_key(key))
         if column is None:
             raise UsageError(f"--filter '{spec}': unknown key '{key}' (valid keys: {keys}; or a column's header)")
-        if op in _ORDER and not value:
+        number = _number(value)
+        if op in _ORDER and (not value or (number is not None and not math.isfinite(number))):
             raise UsageError(f"--filter '{spec}': {op} needs a number or a time to compare with")
         filters.append(Filter(column, op, value))
     return filters
+
+
+def _split_filter(spec: str) -> tuple[str, str, str] | None:
+    """KEY, OP, VALUE at the first operator, in one pass (a regex with a lazy KEY took seconds
+    on a long argument without one); None when there is no KEY or no operator."""
+    found = _OPERATOR_CHARS.search(spec)
+    if found is None:
+        return None
+    at = found.start()
+    op = spec[at:at + 2] if spec[at:at + 2] in ("!=", ">=", "<=", "==") else spec[at]
+    key = spec[:at].strip()
+    if op == "!" or not key:
+        return None
+    return key, op, spec[at + len(op):].strip()
 
 
 def _header_key(title: str) -> str:
