@@ -30,6 +30,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from rpcctl.errors import ConfigError
+from rpcctl.linear_re import compile_linear
 
 DEFAULT_PRELOAD = ["torch", "torch.distributed.rpc"]
 
@@ -120,11 +121,7 @@ class LossesSpec(_Spec):
     def _regex(cls, value: str | None) -> str | None:
         if value is None:
             return value
-        try:
-            compiled = re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"not a valid regex: {exc}") from exc
-        if "loss" not in compiled.groupindex:
+        if "loss" not in compile_linear(value).groupindex:  # RE2, the loss parser's engine
             raise ValueError("the pattern needs a named group (?P<loss>...)")
         return value
 

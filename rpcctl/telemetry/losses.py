@@ -35,38 +35,58 @@ from __future__ import annotations
 import ast
 import json
 import math
-import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)\b"
-_START = r"(?<![\w.])"  # not inside a longer word, a dotted name or a number
-_EVAL_WORDS = ("val", "valid", "validation", "test", "eval", "dev")
-_NOT_EVAL = "".join(rf"(?<!{p}[ _-])" for p in _EVAL_WORDS)
+from rpcctl.linear_re import Hit as _Hit, Rule as _Rule, compile_linear, re2
 
-_PREFILTER = re.compile(r"loss|epoch", re.IGNORECASE)
-_LOSS = re.compile(
-    rf"{_START}{_NOT_EVAL}(?:train(?:ing)?[ _/-]?)?loss(?:[_/]step)?\b(?:\s*\([^)]*\))?\s*[:=]?\s*(?P<loss>{_NUM})",
-    re.IGNORECASE,
+# Every rule runs on RE2 (``rpcctl.linear_re``): time linear in the line, whatever it holds. Python's
+# ``\w``, ``\s`` and ``\d`` are Unicode, RE2's ASCII: the classes below spell out Python's.
+_W = r"\pL\pN_"  # \w, inside a class
+_S = r"[\s\pZ\x85]"  # \s
+_D = r"\p{Nd}"  # \d
+_NUM = rf"[-+]?(?:{_D}+(?:\.{_D}*)?|\.{_D}+)(?:[eE][-+]?{_D}+)?|[-+]?(?:nan|inf)\b"
+_NOT_IN_WORD = _W + "."  # a rule's start is not inside a longer word, a dotted name or a number
+_EVAL_WORDS = ("val", "valid", "validation", "test", "eval", "dev")
+_EVAL_TAILS = tuple(f"{word}{sep}" for word in _EVAL_WORDS for sep in " _-")
+
+
+def _not_eval(line: str, hit: _Hit) -> bool:
+    """Not a validation/test loss: 'val loss', 'eval-loss' (``val_loss`` never matches: '_' is a word character)."""
+    return not line[max(0, hit.start() - 11) : hit.start()].lower().endswith(_EVAL_TAILS)
+
+
+def _whole_word(line: str, hit: _Hit, group: str) -> bool:
+    """The number ends where a word would: 'nanλ' is one word to Python's Unicode ``\\b``, not nan
+    (RE2's ``\\b`` is ASCII, and only 'nan' and 'inf' end in a letter)."""
+    end = hit.end(group)
+    return end >= len(line) or not (line[end].isalnum() or line[end] == "_") or not line[end - 1].isalpha()
+
+
+_PREFILTER = re2.compile(r"(?i)loss|epoch")
+_LOSS = _Rule(
+    rf"(?:train(?:ing)?[ _/-]?)?loss(?:[_/]step)?\b(?:{_S}*\([^)]*\))?{_S}*[:=]?{_S}*(?P<loss>{_NUM})",
+    not_after=_NOT_IN_WORD,
 )
-_STEP = re.compile(
-    rf"{_START}(?:global[ _]?)?(?:step|iter(?:ation)?|it|batch|update)s?\b\s*[:=#]?\s*\[?\s*(?P<step>\d+)(?:\s*/\s*\d+)?",
-    re.IGNORECASE,
+_STEP = _Rule(
+    rf"(?:global[ _]?)?(?:step|iter(?:ation)?|it|batch|update)s?\b{_S}*[:=#]?{_S}*\[?{_S}*(?P<step>{_D}+)(?:{_S}*/{_S}*{_D}+)?",
+    not_after=_NOT_IN_WORD,
 )
-_EPOCH = re.compile(rf"{_START}epoch\b\s*[:=#]?\s*\[?\s*(?P<epoch>\d+)(?:\s*/\s*\d+)?", re.IGNORECASE)
-_EPOCH_VALUE = re.compile(
-    rf"^\W*epoch\s*\[?\s*(?P<epoch>\d+)(?:\s*/\s*\d+)?\]?\s*[:=,-]\s*(?P<loss>{_NUM})(?:\s.*)?$",
-    re.IGNORECASE,
+_EPOCH = _Rule(rf"epoch\b{_S}*[:=#]?{_S}*\[?{_S}*(?P<epoch>{_D}+)(?:{_S}*/{_S}*{_D}+)?", not_after=_NOT_IN_WORD)
+_EPOCH_VALUE = _Rule(
+    rf"[^{_W}]*epoch{_S}*\[?{_S}*(?P<epoch>{_D}+)(?:{_S}*/{_S}*{_D}+)?\]?{_S}*[:=,-]{_S}*(?P<loss>{_NUM})(?:{_S}.*)?$",
+    anchored=True,
 )
 # "Epoch 2/3", "=== epoch 4 ===", "Epoch 5:" alone on a line: what the following lines belong to.
-_EPOCH_HEADER = re.compile(r"^\W*epoch\s*[:#]?\s*\[?\s*(?P<epoch>\d+)(?:\s*/\s*\d+)?\s*\]?\W*$", re.IGNORECASE)
+_EPOCH_HEADER = _Rule(rf"[^{_W}]*epoch{_S}*[:#]?{_S}*\[?{_S}*(?P<epoch>{_D}+)(?:{_S}*/{_S}*{_D}+)?{_S}*\]?[^{_W}]*$", anchored=True)
 # A progress counter "n/total" (tqdm, Lightning, Keras, the mnist example's "[640/60000 (1%)]").
-_COUNTER = re.compile(r"(?<![\w./])(?P<n>\d+)\s*/\s*(?P<total>\d+)(?![\w./])")
+_COUNTER = _Rule(rf"(?P<n>{_D}+){_S}*/{_S}*(?P<total>{_D}+)", not_after=_W + "./", not_before=_W + "./")
 # A progress bar: a tqdm bar "|█▌  |" or a Rich/Keras bar of box-drawing characters.
-_BAR = re.compile(r"\|[^|]*\|\s*\d+/|[━─╸╺]{3,}|\d+%\|")
-_METRIC = re.compile(rf"{_START}(?P<name>[A-Za-z][\w./@-]*?)\s*[:=]\s*(?P<value>{_NUM})")
+_BAR = _Rule(rf"\|[^|]*\|{_S}*{_D}+/|[━─╸╺]{{3,}}|{_D}+%\|")
+_METRIC = _Rule(rf"(?P<name>[A-Za-z][{_W}./@-]*?){_S}*[:=]{_S}*(?P<value>{_NUM})", not_after=_NOT_IN_WORD)
 # The PyTorch imagenet example's meters: "Acc@1  50.00 ( 48.12)" (the value, then the average).
-_METER = re.compile(rf"{_START}(?P<name>[A-Za-z][\w@]*)\s+(?P<value>{_NUM})\s+\(\s*(?:{_NUM})\s*\)")
+_METER = _Rule(rf"(?P<name>[A-Za-z][{_W}@]*){_S}+(?P<value>{_NUM}){_S}+\({_S}*(?:{_NUM}){_S}*\)", not_after=_NOT_IN_WORD)
 _NOT_METRICS = frozenset(
     {"loss", "train_loss", "training_loss", "train/loss", "train_loss_step", "step", "epoch", "iter", "iteration", "it",
      "batch", "global_step", "v_num"}
@@ -101,7 +121,7 @@ class LossParser:
     the default rules. Keep one per rank: an epoch header applies to that rank's later lines."""
 
     def __init__(self, pattern: str | None = None):
-        self.custom = re.compile(pattern) if pattern else None
+        self.custom = compile_pattern(pattern) if pattern else None
         self.epoch: int | None = None  # from the last epoch header line
         self.last_loss: float | None = None  # the last loss this rank printed (a bar reset repeats it)
 
@@ -164,7 +184,7 @@ class LossParser:
     def _bar(self, line: str) -> Explanation | None:
         if _BAR.search(line) is None:
             return None
-        loss = _LOSS.search(line)
+        loss = _training_loss(line)
         if loss is None:
             return None
         epoch = _EPOCH.search(line)
@@ -179,7 +199,7 @@ class LossParser:
         return Explanation(line, "bar", f"a progress bar: loss from {loss[0]!r}{where}", parsed)
 
     def _text(self, line: str) -> Explanation | None:
-        loss = _LOSS.search(line)
+        loss = _training_loss(line)
         if loss is None:
             return None
         step = _STEP.search(line)
@@ -231,10 +251,22 @@ class LossParser:
         return ParsedLoss(loss=loss, step=_int(groups.get("step")), epoch=_int(groups.get("epoch")), metrics=metrics, rule="pattern")
 
 
-def _metrics(line: str, loss: re.Match, start: int = 0) -> dict[str, float]:
+def compile_pattern(pattern: str) -> Any:
+    """A config's ``losses.pattern``, compiled by RE2; ``ValueError`` says why one is refused."""
+    compiled = compile_linear(pattern)
+    if "loss" not in compiled.groupindex:
+        raise ValueError("the pattern needs a named group (?P<loss>...)")
+    return compiled
+
+
+def _training_loss(line: str) -> _Hit | None:
+    return _LOSS.search(line, keep=lambda hit: _not_eval(line, hit) and _whole_word(line, hit, "loss"))
+
+
+def _metrics(line: str, loss: _Hit, start: int = 0) -> dict[str, float]:
     metrics: dict[str, float] = {}
     for pattern in (_METRIC, _METER):
-        for m in pattern.finditer(line, start):
+        for m in pattern.finditer(line, start, keep=lambda hit: _whole_word(line, hit, "value")):
             name = m["name"].lower()
             if name not in _NOT_METRICS and m.start() != loss.start():
                 metrics.setdefault(m["name"], _float(m["value"]))
@@ -248,7 +280,9 @@ def _load_mapping(text: str) -> tuple[dict[str, Any], str] | None:
         kind = "json"
     except ValueError:
         try:
-            value = ast.literal_eval(text)
+            with warnings.catch_warnings():  # '{1abc}' warns on the launcher's stderr: rank text is data
+                warnings.simplefilter("ignore", SyntaxWarning)
+                value = ast.literal_eval(text)
         except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
             return None
         kind = "python"
