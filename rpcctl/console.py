@@ -186,7 +186,8 @@ class Column:
     does not fit: a cell is shown whole, folded, or its column hidden (and named in a footnote),
     never cut with an ellipsis, but for ``clip`` columns: a glimpse of text kept whole
     elsewhere (a rank's latest line in the live panel), cut with "…" to keep one line a row.
-    ``style`` gives a cell its style from the raw value (a state's colour).
+    ``style`` gives a cell its style from the raw value (a state's colour). A ``varies`` column is
+    shown only where its records differ in it (WORLD: most runs have one RPC world).
     """
 
     key: str
@@ -198,6 +199,7 @@ class Column:
     priority: int = NORMAL
     clip: bool = False
     style: Callable[[Any], str] | None = None
+    varies: bool = False
 
     @property
     def title(self) -> str:
@@ -318,7 +320,7 @@ def render_table(
     (``--wide`` adds columns, it cannot make room for them: every view with a table has ``--json``)."""
     if not records:
         return Text(sanitize(empty))
-    shown = [c for c in columns if detail or not c.detail]
+    shown = [c for c in columns if (detail or not c.detail) and (not c.varies or len({repr(c.value(r)) for r in records}) > 1)]
     formatters = [c.formatter(records) for c in shown]
     rows = [[c.cell(record, fmt) for c, fmt in zip(shown, formatters)] for record in records]
     return FittedTable(shown, rows, title=title, hint=hint)
@@ -327,7 +329,7 @@ def render_table(
 def to_jsonable(value: Any) -> Any:
     """Plain JSON data in raw units: dataclasses → dicts, datetimes → ISO-8601, NaN → null."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value) if f.metadata.get("json", True)}
     if isinstance(value, dict):
         return {str(k): to_jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):

@@ -12,9 +12,12 @@ one per process              ``M`` process_name / process_sort_index / thread_na
 spawned; per restart)        ``X`` a call (1 s or more) on the caller's thread; ``s`` → ``f``
                              flow arrow to the function its callee ran for it (``X`` on the
                              callee's thread)
-                             ``X`` RRef lifetimes on thread 1 of the owner ("RRefs")
+                             ``X`` RRef lifetimes on thread 1 of the owner ("RRefs"): the
+                             process that was that RPC rank in the RRef's world (a
+                             spawned worker's own track, not the rank that spawned it)
+                             ``X`` "process" on thread 0 of a spawned process: its lifetime
                              ``C`` loss and metrics counters
-                             ``i`` rank exits (with code and state)
+                             ``i`` rank exits (with code and state), spawned processes' ends
 global                       ``i`` restarts
 ===========================  ===================================================================
 
@@ -33,7 +36,7 @@ from typing import Any
 
 from rpcctl import inspect
 from rpcctl.console import to_jsonable
-from rpcctl.inspect._store import _loads, _Store
+from rpcctl.inspect._store import _column, _loads, _Store
 from rpcctl.inspect.calls import pair_served
 
 MAX_SPANS = 20_000
@@ -48,9 +51,8 @@ def build_trace(run_dir: Path) -> dict[str, Any]:
         procs = s.rows("SELECT * FROM procs ORDER BY proc_id")
         calls = s.rows("SELECT * FROM calls")
         serving = s.rows("SELECT * FROM serving")
-        rrefs = s.rows("SELECT r.*, (SELECT max(released_at) FROM handles h WHERE h.restart = r.restart AND h.rref_id = r.rref_id) AS released,"
-                       " (SELECT count(*) FROM handles h WHERE h.restart = r.restart AND h.rref_id = r.rref_id AND released_at IS NULL) AS held"
-                       " FROM rrefs r")
+        rrefs = s.rows("SELECT * FROM rrefs")
+        handles = s.rows("SELECT * FROM handles")
         losses = s.rows("SELECT * FROM losses ORDER BY id")
         end = s.closed_at or s.now
     times = [t for t in [*(r["started_at"] for r in ranks), *(p["connected_at"] for p in procs)] if t is not None]
@@ -58,9 +60,10 @@ def build_trace(run_dir: Path) -> dict[str, Any]:
     builder = _Builder(start, end)
     builder.processes(ranks, procs)
     builder.calls(calls, serving, procs)
-    builder.rrefs(rrefs)
+    builder.rrefs(rrefs, handles, procs)
     builder.losses(losses)
     builder.exits(ranks)
+    builder.spawned_ends(procs)
     report = inspect.calls(run_dir)
     return {
         "traceEvents": builder.events,
@@ -110,6 +113,10 @@ class _Builder:
                 self.track_of_rank.setdefault((rank, restart), track)
                 label = f"rank {rank}" + (f" · {proc['name']}" if proc["name"] else "") + f" (pid {proc['pid']}{again})"
             self.meta(track, "process_name", {"name": label})
+            if proc["kind"] == "child" and proc["connected_at"] is not None:  # the launcher never saw it start: telemetry did
+                self.thread(track, PROCESS_THREAD, "process")
+                self.span(track, PROCESS_THREAD, proc["name"] or f"pid {proc['pid']}", proc["connected_at"],
+                          proc["ended_at"] or proc["stopped_at"], "process", {"pid": proc["pid"], "started_by_rank": rank})
             self.meta(track, "process_sort_index", {"sort_index": (rank if rank is not None else 999) * 1000 + restart * 10 + (proc["kind"] == "child")})
         for row in ranks:
             key = (row["rank"], row["restart"])
@@ -163,28 +170,41 @@ class _Builder:
         return sorted(rows, key=duration, reverse=True)[:MAX_SPANS]
 
     # -- RRefs, losses, exits ------------------------------------------------------------------
-    def rrefs(self, rows: list[Any]) -> None:
+    def rrefs(self, rows: list[Any], handles: list[Any], procs: list[Any]) -> None:
+        # The owner is the process that was that RPC rank in the RRef's world (stores before
+        # schema 7 have world 0 only): with mp.spawn, a worker the rank spawned, not the rank.
         owners = {}
-        for track_rank, track in self.track_of_rank.items():
-            owners[track_rank] = track
+        for proc in procs:
+            if proc["rpc_rank"] is not None and proc["proc_id"] in self.track_of_proc:
+                owners.setdefault((proc["restart"] or 0, _column(proc, "world") or 0, proc["rpc_rank"]), self.track_of_proc[proc["proc_id"]])
+        released: dict[tuple[int, int, str], float] = {}
+        held: set[tuple[int, int, str]] = set()
+        for handle in handles:
+            key = (handle["restart"] or 0, _column(handle, "world") or 0, handle["rref_id"])
+            if handle["released_at"] is None:
+                held.add(key)
+            else:
+                released[key] = max(released.get(key, 0.0), handle["released_at"])
         spans = []
         for row in rows:
             if row["created_at"] is None or row["owner_rank"] is None:
                 continue
-            gone = row["value_freed_at"] or (row["released"] if not row["held"] else None)
-            spans.append((row, gone))
+            key = (row["restart"] or 0, _column(row, "world") or 0, row["rref_id"])
+            gone = row["value_freed_at"] or (released.get(key) if key not in held else None)
+            spans.append((row, key, gone))
         if len(spans) > MAX_RREFS:
             self.left_out["rrefs"] = len(spans) - MAX_RREFS
-            spans.sort(key=lambda pair: (pair[1] or self.end) - pair[0]["created_at"], reverse=True)
+            spans.sort(key=lambda span: (span[2] or self.end) - span[0]["created_at"], reverse=True)
             spans = spans[:MAX_RREFS]
-        for row, gone in spans:
-            track = owners.get((row["owner_rank"], row["restart"]))
-            if track is None:
+        for row, (restart, world, _), gone in spans:
+            track = owners.get((restart, world, row["owner_rank"]))
+            if track is None:  # its owner never reported: nowhere true to draw it
+                self.left_out["rrefs_of_unknown_owners"] = self.left_out.get("rrefs_of_unknown_owners", 0) + 1
                 continue
             self.thread(track, RREF_THREAD, "RRefs")
             self.span(track, RREF_THREAD, f"RRef {row['type'] or '?'}", row["created_at"], gone, "rref",
-                      {"rref_id": row["rref_id"], "creator": row["creator"], "site": row["call_site"], "nbytes": row["nbytes"],
-                       "shape": _loads(row["shape"]), "device": row["device"]})
+                      {"rref_id": row["rref_id"], "world": world, "creator": row["creator"], "site": row["call_site"],
+                       "nbytes": row["nbytes"], "shape": _loads(row["shape"]), "device": row["device"]})
 
     def losses(self, rows: list[Any]) -> None:
         series: dict[tuple[int, int, str], list[tuple[float, float]]] = defaultdict(list)
@@ -219,3 +239,15 @@ class _Builder:
                 firsts[row["restart"]] = min(firsts.get(row["restart"], row["started_at"]), row["started_at"])
         for restart, t in sorted(firsts.items()):
             self.events.append({"ph": "i", "s": "g", "pid": 0, "tid": 0, "ts": self.ts(t), "name": f"restart {restart}", "args": {}})
+
+    def spawned_ends(self, procs: list[Any]) -> None:
+        """An end marker on each spawned process's track (the launcher's ranks have theirs)."""
+        for proc in procs:
+            end = proc["ended_at"] or proc["stopped_at"]
+            track = self.track_of_proc.get(proc["proc_id"])
+            if proc["kind"] != "child" or end is None or track is None:
+                continue
+            code = _column(proc, "exit_code")
+            self.events.append({"ph": "i", "s": "p", "pid": track, "tid": PROCESS_THREAD, "ts": self.ts(end),
+                                "name": f"{proc['name'] or 'pid ' + str(proc['pid'])} ended" + (f" (exit {code})" if code is not None else ""),
+                                "args": {"exit_code": code, "pid": proc["pid"]}})

@@ -25,7 +25,7 @@ from rpcctl.telemetry.store import ProcInfo, StoreWriter
 RREF_KEYS = [
     "rref_id", "owner", "owner_rank", "creator", "creator_rank", "holders", "type", "shape", "dtype", "device", "nbytes",
     "state", "created_at", "confirmed_at", "deleted_at", "call_site", "callee", "kind", "forks", "live_at_shutdown", "restart",
-    "ending", "last_used_at", "unused_s",
+    "world", "ending", "last_used_at", "unused_s", "owner_autograd_contexts",
 ]
 WORKER_KEYS = [
     "rank", "name", "host", "pid", "state", "exit_code", "cpu_percent", "rss_bytes", "device", "gpu_memory_bytes",
@@ -124,8 +124,8 @@ def test_rrefs_json_is_one_stable_document(cli, run):
         "rref_id": "0:0", "owner": "worker1", "owner_rank": 1, "creator": "worker0", "creator_rank": 0, "holders": [],
         "type": "Tensor", "shape": [16, 32], "dtype": "float32", "device": "cpu", "nbytes": 2048, "state": "deleted",
         "created_at": None, "confirmed_at": None, "deleted_at": None, "call_site": "train.py:10 in main", "callee": "make",
-        "kind": "remote", "forks": 0, "live_at_shutdown": True, "restart": 0, "ending": "at shutdown",
-        "last_used_at": "2027-01-15T08:00:07.500000+00:00", "unused_s": None,
+        "kind": "remote", "forks": 0, "live_at_shutdown": True, "restart": 0, "world": 0, "ending": "at shutdown",
+        "last_used_at": "2027-01-15T08:00:07.500000+00:00", "unused_s": None, "owner_autograd_contexts": None,
     }
     assert made["created_at"] == "2027-01-15T08:00:01+00:00" and made["deleted_at"] == "2027-01-15T08:00:09+00:00"
     assert (freed["rref_id"], freed["deleted_at"], freed["live_at_shutdown"]) == ("0:2", "2027-01-15T08:00:02+00:00", False)
@@ -139,8 +139,8 @@ def test_rrefs_filters_summary_and_table(cli, run):
     assert _json(cli("inspect", "rrefs", "--state", "live", "--json")) == []
     summary = _json(cli("inspect", "rrefs", "--summary", "--json"))
     assert summary == [
-        {"owner": "worker0", "owner_rank": 0, "live": 0, "pending": 0, "deleted": 1, "live_bytes": 0, "short_lived": 0},
-        {"owner": "worker1", "owner_rank": 1, "live": 0, "pending": 0, "deleted": 2, "live_bytes": 0, "short_lived": 41},
+        {"owner": "worker0", "owner_rank": 0, "live": 0, "pending": 0, "deleted": 1, "live_bytes": 0, "short_lived": 0, "world": 0},
+        {"owner": "worker1", "owner_rank": 1, "live": 0, "pending": 0, "deleted": 2, "live_bytes": 0, "short_lived": 41, "world": 0},
     ]
     result = cli("inspect", "rrefs", str(run))
     assert result.exit_code == 0, result.stderr

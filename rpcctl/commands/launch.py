@@ -184,7 +184,7 @@ def render_leaks(console: Console, record: RunRecord) -> None:
     if leaks:
         console.warn(
             f"{len(leaks)} RRef value(s) leaked: each outlived every reference to it, because its owner still held it "
-            f"elsewhere (a list, a cache, a closure) when it shut down. Where they were made "
+            f"elsewhere when it shut down{_leak_holder(leaks)}. Where they were made "
             f"(`rpcctl inspect rrefs {record.run_id} --state leaked` lists them all):"
         )
         _list_rrefs(console, leaks, lambda r: "")
@@ -201,6 +201,17 @@ def render_leaks(console: Console, record: RunRecord) -> None:
             f"rpcctl: {held} RRef(s) were still referenced, and in use, when rpc.shutdown() began, which released them: normal "
             f"for RRefs a program keeps to the end, nothing to do (`rpcctl inspect rrefs {record.run_id} --state at-shutdown`)"
         )
+
+
+def _leak_holder(leaks: list) -> str:
+    """What likely held leaked values: distributed autograd contexts their owners still had open
+    (they keep the tensors their calls sent), or the program's own structures."""
+    contexts = sum(r.owner_autograd_contexts or 0 for r in leaks)
+    if contexts:
+        return (f": their owners still had {contexts} distributed autograd context(s) open, which keep the tensors their "
+                "calls sent until released: the likely holder (every `with dist_autograd.context()` exited before "
+                "rpc.shutdown() releases them), rather than a list or a cache of the program's")
+    return " (a list, a cache, a closure of the program's)"
 
 
 def _list_rrefs(console: Console, records: list, more: Callable[[Any], str]) -> None:

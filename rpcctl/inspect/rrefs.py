@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,9 +71,15 @@ class RRefRecord:
     forks: int  # references received by other workers, ever
     live_at_shutdown: bool
     restart: int
+    world: int = 0  # the RPC world (one init_rpc group: a script that mp.spawns twice has two)
     ending: RRefEnding | None = None  # at shutdown | held unused | leaked (see the module docstring)
     last_used_at: str | None = None  # the latest use by a holder that kept it to rpc.shutdown() (or when it got it)
     unused_s: float | None = None  # held unused: how long before rpc.shutdown() it was last used
+    # Leaked: distributed autograd contexts its owner still had open at its end (they keep the
+    # tensors their calls sent: the likely holder, rather than the program's own list or cache).
+    owner_autograd_contexts: int | None = None
+    # Where its tensors' memory starts (live bytes two RRefs share are counted once); not in --json.
+    storages: list[int] | None = field(default=None, metadata={"json": False})
 
     @property
     def shown_state(self) -> str:
@@ -83,6 +89,7 @@ class RRefRecord:
         return {AT_SHUTDOWN: "released at shutdown", LEAKED: "leaked"}.get(self.ending or "", self.state)
 
     COLUMNS = (
+        Column("world", justify="right", priority=KEY, varies=True),
         Column("rref_id", "RREF", priority=KEY),
         Column("owner", priority=KEY),
         Column("creator", detail=True),
@@ -112,8 +119,10 @@ class OwnerSummary:
     deleted: int
     live_bytes: int
     short_lived: int  # created and dropped within 0.2 s: counted, not listed
+    world: int = 0
 
     COLUMNS = (
+        Column("world", justify="right", priority=KEY, varies=True),
         Column("owner", priority=KEY),
         Column("live", justify="right", priority=KEY),
         Column("pending", justify="right"),
@@ -138,19 +147,22 @@ def rrefs(run_dir: Path, *, owner: str | None = None, state: str | None = None, 
 
 
 def _rrefs(s: _Store, restart: int) -> list[RRefRecord]:
+    # An RRef is (world, id): a script that mp.spawns twice has two worlds with the same ids
+    # and names (stores before schema 7 have one world, 0).
     procs = {row["proc_id"]: row for row in s.rows("SELECT * FROM procs WHERE restart = ?", (restart,))}
-    names = {row["rpc_rank"]: row["name"] for row in s.rows("SELECT rpc_rank, name FROM rpc_workers WHERE restart = ?", (restart,))}
-    handles: dict[str, list[sqlite3.Row]] = defaultdict(list)
+    names = {(_world(row), row["rpc_rank"]): row["name"] for row in s.rows("SELECT * FROM rpc_workers WHERE restart = ?", (restart,))}
+    handles: dict[tuple[int, str], list[sqlite3.Row]] = defaultdict(list)
     for row in s.rows("SELECT * FROM handles WHERE restart = ?", (restart,)):
-        handles[row["rref_id"]].append(row)
+        handles[(_world(row), row["rref_id"])].append(row)
     rows = s.rows("SELECT * FROM rrefs WHERE restart = ? ORDER BY created_at, rref_id", (restart,))
-    types_by_id = {row["rref_id"]: row["type"] for row in rows}
+    types_by_id = {(_world(row), row["rref_id"]): row["type"] for row in rows}
     # Stores before schema 6 have no uses: there, no reference can be told held unused.
     version = s.rows("SELECT value FROM meta WHERE key = 'schema_version'")
     knows_uses = bool(version) and str(version[0]["value"]).isdigit() and int(version[0]["value"]) >= 6
     records = []
     for row in rows:
-        mine = handles.get(row["rref_id"], [])
+        world = _world(row)
+        mine = handles.get((world, row["rref_id"]), [])
         holders = sorted({_holder(h, procs) for h in mine if h["released_at"] is None})
         released = [h["released_at"] for h in mine]
         freed = row["value_freed_at"]
@@ -166,7 +178,8 @@ def _rrefs(s: _Store, restart: int) -> list[RRefRecord]:
         owner_rank = row["owner_rank"]
         at_shutdown = _live_at_shutdown(mine, freed, procs)
         last_used, unused_s = _last_use(mine, procs) if at_shutdown and knows_uses else (None, None)
-        if _leaked(row, mine, procs):
+        owner_proc = _owner_proc(row, world, procs)
+        if _leaked(row, mine, owner_proc):
             ending = LEAKED
         elif at_shutdown and row["kind"] != "local" and unused_s is not None and unused_s >= UNUSED_MIN_S:
             ending = HELD_UNUSED
@@ -175,9 +188,9 @@ def _rrefs(s: _Store, restart: int) -> list[RRefRecord]:
         records.append(
             RRefRecord(
                 rref_id=row["rref_id"],
-                owner=row["owner"] or names.get(owner_rank),
+                owner=row["owner"] or names.get((world, owner_rank)),
                 owner_rank=owner_rank,
-                creator=row["creator"] or names.get(row["creator_rank"]) or names.get(_created_on(row["rref_id"])),
+                creator=row["creator"] or names.get((world, row["creator_rank"])) or names.get((world, _created_on(row["rref_id"]))),
                 creator_rank=row["creator_rank"] if row["creator_rank"] is not None else _created_on(row["rref_id"]),
                 holders=holders,
                 type=row["type"],
@@ -190,14 +203,17 @@ def _rrefs(s: _Store, restart: int) -> list[RRefRecord]:
                 confirmed_at=iso_time(row["confirmed_at"]),
                 deleted_at=iso_time(deleted_at),
                 call_site=row["call_site"],
-                callee=_callee(row["callee"], types_by_id),
+                callee=_callee(row["callee"], world, types_by_id),
                 kind=row["kind"] or "remote",
                 forks=sum(1 for h in mine if h["role"] == "fork"),
                 live_at_shutdown=at_shutdown,
                 restart=restart,
+                world=world,
                 ending=ending,
                 last_used_at=iso_time(last_used),
                 unused_s=unused_s if ending == HELD_UNUSED else None,
+                storages=_loads(_column(row, "storages")),
+                owner_autograd_contexts=_column(owner_proc, "autograd_contexts") if ending == LEAKED else None,
             )
         )
     return records
@@ -206,12 +222,16 @@ def _rrefs(s: _Store, restart: int) -> list[RRefRecord]:
 _ON_RREF = re.compile(r"^rref\((?P<id>[\d:]+)\)\.(?P<method>.+)$")
 
 
-def _callee(callee: str | None, types_by_id: dict[str, str | None]) -> str | None:
+def _world(row: sqlite3.Row) -> int:
+    return _column(row, "world") or 0
+
+
+def _callee(callee: str | None, world: int, types_by_id: dict[tuple[int, str], str | None]) -> str | None:
     """``rref(0:3).value`` (a method called through ``rref.remote()``) → ``Accumulator.value``."""
     match = _ON_RREF.match(callee or "")
     if match is None:
         return callee
-    type_name = types_by_id.get(match["id"])
+    type_name = types_by_id.get((world, match["id"]))
     return f"{type_name}.{match['method']}" if type_name else callee
 
 
@@ -225,13 +245,25 @@ def _holder(handle: sqlite3.Row, procs: dict[int, sqlite3.Row]) -> str:
     return handle["holder"] or (proc["name"] if proc is not None and proc["name"] else f"pid {proc['pid'] if proc else '?'}")
 
 
+def _holder_end(handle: sqlite3.Row, proc: sqlite3.Row | None) -> float | None:
+    """When the holder stopped using RPC: it began rpc.shutdown() (or, without one, exited). A
+    worker that serves others calls rpc.shutdown() at once and serves inside it: a reference it
+    was handed meanwhile ends when rpc.shutdown() returned."""
+    if proc is None:
+        return None
+    began, acquired = proc["rpc_shutdown_at"], handle["acquired_at"]
+    if began is not None and acquired is not None and acquired > began:
+        return _column(proc, "rpc_shutdown_done_at") or proc["ended_at"]
+    return began or proc["ended_at"]
+
+
 def _live_at_shutdown(handles: list[sqlite3.Row], freed: float | None, procs: dict[int, sqlite3.Row]) -> bool:
-    """A reference its holder still had when it began rpc.shutdown() (or, without one, exited)."""
+    """A reference its holder still had when it stopped using RPC (``_holder_end``)."""
     for handle in handles:
         proc = procs.get(handle["proc_id"])
         if proc is None:
             continue
-        end = proc["rpc_shutdown_at"] or proc["ended_at"]
+        end = _holder_end(handle, proc)
         if end is None or handle["acquired_at"] is None or handle["acquired_at"] > end:
             continue
         released = handle["released_at"]
@@ -246,8 +278,7 @@ def _last_use(handles: list[sqlite3.Row], procs: dict[int, sqlite3.Row]) -> tupl
     None where it was not that long unused for at least half the time it was held."""
     latest, idle, held = None, None, None
     for handle in handles:
-        proc = procs.get(handle["proc_id"])
-        end = (proc["rpc_shutdown_at"] or proc["ended_at"]) if proc is not None else None
+        end = _holder_end(handle, procs.get(handle["proc_id"]))
         acquired = handle["acquired_at"]
         if end is None or acquired is None or acquired > end or (handle["released_at"] is not None and handle["released_at"] < end):
             continue
@@ -260,14 +291,19 @@ def _last_use(handles: list[sqlite3.Row], procs: dict[int, sqlite3.Row]) -> tupl
     return latest, idle
 
 
-def _leaked(row: sqlite3.Row, handles: list[sqlite3.Row], procs: dict[int, sqlite3.Row]) -> bool:
+def _owner_proc(row: sqlite3.Row, world: int, procs: dict[int, sqlite3.Row]) -> sqlite3.Row | None:
+    in_world = [p for p in procs.values() if _world(p) == world and p["rpc_rank"] == row["owner_rank"]]
+    owner = next((p for p in in_world if p["kind"] == "rank"), None)
+    if owner is None and row["owner_rank"] is not None:
+        owner = next(iter(in_world), None)
+    return owner
+
+
+def _leaked(row: sqlite3.Row, handles: list[sqlite3.Row], owner: sqlite3.Row | None) -> bool:
     """The value outlived every reference: all released well before the owner shut down, and
     the owner (which watched it) still had it then."""
     if not _column(row, "value_watched") or not handles or any(h["released_at"] is None for h in handles):
         return False
-    owner = next((p for p in procs.values() if p["rpc_rank"] == row["owner_rank"] and p["kind"] == "rank"), None)
-    if owner is None and row["owner_rank"] is not None:
-        owner = next((p for p in procs.values() if p["rpc_rank"] == row["owner_rank"]), None)
     # The owner's end, not when it began rpc.shutdown(): a server calls that at once and
     # serves on, inside it, until every worker is done.
     end = (owner["ended_at"] or owner["stopped_at"]) if owner is not None else None
@@ -284,24 +320,43 @@ def rref_owners(run_dir: Path, *, restart: int | None = None, records: list[RRef
         restart = s.latest_restart() if restart is None else restart
         if records is None:
             records = _rrefs(s, restart)
-        churn = s.rows("SELECT owner, sum(count) AS n FROM churn WHERE restart = ? GROUP BY owner", (restart,))
-    summaries: dict[str, OwnerSummary] = {}
+        churn = s.rows("SELECT * FROM churn WHERE restart = ?", (restart,))
+    summaries: dict[tuple[int, str], OwnerSummary] = {}
 
-    def summary(owner: str, rank: int | None) -> OwnerSummary:
-        if owner not in summaries:
-            summaries[owner] = OwnerSummary(owner, rank, 0, 0, 0, 0, 0)
-        elif summaries[owner].owner_rank is None:
-            summaries[owner].owner_rank = rank
-        return summaries[owner]
+    def summary(world: int, owner: str, rank: int | None) -> OwnerSummary:
+        key = (world, owner)
+        if key not in summaries:
+            summaries[key] = OwnerSummary(owner, rank, 0, 0, 0, 0, 0, world)
+        elif summaries[key].owner_rank is None:
+            summaries[key].owner_rank = rank
+        return summaries[key]
 
+    inside = _inside_another(records)
     for record in records:
-        entry = summary(record.owner or "?", record.owner_rank)
+        entry = summary(record.world, record.owner or "?", record.owner_rank)
         setattr(entry, record.state.value, getattr(entry, record.state.value) + 1)
-        if record.state == RRefState.LIVE and record.nbytes:
+        if record.state == RRefState.LIVE and record.nbytes and id(record) not in inside:
             entry.live_bytes += record.nbytes
     for row in churn:
-        summary(row["owner"] or "?", None).short_lived += int(row["n"] or 0)
-    return sorted(summaries.values(), key=lambda e: (e.owner_rank is None, e.owner_rank or 0, e.owner))
+        summary(_world(row), row["owner"] or "?", None).short_lived += int(row["count"] or 0)
+    return sorted(summaries.values(), key=lambda e: (e.world, e.owner_rank is None, e.owner_rank or 0, e.owner))
+
+
+def _inside_another(records: list[RRefRecord]) -> set[int]:
+    """Live RRefs whose memory a bigger live RRef of the same owner holds too (a parameter's RRef
+    beside its module's): their bytes are that one's, counted once."""
+    live = [r for r in records if r.state == RRefState.LIVE and r.storages and r.nbytes]
+    by_storage: dict[tuple[int, str | None, int], list[RRefRecord]] = defaultdict(list)
+    for record in live:
+        for storage in record.storages or ():
+            by_storage[(record.world, record.owner, storage)].append(record)
+    inside = set()
+    for record in live:
+        bigger = [other for storage in record.storages or () for other in by_storage[(record.world, record.owner, storage)]
+                  if other is not record and (other.nbytes or 0) > (record.nbytes or 0)]
+        if bigger and all(any(o in bigger for o in by_storage[(record.world, record.owner, st)]) for st in record.storages or ()):
+            inside.add(id(record))
+    return inside
 
 
 def leaked_rrefs(run_dir: Path) -> list[RRefRecord]:

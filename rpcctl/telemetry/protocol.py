@@ -31,7 +31,7 @@ event      fields (``t`` is the wall-clock time of the observation, epoch second
 probe      cpu_percent, rss_bytes, threads, device, cuda_visible_devices, gpus,
            gpu_memory_bytes, dropped, cpu_s, telemetry_cpu_s (a heartbeat with the
            process's vital signs)
-rpc        name, rpc_rank, world_size, workers {rank: name}, device_maps, devices
+rpc        name, rpc_rank, world_size, workers {rank: name}, device_maps, devices, rdv (the rendezvous: "host:port" or init_method)
 rref       id, fork, owner, owner_rank, kind (remote|local), callee, site, confirmed,
            value (local RRefs: the value's description)
 conf       id (the owner confirmed a pending RRef)
@@ -43,7 +43,8 @@ used       id, fork (when rpc.shutdown() began: this process last used its refer
            ``t``: to_here, local_value, a proxy call, or sent it in a call)
 churn      owner, callee, site, n (RRefs that lived less than MIN_AGE_S: counted, not listed)
 loss       step, loss, epoch, metrics
-shutdown   (rpc.shutdown() began in this process)
+shutdown   done, autograd_contexts (rpc.shutdown() began in this process; with done: it returned,
+           with so many distributed autograd contexts still open)
 join       (init_rpc() began in this process)
 cstat      callee, func, kind, n, err, tmo, sum, max, h {bucket: n}, bytes (calls that ended this
            cycle; sum, h and bytes over the timed ones: bytes of their tensor arguments)
@@ -122,7 +123,8 @@ _BOOL = (bool,)
 EVENT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "probe": {"cpu_percent": _NUM, "rss_bytes": _INT, "threads": _INT, "device": _STR, "cuda_visible_devices": _STR,
               "gpus": (list,), "gpu_memory_bytes": _INT, "dropped": _INT, "cpu_s": _NUM, "telemetry_cpu_s": _NUM},
-    "rpc": {"name": _STR, "rpc_rank": _INT, "world_size": _INT, "workers": (dict,), "device_maps": (dict,), "devices": (list,)},
+    "rpc": {"name": _STR, "rpc_rank": _INT, "world_size": _INT, "workers": (dict,), "device_maps": (dict,), "devices": (list,),
+            "rdv": _STR},
     "rref": {"id": _STR, "fork": _STR, "owner": _STR, "owner_rank": _INT, "kind": _STR, "callee": _STR, "site": _STR,
              "confirmed": _BOOL, "value": (dict,), "watched": _BOOL},
     "conf": {"id": _STR},
@@ -133,7 +135,7 @@ EVENT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "used": {"id": _STR, "fork": _STR},
     "churn": {"owner": _STR, "callee": _STR, "site": _STR, "n": _INT},
     "loss": {"step": _INT, "epoch": _INT, "loss": _NUM, "metrics": (dict,)},
-    "shutdown": {},
+    "shutdown": {"done": (bool,), "autograd_contexts": _INT},
     "join": {},
     "cstat": {"callee": _STR, "func": _STR, "kind": _STR, "n": _INT, "err": _INT, "tmo": _INT, "sum": _NUM, "max": _NUM, "h": (dict,), "bytes": _INT},
     "call": {"id": _INT, "kind": _STR, "callee": _STR, "func": _STR, "site": _STR, "thread": _INT, "nbytes": _INT},
@@ -148,7 +150,9 @@ EVENT_REQUIRED: dict[str, tuple[str, ...]] = {
     "rref": ("id",), "conf": ("id",), "desc": ("id",), "vfree": ("id",), "fork": ("id",), "rel": ("id",), "used": ("id",),
     "call": ("id",), "cend": ("id",), "srv": ("id",), "send": ("id",), "cstat": ("callee", "func", "kind"),
 }
-_VALUE_FIELDS: dict[str, tuple[type, ...]] = {"type": _STR, "shape": (list,), "dtype": _STR, "device": _STR, "nbytes": _INT}
+_VALUE_FIELDS: dict[str, tuple[type, ...]] = {"type": _STR, "shape": (list,), "dtype": _STR, "device": _STR, "nbytes": _INT,
+                                              "storages": (list,)}
+MAX_STORAGES = 1_000  # as rrefs.values.MAX_STORAGES
 _GPU_FIELDS: dict[str, tuple[type, ...]] = {"index": _INT, "physical": _STR, "name": _STR, "total_bytes": _INT,
                                             "reserved_bytes": _INT, "allocated_bytes": _INT, "device_used_bytes": _INT}
 MAX_SHAPE = 64  # a tensor has at most 64 dimensions (torch's own limit)
@@ -174,6 +178,9 @@ def _nested_ok(kind: str, event: dict[str, Any]) -> bool:
             return False
         shape = value.get("shape")
         if shape is not None and (len(shape) > MAX_SHAPE or not all(_typed(d, _INT) and d is not None for d in shape)):
+            return False
+        storages = value.get("storages")
+        if storages is not None and (len(storages) > MAX_STORAGES or not all(_typed(d, _INT) and d is not None for d in storages)):
             return False
     if kind == "rpc":
         workers, maps, devices = event.get("workers"), event.get("device_maps"), event.get("devices")

@@ -4,7 +4,7 @@ One writer (the launcher's ``TelemetryServer``), any number of readers, while th
 (WAL mode) and after it ends (the server checkpoints and leaves a single plain file).
 
 Tables (times are epoch seconds; ids of RRefs are torch's ``GloballyUniqueId`` as
-``"created_on:local_id"``, scoped by the restart they belong to):
+``"created_on:local_id"``, scoped by the restart and the RPC world they belong to):
 
 ==========  ==================================================================
 table       one row per
@@ -12,7 +12,7 @@ table       one row per
 meta        key/value facts of the run (run_id, world_size, opened_at, closed_at)
 ranks       launcher rank and restart, as the launcher saw it (pid, state, exit)
 procs       process that connected (a rank, or a process it spawned): probes
-rpc_workers RPC worker (rank → name) of each restart, as init_rpc reported it
+rpc_workers RPC worker (rank → name) of each restart and world, as init_rpc reported it
 rrefs       RRef (not per fork): owner, creator, call site, value, lifecycle
 handles     Python reference to an RRef held by a process (creator's or a fork)
 churn       (process, owner, callee, call site): RRefs too short-lived to list
@@ -22,6 +22,12 @@ call_stats  (process, callee, function, kind): every ended call, counted, with a
 serving     function a process ran for at least calls.LONG_S for an incoming call
 log_lines   (rank, restart): lines the loss parser read, and how many yielded a loss
 ==========  ==================================================================
+
+An RPC *world* is one group of processes that called ``init_rpc`` together (one rendezvous):
+world 0 is a restart's first. A script that ``mp.spawn``s its workers twice makes two worlds
+with the same worker names and RRef ids, told apart here (``StoreWriter._world_of``): a process
+joins the open world of its rendezvous (address and world size) unless its RPC rank is taken
+there, which opens the next one.
 
 A loss's ``step`` and ``epoch`` are as printed or reported (NULL when absent); ``seq`` is its
 arrival index among the records of its (rank, restart, source), which orders and keys them
@@ -46,7 +52,9 @@ from typing import Any
 from rpcctl.errors import DamagedRunError
 from rpcctl.private import private_file
 
-SCHEMA_VERSION = 6  # 2: procs.cpu_s, procs.telemetry_cpu_s; meta server_cpu_s. 3: calls, call_stats, serving, procs.rpc_join_at
+SCHEMA_VERSION = 7  # 7: world (RPC world of a restart) in procs, rpc_workers, rrefs, handles, churn; rrefs.storages;
+#    procs.rpc_shutdown_done_at (when rpc.shutdown() returned), procs.autograd_contexts (open then).
+# 2: procs.cpu_s, procs.telemetry_cpu_s; meta server_cpu_s. 3: calls, call_stats, serving, procs.rpc_join_at
 # 4: losses.seq, losses.rule, log_lines. 5: rrefs.value_watched (1: the owner watches the value, so value_freed_at NULL means still alive)
 # 6: handles.last_used_at (the holder's last use of a reference it still held at rpc.shutdown()),
 #    call_stats.request_bytes, calls.nbytes (bytes of the tensor arguments)
@@ -63,24 +71,26 @@ CREATE TABLE IF NOT EXISTS procs (
     connected_at REAL, last_seen REAL, ended_at REAL, stopped_at REAL, rpc_shutdown_at REAL,
     cpu_percent REAL, rss_bytes INTEGER, threads INTEGER, device TEXT, cuda_visible_devices TEXT,
     gpu_memory_bytes INTEGER, gpus TEXT, device_maps TEXT, devices TEXT, dropped INTEGER DEFAULT 0,
-    cpu_s REAL, telemetry_cpu_s REAL, rpc_join_at REAL);
+    cpu_s REAL, telemetry_cpu_s REAL, rpc_join_at REAL, world INTEGER, rpc_shutdown_done_at REAL,
+    autograd_contexts INTEGER);
 CREATE TABLE IF NOT EXISTS rpc_workers (
-    restart INTEGER NOT NULL, rpc_rank INTEGER NOT NULL, name TEXT, PRIMARY KEY (restart, rpc_rank));
+    restart INTEGER NOT NULL, world INTEGER NOT NULL DEFAULT 0, rpc_rank INTEGER NOT NULL, name TEXT,
+    PRIMARY KEY (restart, world, rpc_rank));
 CREATE TABLE IF NOT EXISTS rrefs (
-    restart INTEGER NOT NULL, rref_id TEXT NOT NULL, kind TEXT,
+    restart INTEGER NOT NULL, world INTEGER NOT NULL DEFAULT 0, rref_id TEXT NOT NULL, kind TEXT,
     owner_rank INTEGER, owner TEXT, creator_rank INTEGER, creator TEXT, creator_proc INTEGER,
     callee TEXT, call_site TEXT,
     type TEXT, shape TEXT, dtype TEXT, device TEXT, nbytes INTEGER,
-    created_at REAL, confirmed_at REAL, value_freed_at REAL, value_watched INTEGER,
-    PRIMARY KEY (restart, rref_id));
+    created_at REAL, confirmed_at REAL, value_freed_at REAL, value_watched INTEGER, storages TEXT,
+    PRIMARY KEY (restart, world, rref_id));
 CREATE TABLE IF NOT EXISTS handles (
-    restart INTEGER NOT NULL, rref_id TEXT NOT NULL, fork_id TEXT NOT NULL, proc_id INTEGER NOT NULL,
-    holder TEXT, role TEXT, acquired_at REAL, released_at REAL, last_used_at REAL,
-    PRIMARY KEY (restart, rref_id, fork_id, proc_id));
+    restart INTEGER NOT NULL, world INTEGER NOT NULL DEFAULT 0, rref_id TEXT NOT NULL, fork_id TEXT NOT NULL,
+    proc_id INTEGER NOT NULL, holder TEXT, role TEXT, acquired_at REAL, released_at REAL, last_used_at REAL,
+    PRIMARY KEY (restart, world, rref_id, fork_id, proc_id));
 CREATE TABLE IF NOT EXISTS churn (
-    restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, owner TEXT NOT NULL, callee TEXT NOT NULL,
-    call_site TEXT NOT NULL, count INTEGER NOT NULL,
-    PRIMARY KEY (restart, proc_id, owner, callee, call_site));
+    restart INTEGER NOT NULL, world INTEGER NOT NULL DEFAULT 0, proc_id INTEGER NOT NULL, owner TEXT NOT NULL,
+    callee TEXT NOT NULL, call_site TEXT NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (restart, world, proc_id, owner, callee, call_site));
 CREATE TABLE IF NOT EXISTS probes (
     proc_id INTEGER NOT NULL, t REAL NOT NULL, cpu_percent REAL, rss_bytes INTEGER);
 CREATE TABLE IF NOT EXISTS losses (
@@ -147,6 +157,8 @@ class StoreWriter:
         self.db.execute("BEGIN")
         self.dirty = False
         self._loss_seq: dict[tuple[int, int, str], int] = {}  # (rank, restart, source) → next seq
+        self._worlds: dict[tuple[int, str, int | None], tuple[int, set[int | None]]] = {}  # rendezvous → (world, RPC ranks in it)
+        self._next_world: dict[int, int] = {}  # restart → the next world's number
         self.set_meta(schema_version=SCHEMA_VERSION, opened_at=time.time())
 
     # -- transactions ------------------------------------------------------------------------
@@ -280,35 +292,52 @@ class StoreWriter:
 
     def _ev_rpc(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         proc.name, proc.rpc_rank = ev.get("name"), ev.get("rpc_rank")
+        proc.world = self._world_of(proc, ev)
         self._x(
-            "UPDATE procs SET last_seen = ?, name = ?, rpc_rank = ?, world_size = ?, device_maps = ?, devices = ? WHERE proc_id = ?",
-            (t, proc.name, proc.rpc_rank, ev.get("world_size"), _json(ev.get("device_maps")), _json(ev.get("devices")), proc.proc_id),
+            "UPDATE procs SET last_seen = ?, name = ?, rpc_rank = ?, world_size = ?, device_maps = ?, devices = ?, world = ? WHERE proc_id = ?",
+            (t, proc.name, proc.rpc_rank, ev.get("world_size"), _json(ev.get("device_maps")), _json(ev.get("devices")), proc.world,
+             proc.proc_id),
         )
         for rank, name in (ev.get("workers") or {}).items():
-            self._x("INSERT OR REPLACE INTO rpc_workers (restart, rpc_rank, name) VALUES (?, ?, ?)", (proc.restart, int(rank), name))
+            self._x("INSERT OR REPLACE INTO rpc_workers (restart, world, rpc_rank, name) VALUES (?, ?, ?, ?)",
+                    (proc.restart, proc.world, int(rank), name))
+
+    def _world_of(self, proc: ProcInfo, ev: dict[str, Any]) -> int:
+        """The RPC world a process joins: the open one of its rendezvous, unless its RPC rank is
+        taken there (a second mp.spawn round reusing the address, or a later one on a new port)."""
+        key = (proc.restart, ev.get("rdv") or "", ev.get("world_size"))
+        opened = self._worlds.get(key)
+        if opened is None or proc.rpc_rank in opened[1]:
+            world = self._next_world.get(proc.restart, 0)
+            self._next_world[proc.restart] = world + 1
+            opened = self._worlds[key] = (world, set())
+        opened[1].add(proc.rpc_rank)
+        return opened[0]
 
     def _ev_rref(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         value = ev.get("value") or {}
         self._x(
-            "INSERT INTO rrefs (restart, rref_id, kind, owner_rank, owner, creator_rank, creator, creator_proc, callee, call_site,"
-            " type, shape, dtype, device, nbytes, created_at, confirmed_at, value_watched)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (restart, rref_id) DO UPDATE SET kind = excluded.kind, creator_rank = excluded.creator_rank,"
-            " creator = excluded.creator, creator_proc = excluded.creator_proc, callee = excluded.callee,"
-            " call_site = excluded.call_site, created_at = min(created_at, excluded.created_at),"
+            "INSERT INTO rrefs (restart, world, rref_id, kind, owner_rank, owner, creator_rank, creator, creator_proc, callee, call_site,"
+            " type, shape, dtype, device, nbytes, created_at, confirmed_at, value_watched, storages)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (restart, world, rref_id) DO UPDATE SET kind = excluded.kind, creator_rank = excluded.creator_rank,"
+            " creator = excluded.creator, creator_proc = excluded.creator_proc, callee = coalesce(excluded.callee, callee),"
+            " call_site = coalesce(excluded.call_site, call_site), created_at = min(created_at, excluded.created_at),"
             " owner = coalesce(excluded.owner, owner), owner_rank = coalesce(excluded.owner_rank, owner_rank),"
             " type = coalesce(excluded.type, type), shape = coalesce(excluded.shape, shape),"
             " dtype = coalesce(excluded.dtype, dtype), device = coalesce(excluded.device, device),"
             " nbytes = coalesce(excluded.nbytes, nbytes), confirmed_at = coalesce(confirmed_at, excluded.confirmed_at),"
-            " value_watched = coalesce(excluded.value_watched, value_watched)",
-            (proc.restart, ev["id"], ev.get("kind"), ev.get("owner_rank"), ev.get("owner"), proc.rpc_rank, proc.name, proc.proc_id,
+            " value_watched = coalesce(excluded.value_watched, value_watched), storages = coalesce(excluded.storages, storages)",
+            (proc.restart, proc.world, ev["id"], ev.get("kind"), ev.get("owner_rank"), ev.get("owner"), proc.rpc_rank, proc.name, proc.proc_id,
              ev.get("callee"), ev.get("site"), value.get("type"), _json(value.get("shape")), value.get("dtype"),
-             value.get("device"), value.get("nbytes"), t, t if ev.get("confirmed") else None, _flag(ev.get("watched"))),
+             value.get("device"), value.get("nbytes"), t, t if ev.get("confirmed") else None, _flag(ev.get("watched")),
+             _json(value.get("storages"))),
         )
         self._handle(proc, ev["id"], ev.get("fork") or "", "creator", t)
 
     def _ev_conf(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
-        self._x("UPDATE rrefs SET confirmed_at = ? WHERE restart = ? AND rref_id = ? AND confirmed_at IS NULL", (t, proc.restart, ev["id"]))
+        self._x("UPDATE rrefs SET confirmed_at = ? WHERE restart = ? AND world = ? AND rref_id = ? AND confirmed_at IS NULL",
+                (t, proc.restart, proc.world, ev["id"]))
 
     def _ev_desc(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         """The owner describes a value (it may report before the creator's event arrives). For an
@@ -316,52 +345,56 @@ class StoreWriter:
         value = ev.get("value") or {}
         local = ev.get("kind") == "local"
         self._x(
-            "INSERT INTO rrefs (restart, rref_id, kind, owner_rank, owner, creator_rank, creator, creator_proc, call_site,"
-            " type, shape, dtype, device, nbytes, created_at, value_watched)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (restart, rref_id) DO UPDATE SET"
+            "INSERT INTO rrefs (restart, world, rref_id, kind, owner_rank, owner, creator_rank, creator, creator_proc, call_site,"
+            " type, shape, dtype, device, nbytes, created_at, value_watched, storages)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (restart, world, rref_id) DO UPDATE SET"
             " owner = coalesce(owner, excluded.owner), owner_rank = coalesce(owner_rank, excluded.owner_rank),"
             " kind = CASE WHEN excluded.kind = 'local' THEN 'local' ELSE kind END,"
             " creator_rank = coalesce(creator_rank, excluded.creator_rank), creator = coalesce(creator, excluded.creator),"
             " creator_proc = coalesce(creator_proc, excluded.creator_proc), call_site = coalesce(call_site, excluded.call_site),"
-            # A type a fork carried (TorchScript's class name) says more than ScriptModule.
-            " type = coalesce(type, excluded.type), shape = excluded.shape, dtype = excluded.dtype, device = excluded.device,"
+            # The owner's type wins (a fork carries TorchScript's view: 'Tensor' for a Parameter),
+            # but for ScriptModule, where the fork's class name says more.
+            " type = CASE WHEN excluded.type LIKE '%ScriptModule' THEN coalesce(type, excluded.type) ELSE coalesce(excluded.type, type) END,"
+            " shape = excluded.shape, dtype = excluded.dtype, device = excluded.device, storages = excluded.storages,"
             " nbytes = excluded.nbytes, value_watched = coalesce(excluded.value_watched, value_watched)",
-            (proc.restart, ev["id"], "local" if local else "remote", proc.rpc_rank, proc.name,
+            (proc.restart, proc.world, ev["id"], "local" if local else "remote", proc.rpc_rank, proc.name,
              proc.rpc_rank if local else None, proc.name if local else None, proc.proc_id if local else None, ev.get("site"),
              value.get("type"), _json(value.get("shape")), value.get("dtype"), value.get("device"), value.get("nbytes"), t,
-             _flag(ev.get("watched"))),
+             _flag(ev.get("watched")), _json(value.get("storages"))),
         )
 
     def _ev_vfree(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
-        self._x("UPDATE rrefs SET value_freed_at = ? WHERE restart = ? AND rref_id = ?", (t, proc.restart, ev["id"]))
+        self._x("UPDATE rrefs SET value_freed_at = ? WHERE restart = ? AND world = ? AND rref_id = ?", (t, proc.restart, proc.world, ev["id"]))
 
     def _ev_fork(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         # The creator may be untracked, or have dropped its handle before reporting: the fork
         # alone is enough to list the RRef.
         self._x(
-            "INSERT INTO rrefs (restart, rref_id, kind, owner_rank, type, created_at) VALUES (?, ?, 'remote', ?, ?, ?)"
-            " ON CONFLICT (restart, rref_id) DO UPDATE SET type = coalesce(type, excluded.type)",
-            (proc.restart, ev["id"], ev.get("owner_rank"), ev.get("type"), t),
+            "INSERT INTO rrefs (restart, world, rref_id, kind, owner_rank, type, created_at) VALUES (?, ?, ?, 'remote', ?, ?, ?)"
+            " ON CONFLICT (restart, world, rref_id) DO UPDATE SET type = coalesce(type, excluded.type)",
+            (proc.restart, proc.world, ev["id"], ev.get("owner_rank"), ev.get("type"), t),
         )
         self._handle(proc, ev["id"], ev.get("fork") or "", "fork", t)
 
     def _ev_rel(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         self._x(
-            "UPDATE handles SET released_at = ? WHERE restart = ? AND rref_id = ? AND fork_id = ? AND proc_id = ? AND released_at IS NULL",
-            (t, proc.restart, ev["id"], ev.get("fork") or "", proc.proc_id),
+            "UPDATE handles SET released_at = ? WHERE restart = ? AND world = ? AND rref_id = ? AND fork_id = ? AND proc_id = ?"
+            " AND released_at IS NULL",
+            (t, proc.restart, proc.world, ev["id"], ev.get("fork") or "", proc.proc_id),
         )
 
     def _ev_used(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         self._x(
-            "UPDATE handles SET last_used_at = max(coalesce(last_used_at, 0), ?) WHERE restart = ? AND rref_id = ? AND fork_id = ? AND proc_id = ?",
-            (t, proc.restart, ev["id"], ev.get("fork") or "", proc.proc_id),
+            "UPDATE handles SET last_used_at = max(coalesce(last_used_at, 0), ?) WHERE restart = ? AND world = ? AND rref_id = ?"
+            " AND fork_id = ? AND proc_id = ?",
+            (t, proc.restart, proc.world, ev["id"], ev.get("fork") or "", proc.proc_id),
         )
 
     def _ev_churn(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         self._x(
-            "INSERT INTO churn (restart, proc_id, owner, callee, call_site, count) VALUES (?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (restart, proc_id, owner, callee, call_site) DO UPDATE SET count = count + excluded.count",
-            (proc.restart, proc.proc_id, ev.get("owner") or "?", ev.get("callee") or "?", ev.get("site") or "?", int(ev.get("n", 1))),
+            "INSERT INTO churn (restart, world, proc_id, owner, callee, call_site, count) VALUES (?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (restart, world, proc_id, owner, callee, call_site) DO UPDATE SET count = count + excluded.count",
+            (proc.restart, proc.world, proc.proc_id, ev.get("owner") or "?", ev.get("callee") or "?", ev.get("site") or "?", int(ev.get("n", 1))),
         )
 
     def _ev_loss(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
@@ -414,7 +447,11 @@ class StoreWriter:
         self._x("UPDATE serving SET ended_at = ? WHERE proc_id = ? AND serve_id = ?", (t, proc.proc_id, int(ev["id"])))
 
     def _ev_shutdown(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
-        self._x("UPDATE procs SET rpc_shutdown_at = coalesce(rpc_shutdown_at, ?) WHERE proc_id = ?", (t, proc.proc_id))
+        if ev.get("done"):
+            self._x("UPDATE procs SET rpc_shutdown_done_at = ?, autograd_contexts = ? WHERE proc_id = ?",
+                    (t, _int(ev.get("autograd_contexts")), proc.proc_id))
+        else:
+            self._x("UPDATE procs SET rpc_shutdown_at = coalesce(rpc_shutdown_at, ?) WHERE proc_id = ?", (t, proc.proc_id))
 
     def _ev_bye(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         self._x("UPDATE procs SET stopped_at = ?, last_seen = ?, dropped = ? WHERE proc_id = ?", (t, t, ev.get("dropped", 0), proc.proc_id))
@@ -424,20 +461,21 @@ class StoreWriter:
 
     def _handle(self, proc: ProcInfo, rref_id: str, fork_id: str, role: str, t: float) -> None:
         self._x(
-            "INSERT OR IGNORE INTO handles (restart, rref_id, fork_id, proc_id, holder, role, acquired_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (proc.restart, rref_id, fork_id, proc.proc_id, proc.name, role, t),
+            "INSERT OR IGNORE INTO handles (restart, world, rref_id, fork_id, proc_id, holder, role, acquired_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (proc.restart, proc.world, rref_id, fork_id, proc.proc_id, proc.name, role, t),
         )
 
 
 class ProcInfo:
     """What the server remembers of one connected process."""
 
-    __slots__ = ("proc_id", "pid", "rank", "restart", "name", "rpc_rank")
+    __slots__ = ("proc_id", "pid", "rank", "restart", "name", "rpc_rank", "world")
 
     def __init__(self, proc_id: int, pid: int | None, rank: int | None, restart: int):
         self.proc_id, self.pid, self.rank, self.restart = proc_id, pid, rank, restart
         self.name: str | None = None
         self.rpc_rank: int | None = None
+        self.world = 0  # the RPC world it joined (``StoreWriter._world_of``)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -229,10 +229,12 @@ def _wrap_receiver(orig: Any) -> Any:
     def _py_rref_receiver(cls: Any, rref_fork_data: Any) -> Any:
         rref = orig(cls, rref_fork_data)
         q = _q
-        if q is not None and not rref.is_owner():  # the owner getting its own RRef back is no fork
+        if q is not None:
             if len(q) < MAX_QUEUE:
+                # "o": the owner got its own RRef back (no fork: an rpc_async to itself that
+                # returns an RRef(value) it made, DistributedOptimizer's optimizer): it holds it.
                 ref = _Ref(rref)
-                ref.kind, ref.data, ref.t, ref.seen, ref.oid = "f", rref_fork_data, _time(), 0, id(rref)
+                ref.kind, ref.data, ref.t, ref.seen, ref.oid = "o" if rref.is_owner() else "f", rref_fork_data, _time(), 0, id(rref)
                 q.append(ref)
             else:
                 _drop()
@@ -301,10 +303,29 @@ def _wrap_shutdown(orig: Any) -> Any:
         if q is not None:
             q.append(("uses", dict(last_use)))  # the last uses now: its locals may be gone by the sender's next cycle
             q.append({"e": "shutdown", "t": _time()})
-        return orig(*args, **kwargs)
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            # A worker that serves others calls rpc.shutdown() at once and serves inside it, until
+            # every worker is done: what it was handed and used meanwhile ends here.
+            q = _q
+            if q is not None:
+                q.append(("uses", dict(last_use)))
+                q.append({"e": "shutdown", "done": True, "autograd_contexts": _open_autograd_contexts(), "t": _time()})
 
     shutdown._rpcctl_wrapped = True  # type: ignore[attr-defined]
     return shutdown
+
+
+def _open_autograd_contexts() -> int | None:
+    """Distributed autograd contexts still open in this process (each keeps the tensors its
+    calls sent until it is released): what may hold an RRef's value past its references."""
+    try:
+        import torch.distributed.autograd as dist_autograd
+
+        return int(dist_autograd._get_debug_info().get("num_autograd_contexts", 0))
+    except Exception:
+        return None
 
 
 def install() -> bool:
@@ -366,7 +387,15 @@ def _rpc_info(options: Any) -> dict[str, Any]:
     global identity
     identity = (me.name, me.id, workers)
     return {"e": "rpc", "name": me.name, "rpc_rank": me.id, "world_size": world_size, "workers": workers,
-            "device_maps": device_maps, "devices": devices, "t": _time()}
+            "device_maps": device_maps, "devices": devices, "rdv": _rendezvous(options), "t": _time()}
+
+
+def _rendezvous(options: Any) -> str:
+    """Where this process met the others of its RPC world (the store tells worlds apart by it)."""
+    method = str(getattr(options, "init_method", None) or "env://")
+    if method.startswith("env://"):
+        return f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}"
+    return method
 
 
 def activate(queue: Any) -> None:
@@ -409,6 +438,7 @@ def _describe_on_owner(rrefs: list[Any]) -> None:
         site = local_sites.get(rref_id)
         if site is not None:  # made here by rpc.RRef(value): where, and that it is a local one
             event.update(site=site, kind="local")
+            q.append(("unchurn", rref_id))  # its handle here died young, but the RRef lives on in a holder
         try:
             watch = ("vw", _weakref(value, _value_freed), rref_id)
         except TypeError:  # an int, a list: its release cannot be seen

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import sys
 import threading
 import time
 import weakref
@@ -74,6 +75,7 @@ class Tracker:
         self.meta: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self.pending_events: list[dict[str, Any]] = []  # made while handling another event
         self.described: set[str] = set()  # forks whose description this process asked for
+        self.churned_local: dict[str, tuple[str, str, str]] = {}  # RRef(value) handles gone unseen: id → churn key (``_o``)
         self._identity: tuple[str, int, dict[int, str]] | None = None  # the hooks' identity, as last seen
 
     def set_identity(self, name: str, rank: int, workers: dict[int, str]) -> None:
@@ -134,6 +136,8 @@ class Tracker:
         self._send_describes(final)
         if self.churn:
             for (owner, callee, site), n in self.churn.items():
+                if n == 0:
+                    continue
                 out.append({"e": "churn", "owner": owner, "callee": callee, "site": site, "n": n, "t": now})
             self.churn.clear()
         return out
@@ -143,7 +147,7 @@ class Tracker:
         # _r, _l and _f set seen = 1 while they hold the handle: from then on its death is
         # queued (``hooks._released``), and it cannot die unseen in between.
         kind = ref.kind
-        event = self._r(ref) if kind == "r" else self._l(ref) if kind == "l" else self._f(ref)
+        event = self._r(ref) if kind == "r" else self._l(ref) if kind == "l" else self._o(ref) if kind == "o" else self._f(ref)
         if event is None:
             ref.seen = 2
         return event
@@ -262,7 +266,12 @@ class Tracker:
             del batch
 
     def _watch_value(self, value: Any, rref_id: str) -> bool:
-        """Watch ``value`` to see it freed; False where it cannot be weakly referenced."""
+        """Watch ``value`` to see it freed; False where it cannot be weakly referenced, or where the
+        Python object is a wrapper made afresh for each look (a TorchScript module or object:
+        DistributedOptimizer's optimizers), whose death says nothing of the value's."""
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(value, (torch.jit.ScriptModule, torch._C.ScriptObject)):
+            return False
         try:
             vwr = _weakref(value, _value_freed)
         except TypeError:
@@ -280,6 +289,7 @@ class Tracker:
             self.churn[(self.name or "?", "RRef", site)] += 1
             if rref_id is not None and len(hooks.local_sites) < 100_000:
                 hooks.local_sites[rref_id] = site  # for the holders it was handed to
+                self.churned_local[rref_id] = (self.name or "?", "RRef", site)
             return None
         if rref_id is None:
             ids = RREF_ID.findall(str(rref))
@@ -291,6 +301,36 @@ class Tracker:
         del rref, value
         return {"e": "rref", "id": rref_id, "fork": "", "owner": self.name, "owner_rank": self.rank, "kind": "local",
                 "callee": None, "site": site, "confirmed": True, "value": description, "watched": watched, "t": t}
+
+    def _unchurn(self, rref_id: str) -> None:
+        """An RRef(value) made here, whose handle died unseen (counted short-lived), was handed out
+        and lives on in a holder, which lists it: it is not short-lived after all."""
+        churned = self.churned_local.pop(rref_id, None)
+        if churned is not None:
+            self.churn[churned] -= 1  # a negative count is sent if the +1 went out last cycle
+
+    def _o(self, ref: _Ref) -> dict | None:
+        """The owner got back an RRef(value) it made (an ``rpc_async`` to itself returned it): the
+        handle it made died at once (counted short-lived, if the sender saw it dead) and this one
+        holds the RRef from now on, so it is listed, as a local RRef, and not counted short-lived.
+        An RRef another worker made by ``rpc.remote`` and handed back to its owner is a holder like a fork."""
+        rref = ref()
+        if rref is None:  # most: the owner's RPC thread held it for one call (``_call_method(rref)``)
+            return None
+        owner_rank, rref_on, rref_local, fork_on, fork_local = (int(x) for x in ref.data[:5])
+        if rref_on != owner_rank:
+            del rref
+            return self._f(ref)
+        rref_id, fork_id = f"{rref_on}:{rref_local}", f"{fork_on}:{fork_local}"  # each hand-over has its own fork id
+        self._unchurn(rref_id)
+        value = hooks.local_value(rref)
+        self._report(ref, rref, rref_id, fork_id)
+        watched = self._watch_value(value, rref_id)
+        event = {"e": "rref", "id": rref_id, "fork": fork_id, "owner": self.name, "owner_rank": self.rank, "kind": "local",
+                 "callee": None, "site": hooks.local_sites.get(rref_id), "confirmed": True, "value": describe(value),
+                 "watched": watched, "t": ref.t}
+        del rref, value
+        return event
 
     def _f(self, ref: _Ref) -> dict | None:
         data, t = ref.data, ref.t

@@ -13,21 +13,28 @@ from typing import Any
 _SCAN_LIMIT = 256
 
 
+MAX_STORAGES = 1_000  # storages named per value: enough to tell a module's parameters from it
+
+
 def describe(value: Any) -> dict[str, Any]:
     """type, shape, dtype, device and nbytes of a value: exact for a tensor, summed over the
-    tensors found one level deep otherwise (modules: parameters and buffers)."""
+    tensors found one level deep otherwise (modules: parameters and buffers). ``storages``: where
+    its tensors' memory starts (up to MAX_STORAGES), so bytes two RRefs share (a module's and its
+    parameters') are counted once (``inspect.rref_owners``)."""
     out: dict[str, Any] = {"type": type(value).__name__}
     torch = sys.modules.get("torch")
     if torch is None:
         return out
     try:
         if isinstance(value, torch.Tensor):
-            out.update(shape=list(value.shape), dtype=_dtype(value.dtype), device=str(value.device), nbytes=_nbytes(value))
+            out.update(shape=list(value.shape), dtype=_dtype(value.dtype), device=str(value.device), nbytes=_nbytes(value),
+                       storages=_storages([value]))
             return out
         tensors = list(itertools.islice(_tensors_in(value, torch), 10_000))
     except Exception:
         return out
     if tensors:
+        out["storages"] = _storages(tensors)
         out["nbytes"] = sum(_nbytes(t) for t in tensors)
         devices = {str(t.device) for t in tensors}
         dtypes = {_dtype(t.dtype) for t in tensors}
@@ -64,3 +71,13 @@ def _nbytes(tensor: Any) -> int:
         return int(tensor.nbytes)
     except Exception:
         return int(tensor.numel() * tensor.element_size())
+
+
+def _storages(tensors: list[Any]) -> list[int]:
+    found = []
+    for tensor in itertools.islice(tensors, MAX_STORAGES):
+        try:
+            found.append(int(tensor.untyped_storage().data_ptr()))
+        except Exception:
+            continue
+    return found

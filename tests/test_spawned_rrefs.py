@@ -1,0 +1,114 @@
+"""RRef truth on programs that mp.spawn their own workers (issue 32), with the real program
+tests/workers/spawned_rrefs.py under `rpcctl launch`: two rounds of three spawned workers, each
+round an RPC world of its own with the same worker names and RRef ids.
+
+What the program makes is in its docstring; the truth each view must show, per round:
+
+- 6 RRefs listed, on their owners (w1: Net, its 2 parameters, its optimizer, the table; w0: the
+  optimizer DistributedOptimizer made on w0 itself, by an rpc_async to itself), none merged
+  across rounds; w0's own 2 parameter RRefs live only through DistributedOptimizer's
+  constructor: short-lived.
+- The table's RRef, which w0 holds unused while w2 uses it to the end of the round, is not
+  "held unused", and its LAST USED is w2's.
+- Types as the owner has them (Parameter, not the Tensor a fork carries); w1's live bytes count
+  Net once, not again for its parameters' RRefs.
+- In the trace, every RRef lies on the track of its owner's process (a spawned worker), never
+  on the rank that spawned them; every spawned process has a lifetime span and an end marker.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import assert_no_process_left, only_run, rpcctl, write_config
+from rpcctl import inspect
+from rpcctl.states import RRefState
+
+pytestmark = pytest.mark.timeout(300)
+
+WORKERS = Path(__file__).resolve().parent / "workers"
+ROUNDS = 2
+PER_ROUND = Counter({("w1", "Net"): 1, ("w1", "Parameter"): 2, ("w1", "_ScriptLocalOptimizerInterface"): 1,
+                     ("w1", "Tensor"): 1, ("w0", "ScriptModule"): 1})
+
+
+@pytest.fixture(scope="module")
+def spawned_run(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("spawned")
+    runs_dir = tmp_path / "runs"
+    config = write_config(tmp_path, script=str(WORKERS / "spawned_rrefs.py"), nproc_per_node=1, preload=["torch"],
+                          env={"HOLD_S": "3"}, hang_timeout=0)
+    result = rpcctl("launch", str(config), "--runs-dir", str(runs_dir), "--no-live", timeout=280)
+    run_dir = only_run(runs_dir)
+    assert_no_process_left(run_dir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir, result
+
+
+def test_each_round_is_a_world_of_its_own_and_every_rref_is_listed_once_on_its_owner(spawned_run):
+    run_dir, _ = spawned_run
+    records = inspect.rrefs(run_dir)
+    by_world: dict[int, Counter] = {}
+    for record in records:
+        by_world.setdefault(record.world, Counter())[(record.owner, record.type)] += 1
+    assert sorted(by_world) == list(range(ROUNDS)), by_world
+    for world, found in by_world.items():
+        assert found == PER_ROUND, (world, found)
+    assert len({(r.world, r.rref_id) for r in records}) == len(records)
+    assert not [r for r in records if r.kind == "remote" and r.call_site is None and r.callee is None]  # no impossible rows
+    # The optimizer w0 handed itself is listed, alive to the end of its round; w0's own
+    # parameters' RRefs lived only through DistributedOptimizer's constructor.
+    own_optimizer = [r for r in records if r.owner == "w0"]
+    assert all(r.ending is not None for r in own_optimizer), own_optimizer
+    owners = {(o.world, o.owner): o for o in inspect.rref_owners(run_dir)}
+    for world in range(ROUNDS):
+        assert owners[(world, "w0")].short_lived == 2, owners[(world, "w0")]
+        assert owners[(world, "w1")].short_lived == 0, owners[(world, "w1")]  # its RRef(value)s were handed out: they lived
+
+
+def test_a_fork_used_to_the_end_keeps_its_rref_from_being_held_unused(spawned_run):
+    run_dir, result = spawned_run
+    tables = [r for r in inspect.rrefs(run_dir) if r.type == "Tensor"]
+    assert len(tables) == ROUNDS
+    for table in tables:
+        assert table.ending == "at shutdown", table  # not "held unused": w2 used it to the end
+        assert table.last_used_at is not None and table.last_used_at > table.created_at, table
+    assert "held unused" not in result.stderr
+
+
+def test_owner_types_win_and_live_bytes_count_a_module_once(spawned_run):
+    run_dir, _ = spawned_run
+    params = [r for r in inspect.rrefs(run_dir) if r.owner == "w1" and r.shape in ([4, 8], [4])]
+    assert {r.type for r in params} == {"Parameter"}, params
+    # While a round runs, w1's live bytes are Net's 144 B and the table's 256 B: its parameters'
+    # RRefs (inside Net) are not counted again. Checked on the records as they were alive.
+    records = inspect.rrefs(run_dir)
+    for record in records:
+        record.state = RRefState.LIVE
+    owners = {(o.world, o.owner): o for o in inspect.rref_owners(run_dir, records=records)}
+    for world in range(ROUNDS):
+        assert owners[(world, "w1")].live_bytes == 144 + 256, owners[(world, "w1")]
+
+
+def test_the_trace_draws_each_rref_on_its_owners_process_and_each_spawned_process_lives(spawned_run, tmp_path):
+    run_dir, _ = spawned_run
+    out = tmp_path / "trace.json"
+    made = rpcctl("trace", str(run_dir), "-o", str(out))
+    assert made.returncode == 0, made.stderr
+    events = json.loads(out.read_text())["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    spans = [e for e in events if e.get("cat") == "rref"]
+    assert len(spans) == sum(PER_ROUND.values()) * ROUNDS
+    for span in spans:
+        assert "started by rank 0" in names[span["pid"]], names[span["pid"]]  # a spawned worker, not the rank
+    owners_by_world = Counter((names[s["pid"]].split(" ")[0], s["args"]["world"]) for s in spans)
+    assert owners_by_world == Counter({("w1", w): 5 for w in range(ROUNDS)} | {("w0", w): 1 for w in range(ROUNDS)})
+    spawned = {pid for pid, name in names.items() if "started by rank 0" in name}
+    assert len(spawned) == 3 * ROUNDS
+    lifetimes = {e["pid"] for e in events if e.get("cat") == "process"}
+    ends = {e["pid"] for e in events if e["ph"] == "i" and e["pid"] in spawned}
+    assert lifetimes == spawned and ends == spawned
