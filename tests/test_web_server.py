@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import launch_job
+from conftest import launch_job, rpcctl
 from test_report import _start_web, _stop
 
 pytestmark = pytest.mark.timeout(60)
@@ -128,3 +128,17 @@ def test_a_request_head_that_dribbles_in_is_cut_at_its_deadline(a_run, monkeypat
         assert _get(live.port, live.token) == 200
     finally:
         live.stop()
+
+
+def test_web_port_in_use_or_out_of_range_is_one_message_and_exit_2(a_run):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        in_use = rpcctl("web", str(a_run), "--port", str(port), timeout=30)
+    assert in_use.returncode == 2, in_use.stderr
+    assert in_use.stderr.startswith(f"error: --port {port}: ") and "in use" in in_use.stderr and "Traceback" not in in_use.stderr
+    for bad in ("70000", "-1"):
+        out_of_range = rpcctl("web", str(a_run), "--port", bad, timeout=30)
+        assert out_of_range.returncode == 2, out_of_range.stderr
+        assert "--port" in out_of_range.stderr and "Traceback" not in out_of_range.stderr, out_of_range.stderr
