@@ -11,6 +11,7 @@ import typer
 from rpcctl.commands.common import RunsDirOption
 from rpcctl.config import load_config
 from rpcctl.console import get_console
+from rpcctl.private import private_open
 from rpcctl.runs import default_runs_dir, write_json_atomic
 from rpcctl.slurm import batch_script, submit
 
@@ -38,7 +39,8 @@ def sbatch(
         return
     runs.mkdir(parents=True, exist_ok=True)
     path = runs / f"sbatch-{spec.name}-{datetime.now():%Y%m%d-%H%M%S}.sh"
-    path.write_text(script)
+    with private_open(path, "w") as f:  # 0600: a --set value can be a secret
+        f.write(script)
     job_id = submit(path)
     write_json_atomic(path.with_suffix(".json"), {"slurm_job_id": job_id, "script": str(path), "config": str(config.resolve()), "nodes": nodes})
     console.print(job_id)
