@@ -18,10 +18,10 @@ Who can read it (a run's page shows its config, errors and log text):
 What a local neighbour without the token can do to it is bounded:
 
 - at most ``MAX_CONNECTIONS`` connections are served at once, one thread each. A connection
-  beyond them takes the place of the one that has waited longest for its request head (a
-  slow client dribbling headers, an idle keep-alive), which is closed; when every one is busy
-  answering, the new one is closed unanswered. A browser sends its request head at once, so
-  slow clients never keep it out;
+  beyond them waits up to ``SLOT_WAIT_S`` for a thread, and takes the place of a slow client
+  (one still without its whole request head after ``SLOW_HEAD_S``, the one that has waited
+  longest), which is closed; if no thread frees in time, it is closed unanswered. A browser sends
+  its request head at once, so slow clients never keep it out;
 - a request line and its headers must arrive within ``REQUEST_HEAD_S`` (a deadline over all
   the reads, not a timeout per read), or the connection is closed;
 - a connection reset, refused or timed out is counted (``LiveServer.dropped``), never
@@ -57,8 +57,10 @@ VIEW_MAX_AGE_S = 0.5
 MAX_CONNECTIONS = 16
 # The request line and headers of a request must have arrived this long after it began.
 REQUEST_HEAD_S = 10.0
-# How long a new connection waits for the slot of the one it displaced.
-DISPLACE_WAIT_S = 1.0
+# A connection beyond MAX_CONNECTIONS waits this long for a thread before it is closed...
+SLOT_WAIT_S = 5.0
+# ...and may take the thread of one still without its request head after this long.
+SLOW_HEAD_S = 1.0
 
 
 class LiveServer:
@@ -136,10 +138,13 @@ class _BoundedServer(ThreadingHTTPServer):
         self._waiting: dict[socket.socket, float] = {}  # connections reading a request head: since when
         super().__init__(address, _Handler)
 
+    request_queue_size = 128  # connections wait in the backlog while the threads are taken, not in SYN retries
+
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self._close_longest_waiting()
-            if not self._slots.acquire(timeout=DISPLACE_WAIT_S):
+        given_up = time.monotonic() + SLOT_WAIT_S
+        while not self._slots.acquire(timeout=0.05):
+            self._close_a_slow_one()
+            if time.monotonic() >= given_up:
                 self.live.drop("refused: every connection busy", client_address)
                 self.shutdown_request(request)
                 return
@@ -157,23 +162,30 @@ class _BoundedServer(ThreadingHTTPServer):
             self._slots.release()
 
     def reading_head(self, connection: socket.socket, reading: bool) -> None:
+        """``connection``'s thread waits for its request head (since its first read: a thread not
+        yet run on a busy machine is not a slow client), or has it."""
         with self._lock:
             if reading:
                 self._waiting[connection] = time.monotonic()
             else:
                 self._waiting.pop(connection, None)
 
-    def _close_longest_waiting(self) -> None:
+    def _close_a_slow_one(self) -> None:
+        """Close the connection that has waited longest for its request head, if that is over
+        ``SLOW_HEAD_S``: its thread's read ends, and the thread frees its slot."""
         with self._lock:
+            slow = time.monotonic() - SLOW_HEAD_S
             if not self._waiting:
                 return
             connection = min(self._waiting, key=self._waiting.__getitem__)
+            if self._waiting[connection] > slow:
+                return
             del self._waiting[connection]
         try:
-            connection.shutdown(socket.SHUT_RDWR)  # its thread's read ends; the thread frees its slot
+            connection.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass  # closed by its thread meanwhile
-        self.live.drop("closed: a newer connection took its place", connection_peer(connection))
+        self.live.drop("closed: too slow, a newer connection took its place", connection_peer(connection))
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that reset or closed mid-request: counted, no traceback on the job's console."""
@@ -194,14 +206,23 @@ def connection_peer(connection: socket.socket) -> Any:
 class _HeadDeadline(io.RawIOBase):
     """The connection's reads, each given only what is left of the request head's deadline."""
 
-    def __init__(self, connection: socket.socket):
-        self.connection = connection
+    def __init__(self, connection: socket.socket, server: _BoundedServer):
+        self.connection, self.server = connection, server
         self.deadline = time.monotonic() + REQUEST_HEAD_S
+        self.reading = False
+
+    def start(self) -> None:
+        """A request begins: its head is due within ``REQUEST_HEAD_S``."""
+        self.deadline = time.monotonic() + REQUEST_HEAD_S
+        self.reading = False
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
+        if not self.reading:
+            self.reading = True
+            self.server.reading_head(self.connection, True)
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError(f"request head not received within {REQUEST_HEAD_S:g}s")
@@ -222,12 +243,11 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         self.rfile.close()
-        self._head = _HeadDeadline(self.connection)
+        self._head = _HeadDeadline(self.connection, self.server)
         self.rfile = io.BufferedReader(self._head)
 
     def handle_one_request(self) -> None:
-        self._head.deadline = time.monotonic() + REQUEST_HEAD_S
-        self.server.reading_head(self.connection, True)
+        self._head.start()
         super().handle_one_request()
 
     def parse_request(self) -> bool:
