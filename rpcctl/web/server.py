@@ -130,6 +130,7 @@ class _BoundedServer(ThreadingHTTPServer):
 
     daemon_threads = True
     block_on_close = False  # closing does not wait for a slow client's thread
+    request_queue_size = 128  # connections wait in the backlog while the threads are taken, not in SYN retries
 
     def __init__(self, address: tuple[str, int], live: LiveServer):
         self.live = live
@@ -137,8 +138,6 @@ class _BoundedServer(ThreadingHTTPServer):
         self._lock = threading.Lock()
         self._waiting: dict[socket.socket, float] = {}  # connections reading a request head: since when
         super().__init__(address, _Handler)
-
-    request_queue_size = 128  # connections wait in the backlog while the threads are taken, not in SYN retries
 
     def process_request(self, request: Any, client_address: Any) -> None:
         given_up = time.monotonic() + SLOT_WAIT_S
