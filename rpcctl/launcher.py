@@ -25,7 +25,7 @@ from rpcctl.plan import LaunchPlan, NodeFacts, build_plan, free_port, probe_node
 from rpcctl.preflight import check_before_spawn
 from rpcctl.private import private_dir, private_open
 from rpcctl.procs import kill_processes, run_processes
-from rpcctl.runs import Failure, RankState, RunRecord, default_runs_dir, hostname, new_run_id, now_iso, save_record
+from rpcctl.runs import Failure, RankState, RunRecord, check_runs_dir, default_runs_dir, hostname, new_run_id, now_iso, save_record
 from rpcctl.states import RankStatus, RunStatus
 from rpcctl.supervisor import Supervisor
 
@@ -93,7 +93,7 @@ def launch(
     publish = {"telemetry_port": telemetry_listener.getsockname()[1]} if telemetry_listener else None
     try:
         plan, facts = plan_job(spec, runs_dir, cluster, publish)  # may raise: nothing exists yet
-        run_dir = make_run_dir(Path(plan.run_dir), runs_dir, spec)
+        run_dir = make_run_dir(Path(plan.run_dir), runs_dir, spec, console)
     except BaseException:
         if telemetry_listener is not None:
             telemetry_listener.close()
@@ -140,11 +140,13 @@ def launch(
         return supervisor.run()
 
 
-def make_run_dir(run_dir: Path, runs_dir: Path | None, spec: JobSpec) -> Path:
+def make_run_dir(run_dir: Path, runs_dir: Path | None, spec: JobSpec, console: Console) -> Path:
     """The run's own directory (0700), or one clear message (exit 2) naming what is wrong."""
     flag = f"--runs-dir {runs_dir}" if runs_dir is not None else f"the runs directory {run_dir.parent}"
     if run_dir.parent.exists() and not run_dir.parent.is_dir():
         raise UsageError(f"{flag}: {run_dir.parent} is a file, not a directory")
+    for warning in check_runs_dir(run_dir.parent, flag):
+        console.warn(warning)
     try:
         return private_dir(run_dir, exist_ok=False)
     except OSError as exc:

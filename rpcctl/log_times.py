@@ -14,11 +14,17 @@ however fast a rank prints (a rank printing that fast writes far more log than t
 Readers stream both files (``RankLogReader``), so a merge of many long logs costs a bounded
 amount of memory: one block and one line (``MAX_LINE_BYTES``) per rank. A missing, damaged or
 truncated index costs only the times: a line with none takes the last time known for its rank.
+
+A log followed (``rpcctl logs -f``) is followed by name, as ``tail -F`` does (``FollowedFile``):
+renamed or replaced (logrotate's ``create``), the old file is read to its end, then the new
+one from its start; truncated in place (``copytruncate``), it is read again from its start.
+Either is said on stderr (``on_replaced``).
 """
 
 from __future__ import annotations
 
 import heapq
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,39 +131,95 @@ class LogLine:
     text: str  # as a terminal leaves it (lines.LineSplitter), control sequences removed
 
 
+class FollowedFile:
+    """A file read forward by its name, as ``tail -F`` reads it. The file stays open between
+    calls, so one renamed away is still read to its end before the new one at the same path;
+    ``on_replaced(what)`` is told when that happens, or when the file was truncated."""
+
+    def __init__(self, path: Path, on_replaced: Callable[[str], None] | None = None):
+        self.path = path
+        self.on_replaced = on_replaced
+        self.offset = 0  # in the file open now
+        self._file: Any = None
+
+    def blocks(self) -> Iterator[bytes]:
+        """The bytes written since the last call, in blocks (``offset`` is past each one)."""
+        while True:
+            if self._file is None:
+                try:
+                    self._file = open(self.path, "rb")
+                except FileNotFoundError:
+                    return
+                self.offset = 0
+            while block := self._file.read(_BLOCK):
+                self.offset += len(block)
+                yield block
+            change = self._changed()
+            if change is None:
+                return
+            if self.on_replaced is not None:
+                self.on_replaced(change)
+
+    def _changed(self) -> str | None:
+        """What happened to the path since it was opened (the open file read to its end), after
+        getting ready to read what is there now; None when nothing did."""
+        try:
+            now = os.stat(self.path)
+        except OSError:
+            return None  # renamed, the new one not made yet: the old one may still grow
+        mine = os.fstat(self._file.fileno())
+        if (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino):
+            self.close()
+            return "was replaced (renamed or rotated): following the new file"
+        if now.st_size < self.offset:
+            self._file.seek(0)
+            self.offset = 0
+            return "was truncated: reading it again from its start"
+        return None
+
+    def close(self) -> None:
+        file, self._file = self._file, None
+        if file is not None:
+            file.close()
+
+
 class RankLogReader:
     """One rank's finished lines, read from where the last call stopped (``--follow`` calls
-    ``new_lines`` again as the log grows; ``finish`` gives a last line that had no newline)."""
+    ``new_lines`` again as the log grows; ``finish`` gives a last line that had no newline).
+    A log renamed or truncated meanwhile is followed as ``FollowedFile`` says."""
 
-    def __init__(self, rank: int, log_path: Path, since: float | None = None):
+    def __init__(self, rank: int, log_path: Path, since: float | None = None, on_replaced: Callable[[str], None] | None = None):
         self.rank, self.path = rank, log_path
-        self._offset = 0
+        self._log = FollowedFile(log_path, self._replaced)
+        self._on_replaced = on_replaced
         self._splitter = LineSplitter()
         self._times = _TimeIndexReader(times_path(log_path))
         self._last = since  # the time given to a line no index entry covers
 
     def new_lines(self) -> Iterator[LogLine]:
-        try:
-            f = open(self.path, "rb")
-        except FileNotFoundError:
-            return
-        with f:
-            f.seek(self._offset)
-            while block := f.read(_BLOCK):
-                start = 0
-                while (end := block.find(b"\n", start)) >= 0:
-                    moment = self._time_at(self._offset + end)
-                    for piece in self._splitter.feed(block[start : end + 1]):
-                        if piece.final:
-                            yield LogLine(moment, self.rank, piece.text)
-                    start = end + 1
-                self._splitter.feed(block[start:])  # a line still being written: kept, bounded
-                self._offset += len(block)
+        for block in self._log.blocks():
+            base = self._log.offset - len(block)
+            start = 0
+            while (end := block.find(b"\n", start)) >= 0:
+                moment = self._time_at(base + end)
+                for piece in self._splitter.feed(block[start : end + 1]):
+                    if piece.final:
+                        yield LogLine(moment, self.rank, piece.text)
+                start = end + 1
+            self._splitter.feed(block[start:])  # a line still being written: kept, bounded
+
+    def _replaced(self, what: str) -> None:
+        self._splitter = LineSplitter()  # the old file's unfinished line is not the new file's start
+        self._times.close()
+        self._times = _TimeIndexReader(times_path(self.path))  # the index goes with its log
+        if self._on_replaced is not None:
+            self._on_replaced(what)
 
     def finish(self) -> Iterator[LogLine]:
         for piece in self._splitter.close():
             yield LogLine(self._last, self.rank, piece.text)
         self._times.close()
+        self._log.close()
 
     def _time_at(self, offset: int) -> float | None:
         moment = self._times.time_at(offset)

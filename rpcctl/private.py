@@ -1,8 +1,11 @@
 """A run's files are its owner's alone: directories 0700, files 0600, whatever the umask.
 
 Rank logs, config.yaml (``env:`` can carry secrets), telemetry.db and its -wal/-shm, stacks
-and error files are all made through these two functions. Standard library only: the ranks
-import it too.
+and error files are all made through these functions. None follows a symbolic link at the
+name it is given (``O_NOFOLLOW``; a directory is opened ``O_DIRECTORY | O_NOFOLLOW`` and its
+mode set through that): a run file or directory swapped for a link is an error, never written
+through. (The directories above are guarded by refusing a runs directory other users could
+swap things in: ``rpcctl.runs.check_runs_dir``.) Standard library only: the ranks import it too.
 """
 
 from __future__ import annotations
@@ -13,26 +16,47 @@ from typing import IO, Any
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
+PARENT_MODE = 0o755  # a runs directory (or above) that rpcctl makes: never writable by others, whatever the umask
 
 _FLAGS = {
     "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND,
     "w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
     "x": os.O_WRONLY | os.O_CREAT | os.O_EXCL,
 }
+_NO_LINK = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def private_dir(path: Path, *, exist_ok: bool = True) -> Path:
-    """Make ``path`` (its missing parents with the usual modes) and set it to 0700."""
+    """Make ``path`` (its missing parents 0755: ``make_parents``) and set it to 0700."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.mkdir(mode=DIR_MODE, exist_ok=exist_ok)
-    os.chmod(path, DIR_MODE)  # mkdir's mode is cut by the umask, and an existing one keeps its own
+    make_parents(path)
+    path.mkdir(mode=DIR_MODE, exist_ok=exist_ok)  # never follows a link
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | _NO_LINK)  # a link there (made or swapped in): ELOOP
+    try:
+        os.fchmod(fd, DIR_MODE)  # mkdir's mode is cut by the umask, and an existing one keeps its own
+    finally:
+        os.close(fd)
     return path
+
+
+def make_parents(path: Path) -> None:
+    """Make ``path``'s missing parents, each ``PARENT_MODE`` cut by the umask (``mkdir -p`` would
+    make them 0777 under umask 000: a runs directory other users could write in)."""
+    missing = []
+    parent = Path(path).parent
+    while not parent.exists() and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, PARENT_MODE)
+        except FileExistsError:
+            pass
 
 
 def private_open(path: Path, mode: str = "a", **kwargs: Any) -> IO[Any]:
     """``open(path, mode)`` for writing (a, w or x, with an optional b), created 0600."""
-    fd = os.open(path, _FLAGS[mode[0]] | os.O_CLOEXEC, FILE_MODE)
+    fd = os.open(path, _FLAGS[mode[0]] | _NO_LINK, FILE_MODE)
     try:
         os.fchmod(fd, FILE_MODE)  # a file that was there already
         return os.fdopen(fd, mode, **kwargs)
@@ -43,5 +67,8 @@ def private_open(path: Path, mode: str = "a", **kwargs: Any) -> IO[Any]:
 
 def private_file(path: Path) -> None:
     """Create ``path`` empty and 0600 if it is not there (before another library opens it)."""
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE))
-    os.chmod(path, FILE_MODE)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | _NO_LINK, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+    finally:
+        os.close(fd)

@@ -23,6 +23,7 @@ import json
 import os
 import secrets
 import socket
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -32,7 +33,7 @@ from typing import Any, ClassVar
 import psutil
 
 from rpcctl.console import HIGH, KEY, LOW, Column, epoch_of, human_seconds, human_time, parse_iso
-from rpcctl.errors import DamagedRunError, RunNotFoundError
+from rpcctl.errors import DamagedRunError, RunNotFoundError, UsageError
 from rpcctl.states import RankStatus, RunStatus
 
 
@@ -196,6 +197,35 @@ def launcher_of_run(record: RunRecord) -> psutil.Process | None:
 
 def default_runs_dir() -> Path:
     return Path(os.environ.get("RPCCTL_RUNS_DIR") or "runs")
+
+
+def check_runs_dir(runs_dir: Path, flag: str) -> list[str]:
+    """Refuse (``UsageError``, exit 2) a runs directory in which another user could swap a run
+    directory for a link to somewhere of theirs, as ssh refuses such a path to its keys: it, or
+    a directory above it, owned by a user other than you and root, or writable by others
+    without the sticky bit (a sticky directory, as /tmp, lets no one rename another's entries).
+    A directory writable by its group (without the sticky bit) costs a warning, returned: its
+    members could do the same, and a group project directory is often meant so."""
+    me = os.geteuid()
+    warnings = []
+    path = Path(os.path.abspath(runs_dir))
+    for directory in [path, *path.parents]:
+        try:
+            st = os.stat(directory)
+        except OSError:
+            continue  # not there yet: rpcctl makes it, as yours
+        if st.st_uid not in (me, 0):
+            raise UsageError(f"{flag}: {directory} belongs to another user (uid {st.st_uid}): they could swap a run directory "
+                             "for a link to anywhere; use a runs directory of your own")
+        if st.st_mode & stat.S_ISVTX:
+            continue
+        if st.st_mode & stat.S_IWOTH:
+            raise UsageError(f"{flag}: {directory} is writable by every user (mode {stat.S_IMODE(st.st_mode):o}): another user "
+                             f"could swap a run directory for a link to anywhere; chmod o-w (or +t, as /tmp) {directory}, or use another")
+        if st.st_mode & stat.S_IWGRP and st.st_uid == me:
+            warnings.append(f"{directory} is writable by its group (mode {stat.S_IMODE(st.st_mode):o}): its members could swap "
+                            "a run directory for a link; chmod g-w (or +t) if they are not to")
+    return warnings
 
 
 def new_run_id(name: str) -> str:

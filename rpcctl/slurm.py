@@ -9,10 +9,20 @@ SLURM_NODEID                         node_rank
 SLURM_STEP_NODELIST / ..._JOB_...    master_addr: its first host (``scontrol show hostnames``)
 SLURM_STEP_TASKS_PER_NODE            must be 1: one launcher per node
 ==================================  =======================================================
+
+The batch script's ``#SBATCH`` lines are read by sbatch, not by the shell: one line each (a
+newline would end the directive and start a shell line, and the first line that is not a
+directive ends them all), split into words at white space, with ``"..."``/``'...'`` grouping,
+a backslash escaping the next character, and an unquoted ``#`` starting a comment (sbatch's
+``_get_argument``, src/sbatch/opt.c). So a value with a newline or another control character
+is refused (exit 2, naming its flag), and a word that is not plain is written in double quotes
+(``directive_word``). In ``--output``, ``%`` is sbatch's pattern character: a runs directory's
+own ``%`` is written ``%%``. What the shell runs is quoted with ``shlex.quote``.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import sys
@@ -63,6 +73,45 @@ def first_host(nodelist: str) -> str:
     return hosts[0]
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
+
+
+def check_directive_value(value: str, flag: str) -> str:
+    """``value`` if it can stand in an ``#SBATCH`` line; a UsageError naming ``flag`` if not."""
+    bad = _CONTROL.search(value)
+    if bad:
+        what = "newline" if bad.group() in "\r\n" else "control character"
+        raise UsageError(f"{flag} {value!r}: a {what} ({bad.group()!r}) cannot be in an #SBATCH directive")
+    return value
+
+
+def directive_word(word: str) -> str:
+    """One word of an ``#SBATCH`` line, as sbatch reads it back: plain, or in double quotes with
+    ``\\`` and ``\"`` escaped (white space, quotes and ``#`` inside stay in the word)."""
+    if _PLAIN_WORD.fullmatch(word):
+        return word
+    return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def directive(flag: str, value: str, option: str) -> str:
+    """``#SBATCH --option=value`` for the value of rpcctl's ``flag``, checked and quoted."""
+    return f"#SBATCH {directive_word(f'{option}={check_directive_value(value, flag)}')}"
+
+
+def extra_directive(text: str) -> str:
+    """An ``--sbatch-arg``: its words as a shell would split them (``-A acct``, ``--comment='a b'``),
+    each written as sbatch reads a word back."""
+    check_directive_value(text, "--sbatch-arg")
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise UsageError(f"--sbatch-arg {text!r}: {exc}") from None
+    if not words:
+        raise UsageError("--sbatch-arg '': an empty directive")
+    return "#SBATCH " + " ".join(directive_word(w) for w in words)
+
+
 def batch_script(
     *,
     config: Path,
@@ -76,17 +125,20 @@ def batch_script(
     python: str = sys.executable,
 ) -> str:
     """A batch script that runs one rpcctl launcher per node with ``srun``."""
+    runs = check_directive_value(str(runs_dir), "--runs-dir")
+    if "\\" in runs:  # in --output, a backslash turns sbatch's %j off
+        raise UsageError(f"--runs-dir {runs!r}: a backslash cannot be in the path of sbatch's --output")
     directives = [
-        f"#SBATCH --job-name={name}",
+        directive("the config's name", name, "--job-name"),
         f"#SBATCH --nodes={nodes}",
         "#SBATCH --ntasks-per-node=1",
-        f"#SBATCH --output={runs_dir}/slurm-%j.out",
+        directive("--runs-dir", runs.replace("%", "%%") + "/slurm-%j.out", "--output"),
     ]
     if partition:
-        directives.append(f"#SBATCH --partition={partition}")
+        directives.append(directive("--partition", partition, "--partition"))
     if time_limit:
-        directives.append(f"#SBATCH --time={time_limit}")
-    directives += [f"#SBATCH {d}" for d in extra_sbatch]
+        directives.append(directive("--time", time_limit, "--time"))
+    directives += [extra_directive(d) for d in extra_sbatch]
     launch = [*module_command("rpcctl", python), "launch", str(config), "--no-live", "--runs-dir", str(runs_dir)]
     for override in overrides:
         launch += ["--set", override]
@@ -107,6 +159,15 @@ def batch_script(
 
 
 def submit(script: Path) -> str:
+    """Submit ``script``; it is removed if sbatch fails (or is not there): nothing was queued."""
+    try:
+        return _submit(script)
+    except BaseException:
+        script.unlink(missing_ok=True)
+        raise
+
+
+def _submit(script: Path) -> str:
     try:
         result = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, timeout=60)
     except FileNotFoundError:

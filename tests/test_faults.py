@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import pytest
 
 from conftest import (
     assert_no_process_left,
+    kill_if_running,
     launch_until_running,
     only_run,
     pids_gone,
@@ -263,3 +265,57 @@ def test_kill_9_of_the_rank_server_takes_every_rank_tree_down(tmp_path, runs_dir
     rec = record(run_dir)
     assert rec["status"] == "failed" and f"the rank server (pid {server.pid}) killed by SIGKILL" in rec["root_cause"]["message"], rec
     assert {r["state"] for r in rec["ranks"]} == {"killed"}
+
+
+# -- a log rotated while `rpcctl logs -f` follows it -------------------------------------------
+
+GATED = """
+import os, pathlib, time
+for i in range(5):
+    print(f"before {i}", flush=True)
+while not pathlib.Path(os.environ["GATE"]).exists():
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize("raw", [False, True], ids=["lines", "raw"])
+def test_logs_follow_goes_on_with_a_log_renamed_or_truncated_under_it(tmp_path, runs_dir, raw):
+    script = tmp_path / "gated.py"
+    script.write_text(GATED)
+    gate = tmp_path / "gate"
+    launcher, run_dir = launch_until_running(tmp_path, runs_dir, script=str(script), nproc_per_node=1, env={"GATE": str(gate)})
+    log = run_dir / "logs" / "rank-0.log"
+    follower = None
+    try:
+        wait_until(lambda: b"before 4\n" in log.read_bytes(), 30, "the rank's lines")
+        follower = subprocess.Popen([sys.executable, "-m", "rpcctl", "logs", "-f", *(["--raw"] if raw else []), run_dir.name,
+                                     "--runs-dir", str(runs_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+        shown: list[str] = []
+        reader = threading.Thread(target=lambda: shown.extend(follower.stdout), daemon=True)
+        reader.start()
+        wait_until(lambda: any("before 4" in line for line in shown), 30, "logs -f showing the lines")
+        log.rename(log.with_name("rank-0.log.1"))  # logrotate's `create`: a new file at the same path
+        log.write_text("new file, line 1\nnew file, line 2\n")
+        wait_until(lambda: any("new file, line 2" in line for line in shown), 10, f"logs -f showing the new file's lines: {shown}")
+        with open(log, "r+") as f:  # logrotate's `copytruncate`
+            f.truncate(0)
+            f.write("truncated\n")
+        gate.touch()
+        follower.wait(timeout=30)
+        reader.join(timeout=10)
+        out, err = "".join(shown), follower.stderr.read()
+        assert launcher.wait(timeout=30) == 0
+    finally:
+        gate.touch()
+        kill_if_running(launcher)
+        if follower is not None and follower.poll() is None:
+            follower.kill()
+            follower.communicate()
+    prefix = "" if raw else "[rank0]: "
+    assert out.splitlines() == [f"{prefix}before {i}" for i in range(5)] + [f"{prefix}new file, line 1", f"{prefix}new file, line 2", f"{prefix}truncated"], (out, err)
+    assert err.splitlines() == [
+        f"rpcctl: rank 0's log {log} was replaced (renamed or rotated): following the new file",
+        f"rpcctl: rank 0's log {log} was truncated: reading it again from its start",
+    ], err
+    assert_no_process_left(run_dir)

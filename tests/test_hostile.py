@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sqlite3
 import stat
 import subprocess
@@ -352,3 +353,87 @@ def test_a_string_or_nan_loss_in_the_store_does_not_crash_inspect_losses(runs_di
         shown = rpcctl("inspect", "losses", "odd-losses", "--runs-dir", str(runs_dir), *extra)
         assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
     assert "0.5" in shown.stdout
+
+
+# -- a runs directory other users can write in (issue 28, item 8) ---------------------------------
+
+
+@pytest.mark.parametrize("case", ["world-writable", "a-parent-world-writable", "another-users"])
+def test_a_runs_dir_others_could_swap_a_run_in_is_refused_before_anything_starts(tmp_path, case):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    runs = shared / "runs"
+    runs.mkdir()
+    unsafe = {"world-writable": runs, "a-parent-world-writable": shared, "another-users": runs}[case]
+    if case == "another-users":
+        os.chown(runs, 65534, 65534)  # nobody's: we are root, so the directory is another user's
+    else:
+        unsafe.chmod(0o777)
+    config = write_config(tmp_path, nproc_per_node=1)
+    result = rpcctl("launch", str(config), "--runs-dir", str(runs), "--no-live")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"error: --runs-dir {runs}: {unsafe} ") and len(result.stderr.splitlines()) == 1, result.stderr
+    assert ("another user (uid 65534)" if case == "another-users" else "writable by every user (mode 777)") in result.stderr
+    assert list(runs.iterdir()) == []  # no run directory, nothing started
+
+
+def test_a_sticky_or_group_writable_runs_dir_is_used(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    runs.chmod(0o1777)  # as /tmp: no one renames another's entries
+    config = write_config(tmp_path, nproc_per_node=1)
+    sticky = rpcctl("launch", str(config), "--runs-dir", str(runs), "--no-live")
+    assert sticky.returncode == 0 and "warning" not in sticky.stderr, sticky.stderr
+    runs.chmod(0o775)
+    group = rpcctl("launch", str(config), "--runs-dir", str(runs), "--no-live")
+    assert group.returncode == 0, group.stderr
+    assert f"warning: {runs} is writable by its group (mode 775)" in group.stderr
+
+
+def test_a_runs_dir_rpcctl_makes_is_not_writable_by_others_whatever_the_umask(tmp_path):
+    runs = tmp_path / "new" / "runs"
+    config = write_config(tmp_path, nproc_per_node=1)
+    for _ in range(2):  # the second run uses the runs directory the first one made
+        result = subprocess.run([sys.executable, "-m", "rpcctl", "launch", str(config), "--runs-dir", str(runs), "--no-live"],
+                                capture_output=True, text=True, umask=0, timeout=60)
+        assert result.returncode == 0, result.stderr
+    assert stat.S_IMODE(runs.stat().st_mode) == 0o755 and stat.S_IMODE(runs.parent.stat().st_mode) == 0o755
+
+
+def test_a_run_file_swapped_for_a_link_is_not_written_through(tmp_path, runs_dir):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("untouched\n")
+    launcher, run_dir = launch_until_running(tmp_path, runs_dir, nproc_per_node=1, args=["0=hang"])
+    try:
+        stack_file = run_dir / "stacks" / "rank-0.txt"
+        wait_until(stack_file.exists, 30, "the rank's stack file")
+        stack_file.unlink()
+        stack_file.symlink_to(outside)  # the launcher appends a header here before a teardown
+        launcher.send_signal(signal.SIGTERM)
+        launcher.communicate(timeout=60)
+    finally:
+        kill_if_running(launcher)
+    assert launcher.returncode == 143
+    assert outside.read_text() == "untouched\n"
+    assert_no_process_left(run_dir)
+
+
+def test_private_files_and_dirs_never_follow_a_link(tmp_path):
+    from rpcctl.private import private_dir, private_file, private_open
+
+    target = tmp_path / "target.txt"
+    target.write_text("mine\n")
+    target.chmod(0o644)
+    target_dir = tmp_path / "target-dir"
+    target_dir.mkdir(mode=0o755)
+    for name, call in [("a", lambda p: private_open(p, "a")), ("w", lambda p: private_open(p, "w")), ("file", private_file)]:
+        link = tmp_path / f"link-{name}"
+        link.symlink_to(target)
+        with pytest.raises(OSError):
+            call(link)
+    link_dir = tmp_path / "link-dir"
+    link_dir.symlink_to(target_dir)
+    with pytest.raises(OSError):
+        private_dir(link_dir)
+    assert target.read_text() == "mine\n" and stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert stat.S_IMODE(target_dir.stat().st_mode) == 0o755

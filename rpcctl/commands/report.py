@@ -9,6 +9,7 @@ import typer
 
 from rpcctl.commands.common import RunsDirOption
 from rpcctl.console import get_console
+from rpcctl.errors import UsageError
 from rpcctl.runs import resolve_run
 
 TargetArgument = Annotated[
@@ -44,13 +45,16 @@ def report(
 
 def web(
     run: Annotated[Optional[str], typer.Argument(metavar="RUN", help="Run id (or a unique prefix) or run directory (default: the latest run).", show_default=False)] = None,
-    port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1 (default: 0, a free one).", show_default=False)] = 0,
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port on 127.0.0.1 (default: 0, a free one).", show_default=False)] = 0,
     runs_dir: RunsDirOption = None,
 ) -> None:
     """Serve a run's page live on 127.0.0.1 (it follows a running job) until Ctrl-C."""
     from rpcctl.web.server import LiveServer
 
     run_dir = resolve_run(run, runs_dir)
-    server = LiveServer(run_dir, port=port)
+    try:
+        server = LiveServer(run_dir, port=port)
+    except OSError as exc:  # in use, or below 1024 without the right
+        raise UsageError(f"--port {port}: cannot listen on 127.0.0.1:{port}: {exc.strerror or exc} (another port, or 0 for a free one)") from None
     get_console().info(f"rpcctl: live page of {run_dir.name} at {server.url} (Ctrl-C to stop)")
     server.serve_forever()

@@ -5,8 +5,7 @@ from __future__ import annotations
 import itertools
 import signal
 import time
-from collections.abc import Iterable
-from pathlib import Path
+from collections.abc import Callable, Iterable
 from typing import Annotated, Optional
 
 import psutil
@@ -16,7 +15,7 @@ from rich.text import Text
 from rpcctl.commands.common import FilterOption, JsonOption, RunArgument, RunsDirOption, filtered_empty, parse_filters, scalar_fields
 from rpcctl.console import get_console, render_table, sanitize, utc_stamp
 from rpcctl.errors import RpcctlError, UsageError
-from rpcctl.log_times import LogLine, RankLogReader, lines_of, merged
+from rpcctl.log_times import FollowedFile, LogLine, RankLogReader, lines_of, merged
 from rpcctl.runs import (
     DamagedRun,
     RunRecord,
@@ -102,14 +101,21 @@ def logs(
         if rank not in ranks:
             raise UsageError(f"--rank {rank}: run {record.run_id} has ranks 0-{len(ranks) - 1}")
         ranks = [rank]
+
+    def replaced(r: int) -> Callable[[str], None]:
+        return lambda what: get_console().info(f"rpcctl: rank {r}'s log {rank_log(run_dir, r)} {what}")
+
     if raw:
-        offsets = {r: 0 for r in ranks}
+        files = [FollowedFile(rank_log(run_dir, r), replaced(r)) for r in ranks]
 
         def print_round(ended: bool) -> None:
-            for r in ranks:
-                offsets[r] = _copy_raw(rank_log(run_dir, r), offsets[r])
+            for f in files:
+                for block in f.blocks():
+                    get_console().raw_bytes(block)
+                if ended:
+                    f.close()
     else:
-        readers = [RankLogReader(r, rank_log(run_dir, r)) for r in ranks]
+        readers = [RankLogReader(r, rank_log(run_dir, r), on_replaced=replaced(r)) for r in ranks]
 
         def print_round(ended: bool) -> None:
             streams = [lines_of(reader, final=ended) for reader in readers]  # a run that ended has no line half-written
@@ -141,20 +147,6 @@ def _stamp(moment: float | None) -> str:
     if moment is None:  # a run from before the time index, or one whose index was lost
         return "-".ljust(24)
     return utc_stamp(moment)
-
-
-def _copy_raw(path: Path, offset: int) -> int:
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
-        return offset
-    console = get_console()
-    with f:
-        f.seek(offset)
-        while block := f.read(1 << 16):
-            console.raw_bytes(block)
-            offset += len(block)
-    return offset
 
 
 def stop(

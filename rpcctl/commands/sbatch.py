@@ -11,7 +11,8 @@ import typer
 from rpcctl.commands.common import RunsDirOption
 from rpcctl.config import load_config
 from rpcctl.console import get_console
-from rpcctl.runs import default_runs_dir, write_json_atomic
+from rpcctl.private import make_parents, private_open
+from rpcctl.runs import check_runs_dir, default_runs_dir, write_json_atomic
 from rpcctl.slurm import batch_script, submit
 
 
@@ -36,9 +37,12 @@ def sbatch(
     if dry_run:
         console.raw(script)
         return
-    runs.mkdir(parents=True, exist_ok=True)
+    for warning in check_runs_dir(runs, f"--runs-dir {runs}"):  # the script is read by sbatch later: no one may swap it
+        console.warn(warning)
+    make_parents(runs / "script")
     path = runs / f"sbatch-{spec.name}-{datetime.now():%Y%m%d-%H%M%S}.sh"
-    path.write_text(script)
+    with private_open(path, "w") as f:  # 0600: a --set value can be a secret
+        f.write(script)
     job_id = submit(path)
     write_json_atomic(path.with_suffix(".json"), {"slurm_job_id": job_id, "script": str(path), "config": str(config.resolve()), "nodes": nodes})
     console.print(job_id)

@@ -1,0 +1,144 @@
+"""The live page's server against neighbours without the token, over real sockets to
+127.0.0.1: a connection reset mid-request prints nothing on the console; slow clients hold at
+most ``MAX_CONNECTIONS`` threads and never keep the page from being served; a request head
+that dribbles in is cut at its deadline; ``rpcctl web --port`` in use or out of range is one
+message (exit 2)."""
+
+from __future__ import annotations
+
+import http.client
+import re
+import socket
+import struct
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import launch_job, rpcctl
+from test_report import _start_web, _stop
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(scope="module")
+def a_run(tmp_path_factory) -> Path:
+    pytest.importorskip("plotly", reason="needs plotly: pip install -c constraints.txt -e '.[test]'")
+    tmp_path = tmp_path_factory.mktemp("web")
+    result, run_dir, _ = launch_job(tmp_path, tmp_path / "runs", nproc_per_node=1)
+    assert result.returncode == 0, result.stderr
+    return run_dir
+
+
+@pytest.fixture
+def web(a_run):
+    proc, url = _start_web(str(a_run))
+    try:
+        yield proc, int(re.search(r":(\d+)/", url).group(1)), url.split("token=", 1)[1]
+    finally:
+        _stop(proc)
+
+
+def _get(port: int, token: str) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", f"/api/view?token={token}")
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def _connect(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(f"GET /?token=x HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode())  # the head is never finished
+    return sock
+
+
+def test_a_connection_reset_mid_request_prints_no_traceback(web):
+    proc, port, token = web
+    for _ in range(5):
+        sock = _connect(port)
+        time.sleep(0.05)  # the server is reading the head
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()  # RST, not FIN
+    time.sleep(0.3)
+    assert _get(port, token) == 200  # still serving
+    _stop(proc)
+    stderr = proc.stderr.read()
+    assert "Traceback" not in stderr and "ConnectionResetError" not in stderr and "Exception occurred" not in stderr, stderr
+
+
+def test_slow_clients_hold_at_most_the_cap_of_threads_and_the_page_is_still_served(web):
+    from rpcctl.web.server import MAX_CONNECTIONS
+
+    proc, port, token = web
+    server = psutil.Process(proc.pid)
+    before = server.num_threads()
+    slow: list[socket.socket] = []
+    most = before
+    try:
+        for _ in range(3 * MAX_CONNECTIONS):
+            slow.append(_connect(port))
+            most = max(most, server.num_threads())
+        for _ in range(10):  # they dribble a header line each, for a second
+            for sock in slow:
+                try:
+                    sock.sendall(b"X-Slow: 1\r\n")
+                except OSError:
+                    pass  # closed by the server: that is allowed
+            most = max(most, server.num_threads())
+            time.sleep(0.1)
+        started = time.monotonic()
+        assert _get(port, token) == 200  # with the slow clients still connected
+        assert time.monotonic() - started < 5
+        most = max(most, server.num_threads())
+    finally:
+        for sock in slow:
+            sock.close()
+    assert most <= before + MAX_CONNECTIONS, (before, most)
+
+
+def test_a_request_head_that_dribbles_in_is_cut_at_its_deadline(a_run, monkeypatch):
+    from rpcctl.web import server as web_server
+
+    monkeypatch.setattr(web_server, "REQUEST_HEAD_S", 1.0)
+    live = web_server.LiveServer(a_run).start()
+    try:
+        sock = _connect(live.port)
+        started = time.monotonic()
+        closed = None
+        while time.monotonic() - started < 5:  # a byte every 0.2 s: each read is quick, the head never ends
+            try:
+                sock.sendall(b"X")
+                sock.settimeout(0.2)
+                if sock.recv(4096) == b"":
+                    closed = time.monotonic() - started
+                    break
+            except socket.timeout:
+                continue
+            except OSError:
+                closed = time.monotonic() - started
+                break
+        sock.close()
+        assert closed is not None and closed < 2.5, closed
+        assert live.dropped["timed out"] == 1
+        assert _get(live.port, live.token) == 200
+    finally:
+        live.stop()
+
+
+def test_web_port_in_use_or_out_of_range_is_one_message_and_exit_2(a_run):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        in_use = rpcctl("web", str(a_run), "--port", str(port), timeout=30)
+    assert in_use.returncode == 2, in_use.stderr
+    assert in_use.stderr.startswith(f"error: --port {port}: ") and "in use" in in_use.stderr and "Traceback" not in in_use.stderr
+    for bad in ("70000", "-1"):
+        out_of_range = rpcctl("web", str(a_run), "--port", bad, timeout=30)
+        assert out_of_range.returncode == 2, out_of_range.stderr
+        assert "--port" in out_of_range.stderr and "Traceback" not in out_of_range.stderr, out_of_range.stderr
