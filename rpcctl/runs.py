@@ -23,7 +23,6 @@ import json
 import os
 import secrets
 import socket
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,6 +32,7 @@ import psutil
 
 from rpcctl.console import HIGH, KEY, LOW, Column, epoch_of, human_seconds, human_time, parse_iso
 from rpcctl.errors import DamagedRunError, RunNotFoundError
+from rpcctl.private import write_private_atomic
 from rpcctl.states import RankStatus, RunStatus
 
 
@@ -213,19 +213,8 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    """Write-then-rename, 0600, refusing a target that is not a regular file (``private``)."""
+    write_private_atomic(path, text)
 
 
 # run.json carries trailing spaces (valid JSON whitespace), as many as the record's own size and

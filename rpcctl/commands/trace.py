@@ -11,6 +11,7 @@ import typer
 from rpcctl.commands.common import RunArgument, RunsDirOption
 from rpcctl.console import get_console, human_bytes
 from rpcctl.errors import UsageError
+from rpcctl.private import refuse_non_regular, write_private_atomic
 from rpcctl.runs import resolve_run
 
 
@@ -31,14 +32,20 @@ def trace(
     run_dir = resolve_run(run, runs_dir)
     if not inspect.has_telemetry(run_dir):
         raise UsageError(f"run {run_dir.name} has no telemetry store: nothing to trace")
+    path = None if output is not None and str(output) == "-" else output or Path(f"{run_dir.name}.trace.json")
+    if path is not None:
+        _writable(path, refuse_non_regular)  # before the work: /dev/null or a link is refused at once
     document = build_trace(run_dir)
     text = json.dumps(document, separators=(",", ":"), allow_nan=False)
-    if output is not None and str(output) == "-":
+    if path is None:
         get_console().raw(text + "\n")
         return
-    path = output or Path(f"{run_dir.name}.trace.json")
-    try:
-        path.write_text(text)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror}") from None
+    _writable(path, lambda p: write_private_atomic(p, text))  # 0600, as the report; an old file is replaced, never re-moded
     get_console().note(f"wrote {path} ({len(document['traceEvents'])} events, {human_bytes(len(text))}): open it in ui.perfetto.dev or chrome://tracing")
+
+
+def _writable(path: Path, write) -> None:
+    try:
+        write(path)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None

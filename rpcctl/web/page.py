@@ -190,13 +190,12 @@ _SCRIPT = r"""
 
 
 def write_report(html_text: str, path: Path) -> None:
-    """The report is the run owner's alone, as the run's files are (0600)."""
-    import os
+    """The report is the run owner's alone, as the run's files are (0600), written beside the
+    target and renamed into place: nothing that was there is re-moded, and a target that is
+    not a regular file (/dev/null, a link) is refused with exit 2 (``private.write_private_atomic``)."""
+    from rpcctl.private import write_private_atomic
 
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.fchmod(fd, 0o600)  # an older file of that name may have been readable by others
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(html_text)
+        write_private_atomic(path, html_text)
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None

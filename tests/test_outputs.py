@@ -1,0 +1,94 @@
+"""What rpcctl writes out (report, trace, bench results, JSON views) is safe whatever a rank
+printed: an output is written beside its target and renamed into place, 0600, never into a
+device or through a link; non-finite losses are valid JSON; text from a rank carries no live
+placeholder into plotly; outputs are bounded. Real runs, the real CLI."""
+
+from __future__ import annotations
+
+import os
+import stat
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import assert_no_process_left, only_run, rpcctl
+
+pytestmark = pytest.mark.timeout(120)
+
+# A rank of a mixed-precision job: its loss and grad norm overflow, then recover.
+NON_FINITE = textwrap.dedent(
+    """
+    values = [(1.0, 1.0), ("inf", "inf"), ("nan", 2.0), (0.5, "-inf"), (0.25, 0.5)]
+    for step, (loss, grad_norm) in enumerate(values):
+        print(f"step {step} loss={loss} grad_norm={grad_norm}", flush=True)
+    """
+)
+
+
+def _run(tmp_path: Path, script: str, name: str = "job") -> Path:
+    (tmp_path / f"{name}.py").write_text(script)
+    config = tmp_path / f"{name}.yaml"
+    config.write_text(f"script: {name}.py\nnproc_per_node: 1\npreload: []\ngrace: 2\n")
+    runs_dir = tmp_path / "runs"
+    rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir), timeout=90)
+    run_dir = only_run(runs_dir)
+    assert_no_process_left(run_dir)
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    return _run(tmp_path_factory.mktemp("finished"), "for step in range(3):\n    print(f'step {step} loss={1 / (step + 1)}', flush=True)\n")
+
+
+# -- where outputs are written (-o) --------------------------------------------------------------
+
+
+def _targets(tmp_path: Path) -> dict[str, tuple[Path, Path]]:
+    """Targets that are not regular files, each with the file whose mode and content must not change."""
+    other = tmp_path / "someone-elses.txt"
+    other.write_text("keep me")
+    other.chmod(0o644)
+    link = tmp_path / "link.out"
+    link.symlink_to(other)
+    device = tmp_path / "null"  # a copy of /dev/null: the real one is the host's
+    os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    device.chmod(0o666)
+    return {"symlink": (link, other), "device": (device, device)}
+
+
+@pytest.mark.parametrize("command", [["report"], ["trace"]])
+def test_an_output_that_is_not_a_regular_file_is_refused_and_left_as_it_was(finished_run, tmp_path, command):
+    for what, (target, guarded) in _targets(tmp_path).items():
+        before = (stat.S_IMODE(guarded.stat().st_mode), guarded.read_bytes() if guarded.is_file() else None)
+        result = rpcctl(*command, str(finished_run), "-o", str(target))
+        assert result.returncode == 2, (what, result.stderr)
+        assert f"cannot write {target}" in result.stderr and "regular file" in result.stderr and "Traceback" not in result.stderr
+        assert (stat.S_IMODE(guarded.stat().st_mode), guarded.read_bytes() if guarded.is_file() else None) == before, what
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.out", "null", "someone-elses.txt"]  # no temporary file left
+
+
+@pytest.mark.parametrize("command", [["report"], ["trace"]])
+def test_an_output_is_a_new_0600_file_and_another_link_to_the_old_one_keeps_it(finished_run, tmp_path, command):
+    """Written beside the target and renamed into place: an existing file is never re-moded or
+    truncated (a hard link elsewhere to it keeps its mode and content), and the new one is 0600."""
+    other = tmp_path / "shared.txt"
+    other.write_text("keep me")
+    other.chmod(0o644)
+    target = tmp_path / "out.file"
+    os.link(other, target)
+    result = rpcctl(*command, str(finished_run), "-o", str(target))
+    assert result.returncode == 0, result.stderr
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert stat.S_IMODE(other.stat().st_mode) == 0o644 and other.read_text() == "keep me"
+    assert target.stat().st_ino != other.stat().st_ino and target.stat().st_size > 500
+
+
+def test_bench_out_that_is_not_a_regular_file_is_refused_before_anything_runs(tmp_path):
+    target, guarded = _targets(tmp_path)["symlink"]
+    result = rpcctl("bench", "--suite", "latency", "--transport", "rpc", "--quick", "--out", str(target),
+                    "--runs-dir", str(tmp_path / "runs"), timeout=30)
+    assert result.returncode == 2 and f"--out {target}: cannot write it" in result.stderr, result.stderr
+    assert not (tmp_path / "runs").exists()  # nothing was launched
+    assert guarded.read_text() == "keep me"
