@@ -13,10 +13,17 @@ spawned; per restart)        ``X`` a call (1 s or more) on the caller's thread; 
                              flow arrow to the function its callee ran for it (``X`` on the
                              callee's thread)
                              ``X`` RRef lifetimes on thread 1 of the owner ("RRefs")
-                             ``C`` loss and metrics counters
+                             ``C`` loss and metrics counters;
+                             ``i`` a non-finite value (``loss=inf``: args
+                             ``{"metric", "value": "inf"|"-inf"|"nan"}``)
                              ``i`` rank exits (with code and state)
 global                       ``i`` restarts
 ===========================  ===================================================================
+
+Threads are numbered per track, 2, 3, ... in order of first appearance (0 is the process, 1 its
+RRefs): Perfetto's JSON importer drops a tid above 2^32, which a Python thread ident is, and
+puts the event on the process's own track. The ident is in the ``thread_name`` metadata (its
+name, and ``args.ident``).
 
 Calls that ended within 1 s are not in the telemetry one by one; their per caller → callee
 summary is in ``otherData.calls``. Bounded size for long runs: at most ``MAX_SPANS`` call and
@@ -27,6 +34,7 @@ most, whatever the run's length; what was left out is counted in ``otherData.lef
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -39,7 +47,7 @@ from rpcctl.inspect.calls import pair_served
 MAX_SPANS = 20_000
 MAX_RREFS = 10_000
 MAX_POINTS = 2_000
-PROCESS_THREAD, RREF_THREAD = 0, 1
+PROCESS_THREAD, RREF_THREAD, FIRST_THREAD = 0, 1, 2
 
 
 def build_trace(run_dir: Path) -> dict[str, Any]:
@@ -77,6 +85,8 @@ class _Builder:
         self.track_of_proc: dict[int, int] = {}
         self.track_of_rank: dict[tuple[int, int], int] = {}  # (rank, restart) → the rank's own track
         self.named_threads: set[tuple[int, int]] = set()
+        self.small_tids: dict[tuple[int, int], int] = {}  # (track, thread ident) → the tid in the trace
+        self.threads_of: dict[int, int] = {}  # track → its next free tid
 
     def ts(self, t: float) -> float:
         return round((t - self.start) * 1e6, 3)
@@ -92,10 +102,24 @@ class _Builder:
             event["tid"] = tid
         self.events.append(event)
 
-    def thread(self, pid: int, tid: int, name: str) -> None:
+    def thread(self, pid: int, tid: int, name: str, args: dict[str, Any] | None = None) -> None:
         if (pid, tid) not in self.named_threads:
             self.named_threads.add((pid, tid))
-            self.meta(pid, "thread_name", {"name": name}, tid)
+            self.meta(pid, "thread_name", {"name": name, **(args or {})}, tid)
+
+    def python_thread(self, pid: int, ident: int | None, kind: str) -> int:
+        """The trace's tid for a Python thread of a process: small and stable (2, 3, ... per
+        track, in order of first appearance; 0 and 1 are the process and its RRefs). Perfetto
+        drops a tid above 2^32, which a Python thread ident is, and puts the event on the pid's
+        own track; the real ident is in the thread's name and args."""
+        ident = ident or 0
+        key = (pid, ident)
+        if key not in self.small_tids:
+            self.small_tids[key] = self.threads_of.get(pid, FIRST_THREAD)
+            self.threads_of[pid] = self.small_tids[key] + 1
+        tid = self.small_tids[key]
+        self.thread(pid, tid, f"{kind} {ident:#x}", {"ident": ident})
+        return tid
 
     # -- tracks --------------------------------------------------------------------------------
     def processes(self, ranks: list[Any], procs: list[Any]) -> None:
@@ -130,10 +154,10 @@ class _Builder:
         serving = self._longest(serving, "served", ended)
         served_for = pair_served(calls, serving)
         for row in calls:
-            pid, tid = self.track_of_proc.get(row["proc_id"]), row["thread"] or 0
+            pid = self.track_of_proc.get(row["proc_id"])
             if pid is None:
                 continue
-            self.thread(pid, tid, f"thread {tid:#x}")
+            tid = self.python_thread(pid, row["thread"], "thread")
             finish = row["ended_at"] if row["ended_at"] is not None else ended.get(row["proc_id"])
             self.span(pid, tid, f"{row['kind']} → {row['callee']}: {row['func']}", row["started_at"], finish, "rpc",
                       {"callee": row["callee"], "func": row["func"], "site": row["call_site"], "status": row["status"] or "unfinished"})
@@ -141,13 +165,14 @@ class _Builder:
             if target is not None and self.track_of_proc.get(target["proc_id"]) is not None:
                 flow = f"{row['proc_id']}.{row['call_id']}"
                 self.events.append({"ph": "s", "pid": pid, "tid": tid, "name": "rpc", "cat": "rpc", "id": flow, "ts": self.ts(row["started_at"])})
-                self.events.append({"ph": "f", "bp": "e", "pid": self.track_of_proc[target["proc_id"]], "tid": target["thread"] or 0,
+                callee = self.track_of_proc[target["proc_id"]]
+                self.events.append({"ph": "f", "bp": "e", "pid": callee, "tid": self.python_thread(callee, target["thread"], "rpc thread"),
                                     "name": "rpc", "cat": "rpc", "id": flow, "ts": self.ts(max(target["started_at"], row["started_at"]))})
         for row in serving:
-            pid, tid = self.track_of_proc.get(row["proc_id"]), row["thread"] or 0
+            pid = self.track_of_proc.get(row["proc_id"])
             if pid is None:
                 continue
-            self.thread(pid, tid, f"rpc thread {tid:#x}")
+            tid = self.python_thread(pid, row["thread"], "rpc thread")
             finish = row["ended_at"] if row["ended_at"] is not None else ended.get(row["proc_id"])
             self.span(pid, tid, row["func"], row["started_at"], finish, "served", {"nbytes": row["nbytes"]})
 
@@ -204,7 +229,11 @@ class _Builder:
                 step = len(points) / MAX_POINTS
                 points = [points[min(len(points) - 1, int(round((i + 1) * step)) - 1)] for i in range(MAX_POINTS)]
             for t, value in points:
-                self.events.append({"ph": "C", "pid": track, "name": name, "ts": self.ts(t), "args": {name: value}})
+                if math.isfinite(value):
+                    self.events.append({"ph": "C", "pid": track, "name": name, "ts": self.ts(t), "args": {name: value}})
+                else:  # inf, -inf, nan: not JSON, nor a counter value; an instant on the rank's track says it
+                    self.events.append({"ph": "i", "s": "t", "pid": track, "tid": PROCESS_THREAD, "ts": self.ts(t), "cat": "metric",
+                                        "name": f"{name}={value}", "args": {"metric": name, "value": str(value)}})
 
     def exits(self, ranks: list[Any]) -> None:
         for row in ranks:

@@ -5,6 +5,7 @@ placeholder into plotly; outputs are bounded. Real runs, the real CLI."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import textwrap
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.timeout(120)
 # A rank of a mixed-precision job: its loss and grad norm overflow, then recover.
 NON_FINITE = textwrap.dedent(
     """
-    values = [(1.0, 1.0), ("inf", "inf"), ("nan", 2.0), (0.5, "-inf"), (0.25, 0.5)]
+    values = [(1.0, 1.0), ("inf", "inf"), ("nan", "nan"), (0.5, "-inf"), (0.25, 0.5)]
     for step, (loss, grad_norm) in enumerate(values):
         print(f"step {step} loss={loss} grad_norm={grad_norm}", flush=True)
     """
@@ -35,6 +36,11 @@ def _run(tmp_path: Path, script: str, name: str = "job") -> Path:
     run_dir = only_run(runs_dir)
     assert_no_process_left(run_dir)
     return run_dir
+
+
+@pytest.fixture(scope="module")
+def non_finite_run(tmp_path_factory) -> Path:
+    return _run(tmp_path_factory.mktemp("non-finite"), NON_FINITE)
 
 
 @pytest.fixture(scope="module")
@@ -92,3 +98,41 @@ def test_bench_out_that_is_not_a_regular_file_is_refused_before_anything_runs(tm
     assert result.returncode == 2 and f"--out {target}: cannot write it" in result.stderr, result.stderr
     assert not (tmp_path / "runs").exists()  # nothing was launched
     assert guarded.read_text() == "keep me"
+
+
+# -- non-finite values -----------------------------------------------------------------------------
+
+
+def _strict(text: str):
+    """JSON as the spec has it: NaN and Infinity are not JSON (browsers' JSON.parse refuses them)."""
+    def refuse(constant):
+        raise AssertionError(f"{constant} in a JSON output")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_inf_and_nan_losses_reach_every_json_output_as_strict_json(non_finite_run, tmp_path):
+    from rpcctl.web import page
+
+    out = tmp_path / "trace.json"
+    result = rpcctl("trace", str(non_finite_run), "-o", str(out))
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    events = _strict(out.read_text())["traceEvents"]
+    counters = [(e["name"], e["args"][e["name"]]) for e in events if e["ph"] == "C"]
+    assert [v for n, v in counters if n == "loss"] == [1.0, 0.5, 0.25]
+    assert [v for n, v in counters if n == "grad_norm"] == [1.0, 0.5]
+    marks = sorted((e["args"]["metric"], e["args"]["value"]) for e in events if e["ph"] == "i" and e.get("cat") == "metric")
+    # A NaN loss is stored as no value (SQLite has no NaN), a NaN metric as NaN.
+    assert marks == [("grad_norm", "-inf"), ("grad_norm", "inf"), ("grad_norm", "nan"), ("loss", "inf")]
+
+    shown = rpcctl("inspect", "losses", str(non_finite_run), "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert [r["loss"] for r in _strict(shown.stdout)] == [1.0, None, None, 0.5, 0.25]
+
+    report = tmp_path / "report.html"
+    result = rpcctl("report", str(non_finite_run), "-o", str(report))
+    assert result.returncode == 0, result.stderr
+    embedded = report.read_text().split('<script type="application/json" id="rpcctl-view">')[1].split("</script>")[0]
+    figures = _strict(embedded)["figures"]
+    assert [t["y"] for t in figures["fig-metric-0"]["data"]] == [[1.0, 0.5, 0.25]]  # the chart leaves the gaps out
+    _strict(page.view_json(page.run_view(non_finite_run)))  # the live page's /api/view
