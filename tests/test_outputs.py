@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import textwrap
 from pathlib import Path
@@ -136,3 +137,52 @@ def test_inf_and_nan_losses_reach_every_json_output_as_strict_json(non_finite_ru
     figures = _strict(embedded)["figures"]
     assert [t["y"] for t in figures["fig-metric-0"]["data"]] == [[1.0, 0.5, 0.25]]  # the chart leaves the gaps out
     _strict(page.view_json(page.run_view(non_finite_run)))  # the live page's /api/view
+
+
+# -- plotly placeholders ---------------------------------------------------------------------------
+
+# Plotly fills %{...} in names, titles and hover templates after our escaping, with raw values:
+# this metric name would put a live link into the legend through %{meta.metric}.
+PLACEHOLDERS = '<a href="https://evil.example/">click</a>%{meta.metric}%{x}%{meta}'
+OUR_PLACEHOLDERS = re.compile(r"%\{(x|y|customdata)(:[^}]*)?\}")
+
+
+def _live_placeholders(figure: dict) -> list[tuple[str, str]]:
+    """Every %{...} in a figure's strings (``meta`` is data, never drawn) that is not one of
+    rpcctl's own hover-template fields."""
+    found = []
+
+    def walk(value, key=""):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if k != "meta":
+                    walk(v, k)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v, key)
+        elif isinstance(value, str):
+            for match in re.finditer(r"%\{[^}]*\}", value):
+                if key != "hovertemplate" or not OUR_PLACEHOLDERS.fullmatch(match.group()):
+                    found.append((key, value))
+
+    walk({"data": figure["data"], "layout": figure["layout"]})
+    return found
+
+
+def test_rank_text_carries_no_plotly_placeholder_into_a_run_or_bench_page(tmp_path):
+    from rpcctl.bench.results import BenchReport, BenchResult
+    from rpcctl.web import bench, page
+
+    run_dir = _run(tmp_path, "import rpcctl\n"
+                             f"for step in range(3):\n    rpcctl.report(step=step, loss=1.0 / (step + 1), **{{{PLACEHOLDERS!r}: 0.5}})\n")
+    figures = page.run_view(run_dir)["figures"]
+    [chart] = [f for f in figures.values() if f["data"] and f["data"][0].get("meta", {}).get("metric") == PLACEHOLDERS]
+    assert "&#37;{meta.metric}" in chart["layout"]["title"]["text"]  # shown as text: plotly draws &#37; as %
+    assert {k: v for f in figures.values() for k, v in _live_placeholders(f)} == {}
+
+    rows = [BenchResult(suite="latency", transport=PLACEHOLDERS, op=PLACEHOLDERS, payload_bytes=None, in_flight=1, world_size=2, n=10,
+                        repeats=3, p50_us=10.0, p90_us=12.0, p99_us=15.0, min_us=8.0, max_us=20.0, mean_us=10.0, gbps=None,
+                        calls_per_s=None, spread=0.1, noisy=False, repeat_estimates=[9.0, 10.0, 11.0])]
+    BenchReport(results=rows, machine={"hostname": PLACEHOLDERS}).save(tmp_path / "bench.json")
+    view, _ = bench.bench_view(tmp_path / "bench.json")
+    assert view["figures"] and {k: v for f in view["figures"].values() for k, v in _live_placeholders(f)} == {}

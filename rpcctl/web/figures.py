@@ -4,8 +4,10 @@ Each figure is ``{"data": [...], "layout": {...}, "area": SECTION}``; the page d
 ``Plotly.react`` in the section named by ``area``. Traces carry a ``meta`` dict (rank, metric,
 edge...) that says what they show, for people reading the JSON and for the browser tests.
 
-Plotly reads a small set of tags (``<b>``, ``<br>``...) and entities in its text, so every
-string that came from a rank goes through ``label()`` first: it is then drawn literally.
+Plotly reads a small set of tags (``<b>``, ``<br>``...), entities and ``%{...}`` placeholders
+in its text, so every string that came from a rank goes through ``label()`` first: it is then
+drawn literally. ``meta`` holds the raw values: it is data, never drawn, and no text a rank
+wrote can name it.
 """
 
 from __future__ import annotations
@@ -39,8 +41,11 @@ _BASE_LAYOUT = {
 
 
 def label(text: Any) -> str:
-    """A rank's text as Plotly text: shown literally, never read as tags or entities."""
-    return html.escape(str(text), quote=False)
+    """A rank's text as Plotly text: shown literally, never read as tags, entities or
+    placeholders. Plotly fills ``%{...}`` (``%{meta.metric}``, ``%{x}``) in names, titles and
+    hover templates *after* our escaping, with the raw values: a ``%`` becomes ``&#37;``, which
+    plotly shows as ``%`` once the substitution is done."""
+    return html.escape(str(text), quote=False).replace("%", "&#37;")
 
 
 def layout(title: str, **extra: Any) -> dict[str, Any]:
@@ -228,7 +233,7 @@ def rrefs_over_time(snap: RunSnapshot) -> dict[str, Any]:
 
 def placement(snap: RunSnapshot) -> dict[str, Any]:
     """Ranks per device and, where there are any, the bytes of live RRef values on it."""
-    devices = [d.device for d in snap.devices]
+    devices = [label(d.device) for d in snap.devices]
     traces = [{"type": "bar", "name": "ranks", "x": devices, "y": [len(d.ranks) for d in snap.devices], "offsetgroup": 0, "width": 0.3,
                "hovertext": [f"ranks {', '.join(map(str, d.ranks)) or '-'}" for d in snap.devices], "meta": {"what": "ranks"}}]
     extra: dict[str, Any] = {}
