@@ -28,8 +28,10 @@ name, and ``args.ident``).
 Calls that ended within 1 s are not in the telemetry one by one; their per caller → callee
 summary is in ``otherData.calls``. Bounded size for long runs: at most ``MAX_SPANS`` call and
 served-function spans each (the longest kept), ``MAX_RREFS`` RRef spans (the longest-lived
-kept) and ``MAX_POINTS`` points per counter (evenly thinned, the last one kept): about 10 MB at
-most, whatever the run's length; what was left out is counted in ``otherData.left_out``.
+kept), and counters share what is left of ``MAX_EVENTS`` (100,000 events, about 10 MB), each at
+most ``MAX_POINTS`` points (evenly thinned, the last one kept), whatever the run's length or
+its number of metrics; what was left out is counted in ``otherData.left_out``. ``rpcctl trace
+--max-events N`` moves the cap; ``--max-events 0`` keeps every event.
 """
 
 from __future__ import annotations
@@ -47,10 +49,12 @@ from rpcctl.inspect.calls import pair_served
 MAX_SPANS = 20_000
 MAX_RREFS = 10_000
 MAX_POINTS = 2_000
+MAX_EVENTS = 100_000  # in all (about 10 MB): the counters share what the other events leave
 PROCESS_THREAD, RREF_THREAD, FIRST_THREAD = 0, 1, 2
 
 
-def build_trace(run_dir: Path) -> dict[str, Any]:
+def build_trace(run_dir: Path, max_events: int = MAX_EVENTS) -> dict[str, Any]:
+    """``max_events``: about how many events at most (0: every one, no cap of any kind)."""
     with _Store(run_dir) as s:
         ranks = s.rows("SELECT * FROM ranks ORDER BY restart, rank")
         procs = s.rows("SELECT * FROM procs ORDER BY proc_id")
@@ -63,7 +67,7 @@ def build_trace(run_dir: Path) -> dict[str, Any]:
         end = s.closed_at or s.now
     times = [t for t in [*(r["started_at"] for r in ranks), *(p["connected_at"] for p in procs)] if t is not None]
     start = min(times) if times else end
-    builder = _Builder(start, end)
+    builder = _Builder(start, end, max_events)
     builder.processes(ranks, procs)
     builder.calls(calls, serving, procs)
     builder.rrefs(rrefs)
@@ -78,8 +82,8 @@ def build_trace(run_dir: Path) -> dict[str, Any]:
 
 
 class _Builder:
-    def __init__(self, start: float, end: float):
-        self.start, self.end = start, end
+    def __init__(self, start: float, end: float, max_events: int = MAX_EVENTS):
+        self.start, self.end, self.max_events = start, end, max_events
         self.events: list[dict[str, Any]] = []
         self.left_out: dict[str, int] = {}
         self.track_of_proc: dict[int, int] = {}
@@ -177,7 +181,7 @@ class _Builder:
             self.span(pid, tid, row["func"], row["started_at"], finish, "served", {"nbytes": row["nbytes"]})
 
     def _longest(self, rows: list[Any], what: str, ended: dict[int, float | None]) -> list[Any]:
-        if len(rows) <= MAX_SPANS:
+        if len(rows) <= MAX_SPANS or not self.max_events:
             return rows
         self.left_out[what] = len(rows) - MAX_SPANS
 
@@ -198,7 +202,7 @@ class _Builder:
                 continue
             gone = row["value_freed_at"] or (row["released"] if not row["held"] else None)
             spans.append((row, gone))
-        if len(spans) > MAX_RREFS:
+        if len(spans) > MAX_RREFS and self.max_events:
             self.left_out["rrefs"] = len(spans) - MAX_RREFS
             spans.sort(key=lambda pair: (pair[1] or self.end) - pair[0]["created_at"], reverse=True)
             spans = spans[:MAX_RREFS]
@@ -220,14 +224,18 @@ class _Builder:
             for name, value in values.items():
                 if isinstance(value, (int, float)):
                     series[(row["rank"], row["restart"] or 0, name)].append((row["time"], value))
+        # Every series gets an even share of the events left (200 metrics of 2,500 steps made
+        # 500,000 counter events, 85 MB), and never more than MAX_POINTS.
+        room = max(0, self.max_events - len(self.events) - 2 * len(self.track_of_rank)) if self.max_events else 0
+        share = min(MAX_POINTS, max(2, room // max(1, len(series)))) if self.max_events else None
         for (rank, restart, name), points in series.items():
             track = self.track_of_rank.get((rank, restart))
             if track is None:
                 continue
-            if len(points) > MAX_POINTS:
-                self.left_out["counter_points"] = self.left_out.get("counter_points", 0) + len(points) - MAX_POINTS
-                step = len(points) / MAX_POINTS
-                points = [points[min(len(points) - 1, int(round((i + 1) * step)) - 1)] for i in range(MAX_POINTS)]
+            if share is not None and len(points) > share:
+                self.left_out["counter_points"] = self.left_out.get("counter_points", 0) + len(points) - share
+                step = len(points) / share
+                points = [points[min(len(points) - 1, int(round((i + 1) * step)) - 1)] for i in range(share)]
             for t, value in points:
                 if math.isfinite(value):
                     self.events.append({"ph": "C", "pid": track, "name": name, "ts": self.ts(t), "args": {name: value}})

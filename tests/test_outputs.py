@@ -9,6 +9,7 @@ import json
 import os
 import re
 import stat
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -29,14 +30,18 @@ NON_FINITE = textwrap.dedent(
 
 
 def _run(tmp_path: Path, script: str, name: str = "job") -> Path:
+    return _launch(tmp_path, script, name)[1]
+
+
+def _launch(tmp_path: Path, script: str, name: str = "job") -> tuple[subprocess.CompletedProcess, Path]:
     (tmp_path / f"{name}.py").write_text(script)
     config = tmp_path / f"{name}.yaml"
     config.write_text(f"script: {name}.py\nnproc_per_node: 1\npreload: []\ngrace: 2\n")
     runs_dir = tmp_path / "runs"
-    rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir), timeout=90)
+    result = rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir), timeout=90)
     run_dir = only_run(runs_dir)
     assert_no_process_left(run_dir)
-    return run_dir
+    return result, run_dir
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +101,7 @@ def test_bench_out_that_is_not_a_regular_file_is_refused_before_anything_runs(tm
     target, guarded = _targets(tmp_path)["symlink"]
     result = rpcctl("bench", "--suite", "latency", "--transport", "rpc", "--quick", "--out", str(target),
                     "--runs-dir", str(tmp_path / "runs"), timeout=30)
-    assert result.returncode == 2 and f"--out {target}: cannot write it" in result.stderr, result.stderr
+    assert result.returncode == 2 and f"--out cannot write {target}" in result.stderr, result.stderr
     assert not (tmp_path / "runs").exists()  # nothing was launched
     assert guarded.read_text() == "keep me"
 
@@ -186,3 +191,52 @@ def test_rank_text_carries_no_plotly_placeholder_into_a_run_or_bench_page(tmp_pa
     BenchReport(results=rows, machine={"hostname": PLACEHOLDERS}).save(tmp_path / "bench.json")
     view, _ = bench.bench_view(tmp_path / "bench.json")
     assert view["figures"] and {k: v for f in view["figures"].values() for k, v in _live_placeholders(f)} == {}
+
+
+# -- bounded outputs -------------------------------------------------------------------------------
+
+
+def test_a_huge_exception_is_capped_where_it_is_stored_and_kept_whole_in_the_log(tmp_path):
+    """2 MB of exception message: run.json, the error file, the terminal and the live view each
+    keep its head and tail and say how much was cut; the rank's log keeps it all."""
+    from rpcctl.web import page
+
+    launched, run_dir = _launch(tmp_path, "raise RuntimeError('HEAD' + 'x' * 2_000_000 + 'TAIL')\n")
+    assert launched.returncode == 1 and len(launched.stdout) + len(launched.stderr) < 64_000, len(launched.stderr)
+    assert (run_dir / "run.json").stat().st_size < 100_000 and (run_dir / "errors" / "rank-0.json").stat().st_size < 64_000
+    cause = json.loads((run_dir / "run.json").read_text())["root_cause"]
+    for text in (cause["message"], cause["traceback"]):
+        assert "HEAD" in text and "TAIL" in text and "characters cut; the whole is in logs/rank-0.log" in text
+    assert len(cause["message"]) < 5_000 and len(cause["traceback"]) < 17_000
+    assert (run_dir / "logs" / "rank-0.log").stat().st_size > 2_000_000
+    assert len(page.view_json(page.run_view(run_dir))) < 100_000  # each poll of the live page
+
+
+METRICS = textwrap.dedent(
+    """
+    import rpcctl
+    for step in range(150):
+        rpcctl.report(step=step, loss=1.0 / (step + 1), **{f"m{i:02d}": step * i for i in range(30)})
+    """
+)
+
+
+def test_trace_and_report_are_bounded_however_many_metrics_and_say_how_to_get_all(tmp_path):
+    run_dir = _run(tmp_path, METRICS)
+    out = tmp_path / "trace.json"
+    assert rpcctl("trace", str(run_dir), "-o", str(out), "--max-events", "1000").returncode == 0
+    document = _strict(out.read_text())
+    counters = [e for e in document["traceEvents"] if e["ph"] == "C"]
+    assert 900 <= len(counters) <= 1000 and document["otherData"]["left_out"]["counter_points"] == 31 * 150 - len(counters)
+    assert rpcctl("trace", str(run_dir), "-o", str(out), "--max-events", "0").returncode == 0
+    assert len([e for e in _strict(out.read_text())["traceEvents"] if e["ph"] == "C"]) == 31 * 150
+
+    report = tmp_path / "report.html"
+    for flags, charts in (([], 16), (["--all"], 31)):
+        assert rpcctl("report", str(run_dir), "-o", str(report), *flags).returncode == 0
+        embedded = report.read_text().split('<script type="application/json" id="rpcctl-view">')[1].split("</script>")[0]
+        view = _strict(embedded)
+        assert len([f for f in view["figures"] if f.startswith("fig-metric-")]) == charts
+        assert ("15 more metric(s) not drawn" in view["html"]["losses"]) == (not flags)
+    help_text = rpcctl("report", "--help").stdout + rpcctl("trace", "--help").stdout
+    assert "--all" in help_text and "--max-events" in help_text

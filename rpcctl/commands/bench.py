@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperGroup
 
-from rpcctl.commands.common import JsonOption, RunsDirOption
+from rpcctl.commands.common import JsonOption, RunsDirOption, check_output, output_to
 from rpcctl.errors import JobCancelledError, JobFailedError, RpcctlError, UsageError
 
 # Old spellings that still work (with a warning): the same short flag must mean the same thing
@@ -123,7 +123,7 @@ def bench(
         raise UsageError("--write-config goes with --tune")
     runs_dir = runs_dir or default_runs_dir()
     if out is not None:
-        _check_out(out)  # before minutes of measuring: /dev/null or a link is refused now
+        check_output(out, "--out")  # before minutes of measuring: /dev/null or a link is refused now
     if tune:
         if suite or transport:
             raise UsageError("--tune picks its own cases and RPC variants: drop --suite/--transport")
@@ -154,7 +154,7 @@ def bench(
             if "not supported" in note:
                 console.note(note)
     if out is not None:
-        _check_out(out, report.save)
+        output_to(out, report.save, "--out")  # atomic, 0600 (runs.write_json_atomic)
         console.info(f"bench: results written to {out}")
     console.info(f"bench: run directory {session.bench_dir}")
     console.info(api.verdict(report))
@@ -166,17 +166,6 @@ def _finish(session) -> None:
         raise JobCancelledError("bench interrupted: partial results saved in " + str(session.bench_dir), 130)
     if session.failures:
         raise JobFailedError("some bench launches failed:\n  " + "\n  ".join(session.failures))
-
-
-def _check_out(out: Path, write=None) -> None:
-    """``--out`` names a new or a regular file (``private.refuse_non_regular``); ``write(out)``
-    writes it (atomically, 0600: ``runs.write_json_atomic``). Either failure is one message, exit 2."""
-    from rpcctl.private import refuse_non_regular
-
-    try:
-        (write or refuse_non_regular)(out)
-    except OSError as exc:
-        raise UsageError(f"--out {out}: cannot write it: {exc.strerror or exc}") from None
 
 
 def _tune(console, quick: bool, runs_dir: Path, repeats: int | None, json_: bool, out: Path | None, write_config: Path | None) -> None:
@@ -212,7 +201,7 @@ def _tune(console, quick: bool, runs_dir: Path, repeats: int | None, json_: bool
         else:
             console.info(f"bench: {write_config} left unchanged")
     if out is not None:
-        _check_out(out, lambda path: write_json_atomic(path, to_jsonable(document)))
+        output_to(out, lambda path: write_json_atomic(path, to_jsonable(document)), "--out")
         console.info(f"bench: results written to {out}")
     for s in result.sessions:
         console.info(f"bench: run directory {s.bench_dir}")
