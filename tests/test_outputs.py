@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from browser import browser  # noqa: F401 - the fixture
 from conftest import assert_no_process_left, only_run, rpcctl
 
 pytestmark = pytest.mark.timeout(120)
@@ -191,6 +192,29 @@ def test_rank_text_carries_no_plotly_placeholder_into_a_run_or_bench_page(tmp_pa
     BenchReport(results=rows, machine={"hostname": PLACEHOLDERS}).save(tmp_path / "bench.json")
     view, _ = bench.bench_view(tmp_path / "bench.json")
     assert view["figures"] and {k: v for f in view["figures"].values() for k, v in _live_placeholders(f)} == {}
+
+
+@pytest.mark.browser
+def test_a_bench_transport_named_with_a_placeholder_draws_no_link_in_the_legend(browser, tmp_path):
+    """In the real page: plotly fills %{meta.transport} in a legend entry with the raw
+    transport name, whose <a href> it would draw as a link."""
+    from rpcctl.bench.results import BenchReport, BenchResult
+
+    hostile = PLACEHOLDERS.replace("meta.metric", "meta.transport")
+    rows = [BenchResult(suite="latency", transport=transport, op="rpc_sync", payload_bytes=None, in_flight=1, world_size=2, n=10, repeats=3,
+                        p50_us=10.0, p90_us=12.0, p99_us=15.0, min_us=8.0, max_us=20.0, mean_us=10.0, gbps=None, calls_per_s=None,
+                        spread=0.1, noisy=False, repeat_estimates=[9.0, 10.0, 11.0])
+            for transport in ("rpc", hostile)]  # two: a legend is drawn
+    BenchReport(results=rows, machine={}).save(tmp_path / "bench.json")
+    out = tmp_path / "bench.html"
+    assert rpcctl("report", str(tmp_path / "bench.json"), "-o", str(out)).returncode == 0
+    browser.open(out.resolve().as_uri())
+    browser.wait_for("return window.rpcctlView && window.rpcctlView.draws >= 1", 60, "the report's first draw")
+    browser.screenshot(tmp_path / "page.png")
+    legend = browser.wait_for("var t = document.querySelectorAll('#fig-bench-latency .legendtext');"
+                              " return t.length == 2 && Array.from(t).map(function (e) { return e.textContent; })", 30, "the legend")
+    assert sorted(legend) == sorted(["rpc", hostile])  # the name, as text
+    assert browser.js("return document.querySelectorAll('svg a').length") == 0
 
 
 # -- bounded outputs -------------------------------------------------------------------------------
