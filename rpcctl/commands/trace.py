@@ -17,7 +17,7 @@ from rpcctl.runs import resolve_run
 def trace(
     run: RunArgument = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Where to write it ('-': stdout; default: RUN_ID.trace.json here).", show_default=False)] = None,
-    max_events: Annotated[int, typer.Option("--max-events", min=0, help="About how many events at most: the counters (losses, metrics) are thinned evenly to fit; 0 keeps every event of every kind (the file can be hundreds of MB).")] = 100_000,
+    max_events: Annotated[int, typer.Option("--max-events", min=0, show_default=False, help="About how many events at most (default: 100,000, about 10 MB): the counters (losses, metrics) are thinned evenly to fit; 0 keeps every event of every kind (the file can be hundreds of MB).")] = 100_000,
     runs_dir: RunsDirOption = None,
 ) -> None:
     """Write the run as a Chrome trace (open it in ui.perfetto.dev or chrome://tracing).
