@@ -109,3 +109,22 @@ def final_lines(data: bytes, max_bytes: int = MAX_LINE_BYTES) -> list[str]:
     """The finished lines of ``data`` as a terminal leaves them (for ``rpcctl logs``)."""
     splitter = LineSplitter(max_bytes)
     return [p.text for p in splitter.feed(data) + splitter.close() if p.final]
+
+
+# A failure's text, as run.json keeps it and every view shows it (the terminal, the report, the
+# live page), and as the rank's error file holds it: its head and its tail, and how much was cut.
+# The whole stays in the rank's log.
+MAX_MESSAGE_CHARS = 4_000
+MAX_TRACEBACK_CHARS = 16_000
+MAX_LOG_TAIL_LINE_CHARS = 1_000
+_CUT_LINE_CHARS = 200  # the "[... N characters cut ...]" line, at most
+
+
+def cap_text(text: str, limit: int, whole: str = "") -> str:
+    """``text`` if it is at most ``limit`` characters; else its first and last ``limit / 2``
+    around a line that says how many were cut (and ``whole``: where the rest is). Text capped
+    once is not cut again (the rank caps its error file, the launcher what it reads)."""
+    if not isinstance(text, str) or len(text) <= limit + _CUT_LINE_CHARS:
+        return text
+    keep = limit // 2
+    return f"{text[:keep]}\n[... {len(text) - 2 * keep:,} characters cut{whole} ...]\n{text[-keep:]}"

@@ -72,3 +72,43 @@ def private_file(path: Path) -> None:
         os.fchmod(fd, FILE_MODE)
     finally:
         os.close(fd)
+
+
+def write_private_atomic(path: Path, text: str, *, encoding: str = "utf-8") -> None:
+    """Write ``text`` to ``path`` whole or not at all, 0600: into a new temporary file beside it,
+    then renamed over it. An old file of that name stays intact until the rename (a full disk
+    leaves it as it was), and nothing that was there has its mode changed. A target that is not
+    a regular file (a device such as /dev/null, a FIFO, a directory, a symbolic link) is refused
+    with ``OSError`` (its ``strerror`` says why), before anything is written."""
+    import tempfile
+
+    path = Path(path)
+    refuse_non_regular(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # 0600, whatever the umask
+    try:
+        with os.fdopen(fd, "w", encoding=encoding) as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def refuse_non_regular(path: Path) -> None:
+    """Raise ``OSError`` (``strerror`` says why) if ``path`` exists and is not a regular file:
+    an output is never written into a device, a FIFO or a directory, nor through a link."""
+    import errno
+    import stat
+
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        kind = "a symbolic link" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise OSError(errno.EINVAL, f"it is {kind}; rpcctl writes only regular files (name a new file or a regular one)", str(path))

@@ -24,7 +24,6 @@ import os
 import secrets
 import socket
 import stat
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,6 +33,8 @@ import psutil
 
 from rpcctl.console import HIGH, KEY, LOW, Column, epoch_of, human_seconds, human_time, parse_iso
 from rpcctl.errors import DamagedRunError, RunNotFoundError, UsageError
+from rpcctl.lines import MAX_LOG_TAIL_LINE_CHARS, MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS, cap_text
+from rpcctl.private import write_private_atomic
 from rpcctl.states import RankStatus, RunStatus
 
 
@@ -60,7 +61,9 @@ class RankState:
 
 @dataclass
 class Failure:
-    """A rank's failure; the earliest one of an attempt is the job's root cause."""
+    """A rank's failure; the earliest one of an attempt is the job's root cause. Its text is
+    capped when it is made or read (``cap_text``): a 20 MB exception message made a 126 MB
+    run.json, and as much on the terminal, the report and every poll of the live page."""
 
     rank: int
     pid: int | None
@@ -74,6 +77,13 @@ class Failure:
     log_tail: list[str] = field(default_factory=list)
     node: int | None = None  # set when the failure happened on another node
     host: str | None = None
+
+    def __post_init__(self) -> None:
+        whole = f"; the whole is in logs/rank-{self.rank}.log" if isinstance(self.rank, int) and self.rank >= 0 else ""
+        self.message = cap_text(self.message, MAX_MESSAGE_CHARS, whole)
+        self.traceback = cap_text(self.traceback, MAX_TRACEBACK_CHARS, whole)
+        if isinstance(self.log_tail, list):
+            self.log_tail = [cap_text(line, MAX_LOG_TAIL_LINE_CHARS) for line in self.log_tail]
 
 
 @dataclass
@@ -143,6 +153,7 @@ class RunRecord:
         data["ranks"] = [RankState(**{**r, "state": RankStatus(r.get("state", RankStatus.PENDING))}) for r in data.get("ranks", [])]
         if data.get("root_cause"):
             data["root_cause"] = Failure(**data["root_cause"])
+        data["reason"] = cap_text(data.get("reason"), MAX_MESSAGE_CHARS)  # a record written before the caps
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -243,19 +254,8 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    """Write-then-rename, 0600, refusing a target that is not a regular file (``private``)."""
+    write_private_atomic(path, text)
 
 
 # run.json carries trailing spaces (valid JSON whitespace), as many as the record's own size and

@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from rpcctl.frames import ALL_FRAMES_ENV, drop_own_frames
+from rpcctl.lines import MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS, cap_text
 from rpcctl.private import private_dir, private_open
 from rpcctl.python_cmd import working_dir_on_path
 from rpcctl.rpc_settings import apply_malloc_env, silence_torch_internal_warnings
@@ -152,11 +153,12 @@ def _write_error_file(exc: BaseException) -> None:
     path = os.environ.get("RPCCTL_ERROR_FILE") or os.environ.get("TORCHELASTIC_ERROR_FILE")
     if not path or os.path.exists(path):  # torch's @record may already have written it
         return
+    whole = f"; the whole is in logs/rank-{os.environ.get('RANK')}.log"  # Python prints it there too
     document = {
         "message": {
-            "message": f"{type(exc).__name__}: {exc}",
+            "message": cap_text(f"{type(exc).__name__}: {exc}", MAX_MESSAGE_CHARS, whole),
             "extraInfo": {
-                "py_callstack": "".join(traceback.format_exception(exc)),
+                "py_callstack": cap_text("".join(traceback.format_exception(exc)), MAX_TRACEBACK_CHARS, whole),
                 "timestamp": str(int(time.time())),
             },
         },

@@ -16,20 +16,30 @@ spawned; per restart)        ``X`` a call (1 s or more) on the caller's thread; 
                              process that was that RPC rank in the RRef's world (a
                              spawned worker's own track, not the rank that spawned it)
                              ``X`` "process" on thread 0 of a spawned process: its lifetime
-                             ``C`` loss and metrics counters
+                             ``C`` loss and metrics counters;
+                             ``i`` a non-finite value (``loss=inf``: args
+                             ``{"metric", "value": "inf"|"-inf"|"nan"}``)
                              ``i`` rank exits (with code and state), spawned processes' ends
 global                       ``i`` restarts
 ===========================  ===================================================================
 
+Threads are numbered per track, 2, 3, ... in order of first appearance (0 is the process, 1 its
+RRefs): Perfetto's JSON importer drops a tid above 2^32, which a Python thread ident is, and
+puts the event on the process's own track. The ident is in the ``thread_name`` metadata (its
+name, and ``args.ident``).
+
 Calls that ended within 1 s are not in the telemetry one by one; their per caller → callee
 summary is in ``otherData.calls``. Bounded size for long runs: at most ``MAX_SPANS`` call and
 served-function spans each (the longest kept), ``MAX_RREFS`` RRef spans (the longest-lived
-kept) and ``MAX_POINTS`` points per counter (evenly thinned, the last one kept): about 10 MB at
-most, whatever the run's length; what was left out is counted in ``otherData.left_out``.
+kept), and counters share what is left of ``MAX_EVENTS`` (100,000 events, about 10 MB), each at
+most ``MAX_POINTS`` points (evenly thinned, the last one kept), whatever the run's length or
+its number of metrics; what was left out is counted in ``otherData.left_out``. ``rpcctl trace
+--max-events N`` moves the cap; ``--max-events 0`` keeps every event.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -42,10 +52,12 @@ from rpcctl.inspect.calls import pair_served
 MAX_SPANS = 20_000
 MAX_RREFS = 10_000
 MAX_POINTS = 2_000
-PROCESS_THREAD, RREF_THREAD = 0, 1
+MAX_EVENTS = 100_000  # in all (about 10 MB): the counters share what the other events leave
+PROCESS_THREAD, RREF_THREAD, FIRST_THREAD = 0, 1, 2
 
 
-def build_trace(run_dir: Path) -> dict[str, Any]:
+def build_trace(run_dir: Path, max_events: int = MAX_EVENTS) -> dict[str, Any]:
+    """``max_events``: about how many events at most (0: every one, no cap of any kind)."""
     with _Store(run_dir) as s:
         ranks = s.rows("SELECT * FROM ranks ORDER BY restart, rank")
         procs = s.rows("SELECT * FROM procs ORDER BY proc_id")
@@ -57,7 +69,7 @@ def build_trace(run_dir: Path) -> dict[str, Any]:
         end = s.closed_at or s.now
     times = [t for t in [*(r["started_at"] for r in ranks), *(p["connected_at"] for p in procs)] if t is not None]
     start = min(times) if times else end
-    builder = _Builder(start, end)
+    builder = _Builder(start, end, max_events)
     builder.processes(ranks, procs)
     builder.calls(calls, serving, procs)
     builder.rrefs(rrefs, handles, procs)
@@ -73,13 +85,15 @@ def build_trace(run_dir: Path) -> dict[str, Any]:
 
 
 class _Builder:
-    def __init__(self, start: float, end: float):
-        self.start, self.end = start, end
+    def __init__(self, start: float, end: float, max_events: int = MAX_EVENTS):
+        self.start, self.end, self.max_events = start, end, max_events
         self.events: list[dict[str, Any]] = []
         self.left_out: dict[str, int] = {}
         self.track_of_proc: dict[int, int] = {}
         self.track_of_rank: dict[tuple[int, int], int] = {}  # (rank, restart) → the rank's own track
         self.named_threads: set[tuple[int, int]] = set()
+        self.small_tids: dict[tuple[int, int], int] = {}  # (track, thread ident) → the tid in the trace
+        self.threads_of: dict[int, int] = {}  # track → its next free tid
 
     def ts(self, t: float) -> float:
         return round((t - self.start) * 1e6, 3)
@@ -95,10 +109,24 @@ class _Builder:
             event["tid"] = tid
         self.events.append(event)
 
-    def thread(self, pid: int, tid: int, name: str) -> None:
+    def thread(self, pid: int, tid: int, name: str, args: dict[str, Any] | None = None) -> None:
         if (pid, tid) not in self.named_threads:
             self.named_threads.add((pid, tid))
-            self.meta(pid, "thread_name", {"name": name}, tid)
+            self.meta(pid, "thread_name", {"name": name, **(args or {})}, tid)
+
+    def python_thread(self, pid: int, ident: int | None, kind: str) -> int:
+        """The trace's tid for a Python thread of a process: small and stable (2, 3, ... per
+        track, in order of first appearance; 0 and 1 are the process and its RRefs). Perfetto
+        drops a tid above 2^32, which a Python thread ident is, and puts the event on the pid's
+        own track; the real ident is in the thread's name and args."""
+        ident = ident or 0
+        key = (pid, ident)
+        if key not in self.small_tids:
+            self.small_tids[key] = self.threads_of.get(pid, FIRST_THREAD)
+            self.threads_of[pid] = self.small_tids[key] + 1
+        tid = self.small_tids[key]
+        self.thread(pid, tid, f"{kind} {ident:#x}", {"ident": ident})
+        return tid
 
     # -- tracks --------------------------------------------------------------------------------
     def processes(self, ranks: list[Any], procs: list[Any]) -> None:
@@ -137,10 +165,10 @@ class _Builder:
         serving = self._longest(serving, "served", ended)
         served_for = pair_served(calls, serving)
         for row in calls:
-            pid, tid = self.track_of_proc.get(row["proc_id"]), row["thread"] or 0
+            pid = self.track_of_proc.get(row["proc_id"])
             if pid is None:
                 continue
-            self.thread(pid, tid, f"thread {tid:#x}")
+            tid = self.python_thread(pid, row["thread"], "thread")
             finish = row["ended_at"] if row["ended_at"] is not None else ended.get(row["proc_id"])
             self.span(pid, tid, f"{row['kind']} → {row['callee']}: {row['func']}", row["started_at"], finish, "rpc",
                       {"callee": row["callee"], "func": row["func"], "site": row["call_site"], "status": row["status"] or "unfinished"})
@@ -148,18 +176,19 @@ class _Builder:
             if target is not None and self.track_of_proc.get(target["proc_id"]) is not None:
                 flow = f"{row['proc_id']}.{row['call_id']}"
                 self.events.append({"ph": "s", "pid": pid, "tid": tid, "name": "rpc", "cat": "rpc", "id": flow, "ts": self.ts(row["started_at"])})
-                self.events.append({"ph": "f", "bp": "e", "pid": self.track_of_proc[target["proc_id"]], "tid": target["thread"] or 0,
+                callee = self.track_of_proc[target["proc_id"]]
+                self.events.append({"ph": "f", "bp": "e", "pid": callee, "tid": self.python_thread(callee, target["thread"], "rpc thread"),
                                     "name": "rpc", "cat": "rpc", "id": flow, "ts": self.ts(max(target["started_at"], row["started_at"]))})
         for row in serving:
-            pid, tid = self.track_of_proc.get(row["proc_id"]), row["thread"] or 0
+            pid = self.track_of_proc.get(row["proc_id"])
             if pid is None:
                 continue
-            self.thread(pid, tid, f"rpc thread {tid:#x}")
+            tid = self.python_thread(pid, row["thread"], "rpc thread")
             finish = row["ended_at"] if row["ended_at"] is not None else ended.get(row["proc_id"])
             self.span(pid, tid, row["func"], row["started_at"], finish, "served", {"nbytes": row["nbytes"]})
 
     def _longest(self, rows: list[Any], what: str, ended: dict[int, float | None]) -> list[Any]:
-        if len(rows) <= MAX_SPANS:
+        if len(rows) <= MAX_SPANS or not self.max_events:
             return rows
         self.left_out[what] = len(rows) - MAX_SPANS
 
@@ -192,7 +221,7 @@ class _Builder:
             key = (row["restart"] or 0, _column(row, "world") or 0, row["rref_id"])
             gone = row["value_freed_at"] or (released.get(key) if key not in held else None)
             spans.append((row, key, gone))
-        if len(spans) > MAX_RREFS:
+        if len(spans) > MAX_RREFS and self.max_events:
             self.left_out["rrefs"] = len(spans) - MAX_RREFS
             spans.sort(key=lambda span: (span[2] or self.end) - span[0]["created_at"], reverse=True)
             spans = spans[:MAX_RREFS]
@@ -215,16 +244,24 @@ class _Builder:
             for name, value in values.items():
                 if isinstance(value, (int, float)):
                     series[(row["rank"], row["restart"] or 0, name)].append((row["time"], value))
+        # Every series gets an even share of the events left (200 metrics of 2,500 steps made
+        # 500,000 counter events, 85 MB), and never more than MAX_POINTS.
+        room = max(0, self.max_events - len(self.events) - 2 * len(self.track_of_rank)) if self.max_events else 0
+        share = min(MAX_POINTS, max(2, room // max(1, len(series)))) if self.max_events else None
         for (rank, restart, name), points in series.items():
             track = self.track_of_rank.get((rank, restart))
             if track is None:
                 continue
-            if len(points) > MAX_POINTS:
-                self.left_out["counter_points"] = self.left_out.get("counter_points", 0) + len(points) - MAX_POINTS
-                step = len(points) / MAX_POINTS
-                points = [points[min(len(points) - 1, int(round((i + 1) * step)) - 1)] for i in range(MAX_POINTS)]
+            if share is not None and len(points) > share:
+                self.left_out["counter_points"] = self.left_out.get("counter_points", 0) + len(points) - share
+                step = len(points) / share
+                points = [points[min(len(points) - 1, int(round((i + 1) * step)) - 1)] for i in range(share)]
             for t, value in points:
-                self.events.append({"ph": "C", "pid": track, "name": name, "ts": self.ts(t), "args": {name: value}})
+                if math.isfinite(value):
+                    self.events.append({"ph": "C", "pid": track, "name": name, "ts": self.ts(t), "args": {name: value}})
+                else:  # inf, -inf, nan: not JSON, nor a counter value; an instant on the rank's track says it
+                    self.events.append({"ph": "i", "s": "t", "pid": track, "tid": PROCESS_THREAD, "ts": self.ts(t), "cat": "metric",
+                                        "name": f"{name}={value}", "args": {"metric": name, "value": str(value)}})
 
     def exits(self, ranks: list[Any]) -> None:
         for row in ranks:

@@ -122,6 +122,13 @@ def test_a_run_traces_to_valid_chrome_trace_json_with_every_kind_of_track(tmp_pa
     assert call["name"] == "rpc_sync → worker1: rref.step" and call["dur"] >= 1.0e6 and call["args"]["status"] == "ok"
     [served] = [e for e in events if e["ph"] == "X" and e.get("cat") == "served"]
     assert served["name"] == "Model.step" and "worker1" in names[served["pid"]]
+    # A Python thread ident is above 2^32, where Perfetto drops a tid (and draws the call on the
+    # process's own track): each thread has a small tid of its own, its ident in its name and args.
+    threads = {(e["pid"], e["tid"]): e["args"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert all(0 <= tid < 2**31 for _, tid in threads), sorted(threads)
+    for span in (call, served):
+        thread = threads[(span["pid"], span["tid"])]
+        assert span["tid"] >= 2 and thread["ident"] > 2**32 and f"{thread['ident']:#x}" in thread["name"]
     [flow_start] = [e for e in events if e["ph"] == "s"]
     [flow_end] = [e for e in events if e["ph"] == "f"]
     assert (flow_start["pid"], flow_start["tid"]) == (call["pid"], call["tid"])

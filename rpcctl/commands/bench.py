@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperGroup
 
-from rpcctl.commands.common import JsonOption, RunsDirOption
+from rpcctl.commands.common import JsonOption, RunsDirOption, check_output, output_to
 from rpcctl.errors import JobCancelledError, JobFailedError, RpcctlError, UsageError
 
 # Old spellings that still work (with a warning): the same short flag must mean the same thing
@@ -122,6 +122,8 @@ def bench(
     if write_config is not None and not tune:
         raise UsageError("--write-config goes with --tune")
     runs_dir = runs_dir or default_runs_dir()
+    if out is not None:
+        check_output(out, "--out")  # before minutes of measuring: /dev/null or a link is refused now
     if tune:
         if suite or transport:
             raise UsageError("--tune picks its own cases and RPC variants: drop --suite/--transport")
@@ -152,7 +154,7 @@ def bench(
             if "not supported" in note:
                 console.note(note)
     if out is not None:
-        report.save(out)
+        output_to(out, report.save, "--out")  # atomic, 0600 (runs.write_json_atomic)
         console.info(f"bench: results written to {out}")
     console.info(f"bench: run directory {session.bench_dir}")
     console.info(api.verdict(report))
@@ -199,7 +201,7 @@ def _tune(console, quick: bool, runs_dir: Path, repeats: int | None, json_: bool
         else:
             console.info(f"bench: {write_config} left unchanged")
     if out is not None:
-        write_json_atomic(out, to_jsonable(document))
+        output_to(out, lambda path: write_json_atomic(path, to_jsonable(document)), "--out")
         console.info(f"bench: results written to {out}")
     for s in result.sessions:
         console.info(f"bench: run directory {s.bench_dir}")

@@ -160,3 +160,26 @@ def filtered_empty(things: str, filters: Sequence[Filter]) -> str | None:
     without a filter."""
     return f"no {things} match {', '.join(map(str, filters))}" if filters else None
 
+
+
+def check_output(path: Path, flag: str = "") -> None:
+    """Exit 2 before any work if an output target exists and is not a regular file."""
+    from rpcctl.private import refuse_non_regular
+
+    output_to(path, refuse_non_regular, flag)
+
+
+def write_output(path: Path, text: str, flag: str = "") -> None:
+    """An output file (-o): a new 0600 file renamed into place (``private.write_private_atomic``);
+    a failure is one message, exit 2 (``flag`` names the option in it)."""
+    from rpcctl.private import write_private_atomic
+
+    output_to(path, lambda p: write_private_atomic(p, text), flag)
+
+
+def output_to(path: Path, write: Callable[[Path], None], flag: str = "") -> None:
+    """``write(path)``; an ``OSError`` becomes one message naming the path (and flag), exit 2."""
+    try:
+        write(path)
+    except OSError as exc:
+        raise UsageError(f"{flag + ' ' if flag else ''}cannot write {path}: {exc.strerror or exc}") from None

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from rpcctl.commands.common import RunsDirOption
+from rpcctl.commands.common import RunsDirOption, check_output, write_output
 from rpcctl.console import get_console
 from rpcctl.errors import UsageError
 from rpcctl.runs import resolve_run
@@ -25,6 +25,7 @@ TargetArgument = Annotated[
 def report(
     target: TargetArgument = None,
     output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write, self-contained: it opens with no network (default: report.html).", show_default=False)] = Path("report.html"),
+    all_: Annotated[bool, typer.Option("--all", help="Draw every metric's chart with every point (by default: the first 16 metrics, loss first, 100,000 points in all; the file can then be tens of MB).")] = False,
     runs_dir: RunsDirOption = None,
 ) -> None:
     """Write one self-contained HTML page of a run (summary, losses, RRef graph, placement,
@@ -32,14 +33,15 @@ def report(
     from rpcctl.web import page
 
     page.require_plotly()
+    check_output(output)  # before the work: /dev/null or a link is refused at once
     if target is not None and Path(target).is_file():
         from rpcctl.web.bench import bench_view
 
         view, sections = bench_view(Path(target))
         html = page.render(view, sections)
     else:
-        html = page.render(page.run_view(resolve_run(target, runs_dir)))
-    page.write_report(html, output)
+        html = page.render(page.run_view(resolve_run(target, runs_dir), complete=all_))
+    write_output(output, html)  # the run owner's alone (0600), as the run's files
     get_console().info(f"rpcctl: wrote {output}")
 
 

@@ -4,8 +4,10 @@ Each figure is ``{"data": [...], "layout": {...}, "area": SECTION}``; the page d
 ``Plotly.react`` in the section named by ``area``. Traces carry a ``meta`` dict (rank, metric,
 edge...) that says what they show, for people reading the JSON and for the browser tests.
 
-Plotly reads a small set of tags (``<b>``, ``<br>``...) and entities in its text, so every
-string that came from a rank goes through ``label()`` first: it is then drawn literally.
+Plotly reads a small set of tags (``<b>``, ``<br>``...), entities and ``%{...}`` placeholders
+in its text, so every string that came from a rank goes through ``label()`` first: it is then
+drawn literally. ``meta`` holds the raw values: it is data, never drawn, and no text a rank
+wrote can name it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 from rpcctl import inspect
 from rpcctl.console import human_bytes
 from rpcctl.states import RankStatus, RRefState, RunStatus
-from rpcctl.web.data import RunSnapshot, thin
+from rpcctl.web.data import MAX_POINTS_PER_SERIES, RunSnapshot, thin
 
 # plotly's default colours: one per owner or transport, the same in every chart of a page.
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
@@ -39,8 +41,11 @@ _BASE_LAYOUT = {
 
 
 def label(text: Any) -> str:
-    """A rank's text as Plotly text: shown literally, never read as tags or entities."""
-    return html.escape(str(text), quote=False)
+    """A rank's text as Plotly text: shown literally, never read as tags, entities or
+    placeholders. Plotly fills ``%{...}`` (``%{meta.metric}``, ``%{x}``) in names, titles and
+    hover templates *after* our escaping, with the raw values: a ``%`` becomes ``&#37;``, which
+    plotly shows as ``%`` once the substitution is done."""
+    return html.escape(str(text), quote=False).replace("%", "&#37;")
 
 
 def layout(title: str, **extra: Any) -> dict[str, Any]:
@@ -69,10 +74,18 @@ def _finite(value: Any) -> bool:
 # Losses
 
 
-def loss_figures(snap: RunSnapshot) -> dict[str, dict[str, Any]]:
-    """One chart per metric (``loss`` first, then every other reported metric), one series per rank."""
+# A report or a live view draws at most this many metric charts (``loss`` first) and this many
+# points in all across them (each series an even share, thinned evenly): 200 metrics of 2,500
+# steps made a 24 MB report of 201 charts. ``rpcctl report --all`` draws everything.
+MAX_METRIC_CHARTS = 16
+MAX_METRIC_POINTS = 100_000
+MIN_SERIES_POINTS = 200
+
+
+def metric_series(snap: RunSnapshot) -> dict[str, dict[int, list[tuple[int, float]]]]:
+    """metric → rank → its finite points (x, value), ``loss`` first, then the others by name."""
     series: dict[str, dict[int, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
-    x_title, x_of = inspect.x_axis(snap.losses)  # the step, or the arrival index where steps repeat
+    _, x_of = inspect.x_axis(snap.losses)  # the step, or the arrival index where steps repeat
     for record in snap.losses:
         if _finite(record.loss):
             series["loss"][record.rank].append((x_of(record), record.loss))
@@ -80,11 +93,23 @@ def loss_figures(snap: RunSnapshot) -> dict[str, dict[str, Any]]:
             if _finite(value):
                 series[str(name)][record.rank].append((x_of(record), value))
     names = (["loss"] if "loss" in series else []) + sorted(n for n in series if n != "loss")
+    return {name: series[name] for name in names}
+
+
+def loss_figures(snap: RunSnapshot, *, complete: bool = False) -> dict[str, dict[str, Any]]:
+    """One chart per metric (``loss`` first, then every other reported metric), one series per
+    rank; unless ``complete`` (every metric, every point), at most ``MAX_METRIC_CHARTS`` charts
+    of ``MAX_METRIC_POINTS`` points in all."""
+    x_title, _ = inspect.x_axis(snap.losses)
+    series = metric_series(snap)
+    names = list(series) if complete else list(series)[:MAX_METRIC_CHARTS]
+    count = sum(len(series[name]) for name in names)
+    share = None if complete else max(MIN_SERIES_POINTS, MAX_METRIC_POINTS // max(1, count))
     figures = {}
     for index, name in enumerate(names):
         traces = []
         for rank in sorted(series[name]):
-            points = thin(series[name][rank])
+            points = series[name][rank] if share is None else thin(series[name][rank], min(share, MAX_POINTS_PER_SERIES))
             traces.append({
                 "type": "scatter", "mode": "lines+markers" if len(points) <= 60 else "lines",
                 "name": f"rank {rank}", "x": [p[0] for p in points], "y": [p[1] for p in points],
@@ -228,7 +253,7 @@ def rrefs_over_time(snap: RunSnapshot) -> dict[str, Any]:
 
 def placement(snap: RunSnapshot) -> dict[str, Any]:
     """Ranks per device and, where there are any, the bytes of live RRef values on it."""
-    devices = [d.device for d in snap.devices]
+    devices = [label(d.device) for d in snap.devices]
     traces = [{"type": "bar", "name": "ranks", "x": devices, "y": [len(d.ranks) for d in snap.devices], "offsetgroup": 0, "width": 0.3,
                "hovertext": [f"ranks {', '.join(map(str, d.ranks)) or '-'}" for d in snap.devices], "meta": {"what": "ranks"}}]
     extra: dict[str, Any] = {}
@@ -309,9 +334,9 @@ def timeline(snap: RunSnapshot) -> dict[str, Any]:
     }
 
 
-def run_figures(snap: RunSnapshot) -> dict[str, dict[str, Any]]:
+def run_figures(snap: RunSnapshot, *, complete: bool = False) -> dict[str, dict[str, Any]]:
     figures = {"fig-timeline": timeline(snap)}
-    figures.update(loss_figures(snap))
+    figures.update(loss_figures(snap, complete=complete))
     figures["fig-rref-graph"] = ownership_graph(snap)
     figures["fig-rref-time"] = rrefs_over_time(snap)
     figures["fig-placement"] = placement(snap)

@@ -51,15 +51,22 @@ def require_plotly() -> None:
     plotly_js()
 
 
-def run_view(run_dir: Path) -> dict[str, Any]:
+def run_view(run_dir: Path, *, complete: bool = False) -> dict[str, Any]:
+    """``complete``: every metric's chart with every point (``rpcctl report --all``); else at
+    most ``figures.MAX_METRIC_CHARTS`` charts, thinned, and a note says what was left out."""
     snap = run_snapshot(run_dir)
+    html = tables.run_sections(snap)
+    hidden = 0 if complete else len(figures.metric_series(snap)) - figures.MAX_METRIC_CHARTS
+    if hidden > 0:
+        html["losses"] += (f'<p class="note">{hidden} more metric(s) not drawn: the first {figures.MAX_METRIC_CHARTS} are '
+                           "(rpcctl report --all draws every metric and every point).</p>")
     return {
         "title": f"{snap.record.run_id}: {snap.status}",
         "status": snap.status,
         "live": snap.live,
         "taken_at": iso_time(snap.taken_at),
-        "html": tables.run_sections(snap),
-        "figures": figures.run_figures(snap),
+        "html": html,
+        "figures": figures.run_figures(snap, complete=complete),
     }
 
 
@@ -187,16 +194,3 @@ _SCRIPT = r"""
   setTimeout(poll, 1000);
 })();
 """
-
-
-def write_report(html_text: str, path: Path) -> None:
-    """The report is the run owner's alone, as the run's files are (0600)."""
-    import os
-
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.fchmod(fd, 0o600)  # an older file of that name may have been readable by others
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(html_text)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
