@@ -87,7 +87,7 @@ class _Waiting:
         now = time.monotonic()
         if what != self.what:
             self.what, self.since, self.last = what, now, now
-            self.say(f"rpcctl: waiting for {what} (up to rdzv_timeout, {timeout:g}s): {why}")
+            self.say(f"rpcctl: waiting up to rdzv_timeout ({timeout:g}s) for {what}: {why}")
         elif now - self.last >= self.every:
             self.last = now
             self.say(f"rpcctl: still waiting for {what} after {now - self.since:.0f}s: {why}")

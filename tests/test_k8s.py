@@ -250,6 +250,7 @@ def test_an_indexed_jobs_index_is_the_node_rank_of_a_multi_node_job_only(tmp_pat
     two = write_config(tmp_path, name="two", nproc_per_node=1, nnodes=2, master_addr="127.0.0.1")
     result = dry_run(tmp_path, two, {"JOB_COMPLETION_INDEX": "1"}, "--set", "rdzv_timeout=5")
     assert sources(result)["node_rank"] == (1, "JOB_COMPLETION_INDEX=1")
+    assert sources(result)["master_port"] == (29500, "default (several nodes)")  # what node 0 will listen on
     result = rpcctl("launch", str(two), "--dry-run", env={**os.environ, "JOB_COMPLETION_INDEX": "1", "COLUMNS": "200"})
     assert re.search(r"node_rank\s+1\s+JOB_COMPLETION_INDEX=1", result.stdout), result.stdout  # the table says it too
 
@@ -295,7 +296,7 @@ def test_a_node_waits_for_node_0_to_listen_and_says_so():
     finally:
         thread.join()
         listener.close()
-    assert heard == [f"rpcctl: waiting for node 0's rendezvous at localhost (127.0.0.1):{port} (up to rdzv_timeout, 30s): Connection refused"]
+    assert heard == [f"rpcctl: waiting up to rdzv_timeout (30s) for node 0's rendezvous at localhost (127.0.0.1):{port}: Connection refused"]
 
 
 def test_a_master_that_never_resolves_ends_the_wait_at_rdzv_timeout():
@@ -304,7 +305,7 @@ def test_a_master_that_never_resolves_ends_the_wait_at_rdzv_timeout():
     with pytest.raises(RendezvousError, match=r"node 1 gave up waiting for master_addr 'rpc-train-0\.rpc-train\.invalid' to resolve .* after rdzv_timeout \(2s\)"):
         wait_for_master("rpc-train-0.rpc-train.invalid", 29500, node_rank=1, timeout=2, say=heard.append)
     assert time.monotonic() - started < 10
-    assert heard and heard[0].startswith("rpcctl: waiting for master_addr 'rpc-train-0.rpc-train.invalid' to resolve")
+    assert heard and heard[0].startswith("rpcctl: waiting up to rdzv_timeout (2s) for master_addr 'rpc-train-0.rpc-train.invalid' to resolve")
 
 
 def test_node_0_waits_until_master_addr_is_its_own():

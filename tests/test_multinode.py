@@ -293,12 +293,12 @@ def test_trainjob_pods_need_no_flags_and_wait_for_dns_and_node_0(hosts, tmp_path
     finally:
         finish(*pods, timeout=1)
     log0, log1 = logs
-    assert f"waiting for master_addr '{master}' to resolve" in read(log0, "err")
+    assert f"for master_addr '{master}' to resolve" in read(log0, "err")
     err1 = read(log1, "err")
     assert pods[0].returncode == 0, read(log0, "err") + read(log0, "out")
     assert pods[1].returncode == 0, err1 + read(log1, "out")
-    assert f"waiting for master_addr '{master}' to resolve" in err1
-    assert f"waiting for node 0's rendezvous at {master} ({a.address}):29500" in err1
+    assert f"for master_addr '{master}' to resolve" in err1
+    assert f"for node 0's rendezvous at {master} ({a.address}):29500: Connection refused" in err1
     out1 = read(log1, "out")
     assert "[rank1]: step 29 loss" in out1 and "[rank0]: parameter server:" in read(log0, "out")  # the server on pod 0, its trainer on pod 1
     rec0, rec1 = record(only_run(tmp_path / "runs0")), record(only_run(tmp_path / "runs1"))

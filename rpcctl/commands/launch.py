@@ -18,7 +18,7 @@ from rpcctl.console import KEY, Column, Console, get_console, human_bytes, human
 from rpcctl.frames import ALL_FRAMES_ENV
 from rpcctl.errors import ConfigError, JobCancelledError, JobFailedError, UsageError
 from rpcctl.launcher import launch as launch_job
-from rpcctl.launcher import plan_job
+from rpcctl.launcher import DEFAULT_MASTER_PORT, plan_job
 from rpcctl.plan import ENV_COLUMNS, LaunchPlan, RankPlan
 from rpcctl.preflight import check_before_spawn
 from rpcctl.runs import RunRecord
@@ -83,7 +83,7 @@ def launch(
         raise UsageError("--json goes with --dry-run (a running job streams its output; see `rpcctl runs --json`)")
     if dry_run:
         plan = located(lambda: _checked_plan(spec, runs_dir))
-        sources = value_sources(spec, config, set_ or [], flags)
+        sources = value_sources(spec, plan, config, set_ or [], flags)
         if json_:
             console.json({**plan.to_dict(), "sources": sources})
         else:
@@ -137,15 +137,17 @@ SOURCED_KEYS = ("nnodes", "node_rank", "master_addr", "master_port", "nproc_per_
 SOURCE_COLUMNS = (Column("key", priority=KEY), Column("value", priority=KEY), Column("source", "FROM", wrap=True, priority=KEY))
 
 
-def value_sources(spec, config: Path, overrides: list[str], flags: dict) -> list[dict[str, Any]]:
+def value_sources(spec, plan: LaunchPlan, config: Path, overrides: list[str], flags: dict) -> list[dict[str, Any]]:
     """Where each of ``SOURCED_KEYS`` came from: a flag, the environment (``SLURM_NODEID=1``,
     ``PET_NNODES=2``), ``--set``, the file's line, or the default."""
     rows = []
     for key in SOURCED_KEYS:
-        source = locate(config, key, overrides=overrides, flags=flags)
+        source, value = locate(config, key, overrides=overrides, flags=flags), getattr(spec, key)
         if source == str(config):  # not in the file: the default
             source = "default"
-        rows.append({"key": key, "value": getattr(spec, key), "source": source})
+        if key == "master_port" and value is None:  # several nodes: torchrun's; one: the free port the plan took
+            value, source = (DEFAULT_MASTER_PORT, "default (several nodes)") if spec.multi_node else (plan.master_port, "default (a free port)")
+        rows.append({"key": key, "value": value, "source": source})
     return rows
 
 
