@@ -150,6 +150,7 @@ def test_the_validators_refuse_what_kubernetes_would(tmp_path):
         (["--memory-per-node", "16 GB"], "--memory-per-node: '16 GB' is not a Kubernetes quantity"),
         (["--script-in-image", "train.py"], "--script-in-image: 'train.py' is not an absolute path in the image"),
         (["--set", "name=My.Job"], "the job's name (key 'name' of"),  # the config's own name, when no --name is given
+        (["--gpus-per-node", "2", "--set", "devices=cpu"], "--gpus-per-node 2, but the config's devices is 'cpu': drop one of them"),
     ],
 )
 def test_bad_names_are_refused_before_anything_is_written(tmp_path, args, says):
@@ -234,6 +235,14 @@ def test_a_trainjob_pods_environment_sets_the_node(tmp_path):
     }
     plan = json.loads(dry_run(tmp_path, config, POD).stdout)
     assert [r["rank"] for r in plan["ranks"]] == [2, 3] and plan["world_size"] == 4
+
+
+def test_nproc_per_node_auto_is_one_rank_per_visible_gpu(tmp_path):
+    # The Trainer sets PET_NPROC_PER_NODE=auto when a TrainJob asks for GPUs and no numProcPerNode.
+    config = write_config(tmp_path, nproc_per_node=3)
+    env = {**POD, "PET_NPROC_PER_NODE": "auto"}
+    assert sources(dry_run(tmp_path, config, {**env, "CUDA_VISIBLE_DEVICES": "0,1"}))["nproc_per_node"] == (2, "PET_NPROC_PER_NODE=auto (2 GPUs visible)")
+    assert sources(dry_run(tmp_path, config, env))["nproc_per_node"] == (3, f"{config}:{config.read_text().splitlines().index('nproc_per_node: 3') + 1}")  # no GPU: the config's
 
 
 def test_flags_beat_the_environment_which_beats_the_config(tmp_path):
