@@ -11,6 +11,7 @@ import os
 import re
 import socket
 import stat
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -19,8 +20,10 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from typer.testing import CliRunner
 
 from conftest import ROOT, rpcctl, write_config
+from rpcctl.cli import app
 from rpcctl.cluster import RendezvousError, wait_for_master
 from rpcctl.config import JobSpec
 
@@ -29,7 +32,14 @@ TRAINJOB_SCHEMA = json.loads((Path(__file__).parent / "data/k8s/trainjob.v1alpha
 PS = str(ROOT / "configs/parameter_server.yaml")
 
 
+def invoke(*args: str, env: dict[str, str | None] | None = None) -> subprocess.CompletedProcess:
+    """The CLI in this process (typer's runner): as fast as a test of many cases needs."""
+    result = CliRunner().invoke(app, list(args), env=env)
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+
+
 def k8s(*args: str, **kwargs):
+    """`rpcctl k8s` as a real process: what kubectl and the file system see."""
     return rpcctl("k8s", *args, **kwargs)
 
 
@@ -98,7 +108,7 @@ def test_an_indexed_job_is_valid_kubernetes_and_wires_its_pods(tmp_path):
 
 
 def test_a_trainjob_matches_the_trainer_crd(tmp_path):
-    result = k8s(PS, "--nodes", "2", "--image", "train:1.0", "--kind", "trainjob", "--set", "nproc_per_node=2", "--dry-run")
+    result = invoke("k8s", PS, "--nodes", "2", "--image", "train:1.0", "--kind", "trainjob", "--set", "nproc_per_node=2", "--dry-run")
     assert result.returncode == 0, result.stderr
     docs = documents(result.stdout)
     assert [d["kind"] for d in docs] == ["Secret", "ConfigMap", "TrainJob"]
@@ -118,7 +128,7 @@ def test_a_trainjob_matches_the_trainer_crd(tmp_path):
 
 def test_the_validators_refuse_what_kubernetes_would(tmp_path):
     # The checks above can fail: a wrong type, an unknown field, a bad TrainJob name are caught.
-    docs = documents(k8s(PS, "--nodes", "2", "--image", "train:1.0", "--dry-run").stdout)
+    docs = documents(invoke("k8s", PS, "--nodes", "2", "--image", "train:1.0", "--dry-run").stdout)
     job = docs[3]
     job["spec"]["backoffLimit"] = "zero"
     with pytest.raises(kubernetes_validate.ValidationError):
@@ -127,7 +137,7 @@ def test_the_validators_refuse_what_kubernetes_would(tmp_path):
     container(job)["imagePullPolicee"] = "Always"
     with pytest.raises(kubernetes_validate.ValidationError):
         validate_kubernetes(job)
-    trainjob = documents(k8s(PS, "--nodes", "2", "--image", "train:1.0", "--kind", "trainjob", "--dry-run").stdout)[2]
+    trainjob = documents(invoke("k8s", PS, "--nodes", "2", "--image", "train:1.0", "--kind", "trainjob", "--dry-run").stdout)[2]
     trainjob["spec"]["trainer"]["numNodes"] = "2"
     with pytest.raises(jsonschema.ValidationError):
         validate_trainjob(trainjob)
@@ -156,7 +166,7 @@ def test_the_validators_refuse_what_kubernetes_would(tmp_path):
 def test_bad_names_are_refused_before_anything_is_written(tmp_path, args, says):
     out = tmp_path / "out.yaml"
     args = ["--image", "train:1.0", *args] if "--image" not in args else args
-    result = k8s(PS, "--nodes", "2", *args, "-o", str(out))
+    result = invoke("k8s", PS, "--nodes", "2", *args, "-o", str(out))
     assert result.returncode == 2, result.stderr
     assert says in " ".join(result.stderr.split()) or says in result.stderr, result.stderr
     assert not out.exists()
@@ -166,7 +176,7 @@ def test_values_stay_in_their_fields(tmp_path):
     # What a config holds goes into the ConfigMap's job.yaml as data, whatever it looks like.
     hostile = "x\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: evil}\n$(RPCCTL_SECRET)"
     config = write_config(tmp_path, name="tricky", nproc_per_node=2, env={"NOTE": hostile}, args=[hostile])
-    result = k8s(str(config), "--nodes", "2", "--image", "train:1.0", "--dry-run")
+    result = invoke("k8s", str(config), "--nodes", "2", "--image", "train:1.0", "--dry-run")
     assert result.returncode == 0, result.stderr
     docs = documents(result.stdout)
     assert [d["kind"] for d in docs] == ["Secret", "ConfigMap", "Service", "Job"]
@@ -206,7 +216,7 @@ def test_a_kubectl_failure_is_the_commands_failure(tmp_path):
 
 
 def test_without_kubectl_it_says_how_to_write_the_manifests(tmp_path):
-    result = k8s(PS, "--nodes", "2", "--image", "train:1.0", env={**os.environ, "PATH": str(tmp_path)}, cwd=ROOT)
+    result = invoke("k8s", PS, "--nodes", "2", "--image", "train:1.0", env={"PATH": str(tmp_path)})
     assert result.returncode == 2 and "kubectl is not on PATH: write the manifests with -o FILE" in " ".join(result.stderr.split())
 
 
@@ -214,8 +224,8 @@ def test_without_kubectl_it_says_how_to_write_the_manifests(tmp_path):
 
 
 def dry_run(tmp_path, config, env, *args):
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "SLURM_", "JOB_COMPLETION_INDEX"))}
-    return rpcctl("launch", str(config), "--dry-run", "--json", *args, env={**base, "CUDA_VISIBLE_DEVICES": "", **env})
+    """`launch --dry-run --json` in a pod's environment (conftest clears the test's own PET_*)."""
+    return invoke("launch", str(config), "--dry-run", "--json", *args, env={"CUDA_VISIBLE_DEVICES": "", **env})
 
 
 def sources(result) -> dict:
