@@ -84,7 +84,7 @@ def _root(
 
 
 def _register() -> None:
-    from rpcctl.commands import calls, launch, report, runs, sbatch, trace
+    from rpcctl.commands import calls, k8s, launch, report, runs, sbatch, trace
     from rpcctl.commands.bench import bench_app
     from rpcctl.commands.inspect import inspect_app, stack
 
@@ -93,6 +93,7 @@ def _register() -> None:
 
     command("launch", "rpcctl launch configs/remote_call.yaml --set timeout=60 --ranks 0-1")(launch.launch)
     command("sbatch", "rpcctl sbatch configs/remote_call.yaml --nodes 2 --time 00:30:00 > job.sh")(sbatch.sbatch)
+    command("k8s", "rpcctl k8s configs/parameter_server.yaml --nodes 2 --image registry.example.com/train:1.0 -o job.k8s.yaml")(k8s.k8s)
     command("runs", "rpcctl runs --limit 5 (or --json for every field)")(runs.runs)
     command("logs", "rpcctl logs --merge --timestamps --follow")(runs.logs)
     command("stop", "rpcctl stop remote-call-20261203 --wait 30")(runs.stop)

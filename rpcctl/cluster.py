@@ -27,6 +27,7 @@ pickle. torch is imported here only for multi-node runs.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import json
@@ -74,6 +75,68 @@ def resolve_ipv4(host: str) -> str:
         raise UsageError(f"cannot resolve master_addr '{host}': {exc}") from None
 
 
+class _Waiting:
+    """Says what the launcher waits for: once at first, then every ``every`` seconds."""
+
+    def __init__(self, say, every: float = 15.0):
+        self.say, self.every = say, every
+        self.what: str | None = None
+        self.since = self.last = time.monotonic()
+
+    def __call__(self, what: str, why: str, timeout: float) -> None:
+        now = time.monotonic()
+        if what != self.what:
+            self.what, self.since, self.last = what, now, now
+            self.say(f"rpcctl: waiting up to rdzv_timeout ({timeout:g}s) for {what}: {why}")
+        elif now - self.last >= self.every:
+            self.last = now
+            self.say(f"rpcctl: still waiting for {what} after {now - self.since:.0f}s: {why}")
+
+
+def wait_for_master(
+    host: str, port: int, *, node_rank: int, timeout: float, say=lambda message: None, poll: float = 0.2
+) -> str:
+    """The master's IPv4 address, once it can be used: pods start before their DNS names resolve
+    and before node 0 listens. Until ``timeout``, retry resolving ``host``; then node 0 checks that
+    the address is its own (a stale record names a pod that is gone), and every other node that
+    node 0's rendezvous accepts connections. Says what it waits for; ``RendezvousError`` at the end."""
+    deadline = time.monotonic() + timeout
+    waiting = _Waiting(say)
+    while True:
+        try:
+            ip = socket.gethostbyname(host)
+        except OSError as exc:
+            why, what = f"{exc.strerror or exc}", f"master_addr '{host}' to resolve (a pod's DNS name appears once its Service publishes it)"
+        else:
+            why, what = _usable(ip, port, node_rank), f"node 0's rendezvous at {host} ({ip}):{port}"
+            if node_rank == 0:
+                what = f"master_addr '{host}' ({ip}) to be an address of this node"
+            if why is None:
+                return ip
+        if time.monotonic() + poll > deadline:
+            raise RendezvousError(f"node {node_rank} gave up waiting for {what} after rdzv_timeout ({timeout:g}s): {why}", node_rank)
+        waiting(what, why, timeout)
+        time.sleep(poll)
+        poll = min(poll * 1.5, 2.0)
+
+
+def _usable(ip: str, port: int, node_rank: int) -> str | None:
+    """None if node 0 can bind ``ip`` (node 0) or node 0 accepts on ``ip:port``; else why not."""
+    if node_rank == 0:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((ip, 0))
+            except OSError as exc:
+                if exc.errno == errno.EADDRNOTAVAIL:
+                    return f"{exc.strerror}"
+            return None  # any other problem is reported by the real bind, with its port
+    try:
+        with socket.create_connection((ip, port), timeout=2):
+            return None
+    except OSError as exc:
+        return f"{exc.strerror or exc}"
+
+
 def route_interface(master_ip: str) -> tuple[str, str]:
     """(interface, local address) this node uses to reach ``master_ip``; no packet is sent."""
     import psutil
@@ -112,13 +175,20 @@ class NodeRendezvous:
         self.timeout, self.secret = timeout, secret
         self.store = None
         self.shared: dict[str, Any] = {}
-        self.master_ip = resolve_ipv4(master_addr)
+        self.master_ip = ""  # set by reach()
         self._seen_news = False
         self.round = 0  # 0 for the first attempt, n after the n-th restart
         self.gone: set[int] = set()  # nodes known to have ended or vanished: finish() waits for no one there
         # Liveness: every launcher bumps its beat/<node> counter as it polls; node 0 notes when
         # each counter last moved (on its own clock: no cross-node clock comparisons).
         self._beats: dict[int, tuple[int, float]] = {}
+
+    def reach(self, say=lambda message: None) -> str:
+        """Resolve the master and, on nodes other than 0, wait until node 0 listens (up to
+        ``rdzv_timeout``, saying what is awaited); the address the ranks will use too."""
+        _import_tcpstore()  # torch takes seconds to import: before the wait, not after it
+        self.master_ip = wait_for_master(self.master_addr, self.master_port, node_rank=self.node_rank, timeout=self.timeout, say=say)
+        return self.master_ip
 
     # -- signed values --------------------------------------------------------------------------
 

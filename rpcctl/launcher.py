@@ -50,12 +50,15 @@ def plan_job(
     return build_plan(spec, facts, run_id=run_id, run_dir=run_dir), facts
 
 
-def join_cluster(spec: JobSpec) -> NodeRendezvous | None:
+def join_cluster(spec: JobSpec, say=lambda message: None) -> NodeRendezvous | None:
+    """The node rendezvous of a multi-node job, once its master resolves (and, on nodes other
+    than 0, accepts connections): pods start before their DNS names exist; ``say`` hears what
+    is awaited."""
     if not spec.multi_node:
         return None
     if not spec.master_addr:
         raise ConfigError("a multi-node job needs master_addr (the host of node 0): --master-addr HOST", key="master_addr")
-    return NodeRendezvous(
+    cluster = NodeRendezvous(
         node_rank=spec.node_rank,
         nnodes=spec.nnodes,
         master_addr=spec.master_addr,
@@ -63,6 +66,8 @@ def join_cluster(spec: JobSpec) -> NodeRendezvous | None:
         timeout=spec.rdzv_timeout,
         secret=secret_from_env(),
     )
+    cluster.reach(say)
+    return cluster
 
 
 def launch(
@@ -86,7 +91,7 @@ def launch(
     """
     console = console or get_console()
     check_before_spawn(spec)  # before meeting other nodes: a mistake here is the same on every node
-    cluster = join_cluster(spec)
+    cluster = join_cluster(spec, console.info)
     if cluster is not None:
         console.info(f"rpcctl: node {spec.node_rank} of {spec.nnodes}: joining the rendezvous at {spec.master_addr}:{cluster.master_port}")
     telemetry_listener = _telemetry_listener(cluster) if telemetry else None

@@ -34,6 +34,8 @@ def _isolated(monkeypatch, tmp_path):
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "200")
     monkeypatch.delenv("RPCCTL_DEBUG", raising=False)
+    for name in [n for n in os.environ if n.startswith("PET_")] + ["JOB_COMPLETION_INDEX"]:  # a CI job that runs in a pod
+        monkeypatch.delenv(name, raising=False)
     from rpcctl.console import set_console
 
     set_console(None)

@@ -22,10 +22,19 @@ class Host:
     address: str
     hostname: str
 
-    def command(self, argv: list[str]) -> list[str]:
-        """``argv`` run on this host, with its own hostname."""
-        script = f'hostname {self.hostname} && exec "$@"'
-        return ["ip", "netns", "exec", self.netns, "unshare", "--uts", "sh", "-c", script, "sh", *argv]
+    def command(self, argv: list[str], *, hostname: str | None = None, hosts_file: str | os.PathLike[str] | None = None) -> list[str]:
+        """``argv`` run on this host, with its own hostname (``hostname``: another one, as a pod
+        has its pod's name). ``hosts_file``: the test's own file, bind-mounted over /etc/hosts in
+        a mount namespace of this process alone, so names resolve as the test says, when it
+        says (the file can be rewritten in place while the process runs; glibc reads it at
+        every lookup)."""
+        name = hostname or self.hostname
+        if hosts_file is not None:
+            script = 'mount --bind "$1" /etc/hosts && hostname "$0" && shift && exec "$@"'
+            unshare = ["unshare", "--uts", "--mount", "--propagation", "private"]
+            return ["ip", "netns", "exec", self.netns, *unshare, "sh", "-c", script, name, str(hosts_file), *argv]
+        script = 'hostname "$0" && exec "$@"'
+        return ["ip", "netns", "exec", self.netns, "unshare", "--uts", "sh", "-c", script, name, *argv]
 
 
 def unavailable() -> str | None:

@@ -12,7 +12,8 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, assert_no_process_left, only_run, record, rpcctl, wait_until, write_config
+import yaml
+from conftest import ROOT, WORKERS, assert_no_process_left, only_run, record, rpcctl, wait_until, write_config
 from hosts import create_pair, destroy_pair, unavailable
 
 pytestmark = [pytest.mark.multinode, pytest.mark.timeout(180)]
@@ -236,3 +237,112 @@ def test_a_hang_across_nodes_is_diagnosed_on_node_0_and_ends_every_node(hosts, t
     assert f"on {b.hostname}) ──\n(not dumped from this node; its stack: `rpcctl stack` on {b.hostname})" in dumped, dumped
     assert_no_process_left(run0)
     assert_no_process_left(only_run(tmp_path / "n1"))
+
+
+# --- pods: no flags, the environment a Kubernetes pod has -------------------------------------
+
+
+def write_hosts(path, names: dict[str, str]) -> None:
+    """A pod's view of DNS: rewritten in place (the bind mount over /etc/hosts keeps the inode)."""
+    with open(path, "w") as f:
+        f.write("127.0.0.1 localhost\n" + "".join(f"{ip} {name}\n" for name, ip in names.items()))
+
+
+def start_pod(host, pod, env, argv, hosts_file, log):
+    """``argv`` on ``host`` as pod ``pod``: its hostname, its /etc/hosts, exactly ``env`` on top of
+    a clean environment (nothing of SLURM or of another pod), stdout and stderr to files."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "SLURM_", "JOB_COMPLETION_INDEX", "RPCCTL_"))}
+    out, err = open(f"{log}.out", "w"), open(f"{log}.err", "w")
+    with out, err:
+        return subprocess.Popen(
+            host.command(argv, hostname=pod, hosts_file=hosts_file), env={**base, **env},
+            stdout=out, stderr=err, text=True, start_new_session=True, cwd=ROOT,
+        )
+
+
+def read(log, stream):
+    return open(f"{log}.{stream}").read()
+
+
+def test_trainjob_pods_need_no_flags_and_wait_for_dns_and_node_0(hosts, tmp_path):
+    """Two pods of a Kubeflow TrainJob named rpc-train, with exactly the torch plugin's variables
+    and the run's secret, start before the master's name resolves anywhere: both wait for it;
+    pod 1 then waits for pod 0 to listen, saying so; and both train to the end."""
+    a, b = hosts
+    master = "rpc-train-node-0-0.rpc-train"  # the Trainer's PET_MASTER_ADDR for TrainJob rpc-train
+    secret = secrets.token_hex(16)
+
+    def pod_env(index):
+        return {
+            "PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": str(index), "JOB_COMPLETION_INDEX": str(index),
+            "PET_MASTER_ADDR": master, "PET_MASTER_PORT": "29500", "RPCCTL_SECRET": secret, "RPCCTL_RUNS_DIR": str(tmp_path / f"runs{index}"),
+        }
+
+    argv = [sys.executable, "-m", "rpcctl", "launch", str(ROOT / "configs/parameter_server.yaml")]
+    logs = [tmp_path / "pod0", tmp_path / "pod1"]
+    for i in (0, 1):
+        write_hosts(tmp_path / f"hosts{i}", {})  # the Service has not published pod 0 yet
+    pods = [start_pod(host, f"rpc-train-node-0-{i}", pod_env(i), argv, tmp_path / f"hosts{i}", logs[i]) for i, host in enumerate((a, b))]
+    try:
+        for log in logs:
+            wait_until(lambda log=log: "to resolve" in read(log, "err"), 60, f"{log.name} waiting for the master's name")
+        write_hosts(tmp_path / "hosts1", {master: a.address})
+        wait_until(lambda: "rendezvous at" in read(logs[1], "err"), 30, "pod 1 waiting for node 0 to listen")
+        write_hosts(tmp_path / "hosts0", {master: a.address})
+        finish(*pods)
+    finally:
+        finish(*pods, timeout=1)
+    log0, log1 = logs
+    assert f"for master_addr '{master}' to resolve" in read(log0, "err")
+    err1 = read(log1, "err")
+    assert pods[0].returncode == 0, read(log0, "err") + read(log0, "out")
+    assert pods[1].returncode == 0, err1 + read(log1, "out")
+    assert f"for master_addr '{master}' to resolve" in err1
+    assert f"for node 0's rendezvous at {master} ({a.address}):29500: Connection refused" in err1
+    out1 = read(log1, "out")
+    assert "[rank1]: step 29 loss" in out1 and "[rank0]: parameter server:" in read(log0, "out")  # the server on pod 0, its trainer on pod 1
+    rec0, rec1 = record(only_run(tmp_path / "runs0")), record(only_run(tmp_path / "runs1"))
+    assert rec0["run_id"] == rec1["run_id"] and rec0["world_size"] == 2  # PET_NPROC_PER_NODE=1, not the config's 3
+    assert (rec0["host"], rec1["host"]) == ("rpc-train-node-0-0", "rpc-train-node-0-1")
+    assert_no_process_left(only_run(tmp_path / "runs0"))
+
+
+def test_indexed_job_pods_from_rpcctl_k8s_fail_together(hosts, tmp_path):
+    """The pods of the Indexed Job that `rpcctl k8s` writes, run with that Job's command and
+    environment (the Secret's value, the ConfigMap's config, and the JOB_COMPLETION_INDEX the
+    Job controller adds): a rank that fails in pod 1 tears pod 0 down, as on bare metal."""
+    a, b = hosts
+    config = write_config(tmp_path, name="crash", nproc_per_node=2, args=["3=raise", "0=hang", "1=hang", "2=hang"])
+    written = rpcctl("k8s", str(config), "--nodes", "2", "--image", "train:1.0", "--name", "rpc-crash", "--script-in-image", str(WORKERS / "behave.py"), "--dry-run")
+    assert written.returncode == 0, written.stderr
+    docs = {d["kind"]: d for d in yaml.safe_load_all(written.stdout)}
+    container = docs["Job"]["spec"]["template"]["spec"]["containers"][0]
+    (tmp_path / "job.yaml").write_text(docs["ConfigMap"]["data"]["job.yaml"])  # the ConfigMap, as mounted
+
+    def pod_env(index):
+        env = {}
+        for var in container["env"]:
+            if "value" in var:
+                env[var["name"]] = var["value"]
+            else:
+                ref = var["valueFrom"]["secretKeyRef"]
+                assert ref["name"] == docs["Secret"]["metadata"]["name"]
+                env[var["name"]] = docs["Secret"]["stringData"][ref["key"]]
+        assert env.pop("RPCCTL_RUNS_DIR") == "/runs"
+        return {**env, "RPCCTL_RUNS_DIR": str(tmp_path / f"runs{index}"), "JOB_COMPLETION_INDEX": str(index)}
+
+    mounted = {"rpcctl": [sys.executable, "-m", "rpcctl"], "/etc/rpcctl/job.yaml": [str(tmp_path / "job.yaml")]}
+    argv = [part for arg in container["command"] for part in mounted.get(arg, [arg])]
+    master = pod_env(0)["PET_MASTER_ADDR"]
+    assert master == "rpc-crash-0.rpc-crash"  # pod 0 through the headless Service
+    write_hosts(tmp_path / "hosts", {master: a.address})
+    pods = [start_pod(host, f"rpc-crash-{i}", pod_env(i), argv, tmp_path / "hosts", tmp_path / f"pod{i}") for i, host in enumerate((a, b))]
+    finish(*pods, timeout=90)
+    err0 = read(tmp_path / "pod0", "err")
+    assert pods[1].returncode == 1, read(tmp_path / "pod1", "err")
+    assert pods[0].returncode == 1, err0
+    assert "root cause: rank 3 on node 1 (rpc-crash-1)" in err0 and "ValueError: bad value in rank 3" in err0
+    rec0 = record(only_run(tmp_path / "runs0"))
+    assert rec0["status"] == "failed" and {r["state"] for r in rec0["ranks"]} == {"killed"}
+    assert_no_process_left(only_run(tmp_path / "runs0"))
+    assert_no_process_left(only_run(tmp_path / "runs1"))

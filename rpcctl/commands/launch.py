@@ -14,15 +14,17 @@ import typer
 
 from rpcctl.commands.common import JsonOption, RunsDirOption
 from rpcctl.config import load_config, locate
-from rpcctl.console import Console, get_console, human_bytes, human_seconds, render_table, sanitize
+from rpcctl.console import KEY, Column, Console, get_console, human_bytes, human_seconds, render_table, sanitize
 from rpcctl.frames import ALL_FRAMES_ENV
 from rpcctl.errors import ConfigError, JobCancelledError, JobFailedError, UsageError
 from rpcctl.launcher import launch as launch_job
-from rpcctl.launcher import plan_job
+from rpcctl.launcher import DEFAULT_MASTER_PORT, plan_job
 from rpcctl.plan import ENV_COLUMNS, LaunchPlan, RankPlan
 from rpcctl.preflight import check_before_spawn
 from rpcctl.runs import RunRecord
 from rpcctl.states import RunStatus
+from rpcctl.k8s import pod_flags, weak_node_rank
+from rpcctl.plan import visible_gpus
 from rpcctl.slurm import slurm_flags
 from rpcctl.supervisor import describe_duration
 
@@ -43,19 +45,22 @@ def launch(
     keep_on_hang: Annotated[bool, typer.Option("--keep-on-hang", help="On a hang, dump and diagnose but keep the job running (config: on_hang: keep).")] = False,
     all_frames: Annotated[bool, typer.Option("--all-frames", help="Keep rpcctl's own frames (its bootstrap, its call tracking) in the ranks' tracebacks.")] = False,
     web: Annotated[bool, typer.Option("--web", help="Serve the run's live page on 127.0.0.1 while it runs (the URL is printed; needs rpcctl[report]).")] = False,
-    nnodes: Annotated[Optional[int], typer.Option("--nnodes", help="Nodes in the job; run one launcher per node (under srun: from SLURM).", show_default=False, rich_help_panel="Multi-node")] = None,
-    node_rank: Annotated[Optional[int], typer.Option("--node-rank", help="This node's rank, 0 to nnodes-1 (under srun: SLURM_NODEID).", show_default=False, rich_help_panel="Multi-node")] = None,
-    master_addr: Annotated[Optional[str], typer.Option("--master-addr", help="Host of node 0, which hosts the rendezvous (under srun: the job's first node).", show_default=False, rich_help_panel="Multi-node")] = None,
-    master_port: Annotated[Optional[int], typer.Option("--master-port", help="Rendezvous port on node 0 (default: 29500 on several nodes, a free port on one).", show_default=False, rich_help_panel="Multi-node")] = None,
+    nnodes: Annotated[Optional[int], typer.Option("--nnodes", help="Nodes in the job; run one launcher per node (under srun: from SLURM; in a pod: PET_NNODES).", show_default=False, rich_help_panel="Multi-node")] = None,
+    node_rank: Annotated[Optional[int], typer.Option("--node-rank", help="This node's rank, 0 to nnodes-1 (under srun: SLURM_NODEID; in a pod: PET_NODE_RANK or JOB_COMPLETION_INDEX).", show_default=False, rich_help_panel="Multi-node")] = None,
+    master_addr: Annotated[Optional[str], typer.Option("--master-addr", help="Host of node 0, which hosts the rendezvous (under srun: the job's first node; in a pod: PET_MASTER_ADDR).", show_default=False, rich_help_panel="Multi-node")] = None,
+    master_port: Annotated[Optional[int], typer.Option("--master-port", help="Rendezvous port on node 0 (default: 29500 on several nodes, a free port on one; in a pod: PET_MASTER_PORT).", show_default=False, rich_help_panel="Multi-node")] = None,
 ) -> None:
     """Launch a job: spawn its ranks, stream their output, supervise them to the end.
+
+    Multi-node values come from a flag, else the environment (a SLURM step's, a Kubernetes
+    pod's), else the config; --dry-run says where each came from.
 
     Exit code: 0 when every rank succeeds; 1 when the job fails (the root-cause rank is
     named); 2 for a bad config or flag (nothing is started); 128 + N when stopped by signal N
     (130 SIGINT, 143 SIGTERM, 129 SIGHUP, 131 SIGQUIT).
     """
     console = get_console()
-    flags = slurm_flags(os.environ)
+    flags = environment_flags(config, set_ or [])
     for key, flag, value in (
         ("nnodes", "--nnodes", nnodes),
         ("node_rank", "--node-rank", node_rank),
@@ -78,10 +83,11 @@ def launch(
         raise UsageError("--json goes with --dry-run (a running job streams its output; see `rpcctl runs --json`)")
     if dry_run:
         plan = located(lambda: _checked_plan(spec, runs_dir))
+        sources = value_sources(spec, plan, config, set_ or [], flags)
         if json_:
-            console.json(plan.to_dict())
+            console.json({**plan.to_dict(), "sources": sources})
         else:
-            render_plan(console, plan)
+            render_plan(console, plan, sources)
         return
     page = None
     if web:
@@ -111,6 +117,38 @@ def launch(
         raise JobCancelledError(record.reason or "cancelled", record.exit_code or 130, reported=True)
     if record.status != RunStatus.SUCCEEDED:
         raise JobFailedError(f"job '{record.name}' {record.status} (run {record.run_id})", reported=True)
+
+
+def environment_flags(config: Path, overrides: list[str], env=os.environ) -> dict[str, tuple[Any, str]]:
+    """Values the environment gives: a SLURM step's, else a pod's (``rpcctl.k8s``). An Indexed
+    Job's completion index alone is a node rank only for a config of several nodes."""
+    flags = slurm_flags(env)
+    if flags:
+        return flags
+    flags = pod_flags(env, gpus=len(visible_gpus()))
+    if weak_node_rank(flags) and load_config(config, overrides, flags={k: v for k, v in flags.items() if k != "node_rank"}).nnodes == 1:
+        del flags["node_rank"]
+    return flags
+
+
+# What --dry-run says the origin of: the values a node of a multi-node job takes from flags,
+# the environment or the config.
+SOURCED_KEYS = ("nnodes", "node_rank", "master_addr", "master_port", "nproc_per_node")
+SOURCE_COLUMNS = (Column("key", priority=KEY), Column("value", priority=KEY), Column("source", "FROM", wrap=True, priority=KEY))
+
+
+def value_sources(spec, plan: LaunchPlan, config: Path, overrides: list[str], flags: dict) -> list[dict[str, Any]]:
+    """Where each of ``SOURCED_KEYS`` came from: a flag, the environment (``SLURM_NODEID=1``,
+    ``PET_NNODES=2``), ``--set``, the file's line, or the default."""
+    rows = []
+    for key in SOURCED_KEYS:
+        source, value = locate(config, key, overrides=overrides, flags=flags), getattr(spec, key)
+        if source == str(config):  # not in the file: the default
+            source = "default"
+        if key == "master_port" and value is None:  # several nodes: torchrun's; one: the free port the plan took
+            value, source = (DEFAULT_MASTER_PORT, "default (several nodes)") if spec.multi_node else (plan.master_port, "default (a free port)")
+        rows.append({"key": key, "value": value, "source": source})
+    return rows
 
 
 def _checked_plan(spec, runs_dir: Path | None) -> LaunchPlan:
@@ -156,7 +194,7 @@ def parse_ranks(text: str, world_size: int, first: int = 0) -> set[int]:
     return ranks
 
 
-def render_plan(console: Console, plan: LaunchPlan) -> None:
+def render_plan(console: Console, plan: LaunchPlan, sources: list[dict[str, Any]] | None = None) -> None:
     preload = f" (preload {sanitize(', '.join(plan.preload), markup=True)})" if plan.preload else ""
     console.print(
         f"[bold]{sanitize(plan.name, markup=True)}[/bold]: {plan.world_size} rank(s), start method {plan.start_method}{preload}, "
@@ -168,6 +206,9 @@ def render_plan(console: Console, plan: LaunchPlan) -> None:
     console.print(f"\n[bold]Command[/bold] (every rank)\n  {sanitize(' '.join(plan.ranks[0].argv), markup=True)}\n")
     variables = [{"variable": k, "value": v} for k, v in shared.items()]
     console.print(render_table(variables, ENV_COLUMNS, title="Environment (every rank, on top of the launcher's)"))
+    if sources:
+        console.print()
+        console.print(render_table(sources, SOURCE_COLUMNS, title="Where the node's values came from (flags, then the environment, then the config)"))
 
 
 def render_leaks(console: Console, record: RunRecord) -> None:
