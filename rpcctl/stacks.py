@@ -50,6 +50,8 @@ def register_child(run_dir: str) -> None:
     if ticks is None:
         return
     path = child_stack_file(Path(run_dir), pid, ticks)
+    if any(f.name == str(path) for f in _files):
+        return  # registered already (a Monarch mesh process that then imports torch)
     private_dir(path.parent)
     f = private_open(path, "a")  # must stay open for faulthandler
     _files.append(f)
