@@ -93,3 +93,38 @@ def test_a_failure_or_the_timeout_leaves_no_mesh_process(tmp_path, runs_dir, act
         assert pids_gone(pids)
     finally:
         kill_if_running(launcher)
+
+
+def test_a_process_that_imports_monarch_joins_as_the_ranks_child(tmp_path):
+    """What a mesh process does at `import monarch` (rpcctl's sitecustomize): join telemetry as
+    a child of its rank and register for `rpcctl stack`, torch imported first or not. Joining
+    inside that import raised RecursionError (torchmonarch 0.7.0), so this joins from a thread."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    from rpcctl.telemetry import protocol
+
+    site = ROOT / "rpcctl" / "telemetry" / "_site"
+    path = tmp_path / "t.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(str(path))
+        server.listen(1)
+        server.settimeout(30)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]), RPCCTL_RUN_DIR=str(tmp_path))
+        env.update({protocol.ENV_SOCKET: str(path), protocol.ENV_RANK: "0", protocol.ENV_RANK_PID: "1"})
+        code = "import torch, monarch, time; time.sleep(30)"
+        child = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            conn, _ = server.accept()
+            with conn:
+                hello = protocol.decode(conn.makefile("rb").readline())
+            assert hello["k"] == "hello" and hello["kind"] == "child" and hello["rank"] == 0 and hello["pid"] == child.pid, hello
+            wait_until(lambda: list((tmp_path / "stacks").glob(f"pid-{child.pid}-*.txt")), 10, "the stack file")
+        finally:
+            child.kill()
+            _, err = child.communicate(timeout=30)
+    assert "RecursionError" not in err and "rpcctl:" not in err, err

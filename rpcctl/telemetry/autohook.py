@@ -66,6 +66,7 @@ def _uninstall(hook: _ImportHook) -> None:
 # How the init_rpc hook joins telemetry (``rrefs.set_join``): given by whoever installs, since
 # the worker imports this module and so cannot be imported from here.
 _join: Any = None
+_mesh_join: Any = None
 
 
 def _torch_imported() -> None:
@@ -108,23 +109,38 @@ def _register_stacks() -> None:
 
 
 def _monarch_imported() -> None:
-    """A Monarch mesh process a rank spawned: one of the rank's processes from the start."""
-    if not _spawned_by_a_rank():
-        return
+    """A Monarch mesh process a rank spawned: one of the rank's processes from the start.
+
+    On a thread of its own: run inside the import of ``monarch`` (its Rust extension has just
+    been initialised), any call a few frames deep raised RecursionError (measured with
+    torchmonarch 0.7.0: pathlib, socket). A fresh thread's stack is unaffected. That thread
+    never touches torch (``mesh_join`` installs no hook): the main thread may be importing it,
+    and a half-imported torch used from a second thread aborted the process (measured); the
+    torch hook above installs the RPC hooks once that import is done."""
+    if _spawned_by_a_rank():
+        import threading
+
+        threading.Thread(target=_join_as_mesh_process, name="rpcctl-monarch-join", daemon=True).start()
+
+
+def _join_as_mesh_process() -> None:
     _register_stacks()
-    if _join is not None:
+    if _mesh_join is not None:
         try:
-            _join()
+            _mesh_join()
         except Exception as exc:
             print(f"rpcctl: telemetry not joined: {exc!r}", file=sys.stderr)
 
 
-def install(join: Any = None) -> None:
+def install(join: Any = None, mesh_join: Any = None) -> None:
     """Hook torch.distributed.rpc now, or when torch is imported. ``join``: what the init_rpc
-    hook calls to join this process to telemetry (``worker.join_at_init_rpc``)."""
-    global _join
+    hook calls to join this process to telemetry (``worker.join_at_init_rpc``); ``mesh_join``:
+    how a Monarch mesh process joins (``worker.joining(hooks=False)``)."""
+    global _join, _mesh_join
     if join is not None:
         _join = join
+    if mesh_join is not None:
+        _mesh_join = mesh_join
     for module, on_import in (("torch", _torch_imported), ("monarch", _monarch_imported)):
         if module in sys.modules:
             on_import()

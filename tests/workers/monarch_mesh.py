@@ -13,6 +13,7 @@ import os
 import sys
 import time
 
+import torch  # noqa: F401  (as most Monarch programs do: the mesh processes import it too)
 from monarch.actor import Actor, endpoint, this_host
 
 
