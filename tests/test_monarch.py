@@ -12,7 +12,8 @@ import signal
 from pathlib import Path
 
 import pytest
-from conftest import WORKERS, assert_no_process_left, kill_if_running, only_run, pids_gone, record, rpcctl, start_rpcctl, wait_until, write_config
+from conftest import ROOT, WORKERS, assert_no_process_left, kill_if_running, only_run, pids_gone, record, rpcctl, start_rpcctl, wait_until, write_config
+from example_checks import MONARCH_CHECKS
 
 INSTALL = "pip install -c constraints.txt 'rpcctl[monarch]'"
 
@@ -104,8 +105,6 @@ def test_a_process_that_imports_monarch_joins_as_the_ranks_child(tmp_path):
     import subprocess
     import sys
 
-    from conftest import ROOT
-
     from rpcctl.telemetry import protocol
 
     site = ROOT / "rpcctl" / "telemetry" / "_site"
@@ -128,3 +127,15 @@ def test_a_process_that_imports_monarch_joins_as_the_ranks_child(tmp_path):
             child.kill()
             _, err = child.communicate(timeout=30)
     assert "RecursionError" not in err and "rpcctl:" not in err, err
+
+
+@pytest.mark.parametrize("example", list(MONARCH_CHECKS))
+def test_monarch_example_runs_under_rpcctl(example, runs_dir):
+    """configs/monarch/: each classic pattern in Monarch, one controller rank, the same results
+    as the torch RPC version (tests/example_checks.py)."""
+    result = rpcctl("launch", f"configs/monarch/{example}.yaml", "--no-live", "--runs-dir", str(runs_dir), cwd=ROOT, timeout=85)
+    run_dir = only_run(runs_dir)
+    assert_no_process_left(run_dir, timeout=10)
+    assert result.returncode == 0, result.stdout + result.stderr
+    MONARCH_CHECKS[example](result.stdout)
+    assert record(run_dir)["status"] == "succeeded"
