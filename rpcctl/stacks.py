@@ -19,12 +19,14 @@ import atexit
 import faulthandler
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
 from rpcctl.private import private_dir, private_open
 
 _files: list = []  # kept open for faulthandler.register
+_register_lock = threading.Lock()
 
 
 def start_ticks(pid: int) -> int | None:
@@ -50,10 +52,13 @@ def register_child(run_dir: str) -> None:
     if ticks is None:
         return
     path = child_stack_file(Path(run_dir), pid, ticks)
-    private_dir(path.parent)
-    f = private_open(path, "a")  # must stay open for faulthandler
-    _files.append(f)
-    faulthandler.register(signal.SIGUSR1, file=f, all_threads=True, chain=False)
+    with _register_lock:  # a Monarch mesh process registers from a thread, and again at `import torch`
+        if any(f.name == str(path) for f in _files):
+            return
+        private_dir(path.parent)
+        f = private_open(path, "a")  # must stay open for faulthandler
+        _files.append(f)
+        faulthandler.register(signal.SIGUSR1, file=f, all_threads=True, chain=False)
     atexit.register(_remove_if_empty, path)
 
 

@@ -49,3 +49,37 @@ CHECKS = {
     "shard_aggregate": _check_shard_aggregate,
     "parameter_server": _check_parameter_server,
 }
+
+
+# configs/monarch/: the same patterns in Monarch (docs/monarch.md), the same results.
+def _check_monarch_remote_call(out: str) -> None:
+    assert "add_and_scale = [2.0, 4.0, 6.0]" in out
+    assert "futures   -> [[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [3.0, 6.0, 9.0]]" in out
+    assert "failure   -> ActorError: True" in out and "remote_call OK" in out
+
+
+def _check_monarch_remote_object(out: str) -> None:
+    assert "owner is another process: True" in out and "calls = 2" in out
+    assert "acc.value.call_one().get() = [1.0, 2.0, 3.0, 4.0]" in out and "remote_object OK" in out
+
+
+def _check_monarch_remote_state(out: str) -> None:
+    assert "final counter = 40" in out and "updater0: 20" in out and "updater1: 20" in out
+    assert "remote_state OK" in out
+
+
+def _check_monarch_parameter_server(out: str) -> None:
+    _check_parameter_server(out)
+
+
+MONARCH_CHECKS = {
+    "remote_call": _check_monarch_remote_call,
+    "remote_object": _check_monarch_remote_object,
+    "remote_state": _check_monarch_remote_state,
+    "shard_aggregate": lambda out: (all(f"held by proc {r}" in out for r in range(3)) and "shard_aggregate OK" in out) or _fail(out),
+    "parameter_server": _check_monarch_parameter_server,
+}
+
+
+def _fail(out: str) -> None:
+    raise AssertionError(out[-2000:])

@@ -683,7 +683,7 @@ def test_missing_frameworks_are_notes_with_the_install_command_and_the_rest_runs
     import importlib.util
 
     real = importlib.util.find_spec
-    missing = {"ray", "tensorflow", "horovod"}
+    missing = {"ray", "tensorflow", "horovod", "monarch"}
     # the system edge: which packages are installed
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name.split(".")[0] in missing else real(name, *a))
     from rpcctl.bench import api
@@ -695,6 +695,8 @@ def test_missing_frameworks_are_notes_with_the_install_command_and_the_rest_runs
     assert "tf-rpc: skipped: tensorflow is not installed (pip install 'rpcctl[tensorflow]')" in notes
     assert "tf-allreduce: skipped: tensorflow is not installed" in notes
     assert "horovod: skipped: horovod is not installed (scripts/build_horovod.sh" in notes
+    assert "monarch: skipped: torchmonarch is not installed (pip install 'rpcctl[monarch]')" in notes
+    assert "monarch-rdma: skipped: torchmonarch is not installed" in notes
 
 
 def test_compare_preset_plans_shared_ops_in_rotated_rounds():

@@ -240,6 +240,27 @@ def test_tensorflow_rpc_and_allreduce_for_real(tmp_path):
         assert_startup_row(rows[(transport, "startup", None)])
 
 
+def test_monarch_endpoint_and_rdma_for_real(tmp_path):
+    """Monarch (an extra; .ci/run installs it): a real one-process mesh on this host, the same
+    rows as Ray's plus RDMABuffer's payloads, every echo checked, the mesh gone afterwards."""
+    needs("monarch", "torchmonarch is an extra: pip install 'rpcctl[monarch]'")
+    document = run_bench(tmp_path, "--suite", "latency,payload,startup", "--transport", "monarch,monarch-rdma")
+    rows = {(r["transport"], r["suite"], r["payload_bytes"]): r for r in document["results"]}
+    latency = rows[("monarch", "latency", TINY_BYTES)]
+    assert latency["op"] == "endpoint_call" and latency["bytes_per_call"] == 2 * TINY_BYTES and latency["world_size"] == 1
+    assert_sane(latency, repeats=2)
+    for transport, op in (("monarch", "endpoint_call"), ("monarch-rdma", "rdma_echo")):
+        for size in QUICK.payload_sizes:
+            row = rows[(transport, "payload", size)]
+            assert row["op"] == op and row["gbps"] > 0 and row["bytes_per_call"] == 2 * size
+            assert_sane(row, repeats=2)
+        assert_startup_row(rows[(transport, "startup", None)])
+    assert ("monarch-rdma", "latency", TINY_BYTES) not in rows  # RDMA is offered for payloads only
+    backend = document["settings"]["observed"]["monarch-rdma@1"]["rdma_backend"]
+    assert backend in ("ibverbs", "tcp")
+    assert any(n.startswith("monarch-rdma: no ibverbs device here") for n in document["notes"]) == (backend == "tcp"), document["notes"]
+
+
 def test_horovod_collectives_for_real_against_gloo(tmp_path):
     """Horovod over its Gloo controller, next to torch's own gloo collectives (VS GLOO).
     Horovod is built by scripts/build_horovod.sh (minutes), which CI does not run."""

@@ -18,8 +18,8 @@ from rpcctl import inspect
 from rpcctl.telemetry import protocol
 from rpcctl.telemetry.dashboard import dashboard_panels
 from rpcctl.telemetry.losses import LossParser
-from tests.conftest import assert_no_process_left, only_run, record, rpcctl, write_config
-from tests.terminal import CTRL_C, run_on_terminal, screen_text
+from conftest import assert_no_process_left, only_run, record, rpcctl, write_config
+from terminal import CTRL_C, run_on_terminal, screen_text
 
 pytestmark = pytest.mark.timeout(180)
 CORPUS_SCRIPTS = Path(__file__).resolve().parent / "corpus" / "scripts"

@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from tests.conftest import assert_no_process_left, launch_job, launch_until_running, pids_gone, record, rpcctl, wait_until
+from conftest import assert_no_process_left, launch_job, launch_until_running, pids_gone, record, rpcctl, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 

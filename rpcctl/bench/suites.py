@@ -32,7 +32,7 @@ KIND = {"latency": "point-to-point", "payload": "point-to-point", "throughput": 
         "collective": "collective", "train": "training", "startup": "startup"}
 COMPARE = "compare"  # the preset: --suite compare
 COMPARE_SUITES = ("latency", "payload", "throughput", "collective", "startup")
-COMPARE_TRANSPORTS = ("rpc", "gloo", "ray", "tf-rpc", "tf-allreduce", "horovod")
+COMPARE_TRANSPORTS = ("rpc", "gloo", "ray", "tf-rpc", "tf-allreduce", "horovod", "monarch", "monarch-rdma")
 KiB, MiB = 1024, 1024 * 1024
 
 TINY_BYTES = 8  # the latency and throughput payload: one 8-byte tensor

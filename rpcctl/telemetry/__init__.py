@@ -12,7 +12,8 @@ Process tree and data flow::
        │  (never pickle)                                 processes a rank spawns itself (mp.spawn):
        │                                                  sitecustomize on PYTHONPATH installs the
        │                                                  same hooks when torch.distributed.rpc is
-       │                                                  imported; joins at init_rpc()
+       │                                                  imported; joins at init_rpc(), or
+       │                                                  at once in a Monarch mesh process
        ├── log_line(rank, line): losses parsed from unmodified prints (``losses.py``)
        └── rank_started / rank_exited: the launcher's own view of each rank
 

@@ -6,6 +6,11 @@ In a process a rank started, it also registers the process for ``rpcctl stack``
 (``rpcctl.stacks``). Nothing else happens until the process calls ``init_rpc`` or
 ``rpcctl.report``. A process that
 never imports torch pays for one finder lookup per import.
+
+A Monarch mesh process (``python -m monarch._src.actor.bootstrap_main``, started by a rank
+that spawns a proc mesh; see docs/monarch.md) joins telemetry as soon as it imports
+``monarch``, and registers for ``rpcctl stack``: it never calls ``init_rpc``, and its actors
+need not use torch, yet it is one of the rank's processes (``inspect workers``).
 """
 
 from __future__ import annotations
@@ -15,12 +20,15 @@ import sys
 from typing import Any
 
 
-class _TorchImportHook:
-    def __init__(self) -> None:
+class _ImportHook:
+    """One-shot: calls ``on_import()`` once module ``module`` has finished importing."""
+
+    def __init__(self, module: str, on_import: Any) -> None:
+        self.module, self.on_import = module, on_import
         self.busy = False
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != "torch" or self.busy:
+        if name != self.module or self.busy:
             return None
         self.busy = True
         try:
@@ -42,13 +50,13 @@ class _TorchImportHook:
         def exec_module(module: Any) -> None:
             original(module)
             _uninstall(self)
-            _torch_imported()
+            self.on_import()
 
         loader.exec_module = exec_module
         return spec
 
 
-def _uninstall(hook: _TorchImportHook) -> None:
+def _uninstall(hook: _ImportHook) -> None:
     try:
         sys.meta_path.remove(hook)
     except ValueError:
@@ -58,6 +66,7 @@ def _uninstall(hook: _TorchImportHook) -> None:
 # How the init_rpc hook joins telemetry (``rrefs.set_join``): given by whoever installs, since
 # the worker imports this module and so cannot be imported from here.
 _join: Any = None
+_mesh_join: Any = None
 
 
 def _torch_imported() -> None:
@@ -76,10 +85,21 @@ def _torch_imported() -> None:
     # A process a rank started (not the rank: its bootstrap registers its own file) that uses
     # torch answers `rpcctl stack`. Only torch users: a script's many small helper
     # interpreters should not each leave a file behind.
+    _register_stacks()
+
+
+def _spawned_by_a_rank() -> str | None:
+    """The run directory, in a process a rank started (not the rank: its bootstrap registers
+    its own stack file and joins telemetry itself); else None."""
     from rpcctl.telemetry import protocol
 
     rank_pid, run_dir = os.environ.get(protocol.ENV_RANK_PID), os.environ.get("RPCCTL_RUN_DIR")
-    if rank_pid and run_dir and rank_pid != str(os.getpid()):
+    return run_dir if rank_pid and run_dir and rank_pid != str(os.getpid()) else None
+
+
+def _register_stacks() -> None:
+    run_dir = _spawned_by_a_rank()
+    if run_dir:
         try:
             from rpcctl import stacks
 
@@ -88,14 +108,41 @@ def _torch_imported() -> None:
             print(f"rpcctl: stack dumps not registered: {exc!r}", file=sys.stderr)
 
 
-def install(join: Any = None) -> None:
+def _monarch_imported() -> None:
+    """A Monarch mesh process a rank spawned: one of the rank's processes from the start.
+
+    On a thread of its own: run inside the import of ``monarch`` (its Rust extension has just
+    been initialised), any call a few frames deep raised RecursionError (measured with
+    torchmonarch 0.7.0: pathlib, socket). A fresh thread's stack is unaffected. That thread
+    never touches torch (``mesh_join`` installs no hook): the main thread may be importing it,
+    and a half-imported torch used from a second thread aborted the process (measured); the
+    torch hook above installs the RPC hooks once that import is done."""
+    if _spawned_by_a_rank():
+        import threading
+
+        threading.Thread(target=_join_as_mesh_process, name="rpcctl-monarch-join", daemon=True).start()
+
+
+def _join_as_mesh_process() -> None:
+    _register_stacks()
+    if _mesh_join is not None:
+        try:
+            _mesh_join()
+        except Exception as exc:
+            print(f"rpcctl: telemetry not joined: {exc!r}", file=sys.stderr)
+
+
+def install(join: Any = None, mesh_join: Any = None) -> None:
     """Hook torch.distributed.rpc now, or when torch is imported. ``join``: what the init_rpc
-    hook calls to join this process to telemetry (``worker.join_at_init_rpc``)."""
-    global _join
+    hook calls to join this process to telemetry (``worker.join_at_init_rpc``); ``mesh_join``:
+    how a Monarch mesh process joins (``worker.joining(hooks=False)``)."""
+    global _join, _mesh_join
     if join is not None:
         _join = join
-    if "torch" in sys.modules:
-        _torch_imported()
-        return
-    if not any(isinstance(f, _TorchImportHook) for f in sys.meta_path):
-        sys.meta_path.insert(0, _TorchImportHook())
+    if mesh_join is not None:
+        _mesh_join = mesh_join
+    for module, on_import in (("torch", _torch_imported), ("monarch", _monarch_imported)):
+        if module in sys.modules:
+            on_import()
+        elif not any(isinstance(f, _ImportHook) and f.module == module for f in sys.meta_path):
+            sys.meta_path.insert(0, _ImportHook(module, on_import))

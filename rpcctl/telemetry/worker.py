@@ -85,12 +85,14 @@ def report(step: int | None = None, loss: float | None = None, **metrics: float)
     worker.post(event)
 
 
-def joining() -> _Worker | None:
-    """A process joins telemetry (a spawned child at init_rpc, or on its first report)."""
+def joining(hooks: bool = True) -> _Worker | None:
+    """A process joins telemetry (a spawned child at init_rpc, or on its first report; a
+    Monarch mesh process at ``import monarch``, with ``hooks=False``: see ``autohook``)."""
     if not _wanted():
         return None
     worker = _get()
-    _install_hooks()
+    if hooks:
+        _install_hooks()
     worker.activate()
     return worker if worker.active else None
 

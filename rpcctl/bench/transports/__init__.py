@@ -195,7 +195,7 @@ def _load() -> None:
     if _loaded:
         return
     _loaded = True
-    for module in ("rpc", "gloo", "tcp", "memcpy", "ray", "tensorflow", "horovod"):
+    for module in ("rpc", "gloo", "tcp", "memcpy", "ray", "tensorflow", "horovod", "monarch"):
         importlib.import_module(f"rpcctl.bench.transports.{module}")
     from importlib.metadata import entry_points
 

@@ -14,13 +14,20 @@ def _rpcctl_join():
     return worker.join_at_init_rpc()
 
 
+def _rpcctl_mesh_join():
+    """Joins telemetry in a Monarch mesh process (autohook: from a thread, touching no torch)."""
+    from rpcctl.telemetry import worker
+
+    worker.joining(hooks=False)
+
+
 def _rpcctl_chain() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     if os.environ.get("RPCCTL_TELEMETRY_SOCKET"):
         try:
             from rpcctl.telemetry import autohook
 
-            autohook.install(join=_rpcctl_join)
+            autohook.install(join=_rpcctl_join, mesh_join=_rpcctl_mesh_join)
         except Exception as exc:  # never break an unrelated interpreter
             print(f"rpcctl: telemetry hook not installed: {exc!r}", file=sys.stderr)
     import importlib.machinery
