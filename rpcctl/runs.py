@@ -129,7 +129,8 @@ class RunRecord:
         cause = self.root_cause
         if cause is None:
             return None
-        return short(f"rank {cause.rank}: {cause.message}" if cause.rank >= 0 else cause.message)
+        text = f"rank {cause.rank}: {cause.message}" if cause.rank >= 0 else cause.message
+        return short(" ".join(text.split()))  # one line in a table cell, whatever the message holds
 
     # ``rpcctl runs``: the table and ``--filter`` come from these (keys: fields or properties).
     COLUMNS: ClassVar[tuple[Column, ...]] = (

@@ -149,20 +149,48 @@ def _install_stack_dumps() -> None:
         faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True, chain=False)
 
 
+def spawned_failure(exc: BaseException) -> dict[str, Any] | None:
+    """torch.multiprocessing's exception for a process that ``mp.spawn`` started and that failed
+    (raised from ``join``): that process's index, pid, how it ended in one line, and its own
+    traceback once. ``ProcessRaisedException`` carries the child's traceback after a header
+    line (its ``str`` starts with blank lines: its first line says nothing);
+    ``ProcessExitedException`` an exit code or a signal. None for any other exception."""
+    if not type(exc).__module__.startswith("torch.multiprocessing") or not hasattr(exc, "error_pid"):
+        return None
+    found: dict[str, Any] = {"index": getattr(exc, "error_index", None), "pid": exc.error_pid, "traceback": None, "type": None}
+    if hasattr(exc, "exit_code"):
+        signal_name = getattr(exc, "signal_name", None)
+        found["how"] = f"was killed by {signal_name}" if signal_name else f"exited with code {exc.exit_code}"
+        return found
+    text = str(getattr(exc, "msg", None) or exc)
+    trace = text.partition(" terminated with the following error:\n")[2].strip("\n")
+    last = next((line.strip() for line in reversed(trace.splitlines()) if line.strip()), "")
+    found["how"] = f"raised {last}" if last else "raised an exception"
+    found["traceback"] = f"{trace}\n" if trace else None
+    found["type"] = last.split(":", 1)[0] if last else None
+    return found
+
+
 def _write_error_file(exc: BaseException) -> None:
     path = os.environ.get("RPCCTL_ERROR_FILE") or os.environ.get("TORCHELASTIC_ERROR_FILE")
     if not path or os.path.exists(path):  # torch's @record may already have written it
         return
+    message, callstack, kind = f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc)), type(exc).__name__
+    ours: dict[str, Any] = {"rank": os.environ.get("RANK"), "pid": os.getpid()}
     whole = f"; the whole is in logs/rank-{os.environ.get('RANK')}.log"  # Python prints it there too
+    child = spawned_failure(exc)
+    if child is not None:  # the process that failed is the root cause, not this rank's mp.spawn
+        message = f"mp.spawn process {child['index']} (pid {child['pid']}) {child['how']}"
+        callstack, kind = child["traceback"] or callstack, child["type"] or kind
+        # Its text is a rank's too: capped as the message is (the whole is in the log).
+        ours["child"] = {**child, "traceback": None, "how": cap_text(child["how"], MAX_MESSAGE_CHARS, whole),
+                         "type": cap_text(child["type"], MAX_MESSAGE_CHARS, whole) if child["type"] else None}
     document = {
         "message": {
-            "message": cap_text(f"{type(exc).__name__}: {exc}", MAX_MESSAGE_CHARS, whole),
-            "extraInfo": {
-                "py_callstack": cap_text("".join(traceback.format_exception(exc)), MAX_TRACEBACK_CHARS, whole),
-                "timestamp": str(int(time.time())),
-            },
+            "message": cap_text(message, MAX_MESSAGE_CHARS, whole),
+            "extraInfo": {"py_callstack": cap_text(callstack, MAX_TRACEBACK_CHARS, whole), "timestamp": str(int(time.time()))},
         },
-        "rpcctl": {"type": type(exc).__name__, "rank": os.environ.get("RANK"), "pid": os.getpid()},
+        "rpcctl": {"type": kind, **ours},
     }
     try:
         private_dir(Path(path).parent)

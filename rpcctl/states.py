@@ -14,7 +14,8 @@ A rank (``RankState.state``, the ranks of ``inspect workers``)::
                    ⇅ stopped (SIGSTOP / SIGCONT; shown by the views, never stored)
        └ the launcher died (kill -9) ──▶ lost (gone with it, exit status never recorded)
                                      └─▶ orphaned (still alive, unsupervised: ``rpcctl stop`` kills it)
-    exited: a process a rank spawned itself ended (its exit status is not known)
+    exited: a process a rank spawned itself ended (its exit status is not known; one its parent
+            reaped through multiprocessing, mp.spawn's, takes succeeded, failed or killed)
 
 An RRef (``RRefRecord.state``): pending (``rpc.remote`` not yet confirmed) ──▶ live ──▶ deleted;
 how it ended (``RRefRecord.ending``): released at shutdown, or leaked.

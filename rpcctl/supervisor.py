@@ -441,7 +441,9 @@ class Supervisor:
         rank = status.rank
         plan = next(r for r in self.plan.ranks if r.rank == rank)
         error = _read_error_file(Path(plan.error_file))
-        if error:
+        if error and error.get("child"):
+            message = self._spawned_message(rank, error["child"], error["message"])
+        elif error:
             message = error["message"]
         else:
             message = f"rank {rank} (pid {status.pid}) {status.describe()}"
@@ -457,6 +459,19 @@ class Supervisor:
             error_type=error.get("type") if error else None,
             log_tail=list(self.tails[rank]),
         )
+
+    def _spawned_message(self, rank: int, child: dict, message: str) -> str:
+        """A process the rank started with mp.spawn failed: named by its RPC name too, if it
+        joined RPC (the store has it: it reported long before its parent saw it end)."""
+        from rpcctl.inspect import spawned_name
+
+        try:
+            name = spawned_name(self.run_dir, rank, int(child["pid"]))
+        except Exception:  # a damaged or absent store: the error file's message stands
+            name = None
+        if not name:
+            return message
+        return f"{name} (mp.spawn process {child.get('index')}, pid {child['pid']}) {child.get('how', 'failed')}"
 
     def _finish(self, outcome: RunStatus) -> None:
         self.record.status = outcome
@@ -491,10 +506,12 @@ def _read_error_file(path: Path) -> dict | None:
     if not isinstance(message, dict):
         return None
     extra = message.get("extraInfo") or {}
+    ours = data.get("rpcctl") if isinstance(data.get("rpcctl"), dict) else {}
     return {
         "message": str(message.get("message", "")).strip(),
         "traceback": extra.get("py_callstack"),
-        "type": (data.get("rpcctl") or {}).get("type"),
+        "type": ours.get("type"),
+        "child": ours.get("child") if isinstance(ours.get("child"), dict) and isinstance(ours["child"].get("pid"), int) else None,
     }
 
 

@@ -23,7 +23,8 @@ progress was seen for ``hang_timeout`` seconds in a job that uses RPC (a process
    diagnosis, keeps the job and reports again only after progress resumed and stopped.
 
 Earlier, within ``JOIN_WARN_S`` (or half ``hang_timeout`` if shorter) of the first process
-entering ``init_rpc``, a rank that has not entered it yet is named with where it is, once.
+entering ``init_rpc``, a rank that has not entered it yet is named with where it is, once. A
+rank whose spawned processes entered it (an ``mp.spawn`` program) has joined, through them.
 
 In any job (RPC or not), a rank whose telemetry heartbeat is older than ``STALE_AFTER_S`` has a
 sender thread that cannot run (a long C call holding the GIL, a starved or stopped process): its
@@ -184,7 +185,7 @@ def diagnose(procs: list[Proc], report: CallsReport, stalled_s: float) -> Diagno
     if joined and absent:
         proc = absent[0]
         at = where(proc.main_thread())
-        others = [p.describe() for p in joined if p.kind == "rank"]
+        others = [p.describe() for p in joined if p.kind == "rank"] or [p.describe() for p in joined]
         headline = f"{proc.describe()} has not joined RPC" + (f"; it is at {at}" if at else "") + \
             f"; {', '.join(others)} {'waits' if len(others) == 1 else 'wait'} in init_rpc"
         if proc.stopped:
@@ -331,7 +332,16 @@ class HangWatchdog:
         # take seconds to start the ranks).
         starts = [r["connected_at"] for r in rows] + joins
         progress = max([m for m in (marks[0]["a"], marks[0]["b"], marks[0]["c"], *starts) if m is not None] or [0.0])
-        return [_proc(r, record) for r in rows], progress, min(joins)
+        procs = [_proc(r, record) for r in rows]
+        # A rank whose spawned processes joined RPC (an mp.spawn program: the rank waits in
+        # mp.spawn, its children are the workers) has joined, through them; those may have ended.
+        through = {r["rank"]: r["t"] for r in s.rows(
+            "SELECT rank, min(rpc_join_at) AS t FROM procs WHERE restart = ? AND kind = 'child' AND rpc_join_at IS NOT NULL GROUP BY rank",
+            (self._restart,))}
+        for proc in procs:
+            if proc.kind == "rank" and proc.joined_at is None and proc.rank in through:
+                proc.joined_at = through[proc.rank]
+        return procs, progress, min(joins)
 
     def _dump_silent_ranks(self, rows: list, record: RunRecord) -> None:
         """A rank whose telemetry heartbeat went stale: its sender thread cannot run (the GIL held

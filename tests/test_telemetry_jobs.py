@@ -290,6 +290,9 @@ def test_rrefs_of_a_script_that_spawns_its_own_ranks(tmp_path, runs_dir):
         out, err = _finish(launcher, sync)
     assert_no_process_left(run_dir)
     assert "as a ProcessGroup" not in out + err  # torch's own init_rpc warning, silenced in the trainers too
+    # The trainers' exit codes, as their parent (mp.spawn's join) reaped them.
+    assert [(w.kind, w.state, w.exit_code) for w in inspect.workers(run_dir)] == [
+        ("rank", "succeeded", 0), ("child", "succeeded", 0), ("child", "succeeded", 0)]
     # The trainers were asked for their stacks, so their files stay; nothing else was left.
     assert sorted(p.name.split("-")[0] for p in (run_dir / "stacks").iterdir()) == ["pid", "pid", "rank"]
 

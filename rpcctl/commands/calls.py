@@ -27,18 +27,18 @@ def calls(
     Calls that end within 1 s are counted, not listed. After the run: the same from the store,
     with calls that never ended marked unfinished.
     """
-    from rpcctl.commands.inspect import _view
+    from rpcctl.commands.inspect import _view, none_yet
 
-    _view(run, runs_dir, json_, watch, sdk.calls, lambda report, _run_dir: render(report, wide))
+    _view(run, runs_dir, json_, watch, sdk.calls, lambda report, run_dir: render(report, wide, none_yet(run_dir, "calls")))
 
 
-def render(report: sdk.CallsReport, wide: bool = False) -> Any:
+def render(report: sdk.CallsReport, wide: bool = False, no_calls: str = "no calls yet") -> Any:
     title = "Calls in flight (1 s or more), oldest first"
     if report.pending and all(c.state != CallState.PENDING for c in report.pending):
         title = "Calls that never ended"
     pending = render_table(report.pending, sdk.PendingCall.COLUMNS, title=title, detail=wide,
                            empty="no call in flight for 1 s or more")
-    summary = render_table(report.summary, sdk.CallSummary.COLUMNS, title="Per caller → callee", detail=wide, empty="no calls yet")
+    summary = render_table(report.summary, sdk.CallSummary.COLUMNS, title="Per caller → callee", detail=wide, empty=no_calls)
     parts: list[Any] = [pending, "", summary]
     running = [s for s in report.serving if s.state != ServingState.DONE]
     if running:

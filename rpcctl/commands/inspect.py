@@ -59,6 +59,12 @@ def _show(run_dir: Path, render: Callable[[], Any], watch: bool) -> None:
         pass
 
 
+def none_yet(run_dir: Path, what: str) -> str:
+    """An empty view's line: "no calls yet" while the run goes on, "no calls were recorded" once
+    it ended (nothing more will come)."""
+    return f"no {what} {'was' if what == 'placement' else 'were'} recorded" if _finished(run_dir) else f"no {what} yet"
+
+
 def _finished(run_dir: Path) -> bool:
     try:
         return load_record(run_dir).effective_status.is_terminal
@@ -148,7 +154,7 @@ def workers(
     """
 
     def render(records: list[sdk.WorkerRecord], run_dir: Path) -> Any:
-        table = render_table(records, sdk.WorkerRecord.COLUMNS, detail=wide, empty=filtered_empty("workers", filters) or "no workers yet")
+        table = render_table(records, sdk.WorkerRecord.COLUMNS, detail=wide, empty=filtered_empty("workers", filters) or none_yet(run_dir, "workers"))
         lines = [f"[yellow]STALE:[/yellow] rank {w.rank} (pid {w.pid}) no heartbeat for {w.heartbeat_age_s:.0f} s — try `rpcctl stack --rank {w.rank}`"
                  for w in records if w.stale]
         lines += [Text.assemble(("STOPPED: ", "yellow"), stopped_message(f"rank {w.rank}", w.pid)) for w in records if w.state == RankStatus.STOPPED]
@@ -183,8 +189,8 @@ def gpus(
 ) -> None:
     """Per device: the ranks placed on it, memory used/total, and bytes of RRef values on it."""
 
-    def render(records: list[sdk.DeviceRecord], _run_dir: Path) -> Any:
-        table = render_table(records, sdk.DeviceRecord.COLUMNS, detail=wide, empty="no placement recorded yet")
+    def render(records: list[sdk.DeviceRecord], run_dir: Path) -> Any:
+        table = render_table(records, sdk.DeviceRecord.COLUMNS, detail=wide, empty=none_yet(run_dir, "placement"))
         if records and all(r.device == "cpu" for r in records):
             return Group("No GPU in this run: every rank ran on the CPU.", "", table)
         return table
@@ -248,7 +254,7 @@ def losses(
             matched = f" ({sum(n for n, _ in counts.values())} printed lines read, none matched)" if counts else ""
             if rank is not None:
                 return no_match("losses", rank=rank) + matched
-            return (f"no losses yet{matched}: print them (e.g. `step 3 loss 0.52`), call rpcctl.report(step=..., loss=...), "
+            return (f"{none_yet(run_dir, 'losses')}{matched}: print them (e.g. `step 3 loss 0.52`), call rpcctl.report(step=..., loss=...), "
                     "or check a line with `rpcctl inspect losses --explain 'LINE'`")
         shown = sdk.with_metric(found, metric)
         table = render_table(sdk.loss_summaries(shown, counts), sdk.LossSummary.COLUMNS, title=f"Per rank ({metric or 'loss'})")

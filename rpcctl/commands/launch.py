@@ -237,11 +237,22 @@ def render_leaks(console: Console, record: RunRecord) -> None:
             f"(`rpcctl inspect rrefs {record.run_id} --state held-unused` lists them all):"
         )
         _list_rrefs(console, unused, lambda r: f", unused for {human_seconds(r.unused_s)}")
-    if held:
+    if not held:
+        return
+    from rpcctl.inspect import ended_without_shutdown
+
+    unshut = ended_without_shutdown(Path(record.run_dir))
+    if unshut:  # a holder that failed (or was killed) before rpc.shutdown(): not "at shutdown"
         console.info(
-            f"rpcctl: {held} RRef(s) were still referenced, and in use, when rpc.shutdown() began, which released them: normal "
-            f"for RRefs a program keeps to the end, nothing to do (`rpcctl inspect rrefs {record.run_id} --state at-shutdown`)"
+            f"rpcctl: {held} RRef(s) were still referenced when their holders began rpc.shutdown() or ended without it: "
+            f"{', '.join(unshut)} never called rpc.shutdown() (failed or stopped) and released theirs as {'it' if len(unshut) == 1 else 'they'} "
+            f"ended (`rpcctl inspect rrefs {record.run_id} --state at-shutdown`)"
         )
+        return
+    console.info(
+        f"rpcctl: {held} RRef(s) were still referenced, and in use, when rpc.shutdown() began, which released them: normal "
+        f"for RRefs a program keeps to the end, nothing to do (`rpcctl inspect rrefs {record.run_id} --state at-shutdown`)"
+    )
 
 
 def _leak_holder(leaks: list) -> str:

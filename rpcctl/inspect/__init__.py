@@ -7,6 +7,8 @@ Used by ``rpcctl inspect``, the live dashboard and the launcher's end-of-run rep
     inspect.rrefs(run_dir, owner="worker1", state="live")   -> list[RRefRecord]
     inspect.rref_owners(run_dir)                     -> list[OwnerSummary]
     inspect.workers(run_dir)                         -> list[WorkerRecord]
+    inspect.spawned_name(run_dir, rank, pid)         -> str | None (RPC name of a process the rank spawned)
+    inspect.ended_without_shutdown(run_dir)          -> list[str] (processes that never began rpc.shutdown())
     inspect.gpus(run_dir)                            -> list[DeviceRecord]
     inspect.losses(run_dir, rank=0)                  -> list[LossRecord]
     inspect.leaked_rrefs(run_dir)                    -> list[RRefRecord] (values that outlived their RRefs)
@@ -23,7 +25,7 @@ One module per view, over one shared reader of the store::
 
     _store.py   _Store: one read of a run's store (connection, meta, 'now'); has_telemetry
     rrefs.py    RRefRecord, OwnerSummary: rrefs, rref_owners, leaked_rrefs, ended_rrefs (RRef states, endings)
-    workers.py  WorkerRecord: workers
+    workers.py  WorkerRecord: workers, spawned_name, ended_without_shutdown
     gpus.py     DeviceRecord: gpus
     losses.py   LossRecord, LossSummary, LossGrid: losses, line_counts, loss_summaries, loss_grid, sparkline,
                 with_metric, x_axis, plot_losses
@@ -55,7 +57,7 @@ from rpcctl.inspect.rrefs import RREF_STATES, OwnerSummary, RRefRecord, ended_rr
 from rpcctl.inspect.stacks import StackDump, dump_stacks
 from rpcctl.inspect.stragglers import Straggler, stragglers
 from rpcctl.inspect.usage import UsageSample, usage
-from rpcctl.inspect.workers import WorkerRecord, workers
+from rpcctl.inspect.workers import WorkerRecord, ended_without_shutdown, spawned_name, workers
 
 __all__ = [
     "RankAttempt", "rank_attempts",
@@ -63,4 +65,5 @@ __all__ = [
     "AT_SHUTDOWN", "HELD_UNUSED", "BY_ARRIVAL", "BY_STEP", "LEAKED", "RREF_ENDINGS", "RREF_STATES", "DeviceRecord", "LossGrid", "LossRecord", "LossSummary", "OwnerSummary", "RRefRecord", "StackDump",
     "TelemetryCost", "UsageSample", "WorkerRecord", "dump_stacks", "ended_rrefs", "gpus", "has_telemetry", "leaked_rrefs", "line_counts", "loss_grid",
     "loss_summaries", "losses", "metric_names", "NothingToPlot", "plot_losses", "rref_owners", "rrefs", "sparkline", "telemetry_cost", "usage", "with_metric", "workers", "x_axis",
+    "ended_without_shutdown", "spawned_name",
 ]

@@ -4,8 +4,10 @@ the rank that spawned them; the table shows them as that rank's children, with t
 and pids).
 
 A rank's state is the run record's word for it (``RankStatus``: pending, running, succeeded,
-failed, killed), as ``rpcctl runs`` says it; a spawned child is running, or ``exited`` (its
-exit status is not known)."""
+failed, killed), as ``rpcctl runs`` says it. A spawned child is running, then, by the exit status
+its parent reaped (``telemetry.children``: mp.spawn's workers), ``succeeded`` (exit 0),
+``failed`` (EXIT its code) or ``killed`` (by a signal: mp.spawn ends the others when one fails),
+or ``exited`` where its parent did not tell (a process started with ``subprocess``)."""
 
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ class WorkerRecord:
     name: str | None  # RPC worker name, once init_rpc ran
     host: str | None
     pid: int | None
-    state: RankStatus  # pending | running | stopped (SIGSTOP) | succeeded | failed | killed | lost | orphaned; a child: running | exited
+    state: RankStatus  # pending | running | stopped (SIGSTOP) | succeeded | failed | killed | lost | orphaned; a child: those or exited
     exit_code: int | None
     cpu_percent: float | None
     rss_bytes: int | None
@@ -124,6 +126,23 @@ def workers(run_dir: Path) -> list[WorkerRecord]:
     return records
 
 
+def spawned_name(run_dir: Path, rank: int, pid: int) -> str | None:
+    """The RPC name of process ``pid`` that ``rank`` started itself, if it joined RPC."""
+    with _Store(run_dir) as s:
+        rows = s.rows("SELECT name FROM procs WHERE rank = ? AND pid = ? AND kind = 'child' AND name IS NOT NULL"
+                      " ORDER BY proc_id DESC LIMIT 1", (rank, pid))
+    return rows[0]["name"] if rows else None
+
+
+def ended_without_shutdown(run_dir: Path) -> list[str]:
+    """Processes of the latest restart that joined RPC and ended without beginning
+    ``rpc.shutdown()`` (they failed, were killed, or exited first): their RPC names."""
+    with _Store(run_dir) as s:
+        rows = s.rows("SELECT DISTINCT name FROM procs WHERE restart = ? AND rpc_join_at IS NOT NULL AND ended_at IS NOT NULL"
+                      " AND rpc_shutdown_at IS NULL AND name IS NOT NULL ORDER BY name", (s.latest_restart(),))
+    return [row["name"] for row in rows]
+
+
 def _with_recorded_ranks(s: _Store, rows: list[sqlite3.Row], restart: int) -> list[Any]:
     """The store's ranks, and any rank the run record has that the store does not yet: the
     store lags run.json by up to a commit (~0.2 s), and a launcher killed in that window never
@@ -154,11 +173,16 @@ def _here(proc: sqlite3.Row | None) -> bool:
 
 def _worker(s: _Store, proc: sqlite3.Row | None, rank: sqlite3.Row | None, restart: int) -> WorkerRecord:
     ended = proc["ended_at"] if proc is not None else None
+    code = _column(proc, "exit_code") if rank is None else rank["exit_code"]
+    reaped = rank is None and code is not None
     if rank is not None:
         state = RankStatus(rank["state"])
+    elif reaped:  # a spawned child, whose exit status its parent told
+        state = RankStatus.SUCCEEDED if code == 0 else RankStatus.FAILED if code > 0 else RankStatus.KILLED
+        code = code if code >= 0 else None  # a signal: no exit code, as for a rank
     else:
         state = RankStatus.RUNNING if ended is None and s.live else RankStatus.EXITED
-    if s.launcher_gone and ended is None and (not state.is_terminal or rank is None):
+    if s.launcher_gone and ended is None and (not state.is_terminal or (rank is None and not reaped)):
         state = _without_launcher(s, rank["pid"] if rank is not None else proc["pid"])
     pid = rank["pid"] if rank is not None else (proc["pid"] if proc is not None else None)
     if state == RankStatus.RUNNING and s.live and pid is not None and _here(proc) and stacks.stopped(pid):
@@ -176,7 +200,7 @@ def _worker(s: _Store, proc: sqlite3.Row | None, rank: sqlite3.Row | None, resta
         host=proc["host"] if proc is not None else None,
         pid=rank["pid"] if rank is not None else proc["pid"],
         state=state,
-        exit_code=rank["exit_code"] if rank is not None else None,
+        exit_code=code,
         cpu_percent=proc["cpu_percent"] if proc is not None and running else None,
         rss_bytes=proc["rss_bytes"] if proc is not None and running else None,
         device=device,

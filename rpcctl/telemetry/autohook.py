@@ -77,6 +77,9 @@ def _torch_imported() -> None:
         if _join is not None:
             rrefs.set_join(_join)
         rrefs.install()
+        from rpcctl.telemetry import children
+
+        children.install()  # mp.spawn's workers' exit codes (torch has imported multiprocessing)
     except Exception as exc:
         print(f"rpcctl: RRef hooks not installed: {exc!r}", file=sys.stderr)
     from rpcctl.rpc_settings import silence_torch_internal_warnings

@@ -46,6 +46,13 @@ event of its own. Only calls running for at least ``LONG_S`` are listed one by o
 when seen, ``cend`` when over), and only functions served for that long (``srv`` / ``send``),
 with the caller's thread, so the watchdog can tie a waiting thread to what it waits on.
 
+Names: a call is named by its function (``module.qualname``, ``__main__`` left out); an RRef
+proxy call, ``rref.rpc_sync().method()``, by ``rref.method`` (the caller does not know the
+type); a helper whose first argument is a function (the examples' ``_call_method(method, rref,
+*args)``, run by ``rpc_sync(rref.owner(), _call_method, args=[method, rref, ...])``) by both:
+``_call_method → ParameterServer.forward``, the same on the callee's side (the hang diagnosis
+pairs the two by name). The hot path pays one type check of the first argument for it.
+
 Request bytes: the caller adds up the bytes of the tensors among a call's first
 ``MAX_ARGS_LOOKED_AT`` positional arguments (what is cheap to see: no walk into lists, dicts or
 objects; pickled non-tensor data is not counted); summarised per (callee, function, kind) over
@@ -61,6 +68,7 @@ import math
 import sys
 import threading
 import time
+import types
 from collections import deque
 from typing import Any
 
@@ -84,6 +92,8 @@ KINDS = ("rpc_sync", "rpc_async", "remote")
 MAX_ARGS_LOOKED_AT = 8  # request bytes: the tensors among this many positional arguments
 _Tensor: Any = ()  # torch.Tensor once installed (isinstance against () is always False)
 _TORCH_INTERNAL = "torch.distributed.rpc."
+# A call's first argument of these types is the method a helper runs (``_call_method``).
+_HELPED = frozenset((types.FunctionType, types.MethodType, types.BuiltinFunctionType))
 
 _q: Any = None  # the worker's queue while telemetry is active; None: the hooks only call through
 _time = time.time
@@ -153,13 +163,24 @@ def _start(kind: str, to: Any, func: Any, args: Any) -> _Call | None:
     return call
 
 
-def _proxy_method(func: Any, args: Any) -> str | None:
-    """rref.rpc_sync().method(): args = (rref, method name, its args, its kwargs); the name."""
-    return args[1] if func in _local_invokes and args and len(args) > 1 else None
+def _proxy_method(func: Any, args: Any) -> Any:
+    """The method a call runs, where ``func`` only carries it: rref.rpc_sync().method() (args =
+    (rref, method name, its args, its kwargs)): the name; a helper called with a function first
+    (the examples' ``_call_method(method, rref, *args)``): that function. Else None. Hot: one
+    type check of the first argument."""
+    if not args:
+        return None
+    if func in _local_invokes:
+        return args[1] if len(args) > 1 else None
+    try:
+        first = args[0]
+    except Exception:  # odd args (torch refuses them): no method
+        return None
+    return first if type(first) in _HELPED else None
 
 
-def _sent_bytes(args: Any, method: str | None) -> int | None:
-    sent = (args[2] if len(args) > 2 else None) if method is not None else args
+def _sent_bytes(args: Any, method: Any) -> int | None:
+    sent = (args[2] if len(args) > 2 else None) if type(method) is str else args
     return _request_bytes(sent) if sent else None
 
 
@@ -638,10 +659,12 @@ class Summariser:
     def _name(self, call: _Call) -> str:
         return self._func_or_method(call.func, call.args)
 
-    def _func_or_method(self, func: Any, method: str | None) -> str:
-        if method is not None:  # an RRef proxy: the caller knows the method, not the type
+    def _func_or_method(self, func: Any, method: Any) -> str:
+        if method is None:
+            return self._func_name(func)
+        if type(method) is str:  # an RRef proxy: the caller knows the method, not the type
             return f"rref.{method}"
-        return self._func_name(func)
+        return helped(self._func_name(func), self._func_name(method))
 
     def _func_name(self, func: Any) -> str:
         try:
@@ -664,6 +687,11 @@ def summariser() -> Summariser:
     return _summariser
 
 
+def helped(helper: str, method: str) -> str:
+    """A helper that runs a method it is given: ``_call_method → ParameterServer.forward``."""
+    return f"{helper} → {method}"
+
+
 def _udf_name(udf: Any) -> str | None:
     """What a served request runs: ``Class.method`` for RRef proxy calls (the owner knows the type)."""
     try:
@@ -672,6 +700,9 @@ def _udf_name(udf: Any) -> str | None:
             rref, method = udf.args[0], udf.args[1]
             return f"{type(hooks.local_value(rref)).__qualname__}.{method}"
         name = qualname(func)
+        method = _proxy_method(func, udf.args)
+        if method is not None:  # as the caller names it
+            return helped(name, qualname(method))
     except Exception:
         return None
     return None if name.endswith("_describe_on_owner") else name  # rpcctl's own RRef descriptions

@@ -54,6 +54,8 @@ srv        id, thread, func, nbytes (this process has run func for an incoming c
 send       id (that function returned)
 error      message (the sender hit a bug of its own; not stored)
 bye        dropped (the worker stopped cleanly)
+cexit      pid, code (a process this one started with multiprocessing ended: its exit code, or
+           minus its signal's number; ``telemetry.children``)
 =========  =========================================================================
 """
 
@@ -144,11 +146,13 @@ EVENT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "send": {"id": _INT},
     "error": {"message": _STR},
     "bye": {"dropped": _INT},
+    "cexit": {"pid": _INT, "code": _INT},
 }
 # Fields that must be present (the store keys rows by them).
 EVENT_REQUIRED: dict[str, tuple[str, ...]] = {
     "rref": ("id",), "conf": ("id",), "desc": ("id",), "vfree": ("id",), "fork": ("id",), "rel": ("id",), "used": ("id",),
     "call": ("id",), "cend": ("id",), "srv": ("id",), "send": ("id",), "cstat": ("callee", "func", "kind"),
+    "cexit": ("pid", "code"),
 }
 _VALUE_FIELDS: dict[str, tuple[type, ...]] = {"type": _STR, "shape": (list,), "dtype": _STR, "device": _STR, "nbytes": _INT,
                                               "storages": (list,)}

@@ -11,7 +11,8 @@ table       one row per
 ==========  ==================================================================
 meta        key/value facts of the run (run_id, world_size, opened_at, closed_at)
 ranks       launcher rank and restart, as the launcher saw it (pid, state, exit)
-procs       process that connected (a rank, or a process it spawned): probes
+procs       process that connected (a rank, or a process it spawned): probes; a
+            spawned one's exit status as its parent reaped it (-N: signal N)
 rpc_workers RPC worker (rank → name) of each restart and world, as init_rpc reported it
 rrefs       RRef (not per fork): owner, creator, call site, value, lifecycle
 handles     Python reference to an RRef held by a process (creator's or a fork)
@@ -52,12 +53,13 @@ from typing import Any
 from rpcctl.errors import DamagedRunError
 from rpcctl.private import private_file
 
-SCHEMA_VERSION = 7  # 7: world (RPC world of a restart) in procs, rpc_workers, rrefs, handles, churn; rrefs.storages;
-#    procs.rpc_shutdown_done_at (when rpc.shutdown() returned), procs.autograd_contexts (open then).
-# 2: procs.cpu_s, procs.telemetry_cpu_s; meta server_cpu_s. 3: calls, call_stats, serving, procs.rpc_join_at
+SCHEMA_VERSION = 7  # 2: procs.cpu_s, procs.telemetry_cpu_s; meta server_cpu_s. 3: calls, call_stats, serving, procs.rpc_join_at
 # 4: losses.seq, losses.rule, log_lines. 5: rrefs.value_watched (1: the owner watches the value, so value_freed_at NULL means still alive)
 # 6: handles.last_used_at (the holder's last use of a reference it still held at rpc.shutdown()),
 #    call_stats.request_bytes, calls.nbytes (bytes of the tensor arguments)
+# 7: procs.exit_code (a process a rank spawned: its exit status, as its parent reaped it); world (the RPC
+#    world of a restart) in procs, rpc_workers, rrefs, handles, churn; rrefs.storages; procs.rpc_shutdown_done_at
+#    (when rpc.shutdown() returned), procs.autograd_contexts (open then)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -71,7 +73,7 @@ CREATE TABLE IF NOT EXISTS procs (
     connected_at REAL, last_seen REAL, ended_at REAL, stopped_at REAL, rpc_shutdown_at REAL,
     cpu_percent REAL, rss_bytes INTEGER, threads INTEGER, device TEXT, cuda_visible_devices TEXT,
     gpu_memory_bytes INTEGER, gpus TEXT, device_maps TEXT, devices TEXT, dropped INTEGER DEFAULT 0,
-    cpu_s REAL, telemetry_cpu_s REAL, rpc_join_at REAL, world INTEGER, rpc_shutdown_done_at REAL,
+    cpu_s REAL, telemetry_cpu_s REAL, rpc_join_at REAL, exit_code INTEGER, world INTEGER, rpc_shutdown_done_at REAL,
     autograd_contexts INTEGER);
 CREATE TABLE IF NOT EXISTS rpc_workers (
     restart INTEGER NOT NULL, world INTEGER NOT NULL DEFAULT 0, rpc_rank INTEGER NOT NULL, name TEXT,
@@ -455,6 +457,12 @@ class StoreWriter:
 
     def _ev_bye(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         self._x("UPDATE procs SET stopped_at = ?, last_seen = ?, dropped = ? WHERE proc_id = ?", (t, t, ev.get("dropped", 0), proc.proc_id))
+
+    def _ev_cexit(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        """A process this one started ended: its exit status (minus the signal's number if a
+        signal ended it), on the latest row of that pid whose parent this process is."""
+        self._x("UPDATE procs SET exit_code = ? WHERE proc_id = (SELECT max(proc_id) FROM procs WHERE pid = ? AND ppid = ? AND restart = ?)",
+                (int(ev["code"]), int(ev["pid"]), proc.pid, proc.restart))
 
     def heartbeat(self, proc: ProcInfo, t: float) -> None:
         self._x("UPDATE procs SET last_seen = ? WHERE proc_id = ?", (t, proc.proc_id))

@@ -129,17 +129,28 @@ def loss_figures(snap: RunSnapshot, *, complete: bool = False) -> dict[str, dict
 # RRefs: who owns what, who holds it
 
 
+def _several_worlds(snap: RunSnapshot) -> bool:
+    return len({ref.world for ref in snap.rrefs}) > 1
+
+
+def _in_world(name: str, world: int, several: bool) -> str:
+    """A worker's name where a run has several RPC worlds (mp.spawn rounds) that reuse names."""
+    return f"{name} · world {world}" if several else name
+
+
 def ownership_edges(snap: RunSnapshot) -> dict[tuple[str, str, str], dict[str, int]]:
     """(from, to, relation) → counts and bytes, relation ``created`` (creator → owner) or
     ``holds`` (a holder other than the creator → owner)."""
     edges: dict[tuple[str, str, str], dict[str, int]] = defaultdict(lambda: {"live": 0, "pending": 0, "deleted": 0, "live_bytes": 0})
+    several = _several_worlds(snap)
     for ref in snap.rrefs:
-        owner = ref.owner or "?"
+        owner = _in_world(ref.owner or "?", ref.world, several)
+        creator = _in_world(ref.creator, ref.world, several) if ref.creator else None
         pairs = []
-        if ref.creator and ref.creator != owner:
-            pairs.append((ref.creator, owner, "created"))
-        for holder in ref.holders:
-            if holder != owner and holder != ref.creator:
+        if creator and creator != owner:
+            pairs.append((creator, owner, "created"))
+        for holder in (_in_world(h, ref.world, several) for h in ref.holders):
+            if holder != owner and holder != creator:
                 pairs.append((holder, owner, "holds"))
         for pair in pairs:
             entry = edges[pair]
@@ -154,10 +165,11 @@ def ownership_graph(snap: RunSnapshot) -> dict[str, Any]:
     import networkx as nx
 
     edges = ownership_edges(snap)
-    owners = {o.owner: o for o in snap.owners}
+    several = _several_worlds(snap)
+    owners = {_in_world(o.owner, o.world, several): o for o in snap.owners}
     graph = nx.DiGraph()
     for worker in snap.workers:
-        if worker.name:
+        if worker.name and not several:  # with several RPC worlds, a name alone is no node
             graph.add_node(worker.name)
     graph.add_nodes_from(owners)
     for source, target, _ in edges:
@@ -216,11 +228,12 @@ def ownership_graph(snap: RunSnapshot) -> dict[str, Any]:
 def rrefs_over_time(snap: RunSnapshot) -> dict[str, Any]:
     """Per owner: RRefs live at each moment (solid) and deleted so far (dotted), one colour per owner."""
     changes: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    several = _several_worlds(snap)
     for ref in snap.rrefs:
         created = snap.since_start(ref.created_at)
         if created is None:
             continue
-        owner = ref.owner or "?"
+        owner = _in_world(ref.owner or "?", ref.world, several)
         changes[owner].append((created, 1))
         deleted = snap.since_start(ref.deleted_at)
         if deleted is not None:
