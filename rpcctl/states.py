@@ -82,6 +82,7 @@ class RRefEnding(_State):
     """How a deleted RRef ended, once its processes stopped (``inspect/rrefs.py``)."""
 
     AT_SHUTDOWN = "at shutdown"
+    AT_EXIT = "at exit"  # its holder ended without rpc.shutdown() (failed, killed, stopped) still holding it
     HELD_UNUSED = "held unused"  # at shutdown, but unused long before: it kept its value alive for nothing
     LEAKED = "leaked"
 

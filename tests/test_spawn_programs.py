@@ -54,6 +54,9 @@ def test_an_mp_spawn_program_whose_worker_raises_after_running_past_the_join_war
     # The RRef worker1 still held when it raised: not said to be held "when rpc.shutdown() began".
     assert "when rpc.shutdown() began, which released them" not in result.stderr, result.stderr
     assert "worker0, worker1 never called rpc.shutdown()" in result.stderr, result.stderr
+    # ... nor listed so: released at exit, and not judged "held unused" (its last uses were never reported).
+    endings = {r.ending for r in inspect.rrefs(run_dir) if r.ending is not None}
+    assert endings == {"at exit"}, inspect.rrefs(run_dir)
 
     # `rpcctl runs`: one line per cell.
     table = _view(runs_dir, "runs").rstrip("\n").splitlines()

@@ -23,7 +23,7 @@ TERMINAL = {
     RankStatus: {"pending": False, "running": False, "succeeded": True, "failed": True, "killed": True, "lost": True,
                  "orphaned": False, "stopped": False, "exited": True},
     RRefState: {"pending": False, "live": False, "deleted": True},
-    RRefEnding: {"at shutdown": True, "held unused": True, "leaked": True},
+    RRefEnding: {"at shutdown": True, "at exit": True, "held unused": True, "leaked": True},
     CallState: {"pending": False, "ok": True, "error": True, "timeout": True, "unfinished": True},
     ServingState: {"running": False, "done": True, "unfinished": True},
 }

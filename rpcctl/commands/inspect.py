@@ -95,7 +95,7 @@ def _no_json_watch(json_: bool, watch: bool) -> None:
 def rrefs(
     run: RunArgument = None,
     owner: Annotated[Optional[str], typer.Option("--owner", help="Only RRefs owned by this worker (name or rank).", show_default=False)] = None,
-    state: Annotated[Optional[str], typer.Option("--state", help="Only RRefs in this state: pending, live or deleted; or that ended so: at-shutdown (released by rpc.shutdown, normal), held-unused (held to rpc.shutdown but unused long before it) or leaked.", show_default=False)] = None,
+    state: Annotated[Optional[str], typer.Option("--state", help="Only RRefs in this state: pending, live or deleted; or that ended so: at-shutdown (released by rpc.shutdown, normal), at-exit (held by a process that ended without rpc.shutdown), held-unused (held to rpc.shutdown but unused long before it) or leaked.", show_default=False)] = None,
     summary: Annotated[bool, typer.Option("--summary", help="Only the per-owner summary (count, bytes).")] = False,
     wide: WideOption = False,
     runs_dir: RunsDirOption = None,

@@ -216,12 +216,13 @@ def render_leaks(console: Console, record: RunRecord) -> None:
     every reference (a leak), references held to the end but unused long before (each kept its
     value alive for nothing): a warning each, with where they were made; and RRefs a program
     held, in use, until rpc.shutdown() released them (normal: one line saying so)."""
-    from rpcctl.inspect import HELD_UNUSED, LEAKED, ended_rrefs
+    from rpcctl.inspect import AT_EXIT, AT_SHUTDOWN, HELD_UNUSED, LEAKED, ended_rrefs
 
     ended = ended_rrefs(Path(record.run_dir))
     leaks = [r for r in ended if r.ending == LEAKED]
     unused = sorted((r for r in ended if r.ending == HELD_UNUSED), key=lambda r: -(r.unused_s or 0.0))
-    held = len(ended) - len(leaks) - len(unused)
+    held = sum(1 for r in ended if r.ending == AT_SHUTDOWN)
+    at_exit = sum(1 for r in ended if r.ending == AT_EXIT)
     if leaks:
         console.warn(
             f"{len(leaks)} RRef value(s) leaked: each outlived every reference to it, because its owner still held it "
@@ -237,22 +238,21 @@ def render_leaks(console: Console, record: RunRecord) -> None:
             f"(`rpcctl inspect rrefs {record.run_id} --state held-unused` lists them all):"
         )
         _list_rrefs(console, unused, lambda r: f", unused for {human_seconds(r.unused_s)}")
-    if not held:
-        return
-    from rpcctl.inspect import ended_without_shutdown
+    if at_exit:  # a holder that failed (or was killed) before rpc.shutdown(): not "at shutdown"
+        from rpcctl.inspect import ended_without_shutdown
 
-    unshut = ended_without_shutdown(Path(record.run_dir))
-    if unshut:  # a holder that failed (or was killed) before rpc.shutdown(): not "at shutdown"
+        unshut = ended_without_shutdown(Path(record.run_dir))
+        who = f": {', '.join(unshut)} never called rpc.shutdown() (failed or stopped)" if unshut else ""
         console.info(
-            f"rpcctl: {held} RRef(s) were still referenced when their holders began rpc.shutdown() or ended without it: "
-            f"{', '.join(unshut)} never called rpc.shutdown() (failed or stopped) and released theirs as {'it' if len(unshut) == 1 else 'they'} "
-            f"ended (`rpcctl inspect rrefs {record.run_id} --state at-shutdown`)"
+            f"rpcctl: {at_exit} RRef(s) were still referenced when their holders ended without rpc.shutdown(){who}, "
+            f"and were released as {'it' if len(unshut) == 1 else 'they'} ended "
+            f"(`rpcctl inspect rrefs {record.run_id} --state at-exit`)"
         )
-        return
-    console.info(
-        f"rpcctl: {held} RRef(s) were still referenced, and in use, when rpc.shutdown() began, which released them: normal "
-        f"for RRefs a program keeps to the end, nothing to do (`rpcctl inspect rrefs {record.run_id} --state at-shutdown`)"
-    )
+    if held:
+        console.info(
+            f"rpcctl: {held} RRef(s) were still referenced, and in use, when rpc.shutdown() began, which released them: normal "
+            f"for RRefs a program keeps to the end, nothing to do (`rpcctl inspect rrefs {record.run_id} --state at-shutdown`)"
+        )
 
 
 def _leak_holder(leaks: list) -> str:

@@ -51,7 +51,7 @@ from rpcctl.inspect.losses import (
     BY_ARRIVAL, BY_STEP, LossGrid, LossRecord, LossSummary, NothingToPlot, line_counts, loss_grid, loss_summaries, losses,
     metric_names, plot_losses, sparkline, with_metric, x_axis,
 )
-from rpcctl.inspect.rrefs import AT_SHUTDOWN, HELD_UNUSED, LEAKED
+from rpcctl.inspect.rrefs import AT_EXIT, AT_SHUTDOWN, HELD_UNUSED, LEAKED
 from rpcctl.inspect.rrefs import ENDINGS as RREF_ENDINGS
 from rpcctl.inspect.rrefs import RREF_STATES, OwnerSummary, RRefRecord, ended_rrefs, leaked_rrefs, rref_owners, rrefs
 from rpcctl.inspect.stacks import StackDump, dump_stacks
@@ -62,7 +62,7 @@ from rpcctl.inspect.workers import WorkerRecord, ended_without_shutdown, spawned
 __all__ = [
     "RankAttempt", "rank_attempts",
     "CallSummary", "CallsReport", "PendingCall", "ServingRecord", "Straggler", "calls", "stragglers",
-    "AT_SHUTDOWN", "HELD_UNUSED", "BY_ARRIVAL", "BY_STEP", "LEAKED", "RREF_ENDINGS", "RREF_STATES", "DeviceRecord", "LossGrid", "LossRecord", "LossSummary", "OwnerSummary", "RRefRecord", "StackDump",
+    "AT_EXIT", "AT_SHUTDOWN", "HELD_UNUSED", "BY_ARRIVAL", "BY_STEP", "LEAKED", "RREF_ENDINGS", "RREF_STATES", "DeviceRecord", "LossGrid", "LossRecord", "LossSummary", "OwnerSummary", "RRefRecord", "StackDump",
     "TelemetryCost", "UsageSample", "WorkerRecord", "dump_stacks", "ended_rrefs", "gpus", "has_telemetry", "leaked_rrefs", "line_counts", "loss_grid",
     "loss_summaries", "losses", "metric_names", "NothingToPlot", "plot_losses", "rref_owners", "rrefs", "sparkline", "telemetry_cost", "usage", "with_metric", "workers", "x_axis",
     "ended_without_shutdown", "spawned_name",

@@ -38,8 +38,8 @@ from rpcctl.inspect._store import _column, _loads, _Store, has_telemetry
 from rpcctl.states import RRefEnding, RRefState
 
 RREF_STATES = tuple(RRefState)
-AT_SHUTDOWN, HELD_UNUSED, LEAKED = RRefEnding.AT_SHUTDOWN, RRefEnding.HELD_UNUSED, RRefEnding.LEAKED
-ENDINGS = ("at-shutdown", "held-unused", "leaked")  # --state filters on how an RRef ended, too
+AT_SHUTDOWN, AT_EXIT, HELD_UNUSED, LEAKED = RRefEnding.AT_SHUTDOWN, RRefEnding.AT_EXIT, RRefEnding.HELD_UNUSED, RRefEnding.LEAKED
+ENDINGS = ("at-shutdown", "at-exit", "held-unused", "leaked")  # --state filters on how an RRef ended, too
 UNUSED_MIN_S = 2.0  # held unused: no use in at least this long before rpc.shutdown() (and half the time held)
 LEAK_GRACE_S = 1.0  # between the last release and the owner's shutdown: the owner's free takes a message
 
@@ -86,7 +86,7 @@ class RRefRecord:
         """STATE in the table: how it ended, where that says more than ``deleted``."""
         if self.ending == HELD_UNUSED:
             return f"held unused {human_seconds(self.unused_s)}" if self.unused_s is not None else "held unused"
-        return {AT_SHUTDOWN: "released at shutdown", LEAKED: "leaked"}.get(self.ending or "", self.state)
+        return {AT_SHUTDOWN: "released at shutdown", AT_EXIT: "released at exit", LEAKED: "leaked"}.get(self.ending or "", self.state)
 
     COLUMNS = (
         Column("world", justify="right", priority=KEY, varies=True),
@@ -176,7 +176,8 @@ def _rrefs(s: _Store, restart: int) -> list[RRefRecord]:
         else:
             state = RRefState.LIVE
         owner_rank = row["owner_rank"]
-        at_shutdown = _live_at_shutdown(mine, freed, procs)
+        held_to = _held_to_end(mine, freed, procs)
+        at_shutdown = held_to is not None
         last_used, unused_s = _last_use(mine, procs) if at_shutdown and knows_uses else (None, None)
         owner_proc = _owner_proc(row, world, procs)
         if _leaked(row, mine, owner_proc):
@@ -184,7 +185,7 @@ def _rrefs(s: _Store, restart: int) -> list[RRefRecord]:
         elif at_shutdown and row["kind"] != "local" and unused_s is not None and unused_s >= UNUSED_MIN_S:
             ending = HELD_UNUSED
         else:
-            ending = AT_SHUTDOWN if at_shutdown else None
+            ending = held_to
         records.append(
             RRefRecord(
                 rref_id=row["rref_id"],
@@ -257,8 +258,11 @@ def _holder_end(handle: sqlite3.Row, proc: sqlite3.Row | None) -> float | None:
     return began or proc["ended_at"]
 
 
-def _live_at_shutdown(handles: list[sqlite3.Row], freed: float | None, procs: dict[int, sqlite3.Row]) -> bool:
-    """A reference its holder still had when it stopped using RPC (``_holder_end``)."""
+def _held_to_end(handles: list[sqlite3.Row], freed: float | None, procs: dict[int, sqlite3.Row]) -> RRefEnding | None:
+    """AT_SHUTDOWN where a holder still had the reference when it stopped using RPC
+    (``_holder_end``); AT_EXIT where the only such holders ended without rpc.shutdown() (they
+    failed, were killed, or stopped first: nothing released it but their end); None else."""
+    found = None
     for handle in handles:
         proc = procs.get(handle["proc_id"])
         if proc is None:
@@ -268,8 +272,10 @@ def _live_at_shutdown(handles: list[sqlite3.Row], freed: float | None, procs: di
             continue
         released = handle["released_at"]
         if (released is None or released >= end) and (freed is None or freed >= end):
-            return True
-    return False
+            if proc["rpc_shutdown_at"] is not None:
+                return AT_SHUTDOWN
+            found = AT_EXIT
+    return found
 
 
 def _last_use(handles: list[sqlite3.Row], procs: dict[int, sqlite3.Row]) -> tuple[float | None, float | None]:
@@ -278,10 +284,14 @@ def _last_use(handles: list[sqlite3.Row], procs: dict[int, sqlite3.Row]) -> tupl
     None where it was not that long unused for at least half the time it was held."""
     latest, idle, held = None, None, None
     for handle in handles:
-        end = _holder_end(handle, procs.get(handle["proc_id"]))
+        proc = procs.get(handle["proc_id"])
+        end = _holder_end(handle, proc)
         acquired = handle["acquired_at"]
         if end is None or acquired is None or acquired > end or (handle["released_at"] is not None and handle["released_at"] < end):
             continue
+        if proc["rpc_shutdown_at"] is None:  # it ended without rpc.shutdown(): its last uses were never reported
+            idle, held = None, None
+            break
         used = max(acquired, _column(handle, "last_used_at") or 0.0)
         latest = used if latest is None else max(latest, used)
         idle = end - used if idle is None else min(idle, end - used)

@@ -81,6 +81,7 @@ def rrefs(snap: RunSnapshot) -> str:
     live = [r for r in snap.rrefs if r.state != RRefState.DELETED]
     leaked = [r for r in snap.rrefs if r.ending == RRefEnding.LEAKED]
     held = sum(1 for r in snap.rrefs if r.ending == RRefEnding.AT_SHUTDOWN)
+    at_exit = sum(1 for r in snap.rrefs if r.ending == RRefEnding.AT_EXIT)
     unused = sum(1 for r in snap.rrefs if r.ending == RRefEnding.HELD_UNUSED)
     parts = ['<p class="note">Graph: an arrow from the worker that created or holds an RRef to its owner '
              "(dotted: held through a fork; grey: every RRef on it deleted). Node size: bytes of live values owned.</p>",
@@ -91,6 +92,9 @@ def rrefs(snap: RunSnapshot) -> str:
     if unused:
         parts.append(f'<p class="warn">{unused} RRef(s) were held unused until rpc.shutdown(): no holder had used them for '
                      "a while before it, and each kept its value alive on its owner until then.</p>")
+    if at_exit:
+        parts.append(f'<p class="note">{at_exit} RRef(s) were still held when their holders ended without rpc.shutdown() '
+                     "(failed or stopped), which released them.</p>")
     if held:
         parts.append(f'<p class="note">{held} RRef(s) were held, in use, until rpc.shutdown(), which released them: normal, nothing to do.</p>')
     parts.append(f"<h3>Live and pending RRefs ({len(live)} of {len(snap.rrefs)})</h3>")
