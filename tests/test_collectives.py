@@ -1,0 +1,45 @@
+"""Collectives recorded from torch's Flight Recorder (issue 27, items 3 and 5): real gloo jobs
+through ``rpcctl launch``, read back with ``rpcctl inspect collectives``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import WORKERS, launch_job, rpcctl
+
+from rpcctl.telemetry import collectives
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_a_clean_run_counts_every_collective_exactly(tmp_path, runs_dir):
+    result, run_dir, rec = launch_job(tmp_path, runs_dir, name="coll", script=str(WORKERS / "collectives_job.py"), args=["clean"],
+                                      nproc_per_node=3, timeout=60, preload=["torch"])
+    assert result.returncode == 0, result.stdout + result.stderr
+    shown = rpcctl("inspect", "collectives", str(run_dir), "--json")
+    assert shown.returncode == 0, shown.stderr
+    report = json.loads(shown.stdout)
+    counts = {(s["pg"], s["op"]): (s["count"], s["ranks"], s["bytes"]) for s in report["summary"]}
+    assert len(report["ranks"]) == 5, shown.stdout  # 3 ranks in the default group, 2 in the pair
+    default = next(r["pg"] for r in report["ranks"] if r["group"] == "default_pg")
+    pair = next(r["pg"] for r in report["ranks"] if r["pg"] != default)
+    assert counts[(default, "all_reduce")] == (15, [0, 1, 2], 15 * 4096)  # 5 per rank, 4 KiB float32
+    assert counts[(default, "broadcast")] == (9, [0, 1, 2], 9 * 4096)
+    assert counts[(default, "barrier")][:2] == (3, [0, 1, 2])
+    assert counts[(pair, "all_reduce")] == (4, [0, 1], 4 * 4096)
+    assert not any(op == "?" for _, op in counts)
+    ranks = {(r["rank"], r["pg"]): r for r in report["ranks"]}
+    assert all(ranks[(rank, default)]["completed"] == 9 for rank in range(3))  # 5 + 3 + 1
+    assert ranks[(0, pair)]["completed"] == 2 and (2, pair) not in ranks
+    assert all(r["inside"] is None for r in report["ranks"])
+    table = rpcctl("inspect", "collectives", str(run_dir))
+    assert "all_reduce" in table.stdout and "LAST COMPLETED" in table.stdout
+
+
+def test_the_users_own_recorder_settings_are_left_alone():
+    env = {"PATH": "/bin"}
+    assert collectives.configure_env(env) and env[collectives.ENV_BUFFER] == str(collectives.BUFFER)
+    for theirs in ({"TORCH_FR_BUFFER_SIZE": "0"}, {"TORCH_NCCL_TRACE_BUFFER_SIZE": "10"}, {"TORCH_FR_DUMP_TEMP_FILE": "/x"}):
+        env = dict(theirs)
+        assert not collectives.configure_env(env) and env == theirs
