@@ -43,3 +43,31 @@ def test_the_users_own_recorder_settings_are_left_alone():
     for theirs in ({"TORCH_FR_BUFFER_SIZE": "0"}, {"TORCH_NCCL_TRACE_BUFFER_SIZE": "10"}, {"TORCH_FR_DUMP_TEMP_FILE": "/x"}):
         env = dict(theirs)
         assert not collectives.configure_env(env) and env == theirs
+
+
+def _hung(tmp_path, runs_dir, mode: str) -> str:
+    result, run_dir, rec = launch_job(tmp_path, runs_dir, name=f"coll-{mode}", script=str(WORKERS / "collectives_job.py"), args=[mode],
+                                      nproc_per_node=3, timeout=60, hang_timeout=6, preload=["torch"])
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert rec["root_cause"]["reason"] == "hang"
+    assert (run_dir / "hang" / "diagnosis.txt").is_file()
+    return rec["root_cause"]["message"]
+
+
+def test_a_rank_that_has_not_entered_a_collective_is_named_with_its_stack(tmp_path, runs_dir):
+    message = _hung(tmp_path, runs_dir, "stall")
+    assert "ranks 0, 1 wait in all_reduce #4 (pg 0, 4.0 KiB float32)" in message, message
+    assert "rank 2 has not entered it (last entered #3): it is at " in message, message
+    assert "collectives_job.py:" in message and "in load_batch (`time.sleep(600)`)" in message, message
+
+
+def test_a_collective_mismatch_is_named(tmp_path, runs_dir):
+    message = _hung(tmp_path, runs_dir, "mismatch")
+    assert "collective mismatch in pg 0: rank 1 called broadcast #4 where ranks 0, 2 called all_reduce #4" in message, message
+
+
+def test_a_rank_missing_at_init_process_group_is_named_with_its_stack(tmp_path, runs_dir):
+    message = _hung(tmp_path, runs_dir, "missing")
+    assert message.startswith("hang: rank 2 (pid "), message
+    assert "has not entered init_process_group; it is at " in message and "in load_config (`time.sleep(600)`)" in message, message
+    assert "rank 0 (pid" in message and "rank 1 (pid" in message and "wait in it" in message, message

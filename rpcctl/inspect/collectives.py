@@ -70,7 +70,7 @@ class RankCollectives:
         Column("group", detail=True),
         Column("entered", "LAST ENTERED", justify="right"),
         Column("completed", "LAST COMPLETED", justify="right"),
-        Column("inside", "INSIDE NOW", fmt=lambda v: v or "-"),
+        Column("inside", "INSIDE NOW", fmt=lambda v: v or "-", wrap=True),
         Column("inside_s", "FOR", fmt=_duration, justify="right"),
     )
 
@@ -81,12 +81,17 @@ class CollectivesReport:
     ranks: list[RankCollectives]
 
 
+# The recorder's dtype names (c10's ScalarType) as torch spells them.
+_DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Long": "int64", "Int": "int32",
+           "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool", "ComplexFloat": "complex64", "ComplexDouble": "complex128"}
+
+
 def in_flight(row: Any) -> str | None:
-    """``all_reduce #5 (4 KiB float32)`` for a coll_groups row with a collective in flight."""
+    """``all_reduce #5 (4.0 KiB float32)`` for a coll_groups row with a collective in flight."""
     if row["cur_seq"] is None or row["entered"] is None or row["entered"] <= row["completed"]:
         return None
-    dtypes = sorted({str(d).lower() for d in _loads(row["cur_dtypes"]) or []})
-    what = ", ".join(x for x in (human_bytes(row["cur_bytes"]) if row["cur_bytes"] else "", " ".join(dtypes)) if x)
+    dtypes = sorted({_DTYPES.get(str(d), str(d)) for d in _loads(row["cur_dtypes"]) or []})
+    what = " ".join(x for x in (human_bytes(row["cur_bytes"]) if row["cur_bytes"] else "", "/".join(dtypes)) if x)
     return f"{row['cur_op']} #{row['cur_seq']}" + (f" ({what})" if what else "")
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import os
 import pickle
 import sys
+import time
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -54,6 +55,8 @@ _DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "I
                 "UInt32": 4, "UInt64": 8}
 
 _active = False
+_queue: Any = None
+_installed = False
 
 
 def configure_env(environ: MutableMapping[str, str] = os.environ) -> bool:
@@ -66,18 +69,54 @@ def configure_env(environ: MutableMapping[str, str] = os.environ) -> bool:
 
 
 def install() -> bool:
-    """Nothing to hook: the recorder is torch's. Here for the shape every in-rank family has."""
+    """Wrap ``init_process_group`` and ``new_group`` (idempotent) so that entering one is posted
+    (``pgjoin``): the watchdog names a rank that never reaches it, as it does for init_rpc. The
+    collectives themselves are not wrapped: the recorder is torch's."""
+    global _installed
+    if _installed:
+        return True
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return False
+    from torch.distributed import distributed_c10d as c10d
+
+    for name in ("init_process_group", "new_group"):
+        original = getattr(c10d, name, None)
+        if original is None or getattr(original, "_rpcctl_pgjoin", False):
+            continue
+        wrapped = _wrap_join(original, name)
+        setattr(c10d, name, wrapped)
+        if getattr(dist, name, None) is original:
+            setattr(dist, name, wrapped)
+    _installed = True
     return True
 
 
+def _wrap_join(original: Any, name: str) -> Any:
+    import functools
+
+    @functools.wraps(original)
+    def joining(*args: Any, **kwargs: Any) -> Any:
+        queue = _queue
+        if _active and queue is not None:
+            queue.append({"e": "pgjoin", "call": name, "t": time.time()})
+        return original(*args, **kwargs)
+
+    joining._rpcctl_pgjoin = True  # type: ignore[attr-defined]
+    return joining
+
+
 def activate(queue: Any = None) -> None:
-    global _active
-    _active = True
+    global _active, _queue
+    _active, _queue = True, queue
 
 
 def deactivate() -> None:
     global _active
     _active = False
+_queue: Any = None
+_installed = False
 
 
 def after_fork_in_child() -> None:

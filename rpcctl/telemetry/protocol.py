@@ -57,6 +57,7 @@ coll       pg, name, size, enq, done (a process group's last collective entered 
 cop        pg, op, n, bytes, sum, max, h (collectives of a group that completed since the last
            read: count, input bytes, durations as cstat's histogram)
 cent       pg, seq, op, sizes, dtypes, bytes, entered, completed (one sampled collective)
+pgjoin     call (init_process_group or new_group began in this process)
 error      message (the sender hit a bug of its own; not stored)
 bye        dropped (the worker stopped cleanly)
 =========  =========================================================================
@@ -150,6 +151,7 @@ EVENT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
              "dtypes": (list,), "bytes": _INT, "since": _NUM},
     "cop": {"pg": _STR, "op": _STR, "n": _INT, "bytes": _INT, "sum": _NUM, "max": _NUM, "h": (dict,)},
     "cent": {"pg": _STR, "seq": _INT, "op": _STR, "sizes": (list,), "dtypes": (list,), "bytes": _INT, "entered": _NUM, "completed": _NUM},
+    "pgjoin": {"call": _STR},
     "error": {"message": _STR},
     "bye": {"dropped": _INT},
 }

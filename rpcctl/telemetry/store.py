@@ -50,7 +50,7 @@ SCHEMA_VERSION = 7  # 2: procs.cpu_s, procs.telemetry_cpu_s; meta server_cpu_s. 
 # 4: losses.seq, losses.rule, log_lines. 5: rrefs.value_watched (1: the owner watches the value, so value_freed_at NULL means still alive)
 # 6: handles.last_used_at (the holder's last use of a reference it still held at rpc.shutdown()),
 #    call_stats.request_bytes, calls.nbytes (bytes of the tensor arguments)
-# 7: coll_groups, coll_stats, collectives (issue 27: collectives from torch's Flight Recorder)
+# 7: coll_groups, coll_stats, collectives (issue 27: collectives from torch's Flight Recorder), procs.pg_join_at
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -64,7 +64,7 @@ CREATE TABLE IF NOT EXISTS procs (
     connected_at REAL, last_seen REAL, ended_at REAL, stopped_at REAL, rpc_shutdown_at REAL,
     cpu_percent REAL, rss_bytes INTEGER, threads INTEGER, device TEXT, cuda_visible_devices TEXT,
     gpu_memory_bytes INTEGER, gpus TEXT, device_maps TEXT, devices TEXT, dropped INTEGER DEFAULT 0,
-    cpu_s REAL, telemetry_cpu_s REAL, rpc_join_at REAL);
+    cpu_s REAL, telemetry_cpu_s REAL, rpc_join_at REAL, pg_join_at REAL);
 CREATE TABLE IF NOT EXISTS rpc_workers (
     restart INTEGER NOT NULL, rpc_rank INTEGER NOT NULL, name TEXT, PRIMARY KEY (restart, rpc_rank));
 CREATE TABLE IF NOT EXISTS rrefs (
@@ -431,6 +431,9 @@ class StoreWriter:
 
     def _ev_send(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         self._x("UPDATE serving SET ended_at = ? WHERE proc_id = ? AND serve_id = ?", (t, proc.proc_id, int(ev["id"])))
+
+    def _ev_pgjoin(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        self._x("UPDATE procs SET pg_join_at = coalesce(pg_join_at, ?) WHERE proc_id = ?", (t, proc.proc_id))
 
     def _ev_coll(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         done = int(ev["done"])
