@@ -162,7 +162,7 @@ class _Group:
     def __init__(self) -> None:
         self.entered = self.completed = 0
         self.sent: tuple[Any, ...] | None = None
-        self.flight_seen: float | None = None  # when the sender first saw entered > completed (this seq)
+        self.flight_seen: int | None = None  # the sequence number the last cycle saw in flight
         self.described: dict[str, Any] | None = None  # the entry in flight, once read
         self.marks: list[tuple[int, float]] = []  # (completed, the cycle that saw it): bounds completion times
         self.name: str | None = None
@@ -192,10 +192,10 @@ class Poller:
             group = self.groups.setdefault(str(pg), _Group())
             entered, completed = int(st.get("last_enqueued_collective", 0)), int(st.get("last_completed_collective", 0))
             if entered > completed:
-                if group.flight_seen is None or (group.described and group.described["seq"] != completed + 1):
-                    group.flight_seen, group.described = now, None
+                if group.flight_seen != completed + 1:  # a new one in flight: read it only if it is still there next cycle
+                    group.flight_seen, group.described = completed + 1, None
                 elif group.described is None:
-                    want_entries = True  # in flight for a cycle: read what it is
+                    want_entries = True  # the same collective in flight for a cycle: read what it is
             else:
                 group.flight_seen, group.described = None, None
             if completed > group.completed:

@@ -5,6 +5,8 @@ clean     5 all_reduce of 4 KiB float32, 3 broadcast, 1 barrier in the default g
 stall     rank 2 sleeps in load_batch before all_reduce #4 (the others wait in it)
 mismatch  rank 1 calls broadcast where the others call all_reduce, at #4
 missing   rank 2 sleeps in load_config before init_process_group
+
+COLL_BACKEND=nccl (scripts/gpu_check.sh): NCCL, tensors on cuda:LOCAL_RANK.
 """
 
 import os
@@ -28,8 +30,12 @@ def load_batch():
 
 if mode == "missing" and rank == 2:
     load_config()
-dist.init_process_group("gloo")
-t = torch.ones(1024)
+backend = os.environ.get("COLL_BACKEND", "gloo")
+device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if backend == "nccl" else "cpu"
+if backend == "nccl":
+    torch.cuda.set_device(device)
+dist.init_process_group(backend)
+t = torch.ones(1024, device=device)
 for i in range(1, 6):
     if i == 4 and mode == "stall" and rank == 2:
         load_batch()
@@ -40,8 +46,8 @@ for i in range(1, 6):
 for _ in range(3):
     dist.broadcast(t, src=0)
 dist.barrier()
-pair = dist.new_group([0, 1])
-if rank in (0, 1):
+pair = dist.new_group([0, 1]) if dist.get_world_size() >= 2 else None
+if pair is not None and rank in (0, 1):
     for _ in range(2):
         dist.all_reduce(t, group=pair)
 print("done", rank, flush=True)
