@@ -71,3 +71,15 @@ def test_a_rank_missing_at_init_process_group_is_named_with_its_stack(tmp_path, 
     assert message.startswith("hang: rank 2 (pid "), message
     assert "has not entered init_process_group; it is at " in message and "in load_config (`time.sleep(600)`)" in message, message
     assert "rank 0 (pid" in message and "rank 1 (pid" in message and "wait in it" in message, message
+
+
+def test_the_rank_that_arrives_last_is_named_with_its_skew(tmp_path, runs_dir):
+    result, run_dir, _ = launch_job(tmp_path, runs_dir, name="coll-slow", script=str(WORKERS / "collectives_job.py"), args=["slow"],
+                                    nproc_per_node=3, timeout=60, preload=["torch"])
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(rpcctl("inspect", "collectives", str(run_dir), "--json").stdout)
+    default = next(s for s in report["stragglers"] if s["pg"] == "0")
+    assert default["rank"] == 1 and default["last"] >= 5, default  # late into each of the 5 all_reduce
+    assert default["compared"] == 9  # 5 all_reduce, 3 broadcast, 1 barrier: every rank listed each
+    assert 0.15 < default["skew_p50_s"] < 1.0, default
+    assert "Stragglers (arrival skew)" in rpcctl("inspect", "collectives", str(run_dir)).stdout

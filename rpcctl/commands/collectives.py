@@ -36,4 +36,7 @@ def render(report: sdk.CollectivesReport, wide: bool = False) -> Any:
     summary = render_table(report.summary, sdk.CollectiveSummary.COLUMNS, title="Per process group and op", detail=wide,
                            empty="no collectives recorded")
     ranks = render_table(report.ranks, sdk.RankCollectives.COLUMNS, title="Per rank", detail=wide, empty="no process group yet")
-    return Group(summary, "", ranks)
+    parts: list[Any] = [summary, "", ranks]
+    if report.stragglers:
+        parts += ["", render_table(report.stragglers, sdk.CollectiveStraggler.COLUMNS, title="Stragglers (arrival skew)", detail=wide)]
+    return Group(*parts)

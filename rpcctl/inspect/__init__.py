@@ -45,7 +45,7 @@ from __future__ import annotations
 from rpcctl.inspect._store import has_telemetry
 from rpcctl.inspect.attempts import RankAttempt, rank_attempts
 from rpcctl.inspect.calls import CallsReport, CallSummary, PendingCall, ServingRecord, calls
-from rpcctl.inspect.collectives import CollectivesReport, CollectiveSummary, RankCollectives, collectives
+from rpcctl.inspect.collectives import CollectivesReport, CollectiveStraggler, CollectiveSummary, RankCollectives, collectives
 from rpcctl.inspect.cost import TelemetryCost, telemetry_cost
 from rpcctl.inspect.gpus import DeviceRecord, gpus
 from rpcctl.inspect.losses import (
@@ -62,7 +62,7 @@ from rpcctl.inspect.workers import WorkerRecord, workers
 
 __all__ = [
     "RankAttempt", "rank_attempts",
-    "CollectivesReport", "CollectiveSummary", "RankCollectives", "collectives",
+    "CollectivesReport", "CollectiveStraggler", "CollectiveSummary", "RankCollectives", "collectives",
     "CallSummary", "CallsReport", "PendingCall", "ServingRecord", "Straggler", "calls", "stragglers",
     "AT_SHUTDOWN", "HELD_UNUSED", "BY_ARRIVAL", "BY_STEP", "LEAKED", "RREF_ENDINGS", "RREF_STATES", "DeviceRecord", "LossGrid", "LossRecord", "LossSummary", "OwnerSummary", "RRefRecord", "StackDump",
     "TelemetryCost", "UsageSample", "WorkerRecord", "dump_stacks", "ended_rrefs", "gpus", "has_telemetry", "leaked_rrefs", "line_counts", "loss_grid",

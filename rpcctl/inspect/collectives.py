@@ -76,9 +76,61 @@ class RankCollectives:
 
 
 @dataclass
+class CollectiveStraggler:
+    """Per process group: the rank that entered the sampled collectives last most often, and by
+    how much (arrival skew: its entry minus the earliest rank's; clocks of one host, or of
+    several hosts as far as they agree)."""
+
+    pg: str
+    rank: int | None
+    last: int  # how many of the compared collectives it entered last
+    compared: int  # sampled collectives every rank of the group listed
+    skew_p50_s: float | None  # median skew when it was last
+    skew_max_s: float | None
+
+    COLUMNS = (
+        Column("pg", "PG", priority=KEY),
+        Column("rank", "LAST MOST OFTEN", priority=KEY),
+        Column("last", "TIMES LAST", justify="right"),
+        Column("compared", "OF", justify="right"),
+        Column("skew_p50_s", "SKEW P50", fmt=_duration, justify="right"),
+        Column("skew_max_s", "SKEW MAX", fmt=_duration, justify="right"),
+    )
+
+
+@dataclass
 class CollectivesReport:
     summary: list[CollectiveSummary]
     ranks: list[RankCollectives]
+    stragglers: list[CollectiveStraggler]
+
+
+def _stragglers(rows: list[Any]) -> list[CollectiveStraggler]:
+    by_seq: dict[tuple[str, int], dict[int, float]] = {}
+    members: dict[str, set[int]] = {}
+    for row in rows:
+        if row["entered_at"] is None or row["rank"] is None:
+            continue
+        by_seq.setdefault((row["pg"], row["seq"]), {})[row["rank"]] = row["entered_at"]
+        members.setdefault(row["pg"], set()).add(row["rank"])
+    result = []
+    for pg, ranks in sorted(members.items()):
+        if len(ranks) < 2:
+            continue
+        last_of: dict[int, list[float]] = {}
+        compared = 0
+        for (group, _seq), arrivals in by_seq.items():
+            if group != pg or set(arrivals) != ranks:
+                continue
+            compared += 1
+            rank = max(arrivals, key=lambda r: arrivals[r])
+            last_of.setdefault(rank, []).append(arrivals[rank] - min(arrivals.values()))
+        if not last_of:
+            continue
+        rank, skews = max(last_of.items(), key=lambda kv: (len(kv[1]), sum(kv[1])))
+        skews.sort()
+        result.append(CollectiveStraggler(pg, rank, len(skews), compared, skews[(len(skews) - 1) // 2], skews[-1]))
+    return result
 
 
 # The recorder's dtype names (c10's ScalarType) as torch spells them.
@@ -96,7 +148,8 @@ def in_flight(row: Any) -> str | None:
 
 
 def collectives(run_dir: Path, *, restart: int | None = None) -> CollectivesReport:
-    """Per process group and op over all ranks, then per rank and group (latest restart)."""
+    """Per process group and op over all ranks, per rank and group, and per group the rank
+    that arrives last most often (latest restart)."""
     with _Store(run_dir) as s:
         restart = s.latest_restart() if restart is None else restart
         live = s.live
@@ -104,6 +157,7 @@ def collectives(run_dir: Path, *, restart: int | None = None) -> CollectivesRepo
         groups = s.rows("SELECT g.*, p.ended_at AS proc_ended FROM coll_groups g JOIN procs p USING (proc_id) WHERE g.restart = ?"
                         " ORDER BY g.rank, g.pg", (restart,))
         stats = s.rows("SELECT * FROM coll_stats WHERE restart = ? ORDER BY pg, op", (restart,))
+        sampled = s.rows("SELECT pg, seq, rank, entered_at FROM collectives WHERE restart = ?", (restart,))
     names = {row["pg"]: row["name"] for row in groups}
     merged: dict[tuple[str, str], dict[str, Any]] = {}
     for row in stats:
@@ -126,4 +180,4 @@ def collectives(run_dir: Path, *, restart: int | None = None) -> CollectivesRepo
         inside = in_flight(row) if live and row["proc_ended"] is None else None
         ranks.append(RankCollectives(row["rank"], row["pg"], row["name"], row["entered"] or 0, row["completed"] or 0, inside,
                                      max(0.0, now - row["cur_since"]) if inside and row["cur_since"] else None))
-    return CollectivesReport(summary, ranks)
+    return CollectivesReport(summary, ranks, _stragglers(sampled))

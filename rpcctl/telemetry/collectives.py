@@ -28,8 +28,8 @@ NCCL with ``TORCH_NCCL_ENABLE_TIMING`` has its own; the same bound is used for b
 
 Events (``protocol``): ``coll`` (a group's state: last entered and completed sequence number,
 the one in flight with its op and sizes), ``cop`` (per group and op: count, bytes, durations
-as ``calls``' histogram), ``cent`` (a sampled collective, at most ``MAX_LISTED_PER_READ`` per
-read). The surface (``install``/``activate``/``after_fork_in_child``/``poller``) is the one
+as ``calls``' histogram), ``cent`` (a sampled collective: the first ``LIST_FIRST`` of a group and
+every ``LIST_EVERY``-th after, at most ``MAX_LISTED_PER_READ`` per read). The surface (``install``/``activate``/``after_fork_in_child``/``poller``) is the one
 ``calls`` has, so it can move with the rest of the in-rank code.
 """
 
@@ -48,6 +48,11 @@ ENV_BUFFER = "TORCH_FR_BUFFER_SIZE"
 BUFFER = 256
 SAMPLE_EVERY_S = 1.0
 MAX_LISTED_PER_READ = 16
+# Which collectives are listed one by one (``cent``): the first LIST_FIRST of each group, then
+# every LIST_EVERY-th. Chosen by sequence number, so every rank lists the same ones and their
+# arrival times can be compared (stragglers), whenever each rank happens to read.
+LIST_FIRST = 64
+LIST_EVERY = 16
 USER_PREFIXES = ("TORCH_FR_", "TORCH_NCCL_")
 
 _DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1, "Byte": 1,
@@ -265,7 +270,7 @@ class Poller:
                 stat[3] = max(stat[3], duration)
                 b = str(bucket(duration)) if duration > 0 else "0"
                 stat[4][b] = stat[4].get(b, 0) + 1
-                if len(listed) < MAX_LISTED_PER_READ:
+                if len(listed) < MAX_LISTED_PER_READ and (seq <= LIST_FIRST or seq % LIST_EVERY == 0):
                     listed.append({"e": "cent", "pg": pg, "seq": seq, "op": op, "sizes": sizes, "dtypes": dtypes, "bytes": size,
                                    "entered": created, "completed": bound, "t": now})
                 counted = seq

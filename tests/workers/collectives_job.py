@@ -5,6 +5,7 @@ clean     5 all_reduce of 4 KiB float32, 3 broadcast, 1 barrier in the default g
 stall     rank 2 sleeps in load_batch before all_reduce #4 (the others wait in it)
 mismatch  rank 1 calls broadcast where the others call all_reduce, at #4
 missing   rank 2 sleeps in load_config before init_process_group
+slow      rank 1 sleeps 0.2 s before each of the 5 all_reduce (a straggler)
 
 COLL_BACKEND=nccl (scripts/gpu_check.sh): NCCL, tensors on cuda:LOCAL_RANK.
 """
@@ -37,6 +38,8 @@ if backend == "nccl":
 dist.init_process_group(backend)
 t = torch.ones(1024, device=device)
 for i in range(1, 6):
+    if mode == "slow" and rank == 1:
+        time.sleep(0.2)
     if i == 4 and mode == "stall" and rank == 2:
         load_batch()
     if i == 4 and mode == "mismatch" and rank == 1:
