@@ -13,8 +13,8 @@ For each process group with ranks inside collective #k (entered k, completed k -
 - ranks inside #k with different ops, or sizes, are a *mismatch* (``rank 1 called broadcast #4
   where ranks 0, 2 called all_reduce #4``).
 
-Which ranks a group has: the ranks that reported it (a rank that never created the group has no
-row for it; for the default group every rank does, once it entered ``init_process_group``).
+Which ranks a group has: the ranks that reported it, and for the default group every rank that
+entered ``init_process_group`` (a rank reports a group only after its first collective in it).
 """
 
 from __future__ import annotations
@@ -25,6 +25,9 @@ from typing import Any
 
 from rpcctl.console import human_seconds
 from rpcctl.inspect.collectives import in_flight
+
+
+DEFAULT_PG = "0"  # the recorder's pg_id of the default group (init_process_group's)
 
 
 @dataclass
@@ -76,6 +79,10 @@ def verdict(rows: list[Any], procs: list[Any], now: float, where: Any) -> Collec
             found = found or CollectiveVerdict(headline, details, by_proc.get(odd[0]["proc_id"]))
             continue
         behind = [r for r in members if r["entered"] < k]
+        if pg == DEFAULT_PG:  # every rank that entered init_process_group is in it, even before its first collective
+            present = {r["proc_id"] for r in members}
+            behind += [{"proc_id": p.proc_id, "rank": p.rank, "entered": 0} for p in procs
+                       if p.kind == "rank" and p.pg_joined_at is not None and p.proc_id not in present]
         if not behind:
             continue
         first = described[0] if described else waiting[0]

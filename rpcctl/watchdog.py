@@ -182,7 +182,12 @@ def diagnose(procs: list[Proc], report: CallsReport, stalled_s: float, groups: l
         details.extend(collective.details)
     if waiting:
         headline, suspect = _chain(waiting[0], waiting, report.serving, by_name, by_proc_id)
-        return Diagnosis(headline + (f"; {collective.headline}" if collective is not None else ""), details, suspect)
+        if collective is not None:
+            headline += f"; {collective.headline}"
+            if collective.suspect is not None and collective.suspect.proc_id == waiting[0].caller_proc:
+                headline += (f" — a deadlock across RPC and a collective: {collective.suspect.describe()} waits on its RPC call,"
+                             " whose callee waits in the collective for it")
+        return Diagnosis(headline, details, suspect)
     if collective is not None:
         return Diagnosis(collective.headline, details, collective.suspect)
     missing = collective_hangs.absent_from_groups(procs)

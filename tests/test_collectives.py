@@ -83,3 +83,15 @@ def test_the_rank_that_arrives_last_is_named_with_its_skew(tmp_path, runs_dir):
     assert default["compared"] == 9  # 5 all_reduce, 3 broadcast, 1 barrier: every rank listed each
     assert 0.15 < default["skew_p50_s"] < 1.0, default
     assert "Stragglers (arrival skew)" in rpcctl("inspect", "collectives", str(run_dir)).stdout
+
+
+def test_a_cycle_through_rpc_and_a_collective_is_named(tmp_path, runs_dir):
+    result, run_dir, rec = launch_job(tmp_path, runs_dir, name="coll-cycle", script=str(WORKERS / "rpc_collective_cycle.py"),
+                                      nproc_per_node=3, timeout=60, hang_timeout=6, preload=["torch"])
+    assert result.returncode == 1, result.stdout + result.stderr
+    message = rec["root_cause"]["message"]
+    assert "rank 1 (worker1, pid " in message and "on rpc_sync → worker0 (reduce_on_worker0" in message, message
+    assert "blocked at " in message and "in reduce_on_worker0 (`dist.all_reduce(t)`)" in message, message
+    assert "ranks 0, 2 wait in all_reduce #1 (pg 0, 1.0 KiB float32)" in message, message
+    assert "rank 1 has not entered it: it is at " in message, message
+    assert "a deadlock across RPC and a collective" in message, message

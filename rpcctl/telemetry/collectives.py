@@ -195,7 +195,8 @@ class Poller:
         configs = status.get("pg_config") or {}
         for pg, st in (status.get("pg_status") or {}).items():
             group = self.groups.setdefault(str(pg), _Group())
-            entered, completed = int(st.get("last_enqueued_collective", 0)), int(st.get("last_completed_collective", 0))
+            # -1: none yet (torch's initial value)
+            entered, completed = max(0, int(st.get("last_enqueued_collective", 0))), max(0, int(st.get("last_completed_collective", 0)))
             if entered > completed:
                 if group.flight_seen != completed + 1:  # a new one in flight: read it only if it is still there next cycle
                     group.flight_seen, group.described = completed + 1, None
