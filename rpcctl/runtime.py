@@ -8,7 +8,9 @@ ARGS`` would: a real ``__main__`` module that stays in ``sys.modules`` (RPC unpi
 Around the script it:
 
 - keeps the c10d rendezvous store on the address it was given (torch's TCPStore otherwise
-  listens on every interface, and RPC unpickles what it receives);
+  listens on every interface, and RPC unpickles what it receives), binds it once per address and
+  holds it for the process's life, as torchrun's agent holds its store: ``init_process_group``
+  and ``init_rpc`` (any order, ``destroy_process_group`` between) share its server;
 - keeps that store up until every rank's ``rpc.shutdown`` returned: rank 0 hosts it, and
   TensorPipe's shutdown ends on a barrier in it, so a rank 0 that exits the moment its own
   shutdown returns can cut a peer off inside that barrier (``DistNetworkError: Connection reset
@@ -253,14 +255,27 @@ def bind_rendezvous_store_to_master_addr(rendezvous: types.ModuleType) -> None:
             if not rendezvous._torchelastic_use_agent_store():  # an agent's store outlives the ranks
                 _remember_store(store, rank, world_size)
             return store
-        listener = socket.socket(socket.AF_INET6 if ":" in hostname else socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((hostname, port))
-        listener.listen(2048)
-        store = TCPStore(
-            host_name=hostname, port=port, world_size=world_size, is_master=True, timeout=timeout,
-            multi_tenant=True, master_listen_fd=listener.detach(), use_libuv=use_libuv,
-        )
+        if (hostname, port) in _served:
+            # A second env:// rendezvous in this process (init_process_group, then init_rpc, or
+            # again after destroy_process_group): a multi-tenant TCPStore on the same port shares
+            # the server the first one started, as torch's own does; binding again would fail
+            # with EADDRINUSE.
+            store = TCPStore(
+                host_name=hostname, port=port, world_size=world_size, is_master=True, timeout=timeout,
+                multi_tenant=True, use_libuv=use_libuv,
+            )
+        else:
+            listener = socket.socket(socket.AF_INET6 if ":" in hostname else socket.AF_INET, socket.SOCK_STREAM)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((hostname, port))
+            listener.listen(2048)
+            store = TCPStore(
+                host_name=hostname, port=port, world_size=world_size, is_master=True, timeout=timeout,
+                multi_tenant=True, master_listen_fd=listener.detach(), use_libuv=use_libuv,
+            )
+            # Held for the process's life, as torchrun's agent holds its store for the ranks':
+            # a process group destroyed before init_rpc must not take the server with it.
+            _served[(hostname, port)] = store
         _remember_store(store, rank, world_size)
         return store
 
@@ -268,6 +283,7 @@ def bind_rendezvous_store_to_master_addr(rendezvous: types.ModuleType) -> None:
     rendezvous._create_c10d_store = create_store
 
 
+_served: dict[tuple[str, int], Any] = {}  # rank 0: the first store served on each (host, port)
 _rendezvous: tuple[Any, int, int] | None = None  # this rank's c10d store (rank 0: its host), rank, world size
 SHUT_DOWN_KEY = "rpcctl/rpc_shut_down"  # how many ranks other than 0 are past rpc.shutdown
 HOLD_STORE_S = 10.0  # rank 0 waits at most this long (a peer that crashed never says so)

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rpcctl import inspect, stacks
+from rpcctl import collective_hangs, inspect, stacks
 from rpcctl.inspect.calls import CallsReport, PendingCall, ServingRecord, _same_function
 from rpcctl.console import human_seconds, to_jsonable
 from rpcctl.frames import is_user_file, short_path
@@ -130,6 +130,7 @@ class Proc:
     name: str | None  # RPC name
     joined_at: float | None  # entered init_rpc
     stopped: bool = False
+    pg_joined_at: float | None = None  # entered init_process_group (or new_group)
     threads: list[ThreadStack] = field(default_factory=list)
     dumped: bool = False
     host: str | None = None
@@ -164,10 +165,10 @@ class Diagnosis:
         return "\n".join([self.headline, *(f"  {line}" for line in self.details)]) + "\n"
 
 
-def diagnose(procs: list[Proc], report: CallsReport, stalled_s: float) -> Diagnosis:
+def diagnose(procs: list[Proc], report: CallsReport, stalled_s: float, groups: list[Any] = ()) -> Diagnosis:
     by_name = {p.name: p for p in procs if p.name}
     by_proc_id = {p.proc_id: p for p in procs if p.proc_id is not None}
-    details = [f"no progress for {human_seconds(stalled_s)}: no call ended, no loss, no output line"]
+    details = [f"no progress for {human_seconds(stalled_s)}: no call ended, no collective completed, no loss, no output line"]
     for proc in procs:
         if proc.stopped:
             details.append(f"{proc.describe()} is stopped (SIGSTOP or SIGTSTP): it cannot run or answer until SIGCONT")
@@ -177,9 +178,28 @@ def diagnose(procs: list[Proc], report: CallsReport, stalled_s: float) -> Diagno
     for served in report.serving:
         if served.state == ServingState.RUNNING:
             details.append(served.describe())
+    collective = collective_hangs.verdict(list(groups), procs, time.time(), lambda p: where(p.main_thread()))
+    if collective is not None:
+        details.extend(collective.details)
     if waiting:
         headline, suspect = _chain(waiting[0], waiting, report.serving, by_name, by_proc_id)
+        if collective is not None:
+            headline += f"; {collective.headline}"
+            if collective.suspect is not None and collective.suspect.proc_id == waiting[0].caller_proc:
+                headline += (f" — a deadlock across RPC and a collective: {collective.suspect.describe()} waits on its RPC call,"
+                             " whose callee waits in the collective for it")
         return Diagnosis(headline, details, suspect)
+    if collective is not None:
+        return Diagnosis(collective.headline, details, collective.suspect)
+    missing = collective_hangs.absent_from_groups(procs)
+    if missing:
+        proc = missing[0]
+        at = where(proc.main_thread())
+        others = [p.describe() for p in procs if p.kind == "rank" and p.pg_joined_at is not None]
+        headline = f"{proc.describe()} has not entered init_process_group" + (
+            ": it is stopped (SIGSTOP)" if proc.stopped else (f"; it is at {at}" if at else "")) + \
+            f"; {', '.join(others)} {'waits' if len(others) == 1 else 'wait'} in it"
+        return Diagnosis(headline, details, proc)
     joined = [p for p in procs if p.joined_at is not None]
     absent = [p for p in procs if p.kind == "rank" and p.joined_at is None]
     if joined and absent:
@@ -263,6 +283,8 @@ class HangWatchdog:
         self._next_check = 0.0
         self._restart = 0
         self._warned_join: set[int] = set()
+        self._warned_pg: set[int] = set()
+        self._groups: list[Any] = []  # coll_groups rows of the live processes, as of the last check
         self._silent: set[int] = set()  # proc ids whose stale heartbeat was reported (until it beats again)
         self._reported_at: float | None = None
         self.reports = 0
@@ -275,6 +297,7 @@ class HangWatchdog:
         self._restart = restart
         self._output_at = time.time()
         self._warned_join.clear()
+        self._warned_pg.clear()
         self._silent.clear()
         self._reported_at = None
 
@@ -291,9 +314,12 @@ class HangWatchdog:
         self._dump_silent_ranks(rows, record)
         if facts is None:
             return None
-        procs, progress_at, first_join = facts
+        procs, progress_at, first_join, first_pg_join = facts
         wall = time.time()
-        self._warn_absent(procs, record, first_join, wall)
+        if first_join is not None:
+            self._warn_absent(procs, record, first_join, wall)
+        if first_pg_join is not None:
+            self._warn_absent(procs, record, first_pg_join, wall, group=True)
         progress_at = max(progress_at, self._output_at)
         if self._reported_at is not None:
             if progress_at <= self._reported_at:
@@ -319,18 +345,24 @@ class HangWatchdog:
                        message=f"hang: {diagnosis.headline}", timestamp=now_iso(), traceback=f"{details}evidence: {folder}\n")
 
     # -- evidence ------------------------------------------------------------------------------
-    def _facts(self, s: Any, rows: list, record: RunRecord) -> tuple[list[Proc], float, float] | None:
-        """Processes of this attempt, the last progress the store saw, the first init_rpc; None
-        while no process of the job entered init_rpc (the job does not use RPC, or not yet)."""
+    def _facts(self, s: Any, rows: list, record: RunRecord) -> tuple[list[Proc], float, float | None, float | None] | None:
+        """Processes of this attempt, the last progress the store saw, the first init_rpc and the
+        first init_process_group; None while no process of the job entered either (the job
+        uses no torch.distributed, or not yet)."""
         joins = [r["rpc_join_at"] for r in rows if r["rpc_join_at"] is not None]
-        if not joins:
+        pg_joins = [v for v in (_get(r, "pg_join_at") for r in rows) if v is not None]
+        if not joins and not pg_joins:
             return None
         marks = s.rows(
             "SELECT (SELECT max(updated_at) FROM call_stats WHERE restart = ?) AS a, (SELECT max(ended_at) FROM calls WHERE restart = ?) AS b,"
             " (SELECT time FROM losses WHERE restart = ? ORDER BY id DESC LIMIT 1) AS c", (self._restart,) * 3)
+        # A collective completing is progress (telemetry.collectives: the cycle that saw it).
+        self._groups = s.rows("SELECT * FROM coll_groups WHERE restart = ? AND proc_id IN (SELECT proc_id FROM procs"
+                              " WHERE restart = ? AND ended_at IS NULL)", (self._restart, self._restart))
+        completed = [g["completed_at"] for g in self._groups if g["completed_at"] is not None]
         # A process that connects or enters init_rpc moves the job on too (the fork server may
         # take seconds to start the ranks).
-        starts = [r["connected_at"] for r in rows] + joins
+        starts = [r["connected_at"] for r in rows] + joins + pg_joins + completed
         progress = max([m for m in (marks[0]["a"], marks[0]["b"], marks[0]["c"], *starts) if m is not None] or [0.0])
         procs = [_proc(r, record) for r in rows]
         # A rank whose spawned processes joined RPC (an mp.spawn program: the rank waits in
@@ -341,7 +373,7 @@ class HangWatchdog:
         for proc in procs:
             if proc.kind == "rank" and proc.joined_at is None and proc.rank in through:
                 proc.joined_at = through[proc.rank]
-        return procs, progress, min(joins)
+        return procs, progress, min(joins) if joins else None, min(pg_joins) if pg_joins else None
 
     def _dump_silent_ranks(self, rows: list, record: RunRecord) -> None:
         """A rank whose telemetry heartbeat went stale: its sender thread cannot run (the GIL held
@@ -370,24 +402,27 @@ class HangWatchdog:
             self.console.warn(f"{quiet} (its telemetry thread cannot run: a long call holding the GIL?)"
                               + (f"; it is at {at}" if at else "") + f"; stacks in stacks/rank-{proc.rank}.txt")
 
-    def _warn_absent(self, procs: list[Proc], record: RunRecord, first_join: float, wall: float) -> None:
+    def _warn_absent(self, procs: list[Proc], record: RunRecord, first_join: float, wall: float, group: bool = False) -> None:
+        """Name, once, a rank that has not entered init_rpc (``group``: init_process_group) while
+        another did ``join_warn_s`` ago."""
         if wall - first_join < self.join_warn_s:
             return
+        warned, what = (self._warned_pg, "entered init_process_group") if group else (self._warned_join, "joined RPC")
         connected = {p.rank for p in procs if p.kind == "rank"}
         for proc in procs:
-            if proc.kind != "rank" or proc.joined_at is not None or proc.rank in self._warned_join:
+            if proc.kind != "rank" or (proc.pg_joined_at if group else proc.joined_at) is not None or proc.rank in warned:
                 continue
-            self._warned_join.add(proc.rank)
+            warned.add(proc.rank)
             self._dump(proc, record)
             at = where(proc.main_thread())
             state = "it is stopped (SIGSTOP)" if proc.stopped else (f"it is at {at}" if at else "its stack did not come")
             if not proc.local:
                 state = proc.elsewhere.lstrip("; ")
-            self.console.warn(f"{proc.describe()} has not joined RPC after {human_seconds(wall - first_join)}; {state}")
+            self.console.warn(f"{proc.describe()} has not {what} after {human_seconds(wall - first_join)}; {state}")
         for state in record.ranks:  # a rank whose telemetry never connected is absent too
-            if state.state == RankStatus.RUNNING and state.rank not in connected and state.rank not in self._warned_join:
-                self._warned_join.add(state.rank)
-                self.console.warn(f"rank {state.rank} (pid {state.pid}) has not joined RPC after {human_seconds(wall - first_join)}"
+            if state.state == RankStatus.RUNNING and state.rank not in connected and state.rank not in warned:
+                warned.add(state.rank)
+                self.console.warn(f"rank {state.rank} (pid {state.pid}) has not {what} after {human_seconds(wall - first_join)}"
                                   " and never reported: see `rpcctl stack`")
 
     def _dump(self, proc: Proc, record: RunRecord) -> list[Any]:
@@ -429,7 +464,7 @@ class HangWatchdog:
             if proc.kind != "rank" and not proc.threads and proc.local:
                 proc.stopped = stacks.stopped(proc.pid)
         calls = inspect.calls(self.run_dir, restart=self._restart)
-        diagnosis = diagnose(procs, calls, stalled)
+        diagnosis = diagnose(procs, calls, stalled, self._groups)
         folder = self._folder()
         _write_private(folder / "stacks.txt", "\n".join(texts))
         write_json_atomic(folder / "calls.json", to_jsonable(calls))
@@ -448,7 +483,15 @@ def _proc(row: Any, record: RunRecord) -> Proc:
     """A procs row as the watchdog sees it; local: a process of one of this node's ranks."""
     local = row["rank"] in {r.rank for r in record.ranks}
     return Proc(row["proc_id"], row["pid"], row["rank"], row["kind"] or "rank", row["name"], row["rpc_join_at"],
-                host=row["host"], local=local)
+                host=row["host"], local=local, pg_joined_at=_get(row, "pg_join_at"))
+
+
+def _get(row: Any, key: str) -> Any:
+    """A column a store before schema 7 lacks reads as None."""
+    try:
+        return row[key]
+    except (IndexError, KeyError):
+        return None
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -42,12 +42,30 @@ def _check_parameter_server(out: str) -> None:
     assert m and float(m.group(1)) < 0.1, m
 
 
+def _check_ddp(out: str) -> None:
+    assert "weights identical on all 3 ranks: True" in out
+    for rank in range(3):
+        assert f"rank {rank} step 39 loss" in out
+    m = re.search(r"max \|w - w_true\| = (\d+\.\d+)", out)
+    assert m and float(m.group(1)) < 0.2, m
+    assert "ddp OK" in out
+
+
+def _check_rpc_ddp(out: str) -> None:
+    for trainer in (1, 2):
+        assert f"trainer{trainer}: dense layer identical on every trainer: True" in out
+        assert f"trainer{trainer} step 29 loss" in out
+        assert f"trainer{trainer} rpc_ddp OK" in out
+
+
 CHECKS = {
     "remote_call": _check_remote_call,
     "remote_object": _check_remote_object,
     "remote_state": _check_remote_state,
     "shard_aggregate": _check_shard_aggregate,
     "parameter_server": _check_parameter_server,
+    "ddp": _check_ddp,
+    "rpc_ddp": _check_rpc_ddp,
 }
 
 

@@ -17,6 +17,7 @@ Used by ``rpcctl inspect``, the live dashboard and the launcher's end-of-run rep
     inspect.usage(run_dir)                           -> list[UsageSample] (CPU, RSS per probe)
     inspect.rank_attempts(run_dir)                   -> list[RankAttempt] (every rank's every restart)
     inspect.dump_stacks(run_dir, rank)               -> list[StackDump] (rank, then its children)
+    inspect.collectives(run_dir)                     -> CollectivesReport (per group and op; per rank)
 
 Each record type declares its columns once (``COLUMNS``): the table and the JSON keys come from
 the same fields. JSON keeps raw units (bytes, seconds, ISO-8601 times).
@@ -32,6 +33,7 @@ One module per view, over one shared reader of the store::
     stacks.py   StackDump: dump_stacks
     cost.py     TelemetryCost: telemetry_cost
     calls.py    CallsReport (PendingCall, CallSummary, ServingRecord): calls
+    collectives.py  CollectivesReport (CollectiveSummary, RankCollectives): collectives (Flight Recorder)
     stragglers.py  Straggler: stragglers (step rate, call latency far off the others')
     usage.py    UsageSample: usage (every probe's CPU and RSS)
     attempts.py RankAttempt: rank_attempts (one per rank and restart; the run record keeps the latest)
@@ -45,6 +47,7 @@ from __future__ import annotations
 from rpcctl.inspect._store import has_telemetry
 from rpcctl.inspect.attempts import RankAttempt, rank_attempts
 from rpcctl.inspect.calls import CallsReport, CallSummary, PendingCall, ServingRecord, calls
+from rpcctl.inspect.collectives import CollectivesReport, CollectiveStraggler, CollectiveSummary, RankCollectives, collectives
 from rpcctl.inspect.cost import TelemetryCost, telemetry_cost
 from rpcctl.inspect.gpus import DeviceRecord, gpus
 from rpcctl.inspect.losses import (
@@ -61,6 +64,7 @@ from rpcctl.inspect.workers import WorkerRecord, ended_without_shutdown, spawned
 
 __all__ = [
     "RankAttempt", "rank_attempts",
+    "CollectivesReport", "CollectiveStraggler", "CollectiveSummary", "RankCollectives", "collectives",
     "CallSummary", "CallsReport", "PendingCall", "ServingRecord", "Straggler", "calls", "stragglers",
     "AT_EXIT", "AT_SHUTDOWN", "HELD_UNUSED", "BY_ARRIVAL", "BY_STEP", "LEAKED", "RREF_ENDINGS", "RREF_STATES", "DeviceRecord", "LossGrid", "LossRecord", "LossSummary", "OwnerSummary", "RRefRecord", "StackDump",
     "TelemetryCost", "UsageSample", "WorkerRecord", "dump_stacks", "ended_rrefs", "gpus", "has_telemetry", "leaked_rrefs", "line_counts", "loss_grid",

@@ -71,8 +71,9 @@ _mesh_join: Any = None
 
 def _torch_imported() -> None:
     try:
-        from rpcctl.telemetry import calls, rrefs
+        from rpcctl.telemetry import calls, collectives, rrefs
 
+        collectives.install()
         calls.install()  # first: rrefs' init_rpc hook goes around this one's (it joins telemetry, which this one then posts to)
         if _join is not None:
             rrefs.set_join(_join)

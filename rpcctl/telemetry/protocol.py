@@ -52,6 +52,13 @@ call       id, kind, callee, func, site, thread, nbytes (a call running for call
 cend       id, status (ok|error|timeout) (a listed call ended)
 srv        id, thread, func, nbytes (this process has run func for an incoming call for LONG_S)
 send       id (that function returned)
+coll       pg, name, size, enq, done (a process group's last collective entered and completed,
+           by sequence number); seq, op, sizes, dtypes, bytes, since (the one in flight, once
+           read: ``collectives``)
+cop        pg, op, n, bytes, sum, max, h (collectives of a group that completed since the last
+           read: count, input bytes, durations as cstat's histogram)
+cent       pg, seq, op, sizes, dtypes, bytes, entered, completed (one sampled collective)
+pgjoin     call (init_process_group or new_group began in this process)
 error      message (the sender hit a bug of its own; not stored)
 bye        dropped (the worker stopped cleanly)
 cexit      pid, code (a process this one started with multiprocessing ended: its exit code, or
@@ -144,6 +151,11 @@ EVENT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "cend": {"id": _INT, "status": _STR},
     "srv": {"id": _INT, "thread": _INT, "func": _STR, "nbytes": _INT},
     "send": {"id": _INT},
+    "coll": {"pg": _STR, "name": _STR, "size": _INT, "enq": _INT, "done": _INT, "seq": _INT, "op": _STR, "sizes": (list,),
+             "dtypes": (list,), "bytes": _INT, "since": _NUM},
+    "cop": {"pg": _STR, "op": _STR, "n": _INT, "bytes": _INT, "sum": _NUM, "max": _NUM, "h": (dict,)},
+    "cent": {"pg": _STR, "seq": _INT, "op": _STR, "sizes": (list,), "dtypes": (list,), "bytes": _INT, "entered": _NUM, "completed": _NUM},
+    "pgjoin": {"call": _STR},
     "error": {"message": _STR},
     "bye": {"dropped": _INT},
     "cexit": {"pid": _INT, "code": _INT},
@@ -153,6 +165,7 @@ EVENT_REQUIRED: dict[str, tuple[str, ...]] = {
     "rref": ("id",), "conf": ("id",), "desc": ("id",), "vfree": ("id",), "fork": ("id",), "rel": ("id",), "used": ("id",),
     "call": ("id",), "cend": ("id",), "srv": ("id",), "send": ("id",), "cstat": ("callee", "func", "kind"),
     "cexit": ("pid", "code"),
+    "coll": ("pg", "enq", "done"), "cop": ("pg", "op"), "cent": ("pg", "seq"),
 }
 _VALUE_FIELDS: dict[str, tuple[type, ...]] = {"type": _STR, "shape": (list,), "dtype": _STR, "device": _STR, "nbytes": _INT,
                                               "storages": (list,)}
@@ -198,7 +211,13 @@ def _nested_ok(kind: str, event: dict[str, Any]) -> bool:
         metrics = event.get("metrics")
         if metrics and not all(_typed(v, _NUM) for v in metrics.values()):
             return False
-    elif kind == "cstat":
+    elif kind in ("coll", "cent"):
+        sizes, dtypes = event.get("sizes"), event.get("dtypes")
+        if sizes and not all(isinstance(s, list) and len(s) <= MAX_SHAPE and all(_typed(d, _INT) and d is not None for d in s) for s in sizes):
+            return False
+        if dtypes and not all(isinstance(d, str) for d in dtypes):
+            return False
+    elif kind in ("cstat", "cop"):
         hist = event.get("h")
         if hist and not all(k.isdigit() and _typed(v, _INT) and v is not None for k, v in hist.items()):
             return False

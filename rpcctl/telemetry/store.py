@@ -59,7 +59,8 @@ SCHEMA_VERSION = 7  # 2: procs.cpu_s, procs.telemetry_cpu_s; meta server_cpu_s. 
 #    call_stats.request_bytes, calls.nbytes (bytes of the tensor arguments)
 # 7: procs.exit_code (a process a rank spawned: its exit status, as its parent reaped it); world (the RPC
 #    world of a restart) in procs, rpc_workers, rrefs, handles, churn; rrefs.storages; procs.rpc_shutdown_done_at
-#    (when rpc.shutdown() returned), procs.autograd_contexts (open then)
+#    (when rpc.shutdown() returned), procs.autograd_contexts (open then); coll_groups, coll_stats, collectives
+#    (issue 27: collectives from torch's Flight Recorder), procs.pg_join_at
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -74,7 +75,7 @@ CREATE TABLE IF NOT EXISTS procs (
     cpu_percent REAL, rss_bytes INTEGER, threads INTEGER, device TEXT, cuda_visible_devices TEXT,
     gpu_memory_bytes INTEGER, gpus TEXT, device_maps TEXT, devices TEXT, dropped INTEGER DEFAULT 0,
     cpu_s REAL, telemetry_cpu_s REAL, rpc_join_at REAL, exit_code INTEGER, world INTEGER, rpc_shutdown_done_at REAL,
-    autograd_contexts INTEGER);
+    autograd_contexts INTEGER, pg_join_at REAL);
 CREATE TABLE IF NOT EXISTS rpc_workers (
     restart INTEGER NOT NULL, world INTEGER NOT NULL DEFAULT 0, rpc_rank INTEGER NOT NULL, name TEXT,
     PRIMARY KEY (restart, world, rpc_rank));
@@ -112,6 +113,19 @@ CREATE TABLE IF NOT EXISTS serving (
     restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, serve_id INTEGER NOT NULL, worker TEXT,
     worker_rank INTEGER, thread INTEGER, func TEXT, nbytes INTEGER, started_at REAL, ended_at REAL,
     PRIMARY KEY (proc_id, serve_id));
+CREATE TABLE IF NOT EXISTS coll_groups (
+    restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, rank INTEGER, pg TEXT NOT NULL, name TEXT, size INTEGER,
+    entered INTEGER, completed INTEGER, completed_at REAL, cur_seq INTEGER, cur_op TEXT, cur_sizes TEXT, cur_dtypes TEXT,
+    cur_bytes INTEGER, cur_since REAL, updated_at REAL,
+    PRIMARY KEY (proc_id, pg));
+CREATE TABLE IF NOT EXISTS coll_stats (
+    restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, rank INTEGER, pg TEXT NOT NULL, op TEXT NOT NULL,
+    count INTEGER NOT NULL, bytes INTEGER, total_s REAL, max_s REAL, hist TEXT, updated_at REAL,
+    PRIMARY KEY (proc_id, pg, op));
+CREATE TABLE IF NOT EXISTS collectives (
+    restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, rank INTEGER, pg TEXT NOT NULL, seq INTEGER NOT NULL, op TEXT,
+    sizes TEXT, dtypes TEXT, bytes INTEGER, entered_at REAL, completed_at REAL,
+    PRIMARY KEY (proc_id, pg, seq));
 CREATE TABLE IF NOT EXISTS log_lines (
     rank INTEGER NOT NULL, restart INTEGER NOT NULL, lines INTEGER NOT NULL, matched INTEGER NOT NULL,
     PRIMARY KEY (rank, restart));
@@ -419,12 +433,17 @@ class StoreWriter:
         self._x("UPDATE calls SET ended_at = ?, status = ? WHERE proc_id = ? AND call_id = ?",
                 (t, str(ev.get("status")), proc.proc_id, int(ev["id"])))
 
-    def _ev_cstat(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
-        key = (proc.proc_id, str(ev["callee"]), str(ev["func"]), str(ev["kind"]))
-        row = self.db.execute("SELECT hist FROM call_stats WHERE proc_id = ? AND callee = ? AND func = ? AND kind = ?", key).fetchone()
+    def _merged_hist(self, sql: str, key: tuple, ev: dict[str, Any]) -> dict[str, int]:
+        """A stats row's stored histogram plus the event's ``h``."""
+        row = self.db.execute(sql, key).fetchone()
         hist = json.loads(row[0]) if row and row[0] else {}
         for bucket, n in dict(ev.get("h") or {}).items():
             hist[str(int(bucket))] = hist.get(str(int(bucket)), 0) + int(n)
+        return hist
+
+    def _ev_cstat(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        key = (proc.proc_id, str(ev["callee"]), str(ev["func"]), str(ev["kind"]))
+        hist = self._merged_hist("SELECT hist FROM call_stats WHERE proc_id = ? AND callee = ? AND func = ? AND kind = ?", key, ev)
         self._x(
             "INSERT INTO call_stats (restart, proc_id, caller, caller_rank, callee, func, kind, count, errors, timeouts, total_s,"
             " max_s, hist, updated_at, request_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (proc_id, callee, func, kind)"
@@ -447,6 +466,44 @@ class StoreWriter:
 
     def _ev_send(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         self._x("UPDATE serving SET ended_at = ? WHERE proc_id = ? AND serve_id = ?", (t, proc.proc_id, int(ev["id"])))
+
+    def _ev_pgjoin(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        self._x("UPDATE procs SET pg_join_at = coalesce(pg_join_at, ?) WHERE proc_id = ?", (t, proc.proc_id))
+
+    def _ev_coll(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        done = int(ev["done"])
+        self._x(
+            "INSERT INTO coll_groups (restart, proc_id, rank, pg, name, size, entered, completed, completed_at, cur_seq, cur_op,"
+            " cur_sizes, cur_dtypes, cur_bytes, cur_since, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (proc_id, pg) DO UPDATE SET name = coalesce(excluded.name, name), size = coalesce(excluded.size, size),"
+            " completed_at = CASE WHEN excluded.completed > completed THEN excluded.completed_at ELSE completed_at END,"
+            " entered = excluded.entered, completed = excluded.completed, cur_seq = excluded.cur_seq, cur_op = excluded.cur_op,"
+            " cur_sizes = excluded.cur_sizes, cur_dtypes = excluded.cur_dtypes, cur_bytes = excluded.cur_bytes,"
+            " cur_since = excluded.cur_since, updated_at = excluded.updated_at",
+            (proc.restart, proc.proc_id, proc.rank, str(ev["pg"]), ev.get("name"), _int(ev.get("size")), int(ev["enq"]), done,
+             t if done > 0 else None, _int(ev.get("seq")), ev.get("op"), _json(ev.get("sizes")), _json(ev.get("dtypes")),
+             _int(ev.get("bytes")), ev.get("since"), t),
+        )
+
+    def _ev_cop(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        key = (proc.proc_id, str(ev["pg"]), str(ev["op"]))
+        hist = self._merged_hist("SELECT hist FROM coll_stats WHERE proc_id = ? AND pg = ? AND op = ?", key, ev)
+        self._x(
+            "INSERT INTO coll_stats (restart, proc_id, rank, pg, op, count, bytes, total_s, max_s, hist, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (proc_id, pg, op) DO UPDATE SET count = count + excluded.count,"
+            " bytes = coalesce(bytes, 0) + excluded.bytes, total_s = total_s + excluded.total_s, max_s = max(max_s, excluded.max_s),"
+            " hist = excluded.hist, updated_at = excluded.updated_at",
+            (proc.restart, proc.proc_id, proc.rank, *key[1:], max(0, int(ev.get("n") or 0)), max(0, _int(ev.get("bytes")) or 0),
+             float(ev.get("sum") or 0.0), float(ev.get("max") or 0.0), _json(hist), t),
+        )
+
+    def _ev_cent(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        self._x(
+            "INSERT OR REPLACE INTO collectives (restart, proc_id, rank, pg, seq, op, sizes, dtypes, bytes, entered_at, completed_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (proc.restart, proc.proc_id, proc.rank, str(ev["pg"]), int(ev["seq"]), ev.get("op"), _json(ev.get("sizes")),
+             _json(ev.get("dtypes")), _int(ev.get("bytes")), ev.get("entered"), ev.get("completed")),
+        )
 
     def _ev_shutdown(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         if ev.get("done"):

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rpcctl.devices import parse_visible_devices
-from rpcctl.telemetry import calls, protocol, rrefs
+from rpcctl.telemetry import calls, collectives, protocol, rrefs
 
 _worker: _Worker | None = None
 _lock = threading.Lock()
@@ -48,6 +48,7 @@ def start() -> None:
     rank = os.environ.get("RANK", "")
     os.environ[protocol.ENV_RANK] = rank
     os.environ[protocol.ENV_RANK_PID] = str(os.getpid())
+    collectives.configure_env()  # before the script creates a process group
     worker = _get()
     _install_hooks()
     worker.activate()
@@ -174,6 +175,7 @@ def _after_fork_in_child() -> None:
     _worker = None
     rrefs.after_fork_in_child()
     calls.after_fork_in_child()
+    collectives.after_fork_in_child()
     if old is not None:
         old.abandon()
 
@@ -219,6 +221,7 @@ class _Worker:
             self.active = True
             rrefs.activate(self.queue)
             calls.activate(self.queue)
+            collectives.activate(self.queue)
             self._thread = threading.Thread(target=self._run, name="rpcctl-telemetry", daemon=True)
             self._thread.start()
         atexit.register(stop)
@@ -252,6 +255,7 @@ class _Worker:
             thread.join(timeout)
         rrefs.deactivate()
         calls.deactivate()
+        collectives.deactivate()
         self.active = False
         if not thread.is_alive() and self._sock is not None:
             self._sock.close()
@@ -271,6 +275,7 @@ class _Worker:
     def _run(self) -> None:
         tracker = rrefs.tracker()
         summariser = calls.summariser()
+        recorder = collectives.poller()
         next_probe = 0.0
         stopping = False
         while not stopping:
@@ -283,6 +288,7 @@ class _Worker:
             try:
                 events = tracker.process(items, now, final=stopping)
                 events.extend(summariser.process(now, final=stopping, items=items))
+                events.extend(recorder.process(now, final=stopping))
                 if stopping or time.monotonic() >= next_probe:
                     events.append(self._probe(now))
                     next_probe = time.monotonic() + protocol.PROBE_INTERVAL_S
@@ -295,6 +301,7 @@ class _Worker:
             self.cpu_s += time.thread_time() - cycle_started
         rrefs.deactivate()
         calls.deactivate()
+        collectives.deactivate()
         self.active = False
 
     def _dropped(self) -> int:

@@ -1,0 +1,110 @@
+"""What the hang watchdog says about collectives (issue 27): who waits in which collective, who
+has not entered it, and who called another one at the same sequence number.
+
+Input: the store's ``coll_groups`` rows of the live processes (``telemetry.collectives``: per
+process and group, the last collective entered and completed, and the one in flight with its
+op and sizes) and the watchdog's ``Proc``s (stacks dumped). Pure: no I/O here.
+
+For each process group with ranks inside collective #k (entered k, completed k - 1):
+
+- a rank of the group that entered fewer than k collectives *has not entered it*: it is named
+  with where its main thread is (``ranks 0, 1 wait in all_reduce #5 (pg 0, 4.0 KiB float) for
+  10 s; rank 2 has not entered it: it is at train.py:31 in load_batch (`time.sleep(600)`)``);
+- ranks inside #k with different ops, or sizes, are a *mismatch* (``rank 1 called broadcast #4
+  where ranks 0, 2 called all_reduce #4``).
+
+Which ranks a group has: the ranks that reported it, and for the default group every rank that
+entered ``init_process_group`` (a rank reports a group only after its first collective in it).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from rpcctl.console import human_seconds
+from rpcctl.inspect.collectives import in_flight
+
+
+DEFAULT_PG = "0"  # the recorder's pg_id of the default group (init_process_group's)
+
+
+@dataclass
+class CollectiveVerdict:
+    headline: str
+    details: list[str]
+    suspect: Any  # the watchdog's Proc, or None
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in sorted(ranks))
+
+
+def _what(row: Any) -> tuple[Any, ...]:
+    return (row["cur_op"], row["cur_sizes"], row["cur_dtypes"])
+
+
+def verdict(rows: list[Any], procs: list[Any], now: float, where: Any) -> CollectiveVerdict | None:
+    """The collective hang among ``rows`` (coll_groups of live ranks), or None if no rank waits in
+    a collective. ``where(proc)``: the text for where a process's main thread is."""
+    by_proc = {p.proc_id: p for p in procs}
+    groups: dict[str, list[Any]] = defaultdict(list)
+    for row in rows:
+        groups[row["pg"]].append(row)
+    details: list[str] = []
+    found: CollectiveVerdict | None = None
+    for pg, members in sorted(groups.items(), key=lambda kv: -max(r["entered"] - r["completed"] for r in kv[1])):
+        inside = [r for r in members if r["entered"] > r["completed"]]
+        if not inside:
+            continue
+        k = max(r["entered"] for r in inside)
+        waiting = [r for r in inside if r["entered"] == k]
+        described = [r for r in waiting if r["cur_seq"] == k and r["cur_op"]]
+        for r in inside:
+            what = in_flight(r) or f"collective #{r['entered']}"
+            since = f" for {human_seconds(now - r['cur_since'])}" if r["cur_since"] else ""
+            details.append(f"rank {r['rank']} is inside {what} of pg {pg}{since}")
+        kinds: dict[tuple[Any, ...], list[Any]] = defaultdict(list)
+        for r in described:
+            kinds[_what(r)].append(r)
+        if len(kinds) > 1:
+            ordered = sorted(kinds.values(), key=len)
+            odd, usual = ordered[0], [r for group in ordered[1:] for r in group]
+            same_op = odd[0]["cur_op"] == usual[0]["cur_op"]
+            headline = (f"collective mismatch in pg {pg}: {_ranks([r['rank'] for r in odd])} called {odd[0]['cur_op']} #{k}"
+                        + (f" with other sizes ({in_flight(odd[0])})" if same_op else "")
+                        + f" where {_ranks([r['rank'] for r in usual])} called {usual[0]['cur_op']} #{k}"
+                        + (f" ({in_flight(usual[0])})" if same_op else ""))
+            found = found or CollectiveVerdict(headline, details, by_proc.get(odd[0]["proc_id"]))
+            continue
+        behind = [r for r in members if r["entered"] < k]
+        if pg == DEFAULT_PG:  # every rank that entered init_process_group is in it, even before its first collective
+            present = {r["proc_id"] for r in members}
+            behind += [{"proc_id": p.proc_id, "rank": p.rank, "entered": 0} for p in procs
+                       if p.kind == "rank" and p.pg_joined_at is not None and p.proc_id not in present]
+        if not behind:
+            continue
+        first = described[0] if described else waiting[0]
+        op = in_flight(first) or f"collective #{k}"
+        label = op.replace(f" #{k} (", f" #{k} (pg {pg}, ") if " (" in op else f"{op} (pg {pg})"
+        waited = f" for {human_seconds(now - first['cur_since'])}" if first["cur_since"] else ""
+        suspect_row = min(behind, key=lambda r: r["entered"])
+        suspect = by_proc.get(suspect_row["proc_id"])
+        at = where(suspect) if suspect is not None else None
+        if suspect is not None and suspect.stopped:
+            state = "it is stopped (SIGSTOP)"
+        else:
+            state = f"it is at {at}" if at else "its stack did not come"
+        headline = (f"{_ranks([r['rank'] for r in waiting])} {'waits' if len(waiting) == 1 else 'wait'} in {label}{waited}; "
+                    f"{_ranks([r['rank'] for r in behind])} {'has' if len(behind) == 1 else 'have'} not entered it"
+                    + (f" (last entered #{suspect_row['entered']})" if suspect_row["entered"] else "") + f": {state}")
+        found = found or CollectiveVerdict(headline, details, suspect)
+    return found
+
+
+def absent_from_groups(procs: list[Any]) -> list[Any]:
+    """Ranks that have not entered init_process_group while another rank has."""
+    if not any(p.pg_joined_at is not None for p in procs if p.kind == "rank"):
+        return []
+    return [p for p in procs if p.kind == "rank" and p.pg_joined_at is None]

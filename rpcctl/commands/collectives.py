@@ -1,0 +1,42 @@
+"""``rpcctl inspect collectives``: per process group and op (count, p50/p99, bytes), then per rank
+the last collective entered and completed and the one it is inside now. Data from
+``rpcctl.inspect.collectives``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+
+from rpcctl import inspect as sdk
+from rpcctl.commands.common import JsonOption, RunArgument, RunsDirOption, WatchOption, WideOption
+from rpcctl.console import render_table
+
+
+def collectives(
+    run: RunArgument = None,
+    wide: WideOption = False,
+    runs_dir: RunsDirOption = None,
+    json_: JsonOption = False,
+    watch: WatchOption = False,
+) -> None:
+    """Collectives of every process group (all_reduce, broadcast, barrier…), from torch's Flight
+    Recorder: per group and op, count, p50/p99 time and bytes; per rank, the last collective
+    entered and completed, and while the run lives, the one it is inside and for how long.
+
+    Times are upper bounds (gloo records no completion time). A rank whose torch has no Flight
+    Recorder (before 2.5) shows none.
+    """
+    from rpcctl.commands.inspect import _view
+
+    _view(run, runs_dir, json_, watch, sdk.collectives, lambda report, _run_dir: render(report, wide))
+
+
+def render(report: sdk.CollectivesReport, wide: bool = False) -> Any:
+    summary = render_table(report.summary, sdk.CollectiveSummary.COLUMNS, title="Per process group and op", detail=wide,
+                           empty="no collectives recorded")
+    ranks = render_table(report.ranks, sdk.RankCollectives.COLUMNS, title="Per rank", detail=wide, empty="no process group yet")
+    parts: list[Any] = [summary, "", ranks]
+    if report.stragglers:
+        parts += ["", render_table(report.stragglers, sdk.CollectiveStraggler.COLUMNS, title="Stragglers (arrival skew)", detail=wide)]
+    return Group(*parts)

@@ -1,0 +1,183 @@
+"""The collectives view: what each rank's process groups ran (``rpcctl inspect collectives``).
+
+From the store's ``coll_groups`` (per rank and group: the last collective entered and completed,
+and the one in flight), ``coll_stats`` (per rank, group and op: count, input bytes, a duration
+histogram) and ``collectives`` (sampled collectives), which ``telemetry.collectives`` fills from
+torch's Flight Recorder. Durations are upper bounds (gloo records no completion time: see that
+module); p50/p99 come from histogram bucket middles, as the calls view's do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rpcctl.console import KEY, Column, human_bytes, human_seconds, join
+from rpcctl.inspect._store import _loads, _Store
+from rpcctl.telemetry.calls import quantile
+
+
+def _duration(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return human_seconds(value) if value >= 0.01 else f"{value * 1e3:.2f} ms"
+
+
+@dataclass
+class CollectiveSummary:
+    """One process group and op, over every rank."""
+
+    pg: str
+    group: str | None
+    op: str
+    count: int  # collectives completed, summed over ranks
+    ranks: list[int]
+    bytes: int  # input bytes, summed over ranks
+    p50_s: float | None
+    p99_s: float | None
+    max_s: float | None
+
+    COLUMNS = (
+        Column("pg", "PG", priority=KEY),
+        Column("group", detail=True),
+        Column("op", priority=KEY),
+        Column("count", justify="right"),
+        Column("ranks", fmt=join),
+        Column("bytes", fmt=human_bytes, justify="right"),
+        Column("p50_s", "P50", fmt=_duration, justify="right"),
+        Column("p99_s", "P99", fmt=_duration, justify="right"),
+        Column("max_s", "MAX", fmt=_duration, justify="right", detail=True),
+    )
+
+
+@dataclass
+class RankCollectives:
+    """One rank's view of one process group: the last collective entered and completed, and
+    the one it is inside now (while the run lives)."""
+
+    rank: int | None
+    pg: str
+    group: str | None
+    entered: int  # sequence number of the last collective entered
+    completed: int  # … and of the last one completed
+    inside: str | None  # "all_reduce #5 (4 KiB float32)": the collective in flight, once read
+    inside_s: float | None  # for how long
+
+    COLUMNS = (
+        Column("rank", priority=KEY),
+        Column("pg", "PG", priority=KEY),
+        Column("group", detail=True),
+        Column("entered", "LAST ENTERED", justify="right"),
+        Column("completed", "LAST COMPLETED", justify="right"),
+        Column("inside", "INSIDE NOW", fmt=lambda v: v or "-", wrap=True),
+        Column("inside_s", "FOR", fmt=_duration, justify="right"),
+    )
+
+
+@dataclass
+class CollectiveStraggler:
+    """Per process group: the rank that entered the sampled collectives last most often, and by
+    how much (arrival skew: its entry minus the earliest rank's; clocks of one host, or of
+    several hosts as far as they agree)."""
+
+    pg: str
+    rank: int | None
+    last: int  # how many of the compared collectives it entered last
+    compared: int  # sampled collectives every rank of the group listed
+    skew_p50_s: float | None  # median skew when it was last
+    skew_max_s: float | None
+
+    COLUMNS = (
+        Column("pg", "PG", priority=KEY),
+        Column("rank", "LAST MOST OFTEN", priority=KEY),
+        Column("last", "TIMES LAST", justify="right"),
+        Column("compared", "OF", justify="right"),
+        Column("skew_p50_s", "SKEW P50", fmt=_duration, justify="right"),
+        Column("skew_max_s", "SKEW MAX", fmt=_duration, justify="right"),
+    )
+
+
+@dataclass
+class CollectivesReport:
+    summary: list[CollectiveSummary]
+    ranks: list[RankCollectives]
+    stragglers: list[CollectiveStraggler]
+
+
+def _stragglers(rows: list[Any]) -> list[CollectiveStraggler]:
+    by_seq: dict[tuple[str, int], dict[int, float]] = {}
+    members: dict[str, set[int]] = {}
+    for row in rows:
+        if row["entered_at"] is None or row["rank"] is None:
+            continue
+        by_seq.setdefault((row["pg"], row["seq"]), {})[row["rank"]] = row["entered_at"]
+        members.setdefault(row["pg"], set()).add(row["rank"])
+    result = []
+    for pg, ranks in sorted(members.items()):
+        if len(ranks) < 2:
+            continue
+        last_of: dict[int, list[float]] = {}
+        compared = 0
+        for (group, _seq), arrivals in by_seq.items():
+            if group != pg or set(arrivals) != ranks:
+                continue
+            compared += 1
+            rank = max(arrivals, key=lambda r: arrivals[r])
+            last_of.setdefault(rank, []).append(arrivals[rank] - min(arrivals.values()))
+        if not last_of:
+            continue
+        rank, skews = max(last_of.items(), key=lambda kv: (len(kv[1]), sum(kv[1])))
+        skews.sort()
+        result.append(CollectiveStraggler(pg, rank, len(skews), compared, skews[(len(skews) - 1) // 2], skews[-1]))
+    return result
+
+
+# The recorder's dtype names (c10's ScalarType) as torch spells them.
+_DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Long": "int64", "Int": "int32",
+           "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool", "ComplexFloat": "complex64", "ComplexDouble": "complex128"}
+
+
+def in_flight(row: Any) -> str | None:
+    """``all_reduce #5 (4.0 KiB float32)`` for a coll_groups row with a collective in flight."""
+    if row["cur_seq"] is None or row["entered"] is None or row["entered"] <= row["completed"]:
+        return None
+    dtypes = sorted({_DTYPES.get(str(d), str(d)) for d in _loads(row["cur_dtypes"]) or []})
+    what = " ".join(x for x in (human_bytes(row["cur_bytes"]) if row["cur_bytes"] else "", "/".join(dtypes)) if x)
+    return f"{row['cur_op']} #{row['cur_seq']}" + (f" ({what})" if what else "")
+
+
+def collectives(run_dir: Path, *, restart: int | None = None) -> CollectivesReport:
+    """Per process group and op over all ranks, per rank and group, and per group the rank
+    that arrives last most often (latest restart)."""
+    with _Store(run_dir) as s:
+        restart = s.latest_restart() if restart is None else restart
+        live = s.live
+        now = s.now
+        groups = s.rows("SELECT g.*, p.ended_at AS proc_ended FROM coll_groups g JOIN procs p USING (proc_id) WHERE g.restart = ?"
+                        " ORDER BY g.rank, g.pg", (restart,))
+        stats = s.rows("SELECT * FROM coll_stats WHERE restart = ? ORDER BY pg, op", (restart,))
+        sampled = s.rows("SELECT pg, seq, rank, entered_at FROM collectives WHERE restart = ?", (restart,))
+    names = {row["pg"]: row["name"] for row in groups}
+    merged: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in stats:
+        entry = merged.setdefault((row["pg"], row["op"]), {"count": 0, "bytes": 0, "max": 0.0, "hist": {}, "ranks": set()})
+        entry["count"] += row["count"]
+        entry["bytes"] += row["bytes"] or 0
+        entry["max"] = max(entry["max"], row["max_s"] or 0.0)
+        entry["ranks"].add(row["rank"])
+        for b, n in (_loads(row["hist"]) or {}).items():
+            entry["hist"][int(b)] = entry["hist"].get(int(b), 0) + int(n)
+    summary = []
+    for (pg, op), e in sorted(merged.items(), key=lambda kv: (kv[0][0], -kv[1]["count"])):
+        timed = op != "?" and sum(e["hist"].values()) > 0
+        summary.append(CollectiveSummary(
+            pg, names.get(pg), op, e["count"], sorted(r for r in e["ranks"] if r is not None), e["bytes"],
+            min(quantile(e["hist"], 0.5), e["max"]) if timed else None, min(quantile(e["hist"], 0.99), e["max"]) if timed else None,
+            e["max"] if timed else None))
+    ranks = []
+    for row in groups:
+        inside = in_flight(row) if live and row["proc_ended"] is None else None
+        ranks.append(RankCollectives(row["rank"], row["pg"], row["name"], row["entered"] or 0, row["completed"] or 0, inside,
+                                     max(0.0, now - row["cur_since"]) if inside and row["cur_since"] else None))
+    return CollectivesReport(summary, ranks, _stragglers(sampled))

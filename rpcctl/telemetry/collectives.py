@@ -1,0 +1,296 @@
+"""The collectives a rank's process groups run, read from torch's Flight Recorder (rank side).
+
+torch (2.5 on; checked on 2.13) keeps a ring of the last ``TORCH_FR_BUFFER_SIZE`` collectives
+of every process group of the process, gloo and NCCL alike: sequence number, op, input sizes
+and dtypes, when it was created, and whether it is retired (completed), plus, per group, the
+last sequence number enqueued and completed. ``_dump_fr_trace`` reads it from any thread, also
+while the main thread is blocked in a collective, so the telemetry sender thread reads it; no
+call of the user's is wrapped.
+
+What a read costs decides how it is read (measured, 2 ranks, gloo, torch 2.13 CPU): the
+per-group status alone is ~0.05 ms; the entries ~0.03 ms each (pickle, no stack traces; 2,000
+entries: 250 ms). So the sender reads the status every cycle (``SEND_INTERVAL_S``), and the
+entries only every ``SAMPLE_EVERY_S``, or as soon as a collective has been in flight for a
+cycle (what the watchdog needs: its op and sizes). The buffer is ``BUFFER`` entries; beyond
+``BUFFER`` collectives per ``SAMPLE_EVERY_S`` the counts stay exact (sequence numbers) and the
+ones the ring overwrote are counted as op ``?``.
+
+Set up: ``configure_env`` sets ``TORCH_FR_BUFFER_SIZE`` for the rank (and what it spawns) unless
+the user set any ``TORCH_FR_*`` or ``TORCH_NCCL_*`` variable: theirs are left alone (a buffer of
+0 then means nothing is recorded). Where the recorder is absent (torch before 2.5, a backend
+that does not record: MPI, a custom one), nothing is sent and the views show no collectives; the
+rest of telemetry is unchanged.
+
+Times: ``entered`` is the entry's creation time (torch's clock, epoch ns). gloo records no
+completion time, so ``completed`` is an upper bound: the earlier of the next collective of the
+same group entered (a collective loop on one thread) and the sender cycle that saw it retired.
+NCCL with ``TORCH_NCCL_ENABLE_TIMING`` has its own; the same bound is used for both.
+
+Events (``protocol``): ``coll`` (a group's state: last entered and completed sequence number,
+the one in flight with its op and sizes), ``cop`` (per group and op: count, bytes, durations
+as ``calls``' histogram), ``cent`` (a sampled collective: the first ``LIST_FIRST`` of a group and
+every ``LIST_EVERY``-th after, at most ``MAX_LISTED_PER_READ`` per read). The surface (``install``/``activate``/``after_fork_in_child``/``poller``) is the one
+``calls`` has, so it can move with the rest of the in-rank code.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import time
+from collections.abc import MutableMapping
+from typing import Any
+
+from rpcctl.telemetry.calls import bucket
+
+ENV_BUFFER = "TORCH_FR_BUFFER_SIZE"
+BUFFER = 256
+SAMPLE_EVERY_S = 1.0
+MAX_LISTED_PER_READ = 16
+# Which collectives are listed one by one (``cent``): the first LIST_FIRST of each group, then
+# every LIST_EVERY-th. Chosen by sequence number, so every rank lists the same ones and their
+# arrival times can be compared (stragglers), whenever each rank happens to read.
+LIST_FIRST = 64
+LIST_EVERY = 16
+USER_PREFIXES = ("TORCH_FR_", "TORCH_NCCL_")
+
+_DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1, "Byte": 1,
+                "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "UInt16": 2,
+                "UInt32": 4, "UInt64": 8}
+
+_active = False
+_queue: Any = None
+_installed = False
+
+
+def configure_env(environ: MutableMapping[str, str] = os.environ) -> bool:
+    """Turn the Flight Recorder on for this process and what it starts, unless the user set any
+    of torch's own recorder settings; True if it was set here."""
+    if any(key.startswith(USER_PREFIXES) for key in environ):
+        return False
+    environ[ENV_BUFFER] = str(BUFFER)
+    return True
+
+
+def install() -> bool:
+    """Wrap ``init_process_group`` and ``new_group`` (idempotent) so that entering one is posted
+    (``pgjoin``): the watchdog names a rank that never reaches it, as it does for init_rpc. The
+    collectives themselves are not wrapped: the recorder is torch's."""
+    global _installed
+    if _installed:
+        return True
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return False
+    from torch.distributed import distributed_c10d as c10d
+
+    for name in ("init_process_group", "new_group"):
+        original = getattr(c10d, name, None)
+        if original is None or getattr(original, "_rpcctl_pgjoin", False):
+            continue
+        wrapped = _wrap_join(original, name)
+        setattr(c10d, name, wrapped)
+        if getattr(dist, name, None) is original:
+            setattr(dist, name, wrapped)
+    _installed = True
+    return True
+
+
+def _wrap_join(original: Any, name: str) -> Any:
+    import functools
+
+    @functools.wraps(original)
+    def joining(*args: Any, **kwargs: Any) -> Any:
+        queue = _queue
+        if _active and queue is not None:
+            queue.append({"e": "pgjoin", "call": name, "t": time.time()})
+        return original(*args, **kwargs)
+
+    joining._rpcctl_pgjoin = True  # type: ignore[attr-defined]
+    return joining
+
+
+def activate(queue: Any = None) -> None:
+    global _active, _queue
+    _active, _queue = True, queue
+
+
+def deactivate() -> None:
+    global _active
+    _active = False
+_queue: Any = None
+_installed = False
+
+
+def after_fork_in_child() -> None:
+    """A forked child starts with no group of its own (the parent's are not usable there)."""
+    deactivate()
+
+
+def op_name(profiling_name: str) -> str:
+    """``gloo:all_reduce`` → ``all_reduce``."""
+    return profiling_name.split(":", 1)[-1] if profiling_name else "?"
+
+
+def nbytes(sizes: list[list[int]], dtypes: list[str]) -> int:
+    total = 0
+    for shape, dtype in zip(sizes, dtypes):
+        count = 1
+        for dim in shape:
+            count *= int(dim)
+        total += count * _DTYPE_BYTES.get(dtype, 0)
+    return total
+
+
+def _dump(entries: bool) -> dict[str, Any] | None:
+    c10d = getattr(getattr(sys.modules.get("torch"), "_C", None), "_distributed_c10d", None)
+    dump = getattr(c10d, "_dump_fr_trace", None)
+    if dump is None:
+        return None
+    try:
+        return pickle.loads(dump(includeCollectives=entries, includeStackTraces=False))
+    except Exception:  # noqa: BLE001 - a recorder that cannot answer is a recorder that is absent
+        return None
+
+
+def _imported() -> bool:
+    """torch.distributed is imported (the recorder keeps its entries after destroy_process_group,
+    so the last read, at the end, still counts the last collectives)."""
+    return "torch.distributed" in sys.modules
+
+
+class _Group:
+    __slots__ = ("entered", "completed", "sent", "flight_seen", "described", "marks", "name", "size")
+
+    def __init__(self) -> None:
+        self.entered = self.completed = 0
+        self.sent: tuple[Any, ...] | None = None
+        self.flight_seen: int | None = None  # the sequence number the last cycle saw in flight
+        self.described: dict[str, Any] | None = None  # the entry in flight, once read
+        self.marks: list[tuple[int, float]] = []  # (completed, the cycle that saw it): bounds completion times
+        self.name: str | None = None
+        self.size: int | None = None
+
+
+class Poller:
+    """Runs in the sender thread: ``process(now)`` → events."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, _Group] = {}
+        self.last_record = -1
+        self.counted: dict[str, int] = {}  # pg → the last seq counted into cop
+        self.next_sample = 0.0
+        self.prev_cycle = 0.0
+
+    def process(self, now: float, final: bool = False) -> list[dict[str, Any]]:
+        if not _active or not _imported():
+            return []
+        status = _dump(entries=False)
+        if status is None:
+            return []
+        out: list[dict[str, Any]] = []
+        want_entries = final or now >= self.next_sample
+        configs = status.get("pg_config") or {}
+        for pg, st in (status.get("pg_status") or {}).items():
+            group = self.groups.setdefault(str(pg), _Group())
+            # -1: none yet (torch's initial value)
+            entered, completed = max(0, int(st.get("last_enqueued_collective", 0))), max(0, int(st.get("last_completed_collective", 0)))
+            if entered > completed:
+                if group.flight_seen != completed + 1:  # a new one in flight: read it only if it is still there next cycle
+                    group.flight_seen, group.described = completed + 1, None
+                elif group.described is None:
+                    want_entries = True  # the same collective in flight for a cycle: read what it is
+            else:
+                group.flight_seen, group.described = None, None
+            if completed > group.completed:
+                group.marks.append((completed, now))
+            group.entered, group.completed = entered, completed
+            config = configs.get(str(pg))
+            ranks = config.get("ranks") if isinstance(config, dict) else None
+            if isinstance(ranks, str):
+                group.size = ranks.count(",") + 1 if ranks.strip("[] ") else 0
+        if want_entries:
+            self.next_sample = now + SAMPLE_EVERY_S
+            full = _dump(entries=True)
+            if full is not None:
+                out.extend(self._entries(full.get("entries") or [], now))
+        for pg, group in self.groups.items():
+            state = (group.entered, group.completed, group.described["seq"] if group.described else None)
+            if state == group.sent and not final:
+                continue
+            group.sent = state
+            event: dict[str, Any] = {"e": "coll", "pg": pg, "name": group.name, "size": group.size, "enq": group.entered,
+                                     "done": group.completed, "t": now}
+            if group.described is not None:
+                event.update({k: group.described[k] for k in ("seq", "op", "sizes", "dtypes", "bytes", "since")})
+            out.append(event)
+        self.prev_cycle = now
+        return out
+
+    def _entries(self, entries: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+        stats: dict[tuple[str, str], list[Any]] = {}
+        listed: list[dict[str, Any]] = []
+        by_pg: dict[str, list[dict[str, Any]]] = {}
+        for entry in entries:
+            if entry.get("is_p2p"):
+                continue
+            by_pg.setdefault(str(entry.get("pg_id")), []).append(entry)
+        for pg, rows in by_pg.items():
+            rows.sort(key=lambda e: int(e.get("collective_seq_id") or 0))
+            group = self.groups.setdefault(pg, _Group())
+            process_group = rows[-1].get("process_group")
+            if isinstance(process_group, (list, tuple)) and len(process_group) == 2:
+                group.name = str(process_group[1])
+            counted = self.counted.get(pg, 0)
+            for index, entry in enumerate(rows):
+                seq = int(entry.get("collective_seq_id") or 0)
+                created = int(entry.get("time_created_ns") or 0) / 1e9
+                op = op_name(str(entry.get("profiling_name") or ""))
+                sizes = [list(s) for s in entry.get("input_sizes") or []]
+                dtypes = [str(d) for d in entry.get("input_dtypes") or []]
+                size = nbytes(sizes, dtypes)
+                if not entry.get("retired"):
+                    if seq == group.completed + 1 and group.entered > group.completed:
+                        group.described = {"seq": seq, "op": op, "sizes": sizes, "dtypes": dtypes, "bytes": size, "since": created}
+                    continue
+                if seq <= counted:
+                    continue
+                if seq > counted + 1:  # the ring overwrote these before a read: counted, not described
+                    gap = stats.setdefault((pg, "?"), [0, 0, 0.0, 0.0, {}])
+                    gap[0] += seq - counted - 1
+                nxt = rows[index + 1] if index + 1 < len(rows) else None
+                seen = next((at for done, at in group.marks if done >= seq), now)
+                bound = seen if nxt is None else min(seen, int(nxt.get("time_created_ns") or 0) / 1e9)
+                duration = max(0.0, bound - created)
+                stat = stats.setdefault((pg, op), [0, 0, 0.0, 0.0, {}])
+                stat[0] += 1
+                stat[1] += size
+                stat[2] += duration
+                stat[3] = max(stat[3], duration)
+                b = str(bucket(duration)) if duration > 0 else "0"
+                stat[4][b] = stat[4].get(b, 0) + 1
+                if len(listed) < MAX_LISTED_PER_READ and (seq <= LIST_FIRST or seq % LIST_EVERY == 0):
+                    listed.append({"e": "cent", "pg": pg, "seq": seq, "op": op, "sizes": sizes, "dtypes": dtypes, "bytes": size,
+                                   "entered": created, "completed": bound, "t": now})
+                counted = seq
+            self.counted[pg] = counted
+            group.marks = [m for m in group.marks if m[0] > counted]
+        events = [{"e": "cop", "pg": pg, "op": op, "n": s[0], "bytes": s[1], "sum": s[2], "max": s[3], "h": s[4], "t": now}
+                  for (pg, op), s in stats.items()]
+        return events + listed
+
+
+def poller() -> Poller:
+    return Poller()
+
+
+def describe(event: dict[str, Any]) -> str:
+    """``all_reduce #5 (pg 0, 4 KiB float32)``: a collective as the watchdog names it."""
+    from rpcctl.console import human_bytes
+
+    dtypes = sorted({str(d).lower() for d in event.get("dtypes") or []})
+    what = ", ".join(x for x in (human_bytes(event.get("bytes")) if event.get("bytes") is not None else "", " ".join(dtypes)) if x)
+    return f"{event.get('op')} #{event.get('seq')} (pg {event.get('pg')}" + (f", {what}" if what else "") + ")"
+
