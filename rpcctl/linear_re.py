@@ -22,12 +22,19 @@ __all__ = ["MAX_SEARCHES", "Hit", "Rule", "compile_linear", "re2"]
 MAX_SEARCHES = 32  # of one rule in one line: the 33rd metric of a line is not read
 
 
+def _quiet() -> Any:
+    options = re2.Options()
+    options.log_errors = False  # RE2 logs a bad pattern raw to stderr: a config's text, escape codes and all
+    return options
+
+
 def compile_linear(pattern: str) -> Any:
     """``pattern`` compiled by RE2, or ``ValueError`` saying why it cannot be."""
     try:
-        return re2.compile(pattern)
+        return re2.compile(pattern, _quiet())
     except re2.error as exc:
-        detail = str(exc) or "RE2 cannot compile it"
+        reason = exc.args[0] if exc.args else b""
+        detail = (reason.decode(errors="replace") if isinstance(reason, bytes) else str(reason)) or "RE2 cannot compile it"
         raise ValueError(f"not a valid regex for RE2 ({detail}): rpcctl matches every printed line in linear time "
                          "with RE2, which has no lookarounds or backreferences") from exc
 

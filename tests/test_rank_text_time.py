@@ -101,13 +101,14 @@ def test_a_job_printing_the_worst_lines_still_ends_at_its_timeout(tmp_path, runs
     assert took < 30, f"the job ran {took:.0f} s past a 2 s timeout"
 
 
-def test_a_losses_pattern_re2_cannot_run_is_refused_with_its_place(tmp_path):
+def test_a_losses_pattern_re2_cannot_run_is_refused_with_its_place(tmp_path, capfd):
     config = tmp_path / "job.yaml"
-    config.write_text("script: train.py\nlosses:\n  pattern: '(?<=step )(?P<loss>[0-9.]+)'\n")
+    config.write_text('script: train.py\nlosses:\n  pattern: "(?<=step )(?P<loss>[0-9.]+)\\e[2J"\n')  # YAML's \e: ESC
     (tmp_path / "train.py").write_text("")
     with pytest.raises(ConfigError) as raised:
         load_config(config)
     message = str(raised.value)
     assert f"{config}:3" in message and "losses.pattern" in message
-    assert "RE2" in message and "lookarounds" in message
+    assert "RE2" in message and "lookarounds" in message and "b'" not in message  # RE2's reason, decoded
     assert raised.value.exit_code == 2
+    assert capfd.readouterr().err == ""  # RE2 logs a bad pattern (escape codes and all) to stderr unless told not to
