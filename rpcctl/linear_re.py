@@ -11,6 +11,7 @@ the lookarounds finds (same leftmost-first, greedy semantics; tests/test_losses.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +63,12 @@ class _Encoded:
         if self._chars == {}:
             return char
         return len(self.line[:char].encode("utf-8", "replace"))
+
+
+@functools.lru_cache(maxsize=4)
+def _encoded(line: str) -> _Encoded:
+    """A line's encoding, shared by the rules that read it (the loss parser runs up to six)."""
+    return _Encoded(line)
 
 
 @dataclass(frozen=True)
@@ -117,7 +124,7 @@ class Rule:
         second character. At most ``MAX_SEARCHES`` searches: each one reads the rest of the line
         (RE2's unanchored search runs to the end to settle a leftmost-first match), so a walk costs
         at most that many times the line's length."""
-        text = _Encoded(line)
+        text = _encoded(line)
         floor = text.byte(pos)  # the byte where the next hit may start
         for _ in range(MAX_SEARCHES):
             if floor > len(text.data):
