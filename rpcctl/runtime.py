@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from rpcctl.frames import ALL_FRAMES_ENV, drop_own_frames
-from rpcctl.lines import MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS, cap_text
+from rpcctl.lines import MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS, cap_text, write_whole_lines
 from rpcctl.private import private_dir, private_open
 from rpcctl.python_cmd import working_dir_on_path
 from rpcctl.rpc_settings import apply_malloc_env, silence_torch_internal_warnings
@@ -70,9 +70,7 @@ def run_rank(argv: list[str]) -> int:
     if not argv:
         print("usage: python -m rpcctl.runtime SCRIPT [ARGS...]", file=sys.stderr)
         return 2
-    for stream in (sys.stdout, sys.stderr):
-        if hasattr(stream, "reconfigure"):
-            stream.reconfigure(line_buffering=True)
+    write_whole_lines()
     _install_stack_dumps()
     apply_malloc_env()
     silence_torch_internal_warnings()

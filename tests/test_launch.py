@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from rpcctl.runs import rank_log
 from conftest import (
     assert_no_process_left,
     launch_job as launch,
@@ -367,3 +368,48 @@ def test_piped_tables_keep_whole_rows(tmp_path, runs_dir):
     table = rpcctl("runs", "--runs-dir", str(runs_dir), env=env)
     row = table.stdout.splitlines()[1]
     assert name in row and "succeeded" in row  # not cut to the 80 columns Rich assumes for a pipe
+
+
+PRINTERS = """\
+import multiprocessing as mp
+import subprocess
+import sys
+import time
+
+def lines(who, start, n=4000):
+    time.sleep(max(0.0, start - time.time()))  # all five print at once
+    for i in range(n):
+        print(f"{who} line {i} end")
+        if i % 40 == 0:
+            print(f"{who} error {i} end", file=sys.stderr)
+
+if __name__ == "__main__":
+    start = time.time() + 2.0
+    children = [mp.get_context("spawn").Process(target=lines, args=(f"spawned{k}", start)) for k in range(2)]
+    children.append(mp.get_context("fork").Process(target=lines, args=("forked", start)))
+    for child in children:
+        child.start()
+    code = "import sys; sys.path.insert(0, sys.argv[1]); from printers import lines; lines('subprocess', float(sys.argv[2]))"
+    helper = subprocess.Popen([sys.executable, "-c", code, sys.argv[0].rsplit("/", 1)[0], str(start)])
+    lines("rank", start)
+    for child in children:
+        child.join()
+    assert helper.wait() == 0
+"""
+
+
+def test_processes_sharing_a_ranks_output_never_split_each_others_lines(tmp_path, runs_dir):
+    # Unbuffered (PYTHONUNBUFFERED=1), print() is two writes, the text and the newline, and two
+    # processes on one pipe interleave them ("a line 5 endb line 9 end\n\n"): a 2-process loop
+    # of 20,000 prints split 18,808 lines so. Every process of the run writes whole lines
+    # (the code before fails here: checked).
+    script = tmp_path / "printers.py"
+    script.write_text(PRINTERS)
+    result, run_dir, _ = launch(tmp_path, runs_dir, script=str(script), nproc_per_node=1)
+    assert result.returncode == 0, result.stderr
+    assert_no_process_left(run_dir)
+    log = rank_log(run_dir, 0).read_text()
+    whole = re.compile(r"(spawned0|spawned1|forked|subprocess|rank) (line|error) \d+ end")
+    split = [line for line in log.splitlines() if not whole.fullmatch(line)]
+    assert not split, split[:5]
+    assert len(log.splitlines()) == 5 * (4000 + 100)
