@@ -806,16 +806,16 @@ def test_a_device_as_config_path_is_refused(tmp_path, script, device):
 
 def test_a_config_is_parsed_once(write, monkeypatch):
     # The parser class is wrapped (not replaced) to count its uses: it was run twice per file before.
-    from rpcctl import config
+    from rpcctl.config import bounded_yaml
 
     parsed = []
 
-    class Counting(config._Loader):
+    class Counting(bounded_yaml._Loader):
         def __init__(self, text):
             parsed.append(text)
             super().__init__(text)
 
-    monkeypatch.setattr(config, "_Loader", Counting)
+    monkeypatch.setattr(bounded_yaml, "_Loader", Counting)
     text = "script: train.py\nnproc_per_node: 2\n"
     assert load_config(write(text), ["grace=1"]).grace == 1
     assert parsed == [text, "1"]  # the file once, the --set value once

@@ -1,0 +1,97 @@
+"""YAML config → validated ``JobSpec``.
+
+Every error names where it came from: ``FILE:LINE`` for the file (the line of the key whose
+value is wrong), ``--set KEY=VALUE`` for an override, and the dotted key path. Loading reads the
+config file and checks that the script exists; nothing else touches the system.
+
+Order of application: file → ``${VAR}`` expansion (file values only) → ``--set`` overrides →
+schema validation → path resolution (``script`` relative to the config file's folder).
+
+Whatever the file holds, loading is bounded (a config is a few kilobytes): only a regular file
+of at most ``MAX_CONFIG_BYTES`` is read (never a FIFO or a device, which would block), it is
+parsed once, as a stream of events, into plain data, nested at most ``MAX_DEPTH`` deep and with
+at most ``MAX_VALUES`` values counting every alias's expansion (a "billion laughs" file is
+refused, not expanded), and each string is ``${VAR}``-expanded once, however many aliases share
+it. Types are strict: a quoted ``"4"`` is not an integer, ``010`` (octal 8 in YAML 1.1) is
+refused as ambiguous; a value that ``${VAR}`` expansion produced is read as the field's type.
+
+The package, one module per seam (callers import from ``rpcctl.config`` only)::
+
+    schema        JobSpec and its parts: the keys, their types, their checks
+    bounded_yaml  the file → plain data and the line of each key, within bounds
+    variables     ${VAR} and ${VAR:-default}
+    overrides     --set KEY=VALUE
+    locations     where a value came from (flag, --set, FILE:LINE), pydantic's errors → one ConfigError
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from rpcctl.config.bounded_yaml import MAX_CONFIG_BYTES, MAX_DEPTH, MAX_EXPANDED_CHARS, MAX_VALUES, parse_yaml, read_config_text
+from rpcctl.config.locations import locate, origin_of, validation_error
+from rpcctl.config.overrides import apply_override, parse_override
+from rpcctl.config.schema import DEFAULT_PRELOAD, JobSpec, LossesSpec, RpcSpec
+from rpcctl.config.variables import MAX_VAR_NESTING, expand_vars
+from rpcctl.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_PRELOAD", "MAX_CONFIG_BYTES", "MAX_DEPTH", "MAX_EXPANDED_CHARS", "MAX_VALUES", "MAX_VAR_NESTING",
+    "JobSpec", "LossesSpec", "RpcSpec", "dump_spec", "expand_vars", "load_config", "locate", "read_config_text",
+]
+
+
+def load_config(
+    path: str | os.PathLike[str],
+    overrides: list[str] | None = None,
+    *,
+    nproc_per_node: int | None = None,
+    flags: dict[str, tuple[Any, str]] | None = None,
+) -> JobSpec:
+    """Read, expand, override and validate a config file. Raises ``ConfigError`` with a location."""
+    path = Path(path)
+    display = str(path)
+    data, lines = parse_yaml(read_config_text(path), display)
+    origins: dict[tuple[str, ...], str] = {}
+    for override in overrides or []:
+        key, value = parse_override(override)
+        apply_override(data, key, value, override)
+        origins[key] = f"--set {override}"
+    flags = dict(flags or {})
+    if nproc_per_node is not None:
+        flags["nproc_per_node"] = (nproc_per_node, f"-n {nproc_per_node}")
+    for key, (value, origin) in flags.items():  # command-line flags beat the file and --set
+        data[key] = value
+        origins[(key,)] = origin
+    data.setdefault("name", path.stem)
+    if "name" not in lines and ("name",) not in origins:
+        data["name"] = _sanitize_name(str(data["name"]))
+
+    where = functools.partial(origin_of, origins=origins, lines=lines, display=display)
+    try:
+        spec = JobSpec.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, where, data) from None
+
+    script = spec.script.expanduser()
+    if not script.is_absolute():
+        script = (path.parent / script).resolve()
+    if not script.is_file():
+        raise ConfigError(f"script not found: {script}", where=where(("script",)), key="script")
+    return spec.model_copy(update={"script": script})
+
+
+def _sanitize_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-._") or "job"
+
+
+def dump_spec(spec: JobSpec) -> str:
+    """The resolved spec as YAML (what the run directory keeps as config.yaml)."""
+    return yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False)
