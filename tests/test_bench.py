@@ -22,7 +22,7 @@ from rpcctl.bench.results import BenchReport, BenchResult, render_report, result
 from rpcctl.bench.runner import EventFollower, plan_bench, resolve_suites, resolve_transports
 from rpcctl.bench.suites import FULL, QUICK, Case, Timing, payload
 from rpcctl.bench.transports import RankContext, Transport, TransportSpec, register, transports
-from rpcctl.bench.worker import run_unit
+from rpcctl.bench.unit import run_unit
 from rpcctl.commands.bench import bench_app
 from rpcctl.console import Console, set_console
 from rpcctl.errors import RpcctlError, UsageError
@@ -485,7 +485,7 @@ class Loopback(Transport):
 
 
 def test_worker_runs_every_case_through_an_adapter(tmp_path):
-    from rpcctl.bench.worker import Events
+    from rpcctl.bench.unit import Events
 
     register(Loopback)
     spec = TransportSpec("test-loopback", "test-loopback", Loopback.summary)
@@ -601,7 +601,7 @@ def test_a_setting_that_did_not_take_effect_becomes_a_note():
 def fake_launch(effects):
     """A stand-in for rpcctl.launcher.launch: writes the unit's results as rank 0 would, with
     each setting's effect on speed given by ``effects(settings, case) -> factor``."""
-    from rpcctl.bench.worker import Events
+    from rpcctl.bench.unit import Events
 
     def launch(spec, runs_dir, **kwargs):
         unit = json.loads(Path(spec.args[1]).read_text())

@@ -6,7 +6,7 @@ Modules::
     transports  adapters (rpc and its tuned variants, gloo, tcp, memcpy, ray) + the registry
     measure     the timing loops all adapters share (warm-up, calibration, repeats)
     stats       percentiles, the noise of the repeats, tolerance for comparisons
-    worker      the per-rank program the launcher runs (one *unit* = a transport at a world size)
+    unit        the program every rank runs (one *unit* = a transport at a world size)
     runner      plan units and launch each through rpcctl.launcher, following its events
     session     one bench run: progress, the report, the run directory
     results     result records, the JSON document, the per-suite tables
@@ -16,6 +16,6 @@ Modules::
 Process picture of one unit::
 
     rpcctl bench (main thread: launcher.launch; a thread follows events/NN.jsonl → progress)
-    └── rank server ── rank 0: worker.py, drives the cases, appends events
-                    └── rank 1: worker.py, serves (echo), or trains (train suite)
+    └── rank server ── rank 0: unit.py, drives the cases, appends events
+                    └── rank 1: unit.py, serves (echo), or trains (train suite)
 """

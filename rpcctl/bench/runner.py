@@ -1,14 +1,14 @@
 """Plan a bench and run it through rpcctl's own launcher, one *unit* at a time.
 
 A unit is one transport at one world size: its ranks are launched and supervised like any
-``rpcctl launch`` job, run every case of the unit (``rpcctl.bench.worker``), and exit. One
+``rpcctl launch`` job, run every case of the unit (``rpcctl.bench.unit``), and exit. One
 launch per unit keeps transports from sharing a process (allocator caches, threads, sockets).
 
 The bench's run directory::
 
     <runs-dir>/bench-<stamp>-<hex>/
         plan.json              suites, timing, transports, units
-        units/NN-NAME-wW.json  what each unit's ranks run (the worker's --unit file)
+        units/NN-NAME-wW.json  what each unit's ranks run (unit.py's --unit file)
         events/NN-NAME-wW.jsonl  rank 0's events: case started, result, done
         launches/<run-id>/     each unit's run (run.json, logs/rank-N.log, ...)
         results.json           the report (the same document as --json)
@@ -31,7 +31,7 @@ from rpcctl.bench.suites import COMPARE, COMPARE_SUITES, COMPARE_TRANSPORTS, SUI
 from rpcctl.bench.transports import TransportSpec, transports
 from rpcctl.states import RunStatus
 
-WORKER = Path(__file__).with_name("worker.py")
+UNIT_PROGRAM = Path(__file__).with_name("unit.py")  # what every rank of a unit runs
 # The same thread budget for every row: one OpenMP thread per rank.
 COMMON_ENV = {"OMP_NUM_THREADS": "1"}
 
@@ -296,7 +296,7 @@ def run_unit(unit: Unit, plan: BenchPlan, bench_dir: Path, on_event: Callable[[d
     }, indent=2))
     spec = JobSpec(
         name=re.sub(r"[^A-Za-z0-9._-]+", "-", f"bench-{unit.transport.name}"),
-        script=WORKER,
+        script=UNIT_PROGRAM,
         args=["--unit", str(unit_file)],
         nproc_per_node=unit.world_size,
         env=unit.env,
