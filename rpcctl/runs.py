@@ -35,7 +35,7 @@ from rpcctl.console import HIGH, KEY, LOW, Column, epoch_of, human_seconds, huma
 from rpcctl.errors import DamagedRunError, RunNotFoundError, UsageError
 from rpcctl.lines import MAX_LOG_TAIL_LINE_CHARS, MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS, cap_text
 from rpcctl.private import write_private_atomic
-from rpcctl.states import RankStatus, RunStatus
+from rpcctl.states import FailureReason, RankStatus, RunStatus
 
 
 def now_iso() -> str:
@@ -69,7 +69,7 @@ class Failure:
     pid: int | None
     exit_code: int | None
     signal: str | None
-    reason: str  # "exited", "signal", "timeout", "launch"
+    reason: FailureReason  # a plain word in run.json (``states.FailureReason`` lists them)
     message: str
     timestamp: str
     traceback: str | None = None
@@ -79,6 +79,7 @@ class Failure:
     host: str | None = None
 
     def __post_init__(self) -> None:
+        self.reason = FailureReason.read(self.reason)
         whole = f"; the whole is in logs/rank-{self.rank}.log" if isinstance(self.rank, int) and self.rank >= 0 else ""
         self.message = cap_text(self.message, MAX_MESSAGE_CHARS, whole)
         self.traceback = cap_text(self.traceback, MAX_TRACEBACK_CHARS, whole)

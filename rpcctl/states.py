@@ -18,7 +18,8 @@ A rank (``RankState.state``, the ranks of ``inspect workers``)::
             reaped through multiprocessing, mp.spawn's, takes succeeded, failed or killed)
 
 An RRef (``RRefRecord.state``): pending (``rpc.remote`` not yet confirmed) ──▶ live ──▶ deleted;
-how it ended (``RRefRecord.ending``): released at shutdown, or leaked.
+how it ended (``RRefEnding``, ``RRefRecord.ending``): at shutdown, at exit, held unused, or leaked.
+Its words hold a space; ``--state`` takes them with a hyphen too (``held-unused``).
 
 An RPC call as its caller saw it (``PendingCall.state``, the store's ``calls.status``)::
 
@@ -26,6 +27,10 @@ An RPC call as its caller saw it (``PendingCall.state``, the store's ``calls.sta
        └ its process ended first ──▶ unfinished
 
 A function a worker runs for another (``ServingRecord.state``): running ──▶ done | unfinished.
+
+Not a state machine, a category: why a run failed (``FailureReason``, ``Failure.reason``, the
+root cause's "reason" in run.json): exited, signal, timeout, hang, launch, launcher, rendezvous,
+remote (each member says when).
 
 A leaf module: it imports nothing from rpcctl, so every layer may use it (the ranks too).
 """
@@ -85,6 +90,42 @@ class RRefEnding(_State):
     AT_EXIT = "at exit"  # its holder ended without rpc.shutdown() (failed, killed, stopped) still holding it
     HELD_UNUSED = "held unused"  # at shutdown, but unused long before: it kept its value alive for nothing
     LEAKED = "leaked"
+
+    @classmethod
+    def from_flag(cls, text: str) -> RRefEnding | None:
+        """The ending a ``--state`` value names, spelled as stored (``held unused``) or as a flag
+        (``held-unused``); None if it names none."""
+        try:
+            return cls(text.replace("-", " "))
+        except ValueError:
+            return None
+
+    @property
+    def flag(self) -> str:
+        """The spelling a command line takes without quotes: ``held-unused``."""
+        return self.value.replace(" ", "-")
+
+
+class FailureReason(StrEnum):
+    """Why a ``Failure`` happened: the category of a root cause (not a state machine)."""
+
+    EXITED = "exited"  # the rank exited with a non-zero code
+    SIGNAL = "signal"  # the rank was killed by a signal it did not get from rpcctl
+    TIMEOUT = "timeout"  # the job ran past its ``timeout`` (rank -1: found by the launcher)
+    HANG = "hang"  # no progress for ``hang_timeout`` (rank -1; its pid is the suspect's)
+    LAUNCH = "launch"  # the rank could not be started
+    LAUNCHER = "launcher"  # the launcher itself failed, or died without ending the run (rank -1)
+    RENDEZVOUS = "rendezvous"  # the nodes could not meet again to restart (rank -1)
+    REMOTE = "remote"  # a rank failed on another node (``node``, ``host`` say where)
+
+    @classmethod
+    def read(cls, value: object) -> FailureReason | str:
+        """The member named by ``value`` (a run.json's word); a word no member has (a newer
+        rpcctl's) stays as it is, so that the record still reads."""
+        try:
+            return cls(value)
+        except ValueError:
+            return str(value)
 
 
 class CallState(_State):

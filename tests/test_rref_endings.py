@@ -123,3 +123,5 @@ def test_held_until_shutdown_leaked_and_handed_out_rrefs_are_told_apart(tmp_path
     assert_no_process_left(run_dir)
     unused = json.loads(rpcctl("inspect", "rrefs", "--state", "held-unused", "--json", "--runs-dir", str(runs_dir)).stdout)
     assert [(r["rref_id"], r["ending"]) for r in unused] == [(kept.rref_id, "held unused")] and unused[0]["last_used_at"], unused
+    # The filter takes the ending as the data spells it too.
+    assert [r.rref_id for r in inspect.rrefs(run_dir, state="held unused")] == [kept.rref_id]

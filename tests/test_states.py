@@ -5,14 +5,15 @@ a real run (run.json, ``rpcctl runs``, ``inspect workers``) use the same words f
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
 from conftest import launch_job, rpcctl
-from rpcctl.runs import load_record
-from rpcctl.states import CallState, RankStatus, RRefEnding, RRefState, RunStatus, ServingState
+from rpcctl.runs import Failure, load_record
+from rpcctl.states import CallState, FailureReason, RankStatus, RRefEnding, RRefState, RunStatus, ServingState
 
 PACKAGE = Path(__file__).resolve().parent.parent / "rpcctl"
 
@@ -45,6 +46,25 @@ def test_read_takes_a_stores_text_without_trusting_it():
     assert CallState.read("timeout", CallState.ERROR) is CallState.TIMEOUT
     assert CallState.read("None", CallState.ERROR) is CallState.ERROR  # what a rank sent is data
     assert CallState.read(None, CallState.ERROR) is CallState.ERROR
+
+
+def test_a_failure_reason_is_one_of_the_enums_words_and_run_json_keeps_the_word():
+    # Written out by hand: every reason rpcctl gives a Failure (supervisor, watchdog, launcher).
+    words = ["exited", "signal", "timeout", "hang", "launch", "launcher", "rendezvous", "remote"]
+    assert [m.value for m in FailureReason] == words
+    for word in words:
+        failure = Failure(rank=-1, pid=None, exit_code=None, signal=None, reason=word, message="m", timestamp="t")
+        assert failure.reason is FailureReason(word)
+        assert json.loads(json.dumps(dataclasses.asdict(failure)))["reason"] == word  # run.json holds the word
+    # A word no member has (a newer rpcctl's run.json) still reads, as it is.
+    assert Failure(0, 1, 3, None, "preempted", "m", "t").reason == "preempted"
+
+
+def test_an_rref_ending_reads_either_spelling():
+    assert [e.flag for e in RRefEnding] == ["at-shutdown", "at-exit", "held-unused", "leaked"]
+    for ending in RRefEnding:
+        assert RRefEnding.from_flag(ending.flag) is ending and RRefEnding.from_flag(ending.value) is ending
+    assert RRefEnding.from_flag("live") is None and RRefEnding.from_flag("held_unused") is None
 
 
 def _is_state(node: ast.AST) -> bool:
@@ -102,6 +122,9 @@ def test_a_real_runs_states_are_members_and_its_views_agree(tmp_path, runs_dir):
         assert type(record.status) is RunStatus and record.status is status and record.effective_status.is_terminal
         assert [type(r.state) for r in record.ranks] == [RankStatus] * 2 and [r.state for r in record.ranks] == ranks
         assert all(r.state.is_terminal for r in record.ranks)
+        if status is RunStatus.FAILED:  # the root cause's reason too: a member, a plain word in run.json
+            assert type(record.root_cause.reason) is FailureReason and record.root_cause.reason is FailureReason.EXITED
+            assert json.loads((run_dir / "run.json").read_text())["root_cause"]["reason"] == "exited"
         # `inspect workers` says what run.json (and `rpcctl runs`) says: succeeded, not "exited".
         workers = json.loads(rpcctl("inspect", "workers", str(run_dir), "--json").stdout)
         assert [(w["rank"], w["state"]) for w in workers if w["kind"] == "rank"] == [(0, ranks[0].value), (1, ranks[1].value)]

@@ -39,7 +39,7 @@ from rpcctl.states import RRefEnding, RRefState
 
 RREF_STATES = tuple(RRefState)
 AT_SHUTDOWN, AT_EXIT, HELD_UNUSED, LEAKED = RRefEnding.AT_SHUTDOWN, RRefEnding.AT_EXIT, RRefEnding.HELD_UNUSED, RRefEnding.LEAKED
-ENDINGS = ("at-shutdown", "at-exit", "held-unused", "leaked")  # --state filters on how an RRef ended, too
+ENDINGS = tuple(e.flag for e in RRefEnding)  # --state filters on how an RRef ended, too (either spelling)
 UNUSED_MIN_S = 2.0  # held unused: no use in at least this long before rpc.shutdown() (and half the time held)
 LEAK_GRACE_S = 1.0  # between the last release and the owner's shutdown: the owner's free takes a message
 
@@ -134,15 +134,16 @@ class OwnerSummary:
 
 def rrefs(run_dir: Path, *, owner: str | None = None, state: str | None = None, restart: int | None = None) -> list[RRefRecord]:
     """One record per RRef of the run's latest restart (or ``restart``), oldest first. ``state``:
-    one of RREF_STATES, or an ending (``at-shutdown``, ``leaked``)."""
-    if state is not None and state not in RREF_STATES + ENDINGS:
+    one of RREF_STATES, or an ending (``at-shutdown`` or ``at shutdown``, ``leaked``)."""
+    ending = RRefEnding.from_flag(state) if state is not None else None
+    if state is not None and state not in RREF_STATES and ending is None:
         raise UsageError(f"unknown RRef state '{state}' (choose from {', '.join(RREF_STATES + ENDINGS)})")
     with _Store(run_dir) as s:
         records = _rrefs(s, s.latest_restart() if restart is None else restart)
     if owner is not None:
         records = [r for r in records if owner in (r.owner, str(r.owner_rank))]
     if state is not None:
-        records = [r for r in records if state in (r.state, (r.ending or "").replace(" ", "-"))]
+        records = [r for r in records if r.state == state or ending is not None and r.ending == ending]
     return records
 
 
