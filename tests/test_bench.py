@@ -484,7 +484,7 @@ class Loopback(Transport):
         pass
 
 
-def test_worker_runs_every_case_through_an_adapter(tmp_path):
+def test_a_units_program_runs_every_case_through_an_adapter(tmp_path):
     from rpcctl.bench.unit import Events
 
     register(Loopback)
