@@ -15,6 +15,7 @@ import pytest
 import yaml
 from conftest import ROOT, WORKERS, assert_no_process_left, only_run, record, rpcctl, wait_until, write_config
 from hosts import create_pair, destroy_pair, unavailable
+from test_dist_orders import ORDERS
 
 pytestmark = [pytest.mark.multinode, pytest.mark.timeout(180)]
 
@@ -36,10 +37,10 @@ def secret(monkeypatch):
     return value
 
 
-def start_node(host, node_rank, master, config, runs_dir, *extra):
+def start_node(host, node_rank, master, config, runs_dir, *extra, port=29731):
     argv = [
         sys.executable, "-m", "rpcctl", "launch", str(config), "--no-live", "--runs-dir", str(runs_dir),
-        "--nnodes", "2", "--node-rank", str(node_rank), "--master-addr", master.address, "--master-port", "29731", *extra,
+        "--nnodes", "2", "--node-rank", str(node_rank), "--master-addr", master.address, "--master-port", str(port), *extra,
     ]
     return subprocess.Popen(host.command(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=ROOT)
 
@@ -84,6 +85,29 @@ def test_two_nodes_train_a_parameter_server_over_rpc(hosts, tmp_path, secret):
     assert {w["state"] for w in workers} == {"succeeded"}  # the run record's word for exit 0
     losses = json.loads(rpcctl("inspect", "losses", str(run0), "--json").stdout)
     assert {row["rank"] for row in losses} == {1, 2, 3}  # the trainers: rank 1 on node 0, ranks 2-3 on node 1
+
+
+def test_process_groups_and_rpc_in_every_order_on_two_nodes(hosts, tmp_path, secret):
+    # tests/test_dist_orders.py runs each order on one node; here each is a job of 2 nodes x 2
+    # ranks (the new group and the RPC calls cross the nodes), all the jobs at once.
+    a, _ = hosts
+    jobs = []
+    for i, order in enumerate(ORDERS):
+        config = write_config(tmp_path, name=f"orders{i}", script=str(WORKERS / "dist_orders.py"), args=[order], nproc_per_node=2,
+                              preload=["torch"])
+        jobs += [start_node(host, node, a, config, tmp_path / f"order{i}-n{node}", port=29741 + i) for node, host in enumerate(hosts)]
+    outputs = finish(*jobs, timeout=150)
+    for i, order in enumerate(ORDERS):
+        (out0, err0), (out1, err1) = outputs[2 * i : 2 * i + 2]
+        both = f"{order}\n--- node 0\n{err0}{out0}\n--- node 1\n{err1}{out1}"
+        assert jobs[2 * i].returncode == 0 and jobs[2 * i + 1].returncode == 0, both
+        assert "Address already in use" not in both
+        for rank, out in ((0, out0), (1, out0), (2, out1), (3, out1)):
+            assert f"[rank{rank}]: ok {rank} {order}" in out, both
+        for node in (0, 1):
+            run = only_run(tmp_path / f"order{i}-n{node}")
+            assert record(run)["status"] == "succeeded"
+            assert_no_process_left(run)
 
 
 def test_nodes_sharing_one_runs_directory_do_not_collide(hosts, tmp_path, secret):

@@ -120,6 +120,33 @@ def test_a_socket_path_too_long_moves_to_a_private_directory(tmp_path):
     assert not path.parent.exists()
 
 
+def test_each_rank_keeps_the_losses_of_its_most_direct_source(server):
+    # rpcctl.report() before a library's trainer callback (rpcctl.telemetry.steps) before printed
+    # lines: a loss is never counted twice, whichever ones a rank has.
+    srv, env = server
+    path = env[protocol.ENV_SOCKET]
+    for rank in (0, 1, 2):
+        srv.rank_started(rank, 1000 + rank, rank, "cpu", 0)
+    w0, w1 = ScriptedWorker(path, 1000, 0), ScriptedWorker(path, 1001, 1)
+    w0.send({"e": "loss", "step": 2, "loss": 0.5, "metrics": {"epoch": 0.5}, "source": "transformers"})
+    w1.send({"e": "loss", "step": 2, "loss": 0.4, "metrics": {}, "source": "lightning"},
+            {"e": "loss", "step": 2, "loss": 0.3, "metrics": {}},  # the user's rpcctl.report()
+            {"e": "loss", "step": 3, "loss": 0.2, "metrics": {}, "source": "log"})  # a process cannot pass as printed lines
+    for rank in (0, 1, 2):
+        srv.log_line(rank, f"{{'loss': '0.{rank}5', 'epoch': '0.5'}}")
+    expected = [(0, 2, 0.5, "transformers"), (1, 2, 0.3, "report"), (1, 3, 0.2, "report"), (2, None, 0.25, "log")]
+
+    def got():
+        return sorted((r.rank, r.step, r.loss, r.source) for r in inspect.losses(srv.run_dir))
+
+    try:  # every printed line stored (the counts follow them), and every event
+        wait_until(lambda: inspect.line_counts(srv.run_dir) == {0: (1, 1), 1: (1, 1), 2: (1, 1)} and got() == expected, 5, "the losses")
+    finally:
+        assert got() == expected
+    w0.close()
+    w1.close()
+
+
 def _wait_rrefs(run_dir: Path, predicate, what: str):
     return wait_until(lambda: (lambda rs: rs if predicate(rs) else None)(inspect.rrefs(run_dir)), 5, what)
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from rpcctl.console import HIGH, KEY, LOW, Column, fmt_loss, human_time, iso_time
 from rpcctl.errors import RpcctlError, UsageError
 from rpcctl.inspect._store import _column, _loads, _Store
+from rpcctl.telemetry.protocol import LOSS_SOURCES
 
 BY_STEP, BY_ARRIVAL = "step", "arrival"
 
@@ -32,7 +33,7 @@ class LossRecord:
     epoch: int | None
     metrics: dict[str, float | None] = field(default_factory=dict)
     time: str | None = None
-    source: str = "log"  # log (parsed from the rank's output) | report (rpcctl.report)
+    source: str = "log"  # log (parsed from the rank's output) | report (rpcctl.report) | transformers | lightning (the trainer)
     restart: int = 0
     seq: int = 0  # arrival index on the rank (0, 1, ...)
     keyed_by: str = BY_STEP  # step: (epoch, step) orders this rank's records; arrival: seq does
@@ -97,8 +98,9 @@ class LossSummary:
 
 
 def losses(run_dir: Path, *, rank: int | None = None, restart: int | None = None, last: int | None = None) -> list[LossRecord]:
-    """Loss records in arrival order. A rank that used rpcctl.report() has its parsed prints
-    left out, so a loss is never counted twice. ``last``: only each rank's latest ``last``."""
+    """Loss records in arrival order. Each rank's come from one source, the most direct it has
+    (``LOSS_SOURCES``: rpcctl.report(), a library's trainer, its parsed prints), so a loss is
+    never counted twice. ``last``: only each rank's latest ``last``."""
     with _Store(run_dir) as s:
         restart = s.latest_restart() if restart is None else restart
         if last is None:
@@ -106,11 +108,13 @@ def losses(run_dir: Path, *, rank: int | None = None, restart: int | None = None
         else:  # per rank and source, so that the rule below still leaves `last` of the kept source
             rows = s.rows("SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY rank, source ORDER BY id DESC) AS k"
                           " FROM losses WHERE restart = ?) WHERE k <= ? ORDER BY id", (restart, last))
-    reported = {row["rank"] for row in rows if row["source"] == "report"}
+    best: dict[int, int] = {}  # rank → the index in LOSS_SOURCES of its most direct source
+    for row in rows:
+        best[row["rank"]] = min(best.get(row["rank"], len(LOSS_SOURCES)), _precedence(row["source"]))
     records: list[LossRecord] = []
     by_rank: dict[int, list[LossRecord]] = defaultdict(list)
     for row in rows:
-        if row["source"] == "log" and row["rank"] in reported:
+        if _precedence(row["source"]) != best[row["rank"]]:
             continue
         if rank is not None and row["rank"] != rank:
             continue
@@ -126,6 +130,11 @@ def losses(run_dir: Path, *, rank: int | None = None, restart: int | None = None
     for kept in by_rank.values():
         _choose_keys(kept)
     return records
+
+
+def _precedence(source: str | None) -> int:
+    """A source's rank in LOSS_SOURCES; one a store was given by something else comes last."""
+    return LOSS_SOURCES.index(source) if source in LOSS_SOURCES else len(LOSS_SOURCES)
 
 
 def _choose_keys(records: list[LossRecord]) -> None:

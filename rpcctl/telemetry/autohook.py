@@ -11,6 +11,9 @@ A Monarch mesh process (``python -m monarch._src.actor.bootstrap_main``, started
 that spawns a proc mesh; see docs/monarch.md) joins telemetry as soon as it imports
 ``monarch``, and registers for ``rpcctl stack``: it never calls ``init_rpc``, and its actors
 need not use torch, yet it is one of the rank's processes (``inspect workers``).
+
+A Hugging Face or Lightning trainer module, once imported, gets rpcctl's loss callback
+(``steps``): losses at the library's own global step.
 """
 
 from __future__ import annotations
@@ -136,16 +139,22 @@ def _join_as_mesh_process() -> None:
             print(f"rpcctl: telemetry not joined: {exc!r}", file=sys.stderr)
 
 
-def install(join: Any = None, mesh_join: Any = None) -> None:
+def install(join: Any = None, mesh_join: Any = None, report: Any = None) -> None:
     """Hook torch.distributed.rpc now, or when torch is imported. ``join``: what the init_rpc
     hook calls to join this process to telemetry (``worker.join_at_init_rpc``); ``mesh_join``:
-    how a Monarch mesh process joins (``worker.joining(hooks=False)``)."""
+    how a Monarch mesh process joins (``worker.joining(hooks=False)``); ``report``: how a
+    library's trainer callback sends a loss (``worker.report_loss``)."""
     global _join, _mesh_join
     if join is not None:
         _join = join
     if mesh_join is not None:
         _mesh_join = mesh_join
-    for module, on_import in (("torch", _torch_imported), ("monarch", _monarch_imported)):
+    from rpcctl.telemetry import steps
+
+    if report is not None:
+        steps.set_report(report)
+
+    for module, on_import in (("torch", _torch_imported), ("monarch", _monarch_imported), *steps.IMPORT_HOOKS):
         if module in sys.modules:
             on_import()
         elif not any(isinstance(f, _ImportHook) and f.module == module for f in sys.meta_path):

@@ -42,7 +42,8 @@ rel        id, fork (this process dropped a reference)
 used       id, fork (when rpc.shutdown() began: this process last used its reference at
            ``t``: to_here, local_value, a proxy call, or sent it in a call)
 churn      owner, callee, site, n (RRefs that lived less than MIN_AGE_S: counted, not listed)
-loss       step, loss, epoch, metrics
+loss       step, loss, epoch, metrics, source (absent: rpcctl.report; a library's name: its
+           trainer's callback, ``steps``)
 shutdown   done, autograd_contexts (rpc.shutdown() began in this process; with done: it returned,
            with so many distributed autograd contexts still open)
 join       (init_rpc() began in this process)
@@ -85,6 +86,9 @@ SEND_INTERVAL_S = 0.1  # the sender thread's cycle
 PROBE_INTERVAL_S = 1.0  # heartbeat and process probe
 MIN_AGE_S = 0.2  # RRefs/handles/values younger than this wait a cycle; if gone by then: churn
 STALE_AFTER_S = 5.0  # a running process whose heartbeat is older than this is flagged
+# Where a rank's loss records come from, the most direct first: ``inspect.losses`` shows each
+# rank's records from the first of these it has ("log": parsed from its printed lines).
+LOSS_SOURCES = ("report", "transformers", "lightning", "log")
 MAX_QUEUE = 100_000  # events waiting for the sender; beyond this, drop and count
 MAX_LINE = 16 * 1024 * 1024  # the server drops a connection that sends a longer line
 
@@ -143,7 +147,7 @@ EVENT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "rel": {"id": _STR, "fork": _STR},
     "used": {"id": _STR, "fork": _STR},
     "churn": {"owner": _STR, "callee": _STR, "site": _STR, "n": _INT},
-    "loss": {"step": _INT, "epoch": _INT, "loss": _NUM, "metrics": (dict,)},
+    "loss": {"step": _INT, "epoch": _INT, "loss": _NUM, "metrics": (dict,), "source": _STR},
     "shutdown": {"done": (bool,), "autograd_contexts": _INT},
     "join": {},
     "cstat": {"callee": _STR, "func": _STR, "kind": _STR, "n": _INT, "err": _INT, "tmo": _INT, "sum": _NUM, "max": _NUM, "h": (dict,), "bytes": _INT},

@@ -17,7 +17,8 @@ rpc_workers RPC worker (rank → name) of each restart and world, as init_rpc re
 rrefs       RRef (not per fork): owner, creator, call site, value, lifecycle
 handles     Python reference to an RRef held by a process (creator's or a fork)
 churn       (process, owner, callee, call site): RRefs too short-lived to list
-losses      loss record (printed and parsed, or reported with rpcctl.report)
+losses      loss record (printed and parsed, reported with rpcctl.report, or by a library's
+            trainer: ``source``, ``protocol.LOSS_SOURCES``)
 calls       RPC call that ran for at least calls.LONG_S (caller side): callee, site, end
 call_stats  (process, callee, function, kind): every ended call, counted, with a histogram
 serving     function a process ran for at least calls.LONG_S for an incoming call
@@ -52,6 +53,7 @@ from typing import Any
 
 from rpcctl.errors import DamagedRunError
 from rpcctl.private import private_file
+from rpcctl.telemetry.protocol import LOSS_SOURCES
 
 SCHEMA_VERSION = 7  # 2: procs.cpu_s, procs.telemetry_cpu_s; meta server_cpu_s. 3: calls, call_stats, serving, procs.rpc_join_at
 # 4: losses.seq, losses.rule, log_lines. 5: rrefs.value_watched (1: the owner watches the value, so value_freed_at NULL means still alive)
@@ -415,7 +417,9 @@ class StoreWriter:
 
     def _ev_loss(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         rank = proc.rpc_rank if proc.rpc_rank is not None else proc.rank
-        self.loss(rank if rank is not None else -1, proc.restart, ev.get("step"), ev.get("epoch"), ev.get("loss"), ev.get("metrics"), t, "report")
+        source = ev.get("source")
+        source = source if source in LOSS_SOURCES and source != "log" else "report"  # a process never sends a printed line's
+        self.loss(rank if rank is not None else -1, proc.restart, ev.get("step"), ev.get("epoch"), ev.get("loss"), ev.get("metrics"), t, source)
 
     # -- calls (``rpcctl.telemetry.calls``) ------------------------------------------------------
     def _ev_join(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:

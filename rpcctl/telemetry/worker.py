@@ -63,6 +63,11 @@ def stop(timeout: float = 2.0) -> None:
 
 def report(step: int | None = None, loss: float | None = None, **metrics: float) -> None:
     """Queue a metrics record; never blocks, and does nothing outside rpcctl."""
+    report_loss(step, loss, metrics.pop("epoch", None), metrics, "report")
+
+
+def report_loss(step: int | None, loss: Any, epoch: Any, metrics: dict[str, Any], source: str) -> None:
+    """``report`` for rpcctl's own callbacks too (``steps``: ``source`` names the library)."""
     worker = _worker
     if worker is None or not worker.active:
         if not _wanted():
@@ -71,18 +76,19 @@ def report(step: int | None = None, loss: float | None = None, **metrics: float)
         if worker is None:
             return
     try:
+        epoch = None if epoch is None else _number(epoch)
         event = {
             "e": "loss",
             "step": None if step is None else int(step),
             "loss": None if loss is None else _number(loss),
             "metrics": {str(k): _number(v) for k, v in metrics.items()},
+            "epoch": None if epoch is None else int(epoch),
             "t": time.time(),
         }
-        event["epoch"] = event["metrics"].pop("epoch", None)
-        if event["epoch"] is not None:
-            event["epoch"] = int(event["epoch"])
     except (TypeError, ValueError) as exc:
         raise TypeError(f"rpcctl.report() takes numbers: {exc}") from None
+    if source != "report":
+        event["source"] = source
     worker.post(event)
 
 
@@ -120,7 +126,7 @@ def _install_hooks() -> None:
     here (a rank that does not use it must not pay for it)."""
     from rpcctl.telemetry import autohook
 
-    autohook.install(join=join_at_init_rpc)
+    autohook.install(join=join_at_init_rpc, report=report_loss)
 
 
 HOOKS = {"rrefs": rrefs, "calls": calls}

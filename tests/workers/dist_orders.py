@@ -1,6 +1,6 @@
 """A torch.distributed program that runs the steps named in argv[1] (comma-separated), in order,
 as torchrun would run it: pg = init_process_group("gloo") from env://, rpc = init_rpc from env://,
-ng = new_group([0, 1]) and an all_reduce in it, ar = an all_reduce in the default group,
+ng = new_group([0, last rank]) and an all_reduce in it (across nodes, on several), ar = an all_reduce in the default group,
 call = an rpc_sync to the next rank, destroy = destroy_process_group, shut = rpc.shutdown.
 Prints "ok RANK ORDER" at the end."""
 
@@ -19,8 +19,8 @@ for step in order.split(","):
     elif step == "rpc":
         rpc.init_rpc(f"w{rank}", rank=rank, world_size=world_size)
     elif step == "ng":
-        group = dist.new_group([0, 1])
-        if rank in (0, 1):
+        group = dist.new_group([0, world_size - 1])
+        if rank in (0, world_size - 1):
             t = torch.ones(2)
             dist.all_reduce(t, group=group)
             assert t[0] == 2, t

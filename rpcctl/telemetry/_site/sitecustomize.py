@@ -21,6 +21,13 @@ def _rpcctl_mesh_join():
     worker.joining(hooks=False)
 
 
+def _rpcctl_report(*args):
+    """Sends a loss a training library's trainer reported (autohook, ``steps``); joins telemetry."""
+    from rpcctl.telemetry import worker
+
+    worker.report_loss(*args)
+
+
 def _rpcctl_chain() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     if os.environ.get("RPCCTL_RUN_ID"):
@@ -34,7 +41,7 @@ def _rpcctl_chain() -> None:
         try:
             from rpcctl.telemetry import autohook
 
-            autohook.install(join=_rpcctl_join, mesh_join=_rpcctl_mesh_join)
+            autohook.install(join=_rpcctl_join, mesh_join=_rpcctl_mesh_join, report=_rpcctl_report)
         except Exception as exc:  # never break an unrelated interpreter
             print(f"rpcctl: telemetry hook not installed: {exc!r}", file=sys.stderr)
     import importlib.machinery
