@@ -4,19 +4,40 @@ through ``rpcctl launch``, read back with ``rpcctl inspect collectives``."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from conftest import WORKERS, launch_job, rpcctl
+from test_trace import validate
 
+from rpcctl import inspect
 from rpcctl.telemetry import collectives
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def test_a_clean_run_counts_every_collective_exactly(tmp_path, runs_dir):
-    result, run_dir, rec = launch_job(tmp_path, runs_dir, name="coll", script=str(WORKERS / "collectives_job.py"), args=["clean"],
-                                      nproc_per_node=3, timeout=60, preload=["torch"])
+def _finished(tmp_path_factory, mode: str):
+    """One run of collectives_job.py MODE (3 ranks), shared by the tests that read it."""
+    tmp_path = tmp_path_factory.mktemp(f"coll-{mode}")
+    result, run_dir, _ = launch_job(tmp_path, tmp_path / "runs", name=f"coll-{mode}", script=str(WORKERS / "collectives_job.py"),
+                                    args=[mode], nproc_per_node=3, timeout=60, preload=["torch"])
     assert result.returncode == 0, result.stdout + result.stderr
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory):
+    return _finished(tmp_path_factory, "clean")
+
+
+@pytest.fixture(scope="module")
+def slow_run(tmp_path_factory):
+    """Rank 1 sleeps 0.2 s before each of the 5 all_reduce: the straggler."""
+    return _finished(tmp_path_factory, "slow")
+
+
+def test_a_clean_run_counts_every_collective_exactly(clean_run):
+    run_dir = clean_run
     shown = rpcctl("inspect", "collectives", str(run_dir), "--json")
     assert shown.returncode == 0, shown.stderr
     report = json.loads(shown.stdout)
@@ -73,16 +94,72 @@ def test_a_rank_missing_at_init_process_group_is_named_with_its_stack(tmp_path, 
     assert "rank 0 (pid" in message and "rank 1 (pid" in message and "wait in it" in message, message
 
 
-def test_the_rank_that_arrives_last_is_named_with_its_skew(tmp_path, runs_dir):
-    result, run_dir, _ = launch_job(tmp_path, runs_dir, name="coll-slow", script=str(WORKERS / "collectives_job.py"), args=["slow"],
-                                    nproc_per_node=3, timeout=60, preload=["torch"])
-    assert result.returncode == 0, result.stdout + result.stderr
+def test_the_rank_that_arrives_last_is_named_with_its_skew(slow_run):
+    run_dir = slow_run
     report = json.loads(rpcctl("inspect", "collectives", str(run_dir), "--json").stdout)
-    default = next(s for s in report["stragglers"] if s["pg"] == "0")
+    [default] = [s for s in report["stragglers"] if s["pg"] == "0"]
     assert default["rank"] == 1 and default["last"] >= 5, default  # late into each of the 5 all_reduce
     assert default["compared"] == 9  # 5 all_reduce, 3 broadcast, 1 barrier: every rank listed each
     assert 0.15 < default["skew_p50_s"] < 1.0, default
     assert "Stragglers (arrival skew)" in rpcctl("inspect", "collectives", str(run_dir)).stdout
+
+
+def test_the_straggler_is_flagged_on_its_rank_in_inspect_workers(slow_run):
+    workers = json.loads(rpcctl("inspect", "workers", str(slow_run), "--json").stdout)
+    flagged = {w["rank"]: w["straggler"] for w in workers if w["straggler"]}
+    assert list(flagged) == [1], workers
+    assert re.fullmatch(r"rank 1: last into \d of 9 collectives of pg 0; the others waited .+ for it \(p50, max .+\)", flagged[1]), flagged
+    table = rpcctl("inspect", "workers", str(slow_run)).stdout
+    assert "STRAGGLER: rank 1: last into" in table, table
+
+
+def test_a_balanced_run_flags_no_straggler(clean_run):
+    assert inspect.collectives(clean_run).stragglers == []  # the SDK behind inspect collectives --json
+    assert [w.straggler for w in inspect.workers(clean_run)] == [None, None, None]
+
+
+def test_collectives_are_on_each_ranks_trace_track_linked_across_ranks(slow_run, tmp_path):
+    out = tmp_path / "trace.json"
+    result = rpcctl("trace", str(slow_run), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    events = validate(json.loads(out.read_text()))
+    names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    spans = [e for e in events if e["ph"] == "X" and e["cat"] == "collective"]
+    by_rank = {}
+    for span in spans:
+        by_rank.setdefault(names[span["pid"]].split(" ")[1], []).append(span)
+        assert threads[(span["pid"], span["tid"])].startswith(f"collectives pg {span['args']['pg']}")
+    assert sorted(by_rank) == ["0", "1", "2"], sorted(by_rank)
+    default = {rank: sorted((s["args"]["seq"], s["name"]) for s in mine if s["args"]["pg"] == "0") for rank, mine in by_rank.items()}
+    expected = [(i, f"all_reduce #{i}") for i in range(1, 6)] + [(i, f"broadcast #{i}") for i in range(6, 9)] + [(9, "barrier #9")]
+    assert default == {"0": expected, "1": expected, "2": expected}
+    assert all(s["args"]["bytes"] == 4096 and s["args"]["state"] == "completed" for s in spans if s["args"]["op"] != "barrier")
+    # One flow per (pg, seq), through every rank that ran it, in order of entry: the straggler last into each all_reduce.
+    flows = {}
+    for e in events:
+        if e["ph"] in "stf" and e["cat"] == "collective":
+            flows.setdefault(e["id"], []).append(e)
+    assert len(flows) == 9 + 2, sorted(flows)  # the pair group's 2 all_reduce: ranks 0 and 1
+    for seq in range(1, 6):
+        chain = flows[f"coll:0:0:{seq}"]
+        assert [e["ph"] for e in chain] == ["s", "t", "f"], chain
+        assert names[chain[-1]["pid"]].startswith("rank 1 "), chain
+        late = next(s for s in by_rank["1"] if s["args"]["flow"] == f"coll:0:0:{seq}")
+        assert late["args"]["late_by_s"] > 0.15, late
+
+
+def test_the_report_has_a_collectives_section_with_the_straggler(slow_run, tmp_path):
+    pytest.importorskip("plotly", reason="needs plotly: pip install -c constraints.txt -e '.[test]'")
+    out = tmp_path / "report.html"
+    result = rpcctl("report", str(slow_run), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    page = out.read_text()
+    assert '<section id="sec-collectives">' in page
+    view = json.loads(re.search(r'<script type="application/json" id="rpcctl-view">(.*?)</script>', page, re.S).group(1))
+    html = view["html"]["collectives"]
+    assert re.search(r"<li>pg 0: rank 1 entered last in \d of 9 collectives; the others waited .+ for it", html), html
+    assert "all_reduce" in html and "broadcast" in html and "LAST COMPLETED" in html and "P99" in html
 
 
 def test_a_cycle_through_rpc_and_a_collective_is_named(tmp_path, runs_dir):

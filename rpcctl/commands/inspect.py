@@ -149,7 +149,8 @@ def workers(
     """Every rank and the processes it spawned: pid, state, CPU, memory, device, heartbeat.
 
     A running rank whose heartbeat is older than 5 s is flagged STALE (hung, or stopped); a rank
-    whose step rate or call latency is far off the others' is flagged STRAGGLER, with the figures.
+    whose step rate, call latency or arrival into collectives is far off the others' is flagged
+    STRAGGLER, with the figures.
     Below the table: the CPU time rpcctl's own telemetry used, and its share of the job's.
     """
 
