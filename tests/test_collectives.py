@@ -80,6 +80,16 @@ def test_a_rank_that_has_not_entered_a_collective_is_named_with_its_stack(tmp_pa
     assert "ranks 0, 1 wait in all_reduce #4 (pg 0, 4.0 KiB float32)" in message, message
     assert "rank 2 has not entered it (last entered #3): it is at " in message, message
     assert "collectives_job.py:" in message and "in load_batch (`time.sleep(600)`)" in message, message
+    # The trace shows where: ranks 0 and 1 inside all_reduce #4 until they were stopped, rank 2 never in it.
+    out = tmp_path / "trace.json"
+    assert rpcctl("trace", "-o", str(out), "--runs-dir", str(runs_dir)).returncode == 0
+    events = validate(json.loads(out.read_text()))
+    names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    stuck = sorted(names[e["pid"]].split(" ")[1] for e in events
+                   if e["ph"] == "X" and e["cat"] == "collective" and e["args"]["seq"] == 4 and e["args"]["pg"] == "0")
+    assert stuck == ["0", "1"], stuck
+    assert all(e["args"]["state"] == "in flight" and e["name"] == "all_reduce #4" and e["dur"] > 3e6 for e in events
+               if e["ph"] == "X" and e["cat"] == "collective" and e["args"]["seq"] == 4), "in flight for the hang's seconds"
 
 
 def test_a_collective_mismatch_is_named(tmp_path, runs_dir):
@@ -111,6 +121,18 @@ def test_the_straggler_is_flagged_on_its_rank_in_inspect_workers(slow_run):
     assert re.fullmatch(r"rank 1: last into \d of 9 collectives of pg 0; the others waited .+ for it \(p50, max .+\)", flagged[1]), flagged
     table = rpcctl("inspect", "workers", str(slow_run)).stdout
     assert "STRAGGLER: rank 1: last into" in table, table
+
+
+def test_the_live_view_flags_the_straggler_in_one_line(slow_run):
+    from rich.console import Console
+
+    from rpcctl.telemetry.dashboard import dashboard_panels
+
+    console = Console(width=200, record=True, no_color=True)
+    for panel in dashboard_panels(slow_run):
+        console.print(panel)
+    lines = [line for line in console.export_text().splitlines() if line.startswith("STRAGGLER")]
+    assert len(lines) == 1 and lines[0].startswith("STRAGGLER: rank 1: last into "), lines
 
 
 def test_a_balanced_run_flags_no_straggler(clean_run):
