@@ -4,6 +4,7 @@ through ``rpcctl launch``, read back with ``rpcctl inspect collectives``."""
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
@@ -194,3 +195,56 @@ def test_a_cycle_through_rpc_and_a_collective_is_named(tmp_path, runs_dir):
     assert "ranks 0, 2 wait in all_reduce #1 (pg 0, 1.0 KiB float32)" in message, message
     assert "rank 1 has not entered it: it is at " in message, message
     assert "a deadlock across RPC and a collective" in message, message
+
+
+def test_a_process_group_id_from_a_rank_reaches_the_terminal_escaped(tmp_path):
+    """A rank's events are data: a process group named with an escape sequence (a forged event,
+    on the real socket of a real server) is shown as text in the STRAGGLER lines."""
+    import socket
+    import time
+
+    import psutil
+    from rich.console import Console
+    from typer.testing import CliRunner
+
+    from rpcctl.cli import app
+    from rpcctl.runs import RankState, RunRecord, now_iso, save_record
+    from rpcctl.telemetry import protocol
+    from rpcctl.telemetry.dashboard import dashboard_panels
+    from rpcctl.telemetry.server import TelemetryServer
+
+    run_dir = tmp_path / "runs" / "forged"
+    server = TelemetryServer(run_dir, world_size=3)
+    server.start()
+    socks = []
+    try:
+        save_record(RunRecord(run_id="forged", name="forged", status="running", run_dir=str(run_dir), config_path=None, script="x.py",
+                              world_size=3, nproc_per_node=3, start_method="spawn", host=socket.gethostname(), launcher_pid=os.getpid(),
+                              launcher_started=psutil.Process().create_time(), master_addr="127.0.0.1", master_port=0, started_at=now_iso(),
+                              ranks=[RankState(rank=r, local_rank=r, pid=10_000_000 + r, state="running") for r in range(3)]))
+        now = time.time()
+        for rank in range(3):
+            server.rank_started(rank, 10_000_000 + rank, rank, "cpu", 0)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(str(server.socket_path))
+            late = 0.2 if rank == 2 else 0.0
+            events = [{"e": "cent", "pg": "\x1b]0;owned\x07\x1b[2J", "seq": seq, "op": "all_reduce", "entered": now + seq + late,
+                       "completed": now + seq + 0.3, "t": now} for seq in range(1, 7)]
+            sock.sendall(protocol.encode({"k": "hello", "pid": 10_000_000 + rank, "rank": rank, "kind": "rank", "t": now})
+                         + protocol.encode({"k": "batch", "ev": events}))
+            socks.append(sock)
+        deadline = time.monotonic() + 10
+        while not inspect.collectives(run_dir).stragglers and time.monotonic() < deadline:
+            time.sleep(0.1)
+        console = Console(width=300, record=True, no_color=True)
+        for panel in dashboard_panels(run_dir):
+            console.print(panel)
+        shown = console.export_text()
+        table = CliRunner().invoke(app, ["inspect", "workers", str(run_dir)]).stdout
+    finally:
+        for sock in socks:
+            sock.close()
+        server.close()
+    for text in (shown, table):
+        assert "STRAGGLER: rank 2: last into 6 of 6 collectives of pg \\x1b]0;owned\\x07\\x1b[2J;" in text, text
+        assert "\x1b" not in text and "\x07" not in text
