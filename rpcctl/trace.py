@@ -16,6 +16,14 @@ spawned; per restart)        ``X`` a call (1 s or more) on the caller's thread; 
                              process that was that RPC rank in the RRef's world (a
                              spawned worker's own track, not the rank that spawned it)
                              ``X`` "process" on thread 0 of a spawned process: its lifetime
+                             ``X`` collectives on a thread per process group ("collectives
+                             pg P"): "all_reduce #5" from entered to completed (an upper
+                             bound: gloo records no end), args op, pg, group, seq, sizes,
+                             dtypes, bytes, late_by_s (its entry minus the first rank's);
+                             one still in flight when the rank last reported runs to its
+                             end (args state "in flight"); ``s`` → ``t`` → ``f`` flow
+                             arrows link one (pg, seq) across ranks in order of entry
+                             (id ``coll:RESTART:PG:SEQ``, also in args.flow)
                              ``C`` loss and metrics counters;
                              ``i`` a non-finite value (``loss=inf``: args
                              ``{"metric", "value": "inf"|"-inf"|"nan"}``)
@@ -29,9 +37,12 @@ puts the event on the process's own track. The ident is in the ``thread_name`` m
 name, and ``args.ident``).
 
 Calls that ended within 1 s are not in the telemetry one by one; their per caller → callee
-summary is in ``otherData.calls``. Bounded size for long runs: at most ``MAX_SPANS`` call and
-served-function spans each (the longest kept), ``MAX_RREFS`` RRef spans (the longest-lived
-kept), and counters share what is left of ``MAX_EVENTS`` (100,000 events, about 10 MB), each at
+summary is in ``otherData.calls``. Collectives are the ones each rank lists (the first 64 of a
+group, then every 16th: ``telemetry.collectives``), the same sequence numbers on every rank.
+Bounded size for long runs: at most ``MAX_SPANS`` call and served-function spans each (the
+longest kept), ``MAX_RREFS`` RRef spans (the longest-lived kept), ``MAX_COLLECTIVES`` collective
+spans or a quarter of ``max_events`` (whole (pg, seq) sets, the longest from first entry to last
+completion kept), and counters share what is left of ``MAX_EVENTS`` (100,000 events, about 10 MB), each at
 most ``MAX_POINTS`` points (evenly thinned, the last one kept), whatever the run's length or
 its number of metrics; what was left out is counted in ``otherData.left_out``. ``rpcctl trace
 --max-events N`` moves the cap; ``--max-events 0`` keeps every event.
@@ -51,6 +62,7 @@ from rpcctl.inspect.calls import pair_served
 
 MAX_SPANS = 20_000
 MAX_RREFS = 10_000
+MAX_COLLECTIVES = 10_000
 MAX_POINTS = 2_000
 MAX_EVENTS = 100_000  # in all (about 10 MB): the counters share what the other events leave
 PROCESS_THREAD, RREF_THREAD, FIRST_THREAD = 0, 1, 2
@@ -73,6 +85,7 @@ def build_trace(run_dir: Path, max_events: int = MAX_EVENTS) -> dict[str, Any]:
     builder.processes(ranks, procs)
     builder.calls(calls, serving, procs)
     builder.rrefs(rrefs, handles, procs)
+    builder.collectives(inspect.collective_spans(run_dir), procs)
     builder.losses(losses)
     builder.exits(ranks)
     builder.spawned_ends(procs)
@@ -114,19 +127,23 @@ class _Builder:
             self.named_threads.add((pid, tid))
             self.meta(pid, "thread_name", {"name": name, **(args or {})}, tid)
 
+    def lane(self, pid: int, key: Any, name: str, args: dict[str, Any]) -> int:
+        """The trace's tid for ``key`` on a track (a Python thread's ident, a process group):
+        2, 3, ... in order of first appearance."""
+        if (pid, key) not in self.small_tids:
+            self.small_tids[(pid, key)] = self.threads_of.get(pid, FIRST_THREAD)
+            self.threads_of[pid] = self.small_tids[(pid, key)] + 1
+        tid = self.small_tids[(pid, key)]
+        self.thread(pid, tid, name, args)
+        return tid
+
     def python_thread(self, pid: int, ident: int | None, kind: str) -> int:
         """The trace's tid for a Python thread of a process: small and stable (2, 3, ... per
         track, in order of first appearance; 0 and 1 are the process and its RRefs). Perfetto
         drops a tid above 2^32, which a Python thread ident is, and puts the event on the pid's
         own track; the real ident is in the thread's name and args."""
         ident = ident or 0
-        key = (pid, ident)
-        if key not in self.small_tids:
-            self.small_tids[key] = self.threads_of.get(pid, FIRST_THREAD)
-            self.threads_of[pid] = self.small_tids[key] + 1
-        tid = self.small_tids[key]
-        self.thread(pid, tid, f"{kind} {ident:#x}", {"ident": ident})
-        return tid
+        return self.lane(pid, ident, f"{kind} {ident:#x}", {"ident": ident})
 
     # -- tracks --------------------------------------------------------------------------------
     def processes(self, ranks: list[Any], procs: list[Any]) -> None:
@@ -234,6 +251,48 @@ class _Builder:
             self.span(track, RREF_THREAD, f"RRef {row['type'] or '?'}", row["created_at"], gone, "rref",
                       {"rref_id": row["rref_id"], "world": world, "creator": row["creator"], "site": row["call_site"],
                        "nbytes": row["nbytes"], "shape": _loads(row["shape"]), "device": row["device"]})
+
+    # -- collectives, linked across ranks by (pg, seq) ----------------------------------------
+    def collectives(self, spans: list[Any], procs: list[Any]) -> None:
+        ended = {p["proc_id"]: p["ended_at"] or p["stopped_at"] for p in procs}
+        sets: dict[tuple[int, str, int], list[Any]] = defaultdict(list)
+        for span in spans:
+            if span.proc_id in self.track_of_proc:
+                sets[(span.restart, span.pg, span.seq)].append(span)
+
+        def finish(span: Any) -> float:
+            return span.completed_at if span.completed_at is not None else (ended.get(span.proc_id) or self.end)
+
+        kept = list(sets.items())
+        room = min(MAX_COLLECTIVES, self.max_events // 4)
+        if self.max_events and sum(len(members) for _, members in kept) > room:
+            kept.sort(key=lambda kv: max(finish(x) for x in kv[1]) - min(x.entered_at for x in kv[1]), reverse=True)
+            chosen, total = [], 0
+            for key, members in kept:
+                if total + len(members) > room:
+                    break
+                chosen.append((key, members))
+                total += len(members)
+            self.left_out["collectives"] = sum(len(members) for _, members in kept) - total
+            kept = chosen
+        for (restart, pg, seq), members in kept:
+            members.sort(key=lambda x: x.entered_at)
+            flow = f"coll:{restart}:{pg}:{seq}"
+            first = members[0].entered_at
+            for index, span in enumerate(members):
+                track = self.track_of_proc[span.proc_id]
+                tid = self.lane(track, ("pg", pg), f"collectives pg {pg}" + (f" ({span.group})" if span.group else ""), {"pg": pg})
+                self.span(track, tid, f"{span.op or '?'} #{seq}", span.entered_at, finish(span), "collective",
+                          {"op": span.op, "pg": pg, "group": span.group, "seq": seq, "sizes": span.sizes, "dtypes": span.dtypes,
+                           "bytes": span.bytes, "late_by_s": round(span.entered_at - first, 6), "flow": flow,
+                           "state": "completed" if span.completed_at is not None else "in flight"})
+                if len(members) > 1:
+                    phase = "s" if index == 0 else "f" if index == len(members) - 1 else "t"
+                    event = {"ph": phase, "pid": track, "tid": tid, "name": "collective", "cat": "collective", "id": flow,
+                             "ts": self.ts(span.entered_at)}
+                    if phase == "f":
+                        event["bp"] = "e"
+                    self.events.append(event)
 
     def losses(self, rows: list[Any]) -> None:
         series: dict[tuple[int, int, str], list[tuple[float, float]]] = defaultdict(list)

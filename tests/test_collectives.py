@@ -4,19 +4,41 @@ through ``rpcctl launch``, read back with ``rpcctl inspect collectives``."""
 from __future__ import annotations
 
 import json
+import os
+import re
 
 import pytest
 from conftest import WORKERS, launch_job, rpcctl
+from test_trace import validate
 
+from rpcctl import inspect
 from rpcctl.telemetry import collectives
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def test_a_clean_run_counts_every_collective_exactly(tmp_path, runs_dir):
-    result, run_dir, rec = launch_job(tmp_path, runs_dir, name="coll", script=str(WORKERS / "collectives_job.py"), args=["clean"],
-                                      nproc_per_node=3, timeout=60, preload=["torch"])
+def _finished(tmp_path_factory, mode: str):
+    """One run of collectives_job.py MODE (3 ranks), shared by the tests that read it."""
+    tmp_path = tmp_path_factory.mktemp(f"coll-{mode}")
+    result, run_dir, _ = launch_job(tmp_path, tmp_path / "runs", name=f"coll-{mode}", script=str(WORKERS / "collectives_job.py"),
+                                    args=[mode], nproc_per_node=3, timeout=60, preload=["torch"])
     assert result.returncode == 0, result.stdout + result.stderr
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory):
+    return _finished(tmp_path_factory, "clean")
+
+
+@pytest.fixture(scope="module")
+def slow_run(tmp_path_factory):
+    """Rank 1 sleeps 0.2 s before each of the 5 all_reduce: the straggler."""
+    return _finished(tmp_path_factory, "slow")
+
+
+def test_a_clean_run_counts_every_collective_exactly(clean_run):
+    run_dir = clean_run
     shown = rpcctl("inspect", "collectives", str(run_dir), "--json")
     assert shown.returncode == 0, shown.stderr
     report = json.loads(shown.stdout)
@@ -59,6 +81,16 @@ def test_a_rank_that_has_not_entered_a_collective_is_named_with_its_stack(tmp_pa
     assert "ranks 0, 1 wait in all_reduce #4 (pg 0, 4.0 KiB float32)" in message, message
     assert "rank 2 has not entered it (last entered #3): it is at " in message, message
     assert "collectives_job.py:" in message and "in load_batch (`time.sleep(600)`)" in message, message
+    # The trace shows where: ranks 0 and 1 inside all_reduce #4 until they were stopped, rank 2 never in it.
+    out = tmp_path / "trace.json"
+    assert rpcctl("trace", "-o", str(out), "--runs-dir", str(runs_dir)).returncode == 0
+    events = validate(json.loads(out.read_text()))
+    names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    stuck = sorted(names[e["pid"]].split(" ")[1] for e in events
+                   if e["ph"] == "X" and e["cat"] == "collective" and e["args"]["seq"] == 4 and e["args"]["pg"] == "0")
+    assert stuck == ["0", "1"], stuck
+    assert all(e["args"]["state"] == "in flight" and e["name"] == "all_reduce #4" and e["dur"] > 3e6 for e in events
+               if e["ph"] == "X" and e["cat"] == "collective" and e["args"]["seq"] == 4), "in flight for the hang's seconds"
 
 
 def test_a_collective_mismatch_is_named(tmp_path, runs_dir):
@@ -73,16 +105,84 @@ def test_a_rank_missing_at_init_process_group_is_named_with_its_stack(tmp_path, 
     assert "rank 0 (pid" in message and "rank 1 (pid" in message and "wait in it" in message, message
 
 
-def test_the_rank_that_arrives_last_is_named_with_its_skew(tmp_path, runs_dir):
-    result, run_dir, _ = launch_job(tmp_path, runs_dir, name="coll-slow", script=str(WORKERS / "collectives_job.py"), args=["slow"],
-                                    nproc_per_node=3, timeout=60, preload=["torch"])
-    assert result.returncode == 0, result.stdout + result.stderr
+def test_the_rank_that_arrives_last_is_named_with_its_skew(slow_run):
+    run_dir = slow_run
     report = json.loads(rpcctl("inspect", "collectives", str(run_dir), "--json").stdout)
-    default = next(s for s in report["stragglers"] if s["pg"] == "0")
+    [default] = [s for s in report["stragglers"] if s["pg"] == "0"]
     assert default["rank"] == 1 and default["last"] >= 5, default  # late into each of the 5 all_reduce
     assert default["compared"] == 9  # 5 all_reduce, 3 broadcast, 1 barrier: every rank listed each
     assert 0.15 < default["skew_p50_s"] < 1.0, default
     assert "Stragglers (arrival skew)" in rpcctl("inspect", "collectives", str(run_dir)).stdout
+
+
+def test_the_straggler_is_flagged_on_its_rank_in_inspect_workers(slow_run):
+    workers = json.loads(rpcctl("inspect", "workers", str(slow_run), "--json").stdout)
+    flagged = {w["rank"]: w["straggler"] for w in workers if w["straggler"]}
+    assert list(flagged) == [1], workers
+    assert re.fullmatch(r"rank 1: last into \d of 9 collectives of pg 0; the others waited .+ for it \(p50, max .+\)", flagged[1]), flagged
+    table = rpcctl("inspect", "workers", str(slow_run)).stdout
+    assert "STRAGGLER: rank 1: last into" in table, table
+
+
+def test_the_live_view_flags_the_straggler_in_one_line(slow_run):
+    from rich.console import Console
+
+    from rpcctl.telemetry.dashboard import dashboard_panels
+
+    console = Console(width=200, record=True, no_color=True)
+    for panel in dashboard_panels(slow_run):
+        console.print(panel)
+    lines = [line for line in console.export_text().splitlines() if line.startswith("STRAGGLER")]
+    assert len(lines) == 1 and lines[0].startswith("STRAGGLER: rank 1: last into "), lines
+
+
+def test_a_balanced_run_flags_no_straggler(clean_run):
+    assert inspect.collectives(clean_run).stragglers == []  # the SDK behind inspect collectives --json
+    assert [w.straggler for w in inspect.workers(clean_run)] == [None, None, None]
+
+
+def test_collectives_are_on_each_ranks_trace_track_linked_across_ranks(slow_run, tmp_path):
+    out = tmp_path / "trace.json"
+    result = rpcctl("trace", str(slow_run), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    events = validate(json.loads(out.read_text()))
+    names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    spans = [e for e in events if e["ph"] == "X" and e["cat"] == "collective"]
+    by_rank = {}
+    for span in spans:
+        by_rank.setdefault(names[span["pid"]].split(" ")[1], []).append(span)
+        assert threads[(span["pid"], span["tid"])].startswith(f"collectives pg {span['args']['pg']}")
+    assert sorted(by_rank) == ["0", "1", "2"], sorted(by_rank)
+    default = {rank: sorted((s["args"]["seq"], s["name"]) for s in mine if s["args"]["pg"] == "0") for rank, mine in by_rank.items()}
+    expected = [(i, f"all_reduce #{i}") for i in range(1, 6)] + [(i, f"broadcast #{i}") for i in range(6, 9)] + [(9, "barrier #9")]
+    assert default == {"0": expected, "1": expected, "2": expected}
+    assert all(s["args"]["bytes"] == 4096 and s["args"]["state"] == "completed" for s in spans if s["args"]["op"] != "barrier")
+    # One flow per (pg, seq), through every rank that ran it, in order of entry: the straggler last into each all_reduce.
+    flows = {}
+    for e in events:
+        if e["ph"] in "stf" and e["cat"] == "collective":
+            flows.setdefault(e["id"], []).append(e)
+    assert len(flows) == 9 + 2, sorted(flows)  # the pair group's 2 all_reduce: ranks 0 and 1
+    for seq in range(1, 6):
+        chain = flows[f"coll:0:0:{seq}"]
+        assert [e["ph"] for e in chain] == ["s", "t", "f"], chain
+        assert names[chain[-1]["pid"]].startswith("rank 1 "), chain
+        late = next(s for s in by_rank["1"] if s["args"]["flow"] == f"coll:0:0:{seq}")
+        assert late["args"]["late_by_s"] > 0.15, late
+
+
+def test_the_report_has_a_collectives_section_with_the_straggler(slow_run, tmp_path):
+    pytest.importorskip("plotly", reason="needs plotly: pip install -c constraints.txt -e '.[test]'")
+    out = tmp_path / "report.html"
+    result = rpcctl("report", str(slow_run), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    page = out.read_text()
+    assert '<section id="sec-collectives">' in page
+    view = json.loads(re.search(r'<script type="application/json" id="rpcctl-view">(.*?)</script>', page, re.S).group(1))
+    html = view["html"]["collectives"]
+    assert re.search(r"<li>pg 0: rank 1 entered last in \d of 9 collectives; the others waited .+ for it", html), html
+    assert "all_reduce" in html and "broadcast" in html and "LAST COMPLETED" in html and "P99" in html
 
 
 def test_a_cycle_through_rpc_and_a_collective_is_named(tmp_path, runs_dir):
@@ -95,3 +195,56 @@ def test_a_cycle_through_rpc_and_a_collective_is_named(tmp_path, runs_dir):
     assert "ranks 0, 2 wait in all_reduce #1 (pg 0, 1.0 KiB float32)" in message, message
     assert "rank 1 has not entered it: it is at " in message, message
     assert "a deadlock across RPC and a collective" in message, message
+
+
+def test_a_process_group_id_from_a_rank_reaches_the_terminal_escaped(tmp_path):
+    """A rank's events are data: a process group named with an escape sequence (a forged event,
+    on the real socket of a real server) is shown as text in the STRAGGLER lines."""
+    import socket
+    import time
+
+    import psutil
+    from rich.console import Console
+    from typer.testing import CliRunner
+
+    from rpcctl.cli import app
+    from rpcctl.runs import RankState, RunRecord, now_iso, save_record
+    from rpcctl.telemetry import protocol
+    from rpcctl.telemetry.dashboard import dashboard_panels
+    from rpcctl.telemetry.server import TelemetryServer
+
+    run_dir = tmp_path / "runs" / "forged"
+    server = TelemetryServer(run_dir, world_size=3)
+    server.start()
+    socks = []
+    try:
+        save_record(RunRecord(run_id="forged", name="forged", status="running", run_dir=str(run_dir), config_path=None, script="x.py",
+                              world_size=3, nproc_per_node=3, start_method="spawn", host=socket.gethostname(), launcher_pid=os.getpid(),
+                              launcher_started=psutil.Process().create_time(), master_addr="127.0.0.1", master_port=0, started_at=now_iso(),
+                              ranks=[RankState(rank=r, local_rank=r, pid=10_000_000 + r, state="running") for r in range(3)]))
+        now = time.time()
+        for rank in range(3):
+            server.rank_started(rank, 10_000_000 + rank, rank, "cpu", 0)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(str(server.socket_path))
+            late = 0.2 if rank == 2 else 0.0
+            events = [{"e": "cent", "pg": "\x1b]0;owned\x07\x1b[2J", "seq": seq, "op": "all_reduce", "entered": now + seq + late,
+                       "completed": now + seq + 0.3, "t": now} for seq in range(1, 7)]
+            sock.sendall(protocol.encode({"k": "hello", "pid": 10_000_000 + rank, "rank": rank, "kind": "rank", "t": now})
+                         + protocol.encode({"k": "batch", "ev": events}))
+            socks.append(sock)
+        deadline = time.monotonic() + 10
+        while not inspect.collectives(run_dir).stragglers and time.monotonic() < deadline:
+            time.sleep(0.1)
+        console = Console(width=300, record=True, no_color=True)
+        for panel in dashboard_panels(run_dir):
+            console.print(panel)
+        shown = console.export_text()
+        table = CliRunner().invoke(app, ["inspect", "workers", str(run_dir)]).stdout
+    finally:
+        for sock in socks:
+            sock.close()
+        server.close()
+    for text in (shown, table):
+        assert "STRAGGLER: rank 2: last into 6 of 6 collectives of pg \\x1b]0;owned\\x07\\x1b[2J;" in text, text
+        assert "\x1b" not in text and "\x07" not in text

@@ -51,7 +51,7 @@ SCRIPT = textwrap.dedent(
     '''
 )
 
-PHASES = {"X", "M", "s", "f", "C", "i"}
+PHASES = {"X", "M", "s", "t", "f", "C", "i"}
 METADATA = {"process_name": "name", "process_sort_index": "sort_index", "thread_name": "name", "thread_sort_index": "sort_index"}
 
 
@@ -81,15 +81,16 @@ def validate(document: dict) -> list[dict]:
             assert e["args"] and all(isinstance(v, (int, float)) for v in e["args"].values()), e
         elif e["ph"] == "i":
             assert e["s"] in ("g", "p", "t"), e
-        else:  # flow start / end
+        else:  # flow start / step / end
             assert isinstance(e["tid"], int) and isinstance(e["id"], (str, int)), e
-            assert e["ph"] not in flows[e["id"]], f"two {e['ph']} events for flow {e['id']}"
-            flows[e["id"]][e["ph"]] = e
+            assert e["ph"] == "t" or e["ph"] not in flows[e["id"]], f"two {e['ph']} events for flow {e['id']}"
+            flows[e["id"]].setdefault(e["ph"], []).append(e)
     for flow_id, ends in flows.items():
-        assert set(ends) == {"s", "f"}, (flow_id, ends)
-        start, finish = ends["s"], ends["f"]
-        assert finish["bp"] == "e" and finish["ts"] >= start["ts"]
-        for point in (start, finish):  # each end binds to the span around it on its thread
+        assert set(ends) <= {"s", "t", "f"} and "s" in ends and "f" in ends, (flow_id, ends)
+        [start], [finish], steps = ends["s"], ends["f"], ends.get("t", [])
+        assert finish["bp"] == "e" and finish["ts"] >= max([start["ts"]] + [t["ts"] for t in steps])
+        assert all(t["ts"] >= start["ts"] for t in steps)
+        for point in (start, *steps, finish):  # each point binds to the span around it on its thread
             assert any(x["ts"] <= point["ts"] <= x["ts"] + x["dur"] for x in spans[(point["pid"], point["tid"])]), point
     return events
 
@@ -129,8 +130,8 @@ def test_a_run_traces_to_valid_chrome_trace_json_with_every_kind_of_track(tmp_pa
     for span in (call, served):
         thread = threads[(span["pid"], span["tid"])]
         assert span["tid"] >= 2 and thread["ident"] > 2**32 and f"{thread['ident']:#x}" in thread["name"]
-    [flow_start] = [e for e in events if e["ph"] == "s"]
-    [flow_end] = [e for e in events if e["ph"] == "f"]
+    [flow_start] = [e for e in events if e["ph"] == "s" and e["cat"] == "rpc"]  # (RPC's own gloo group has collectives too)
+    [flow_end] = [e for e in events if e["ph"] == "f" and e["cat"] == "rpc"]
     assert (flow_start["pid"], flow_start["tid"]) == (call["pid"], call["tid"])
     assert (flow_end["pid"], flow_end["tid"]) == (served["pid"], served["tid"])
     # The RRef's lifetime on its owner, and the losses as a counter on rank 0's track.

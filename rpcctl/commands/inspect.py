@@ -149,7 +149,8 @@ def workers(
     """Every rank and the processes it spawned: pid, state, CPU, memory, device, heartbeat.
 
     A running rank whose heartbeat is older than 5 s is flagged STALE (hung, or stopped); a rank
-    whose step rate or call latency is far off the others' is flagged STRAGGLER, with the figures.
+    whose step rate, call latency or arrival into collectives is far off the others' is flagged
+    STRAGGLER, with the figures.
     Below the table: the CPU time rpcctl's own telemetry used, and its share of the job's.
     """
 
@@ -158,7 +159,7 @@ def workers(
         lines = [f"[yellow]STALE:[/yellow] rank {w.rank} (pid {w.pid}) no heartbeat for {w.heartbeat_age_s:.0f} s — try `rpcctl stack --rank {w.rank}`"
                  for w in records if w.stale]
         lines += [Text.assemble(("STOPPED: ", "yellow"), stopped_message(f"rank {w.rank}", w.pid)) for w in records if w.state == RankStatus.STOPPED]
-        lines += [Text.assemble(("STRAGGLER: ", "yellow"), w.straggler) for w in records if w.straggler]
+        lines += [Text.assemble(("STRAGGLER: ", "yellow"), sanitize(w.straggler)) for w in records if w.straggler]
         if any(w.state in (RankStatus.LOST, RankStatus.ORPHANED) for w in records):
             lines.insert(0, Text.assemble(("LOST: ", "red"), f"run {load_record(run_dir).run_id}: {_lost_story(run_dir)}"))
         cost = sdk.telemetry_cost(run_dir) if records else None

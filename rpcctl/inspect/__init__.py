@@ -18,6 +18,7 @@ Used by ``rpcctl inspect``, the live dashboard and the launcher's end-of-run rep
     inspect.rank_attempts(run_dir)                   -> list[RankAttempt] (every rank's every restart)
     inspect.dump_stacks(run_dir, rank)               -> list[StackDump] (rank, then its children)
     inspect.collectives(run_dir)                     -> CollectivesReport (per group and op; per rank)
+    inspect.collective_spans(run_dir)                -> list[CollectiveSpan] (sampled and in-flight collectives, for the trace)
 
 Each record type declares its columns once (``COLUMNS``): the table and the JSON keys come from
 the same fields. JSON keeps raw units (bytes, seconds, ISO-8601 times).
@@ -33,7 +34,8 @@ One module per view, over one shared reader of the store::
     stacks.py   StackDump: dump_stacks
     cost.py     TelemetryCost: telemetry_cost
     calls.py    CallsReport (PendingCall, CallSummary, ServingRecord): calls
-    collectives.py  CollectivesReport (CollectiveSummary, RankCollectives): collectives (Flight Recorder)
+    collectives.py  CollectivesReport (CollectiveSummary, RankCollectives, CollectiveStraggler), CollectiveSpan: collectives,
+                collective_spans, collective_stragglers (Flight Recorder)
     stragglers.py  Straggler: stragglers (step rate, call latency far off the others')
     usage.py    UsageSample: usage (every probe's CPU and RSS)
     attempts.py RankAttempt: rank_attempts (one per rank and restart; the run record keeps the latest)
@@ -47,7 +49,10 @@ from __future__ import annotations
 from rpcctl.inspect._store import has_telemetry
 from rpcctl.inspect.attempts import RankAttempt, rank_attempts
 from rpcctl.inspect.calls import CallsReport, CallSummary, PendingCall, ServingRecord, calls
-from rpcctl.inspect.collectives import CollectivesReport, CollectiveStraggler, CollectiveSummary, RankCollectives, collectives
+from rpcctl.inspect.collectives import (
+    CollectiveSpan, CollectivesReport, CollectiveStraggler, CollectiveSummary, RankCollectives, collective_spans, collective_stragglers,
+    collectives,
+)
 from rpcctl.inspect.cost import TelemetryCost, telemetry_cost
 from rpcctl.inspect.gpus import DeviceRecord, gpus
 from rpcctl.inspect.losses import (
@@ -64,7 +69,8 @@ from rpcctl.inspect.workers import WorkerRecord, ended_without_shutdown, spawned
 
 __all__ = [
     "RankAttempt", "rank_attempts",
-    "CollectivesReport", "CollectiveStraggler", "CollectiveSummary", "RankCollectives", "collectives",
+    "CollectiveSpan", "CollectivesReport", "CollectiveStraggler", "CollectiveSummary", "RankCollectives", "collective_spans",
+    "collective_stragglers", "collectives",
     "CallSummary", "CallsReport", "PendingCall", "ServingRecord", "Straggler", "calls", "stragglers",
     "AT_EXIT", "AT_SHUTDOWN", "HELD_UNUSED", "BY_ARRIVAL", "BY_STEP", "LEAKED", "RREF_ENDINGS", "RREF_STATES", "DeviceRecord", "LossGrid", "LossRecord", "LossSummary", "OwnerSummary", "RRefRecord", "StackDump",
     "TelemetryCost", "UsageSample", "WorkerRecord", "dump_stacks", "ended_rrefs", "gpus", "has_telemetry", "leaked_rrefs", "line_counts", "loss_grid",

@@ -5,6 +5,23 @@ and the one in flight), ``coll_stats`` (per rank, group and op: count, input byt
 histogram) and ``collectives`` (sampled collectives), which ``telemetry.collectives`` fills from
 torch's Flight Recorder. Durations are upper bounds (gloo records no completion time: see that
 module); p50/p99 come from histogram bucket middles, as the calls view's do.
+
+Stragglers (arrival skew): for each sampled collective that every rank of its group listed, the
+skew is the last rank's entry minus the first's, and the last rank is the one the others waited
+for. Over the last ``RECENT_SAMPLED`` sampled collectives, the rank last most often in a group is
+flagged only when all of these hold (a balanced run, where who comes last is chance and the skew
+scheduling noise, flags nobody):
+
+- ``MIN_COMPARED`` collectives or more were compared;
+- it was last at least ``OFTEN`` × its fair share (compared / group size), and 3 times;
+- the median skew when it was last is ``MIN_SKEW_S`` or more (less is scheduling noise on a
+  loaded host, and costs the others nothing that matters);
+- and ``RATIO`` × or more the median skew of the collectives where another rank was last
+  (on a balanced run the two medians are alike, whoever is last most often by chance).
+
+A rank late into one collective of several per step (DDP: the first bucket) is last in that one
+and by chance in the others: flagged when the late ones are about 1/(n+1) of the group's
+collectives or more on n ranks (a quarter on 3 ranks, 1 in 65 on 64), but only half or more on 2.
 """
 
 from __future__ import annotations
@@ -16,6 +33,13 @@ from typing import Any
 from rpcctl.console import KEY, Column, human_bytes, human_seconds, join
 from rpcctl.inspect._store import _loads, _Store
 from rpcctl.telemetry.calls import quantile
+
+
+RECENT_SAMPLED = 50_000
+MIN_COMPARED = 5
+OFTEN = 1.5
+MIN_SKEW_S = 0.01
+RATIO = 5.0
 
 
 def _duration(value: float | None) -> str:
@@ -79,7 +103,7 @@ class RankCollectives:
 class CollectiveStraggler:
     """Per process group: the rank that entered the sampled collectives last most often, and by
     how much (arrival skew: its entry minus the earliest rank's; clocks of one host, or of
-    several hosts as far as they agree)."""
+    several hosts as far as they agree). Only a flagged one (the module's rule)."""
 
     pg: str
     rank: int | None
@@ -106,6 +130,7 @@ class CollectivesReport:
 
 
 def _stragglers(rows: list[Any]) -> list[CollectiveStraggler]:
+    """The flagged stragglers of each group (see the module's docstring for the rule)."""
     by_seq: dict[tuple[str, int], dict[int, float]] = {}
     members: dict[str, set[int]] = {}
     for row in rows:
@@ -129,8 +154,27 @@ def _stragglers(rows: list[Any]) -> list[CollectiveStraggler]:
             continue
         rank, skews = max(last_of.items(), key=lambda kv: (len(kv[1]), sum(kv[1])))
         skews.sort()
-        result.append(CollectiveStraggler(pg, rank, len(skews), compared, skews[(len(skews) - 1) // 2], skews[-1]))
+        others = sorted(x for r, xs in last_of.items() if r != rank for x in xs)
+        p50 = skews[(len(skews) - 1) // 2]
+        typical = others[(len(others) - 1) // 2] if others else 0.0
+        if (compared >= MIN_COMPARED and len(skews) >= max(3.0, OFTEN * compared / len(ranks)) and p50 >= MIN_SKEW_S
+                and p50 >= RATIO * typical):
+            result.append(CollectiveStraggler(pg, rank, len(skews), compared, p50, skews[-1]))
     return result
+
+
+def sampled_arrivals(s: _Store, restart: int) -> list[Any]:
+    """(pg, seq, rank, entered_at) of the last ``RECENT_SAMPLED`` sampled collectives."""
+    return s.rows("SELECT pg, seq, rank, entered_at FROM collectives WHERE restart = ? ORDER BY rowid DESC LIMIT ?",
+                  (restart, RECENT_SAMPLED))
+
+
+def collective_stragglers(run_dir: Path) -> list[CollectiveStraggler]:
+    """The flagged stragglers of each process group (latest restart): what ``inspect workers``
+    and the live view flag."""
+    with _Store(run_dir) as s:
+        rows = sampled_arrivals(s, s.latest_restart())
+    return _stragglers(rows)
 
 
 # The recorder's dtype names (c10's ScalarType) as torch spells them.
@@ -147,6 +191,40 @@ def in_flight(row: Any) -> str | None:
     return f"{row['cur_op']} #{row['cur_seq']}" + (f" ({what})" if what else "")
 
 
+@dataclass
+class CollectiveSpan:
+    """One collective on one rank, for the trace: a sampled one (``completed_at`` its upper
+    bound), or the one a rank was inside when it last reported (``completed_at`` None)."""
+
+    proc_id: int
+    rank: int | None
+    restart: int
+    pg: str
+    group: str | None
+    seq: int
+    op: str | None
+    sizes: Any
+    dtypes: Any
+    bytes: int | None
+    entered_at: float
+    completed_at: float | None
+
+
+def collective_spans(run_dir: Path) -> list[CollectiveSpan]:
+    """Every sampled collective of every restart, and each rank's collective in flight at its
+    last report (a hung run's), in order of entry."""
+    with _Store(run_dir) as s:
+        rows = s.rows("SELECT c.*, g.name FROM collectives c LEFT JOIN coll_groups g USING (proc_id, pg) WHERE c.entered_at IS NOT NULL")
+        flying = s.rows("SELECT * FROM coll_groups WHERE cur_seq IS NOT NULL AND cur_since IS NOT NULL AND entered > completed")
+    spans = [CollectiveSpan(r["proc_id"], r["rank"], r["restart"] or 0, r["pg"], r["name"], r["seq"], r["op"], _loads(r["sizes"]),
+                            _loads(r["dtypes"]), r["bytes"], r["entered_at"], r["completed_at"]) for r in rows]
+    seen = {(x.proc_id, x.pg, x.seq) for x in spans}
+    spans += [CollectiveSpan(r["proc_id"], r["rank"], r["restart"] or 0, r["pg"], r["name"], r["cur_seq"], r["cur_op"],
+                             _loads(r["cur_sizes"]), _loads(r["cur_dtypes"]), r["cur_bytes"], r["cur_since"], None)
+              for r in flying if (r["proc_id"], r["pg"], r["cur_seq"]) not in seen]
+    return sorted(spans, key=lambda x: x.entered_at)
+
+
 def collectives(run_dir: Path, *, restart: int | None = None) -> CollectivesReport:
     """Per process group and op over all ranks, per rank and group, and per group the rank
     that arrives last most often (latest restart)."""
@@ -157,7 +235,7 @@ def collectives(run_dir: Path, *, restart: int | None = None) -> CollectivesRepo
         groups = s.rows("SELECT g.*, p.ended_at AS proc_ended FROM coll_groups g JOIN procs p USING (proc_id) WHERE g.restart = ?"
                         " ORDER BY g.rank, g.pg", (restart,))
         stats = s.rows("SELECT * FROM coll_stats WHERE restart = ? ORDER BY pg, op", (restart,))
-        sampled = s.rows("SELECT pg, seq, rank, entered_at FROM collectives WHERE restart = ?", (restart,))
+        sampled = sampled_arrivals(s, restart)
     names = {row["pg"]: row["name"] for row in groups}
     merged: dict[tuple[str, str], dict[str, Any]] = {}
     for row in stats:

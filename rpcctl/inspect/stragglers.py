@@ -6,7 +6,9 @@
   ``SLOWER`` × the median of the other ranks (which must have ``MIN_STEPS`` records or more);
 - call latency: the mean duration of the calls each worker served, per function called on
   two workers or more; flagged above ``FASTER`` × the median of the other workers for that
-  function (and at least 1 ms more).
+  function (and at least 1 ms more);
+- collective arrival skew: per process group, the rank the others wait for in its collectives
+  (``inspect.collectives``' rule: last far more often than chance, by a skew that matters).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from rpcctl.console import human_seconds
 from rpcctl.inspect._store import _loads, _Store
+from rpcctl.inspect.collectives import CollectiveStraggler, _stragglers, sampled_arrivals
 
 WINDOW_S = 30.0
 RECENT = 5000
@@ -29,15 +32,21 @@ FASTER = 3.0
 class Straggler:
     rank: int | None
     worker: str | None
-    metric: str  # step_rate (steps/s) | call_latency (seconds, of `func`)
+    metric: str  # step_rate (steps/s) | call_latency (seconds, of `func`) | collective_skew (seconds, p50, in `pg`)
     value: float
-    others: float  # the median of the others
+    others: float  # the median of the others (collective_skew: the largest skew)
     func: str | None = None
+    pg: str | None = None  # collective_skew: the process group, and how often it was last of how many compared
+    last: int | None = None
+    compared: int | None = None
 
     def describe(self) -> str:
         who = f"rank {self.rank}" if self.rank is not None else (self.worker or "?")
         if self.metric == "step_rate":
             return f"{who}: {self.value:.2f} steps/s, the other ranks {self.others:.2f} steps/s ({self.others / max(self.value, 1e-9):.1f}× slower)"
+        if self.metric == "collective_skew":
+            return (f"{who}: last into {self.last} of {self.compared} collectives of pg {self.pg}; the others waited"
+                    f" {human_seconds(self.value)} for it (p50, max {human_seconds(self.others)})")
         return (f"{who}: calls to {self.worker} ({self.func}) take {human_seconds(self.value)}, to the others"
                 f" {human_seconds(self.others)} ({self.value / max(self.others, 1e-9):.1f}× slower)")
 
@@ -51,7 +60,13 @@ def stragglers(run_dir: Path) -> list[Straggler]:
         names = {r["name"]: r["rank"] for r in s.rows("SELECT name, rank FROM procs WHERE restart = ? AND kind = 'rank' AND name IS NOT NULL",
                                                        (restart,))}
         now = s.now if s.live else (s.closed_at or s.now)
-    return _slow_steps(rows, now) + _slow_callees(stats, names)
+        arrivals = sampled_arrivals(s, restart)
+    return _slow_steps(rows, now) + _slow_callees(stats, names) + [_late(c) for c in _stragglers(arrivals)]
+
+
+def _late(slow: CollectiveStraggler) -> Straggler:
+    return Straggler(slow.rank, None, "collective_skew", slow.skew_p50_s or 0.0, slow.skew_max_s or 0.0, pg=slow.pg, last=slow.last,
+                     compared=slow.compared)
 
 
 def _slow_steps(rows: list, now: float) -> list[Straggler]:

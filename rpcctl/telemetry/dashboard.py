@@ -14,7 +14,7 @@ from typing import Any
 from rich.text import Text
 
 from rpcctl import inspect
-from rpcctl.console import render_table
+from rpcctl.console import render_table, sanitize
 from rpcctl.errors import RpcctlError
 
 # The last losses of each rank the trend is drawn from, and the loss columns the panel shows.
@@ -41,7 +41,7 @@ def dashboard_panels(run_dir: Path) -> list[Any]:
         panels.append(render_table(summaries, columns, title="Losses", hint="rpcctl inspect losses shows them"))
     slow = _stragglers(Path(run_dir))
     if slow:
-        panels.append(Text("\n".join(f"STRAGGLER: {s.describe()}" for s in slow), style="yellow"))
+        panels.append(Text("\n".join(f"STRAGGLER: {sanitize(s.describe())}" for s in slow), style="yellow"))
     return panels
 
 

@@ -37,6 +37,7 @@ class RunSnapshot:
     devices: list[inspect.DeviceRecord] = field(default_factory=list)
     usage: list[Any] = field(default_factory=list)  # inspect.UsageSample: CPU and RSS per probe
     calls: Any = None  # inspect's CallsReport (pending, summary, serving); None: calls not recorded
+    collectives: Any = None  # inspect's CollectivesReport (per pg and op, per rank, stragglers)
     telemetry_cost: str | None = None
     hang_diagnoses: list[str] = field(default_factory=list)  # the hang watchdog's, oldest first
     attempts: list[inspect.RankAttempt] = field(default_factory=list)  # every rank's every restart (from the store)
@@ -107,6 +108,7 @@ def run_snapshot(run_dir: Path) -> RunSnapshot:
     snapshot.attempts = inspect.rank_attempts(run_dir)
     calls = getattr(inspect, "calls", None)  # call tracking, where this rpcctl has it
     snapshot.calls = calls(run_dir) if callable(calls) else None
+    snapshot.collectives = inspect.collectives(run_dir)
     cost = inspect.telemetry_cost(run_dir)
     snapshot.telemetry_cost = cost.describe() if cost is not None else None
     return snapshot

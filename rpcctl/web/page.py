@@ -33,6 +33,7 @@ RUN_SECTIONS = (
     ("placement", "Placement"),
     ("workers", "Workers"),
     ("calls", "In-flight calls"),
+    ("collectives", "Collectives"),
 )
 
 

@@ -175,6 +175,28 @@ def calls(snap: RunSnapshot) -> str:
     return "".join(parts)
 
 
+def collectives(snap: RunSnapshot) -> str:
+    """Per process group and op (count, p50/p99, bytes), the stragglers (arrival skew), and per
+    rank the last collective entered and completed (the one inside, while the run lives)."""
+    from rpcctl.inspect import CollectiveSummary, RankCollectives
+
+    report = snap.collectives
+    if report is None or not (report.summary or report.ranks):
+        return '<p class="empty">no collectives recorded (no process group, or a torch without the Flight Recorder)</p>'
+    parts = ['<p class="note">Times are upper bounds (gloo records no completion time). The trace '
+             "(<code>rpcctl trace</code>) draws the sampled collectives on each rank's track, linked across ranks.</p>",
+             "<h3>Per process group and op</h3>", html_table(report.summary, CollectiveSummary.COLUMNS, empty="none completed")]
+    if report.stragglers:
+        lines = "".join(f"<li>pg {escape(s.pg)}: rank {s.rank} entered last in {s.last} of {s.compared} collectives; the others "
+                        f"waited {escape(human_seconds(s.skew_p50_s or 0))} for it (p50, max {escape(human_seconds(s.skew_max_s or 0))})</li>"
+                        for s in report.stragglers)
+        parts.append(f'<h3 class="warn">Stragglers (arrival skew)</h3><ul class="stragglers">{lines}</ul>')
+    else:
+        parts.append('<p class="note">No straggler: no rank arrives last far more often than the others by a skew that matters.</p>')
+    parts.append("<h3>Per rank</h3>" + html_table(report.ranks, RankCollectives.COLUMNS, empty="no process group"))
+    return "".join(parts)
+
+
 def run_sections(snap: RunSnapshot) -> dict[str, str]:
     """Section id → its HTML (the page's text; charts are separate)."""
     return {
@@ -185,4 +207,5 @@ def run_sections(snap: RunSnapshot) -> dict[str, str]:
         "placement": placement(snap),
         "workers": workers(snap),
         "calls": calls(snap),
+        "collectives": collectives(snap),
     }
