@@ -3,10 +3,16 @@
     spec ──probe_node + build_plan──▶ LaunchPlan ──(dry run: return it)
                                           │
         runs/<run-id>/ (config.yaml, run.json) ◀── Supervisor.run() ──▶ RunRecord
+                                                        │ events
+                    console echo and messages, live view, telemetry, watchdog, cluster relay
+
+Here the listeners of a launch (``rpcctl.listeners``, ``rpcctl.live``) are subscribed to its
+events, in the order they hear them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -21,6 +27,8 @@ from rpcctl.cluster import NodeRendezvous, secret_from_env
 from rpcctl.config import JobSpec, dump_spec
 from rpcctl.console import Console, get_console
 from rpcctl.errors import ConfigError, RpcctlError, UsageError
+from rpcctl.events import Events
+from rpcctl import listeners
 from rpcctl.plan import LaunchPlan, NodeFacts, build_plan, free_port, probe_node
 from rpcctl.preflight import check_before_spawn
 from rpcctl.private import private_dir, private_open
@@ -139,10 +147,45 @@ def launch(
         raise
     with console.logging_to(run_dir / "launcher.log"):  # the launcher's own story, beside the rank server's output
         server = _telemetry_server(run_dir, spec, plan.world_size, cluster, telemetry_listener, console) if telemetry else None
-        supervisor = Supervisor(
-            spec, plan, facts, record, console, echo=echo, live=live, ranks_shown=ranks_shown, telemetry=server, cluster=cluster
-        )
+        return _supervise(spec, plan, facts, record, console, server, cluster, live, ranks_shown if echo else set())
+
+
+def _supervise(spec: JobSpec, plan: LaunchPlan, facts: NodeFacts, record: RunRecord, console: Console, server,
+               cluster: NodeRendezvous | None, live: bool, ranks_shown: set[int] | None) -> RunRecord:
+    """Run the supervisor with its listeners (``ranks_shown``: whose lines are echoed; None: every rank's)."""
+    # On node 0 (a single node's too), whose store has every node's telemetry; it signals this node's ranks only.
+    watchdog = None
+    if server is not None and spec.hang_timeout and spec.node_rank == 0:
+        from rpcctl.watchdog import HangWatchdog
+
+        watchdog = HangWatchdog(Path(record.run_dir), spec.hang_timeout, spec.on_hang == "keep", console)
+    view = None
+    if live:
+        from rpcctl.live import LiveView
+
+        view = LiveView(console, record)
+    events = _listened(console, record, server, watchdog, view, cluster, ranks_shown)
+    supervisor = Supervisor(spec, plan, facts, record, events, telemetry=server, watchdog=watchdog, cluster=cluster)
+    with view or contextlib.nullcontext():
         return supervisor.run()
+
+
+def _listened(console: Console, record: RunRecord, server, watchdog, view, cluster, ranks_shown) -> Events:
+    """The events of a launch, with their listeners: what the supervisor says reaches the
+    watchdog and telemetry first (a line is progress, and a loss), then the screen."""
+    events = Events()
+    if watchdog is not None:
+        events.subscribe(listeners.watchdog_relay(watchdog))
+    if server is not None:
+        events.subscribe(listeners.telemetry_relay(server))
+    if view is not None:
+        events.subscribe(view)
+    if ranks_shown is None or ranks_shown:  # None: every rank's lines; none when the echo is off
+        events.subscribe(listeners.ConsoleEcho(console, ranks_shown))
+    events.subscribe(listeners.console_messages(console))
+    if cluster is not None:
+        events.subscribe(listeners.cluster_relay(cluster, record.host, console))
+    return events
 
 
 def make_run_dir(run_dir: Path, runs_dir: Path | None, spec: JobSpec, console: Console) -> Path:
