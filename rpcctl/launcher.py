@@ -18,7 +18,7 @@ import os
 import shutil
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -32,9 +32,8 @@ from rpcctl import listeners
 from rpcctl.plan import LaunchPlan, NodeFacts, build_plan, free_port, probe_node
 from rpcctl.preflight import check_before_spawn
 from rpcctl.private import private_dir, private_open
-from rpcctl.procs import kill_processes, run_processes
-from rpcctl.runs import Failure, RankState, RunRecord, check_runs_dir, default_runs_dir, hostname, new_run_id, now_iso, save_record
-from rpcctl.states import RankStatus, RunStatus
+from rpcctl.runs import RankState, RunRecord, check_runs_dir, default_runs_dir, hostname, new_run_id, now_iso, save_record
+from rpcctl.states import RunStatus
 from rpcctl.supervisor import Supervisor
 
 DEFAULT_MASTER_PORT = 29500  # torchrun's
@@ -237,68 +236,3 @@ def _telemetry_server(run_dir: Path, spec: JobSpec, world_size: int, cluster: No
     if listener is not None:
         server.listen_tcp(listener, cluster.secret)
     return server
-
-
-# -- runs whose launcher died -----------------------------------------------------------------
-
-
-@dataclass
-class LostRun:
-    """A run whose launcher died without ending it (``kill -9``, a crash, the OOM killer), and
-    what of it still lives. Normally nothing: the rank server kills every rank when the launcher
-    goes, and the ranks die with the rank server. Processes survive only if the rank server
-    died too before it could (or a rank undid its death signal): they are *orphaned*, and
-    ``rpcctl stop`` kills them. Every view tells this one story (``story``)."""
-
-    record: RunRecord
-    orphans: list[psutil.Process] = field(default_factory=list)
-
-    def story(self) -> str:
-        gone = f"its launcher (pid {self.record.launcher_pid}) is gone"
-        if not self.orphans:
-            return f"{gone}, and its ranks with it"
-        pids = ", ".join(str(p.pid) for p in self.orphans[:8]) + (", ..." if len(self.orphans) > 8 else "")
-        return (
-            f"{gone}; {_processes(len(self.orphans))} orphaned (pid {pids}): "
-            f"`rpcctl stop {self.record.run_id}` kills {'it' if len(self.orphans) == 1 else 'them'}"
-        )
-
-    def short(self) -> str:
-        """The ROOT CAUSE cell of ``rpcctl runs``."""
-        if not self.orphans:
-            return f"launcher (pid {self.record.launcher_pid}) gone"
-        return f"launcher gone; {_processes(len(self.orphans))} orphaned"
-
-
-def _processes(n: int) -> str:
-    return f"{n} process" if n == 1 else f"{n} processes"
-
-
-def lost_runs(records: list[RunRecord]) -> dict[str, LostRun]:
-    """The lost runs among ``records`` (status ``lost``, stored or because their launcher is
-    gone), by run id, each with its orphaned processes (one scan of the process table)."""
-    lost = [r for r in records if r.effective_status == RunStatus.LOST]
-    found = run_processes({r.run_id for r in lost}) if lost else {}
-    return {r.run_id: LostRun(r, found.get(r.run_id, [])) for r in lost}
-
-
-def end_lost_run(record: RunRecord) -> tuple[LostRun, list[psutil.Process]]:
-    """Kill what a lost run left alive and close its record (status ``lost``, ``ended_at``,
-    its unfinished ranks ``lost``, the launcher's death as root cause). Returns the run as it
-    was found and the processes that would not die."""
-    lost = lost_runs([record]).get(record.run_id) or LostRun(record)
-    left = kill_processes(lost.orphans) if lost.orphans else []
-    ended = now_iso()
-    if record.status == RunStatus.RUNNING:
-        n = len(lost.orphans)
-        killed = f"; `rpcctl stop` killed {n} orphaned process{'' if n == 1 else 'es'}" if n else ""
-        message = f"the launcher (pid {record.launcher_pid}) died without ending the run{killed}"
-        if record.root_cause is None:
-            record.root_cause = Failure(-1, record.launcher_pid, None, None, "launcher", message, ended)
-        record.reason = record.reason or message
-        record.status, record.ended_at = RunStatus.LOST, ended
-        for rank in record.ranks:
-            if not rank.state.is_terminal:
-                rank.state, rank.ended_at = RankStatus.LOST, ended
-        save_record(record)
-    return lost, left

@@ -1,5 +1,6 @@
-"""The supervisor decides, others listen (``rpcctl.events``): who may know whom, the bus's
-promises, the live view drawn from what it is told."""
+"""The supervisor decides, others listen (``rpcctl.events``); runs are followed and stopped
+through the facade (``rpcctl.control``): who may know whom, the bus's promises, the live
+view drawn from what it is told."""
 
 from __future__ import annotations
 
@@ -7,18 +8,22 @@ import ast
 import dataclasses
 import io
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
 from rich.console import Console as RichConsole
 
 import rpcctl
+from rpcctl import control
 from rpcctl.console import Console
 from rpcctl.events import Events, Notice, RankOutput, RunSaved
-from rpcctl.runs import RankState, RunRecord, now_iso
+from rpcctl.runs import RankState, RunRecord, now_iso, save_record
 from rpcctl.states import RankStatus, RunStatus
 
 PACKAGE = Path(rpcctl.__file__).parent
+CLI = [PACKAGE / "cli.py", *sorted((PACKAGE / "commands").glob("*.py"))]
 
 
 def _imports(path: Path) -> set[str]:
@@ -36,6 +41,15 @@ def _imports(path: Path) -> set[str]:
 def test_the_live_view_and_the_supervisor_do_not_know_each_other():
     assert not {m for m in _imports(PACKAGE / "live.py") if m.startswith("rpcctl.supervisor")}
     assert not {m for m in _imports(PACKAGE / "supervisor.py") if m.startswith(("rpcctl.live", "rpcctl.console"))}
+
+
+def test_the_cli_neither_signals_nor_polls_processes_nor_imports_the_supervisor():
+    for path in CLI:
+        imports = _imports(path)
+        assert not {m for m in imports if m.startswith(("rpcctl.supervisor", "rpcctl.procs", "psutil", "signal"))}, path
+        calls = {node.func.attr for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
+        assert not calls & {"send_signal", "kill", "terminate", "sleep"}, (path, calls & {"send_signal", "kill", "terminate", "sleep"})
 
 
 def test_only_the_console_sets_its_err():
@@ -89,3 +103,22 @@ def test_the_live_view_draws_from_the_snapshots_and_lines_it_is_told(tmp_path):
     assert rows["1"][1:4] == ["-", "failed", "cpu"] and rows["1"][-3:] == ["3", "Traceback", "ends"], buffer.getvalue()
     view(RankOutput(0, "train 10/10", final=True, new=True))  # the bar's last state ends its line
     assert view.latest_line(0) == "train 10/10"
+
+
+def test_follow_ends_once_the_run_ended_or_its_launcher_is_gone(tmp_path):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    started = psutil.Process(gone.pid).create_time()
+    gone.wait()
+    lost = tmp_path / "lost"
+    lost.mkdir()
+    save_record(_record(lost, gone.pid, started))
+    assert list(control.follow(lost, every=0.01)) == [True]  # the record says running; nothing will end it now
+    live = tmp_path / "live"
+    live.mkdir()
+    record = _record(live, os.getpid(), psutil.Process().create_time())
+    save_record(record)
+    rounds = control.follow(live, every=0.01)
+    assert [next(rounds), next(rounds)] == [False, False]
+    save_record(dataclasses.replace(record, status=RunStatus.SUCCEEDED, ended_at=now_iso()))
+    assert list(rounds) == [True]
+    assert list(control.follow(tmp_path / "removed", every=0.01)) == [True]
