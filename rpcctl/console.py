@@ -39,6 +39,7 @@ class Console:
         self.err = err or RichConsole(stderr=True, highlight=False, no_color=no_color, soft_wrap=True)
         self._log: IO[str] | None = None
         self._log_path: Path | None = None
+        self._above: RichConsole | None = None  # a live panel's console, while one is drawn
 
     @contextlib.contextmanager
     def logging_to(self, path: Path) -> Iterator[None]:
@@ -60,6 +61,28 @@ class Console:
             if log is not None:
                 with contextlib.suppress(OSError):
                     log.close()
+
+    @contextlib.contextmanager
+    def above(self, live: RichConsole) -> Iterator[None]:
+        """While a live panel is drawn on ``live``: streamed lines (``stream``) and, on a terminal,
+        messages print through it, above the panel; written straight to the terminal they would
+        land inside the panel and leave a stale copy of it behind."""
+        saved, self._above = self.err, live
+        if self.err.is_terminal:
+            self.err = live
+        try:
+            yield
+        finally:
+            self.err, self._above = saved, None
+
+    def stream(self, line: str) -> None:
+        """One line of a rank's output, made safe by the caller (``sanitize(sgr=True)``: its colour
+        kept), to stdout."""
+        above = self._above
+        if above is not None:
+            above.print(Text.from_ansi(line), highlight=False, soft_wrap=True)
+        else:
+            self.raw(line + "\n")
 
     def _to_log(self, level: str, message: str) -> None:
         log = self._log

@@ -3,16 +3,22 @@
     spec ──probe_node + build_plan──▶ LaunchPlan ──(dry run: return it)
                                           │
         runs/<run-id>/ (config.yaml, run.json) ◀── Supervisor.run() ──▶ RunRecord
+                                                        │ events
+                    console echo and messages, live view, telemetry, watchdog, cluster relay
+
+Here the listeners of a launch (``rpcctl.listeners``, ``rpcctl.live``) are subscribed to its
+events, in the order they hear them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -21,12 +27,13 @@ from rpcctl.cluster import NodeRendezvous, secret_from_env
 from rpcctl.config import JobSpec, dump_spec
 from rpcctl.console import Console, get_console
 from rpcctl.errors import ConfigError, RpcctlError, UsageError
+from rpcctl.events import Events
+from rpcctl import listeners
 from rpcctl.plan import LaunchPlan, NodeFacts, build_plan, free_port, probe_node
 from rpcctl.preflight import check_before_spawn
 from rpcctl.private import private_dir, private_open
-from rpcctl.procs import kill_processes, run_processes
-from rpcctl.runs import Failure, RankState, RunRecord, check_runs_dir, default_runs_dir, hostname, new_run_id, now_iso, save_record
-from rpcctl.states import RankStatus, RunStatus
+from rpcctl.runs import RankState, RunRecord, check_runs_dir, default_runs_dir, hostname, new_run_id, now_iso, save_record
+from rpcctl.states import RunStatus
 from rpcctl.supervisor import Supervisor
 
 DEFAULT_MASTER_PORT = 29500  # torchrun's
@@ -139,10 +146,45 @@ def launch(
         raise
     with console.logging_to(run_dir / "launcher.log"):  # the launcher's own story, beside the rank server's output
         server = _telemetry_server(run_dir, spec, plan.world_size, cluster, telemetry_listener, console) if telemetry else None
-        supervisor = Supervisor(
-            spec, plan, facts, record, console, echo=echo, live=live, ranks_shown=ranks_shown, telemetry=server, cluster=cluster
-        )
+        return _supervise(spec, plan, facts, record, console, server, cluster, live, ranks_shown if echo else set())
+
+
+def _supervise(spec: JobSpec, plan: LaunchPlan, facts: NodeFacts, record: RunRecord, console: Console, server,
+               cluster: NodeRendezvous | None, live: bool, ranks_shown: set[int] | None) -> RunRecord:
+    """Run the supervisor with its listeners (``ranks_shown``: whose lines are echoed; None: every rank's)."""
+    # On node 0 (a single node's too), whose store has every node's telemetry; it signals this node's ranks only.
+    watchdog = None
+    if server is not None and spec.hang_timeout and spec.node_rank == 0:
+        from rpcctl.watchdog import HangWatchdog
+
+        watchdog = HangWatchdog(Path(record.run_dir), spec.hang_timeout, spec.on_hang == "keep", console)
+    view = None
+    if live:
+        from rpcctl.live import LiveView
+
+        view = LiveView(console, record)
+    events = _listened(console, record, server, watchdog, view, cluster, ranks_shown)
+    supervisor = Supervisor(spec, plan, facts, record, events, telemetry=server, watchdog=watchdog, cluster=cluster)
+    with view or contextlib.nullcontext():
         return supervisor.run()
+
+
+def _listened(console: Console, record: RunRecord, server, watchdog, view, cluster, ranks_shown) -> Events:
+    """The events of a launch, with their listeners: what the supervisor says reaches the
+    watchdog and telemetry first (a line is progress, and a loss), then the screen."""
+    events = Events()
+    if watchdog is not None:
+        events.subscribe(listeners.watchdog_relay(watchdog))
+    if server is not None:
+        events.subscribe(listeners.telemetry_relay(server))
+    if view is not None:
+        events.subscribe(view)
+    if ranks_shown is None or ranks_shown:  # None: every rank's lines; none when the echo is off
+        events.subscribe(listeners.ConsoleEcho(console, ranks_shown))
+    events.subscribe(listeners.console_messages(console))
+    if cluster is not None:
+        events.subscribe(listeners.cluster_relay(cluster, record.host, console))
+    return events
 
 
 def make_run_dir(run_dir: Path, runs_dir: Path | None, spec: JobSpec, console: Console) -> Path:
@@ -194,68 +236,3 @@ def _telemetry_server(run_dir: Path, spec: JobSpec, world_size: int, cluster: No
     if listener is not None:
         server.listen_tcp(listener, cluster.secret)
     return server
-
-
-# -- runs whose launcher died -----------------------------------------------------------------
-
-
-@dataclass
-class LostRun:
-    """A run whose launcher died without ending it (``kill -9``, a crash, the OOM killer), and
-    what of it still lives. Normally nothing: the rank server kills every rank when the launcher
-    goes, and the ranks die with the rank server. Processes survive only if the rank server
-    died too before it could (or a rank undid its death signal): they are *orphaned*, and
-    ``rpcctl stop`` kills them. Every view tells this one story (``story``)."""
-
-    record: RunRecord
-    orphans: list[psutil.Process] = field(default_factory=list)
-
-    def story(self) -> str:
-        gone = f"its launcher (pid {self.record.launcher_pid}) is gone"
-        if not self.orphans:
-            return f"{gone}, and its ranks with it"
-        pids = ", ".join(str(p.pid) for p in self.orphans[:8]) + (", ..." if len(self.orphans) > 8 else "")
-        return (
-            f"{gone}; {_processes(len(self.orphans))} orphaned (pid {pids}): "
-            f"`rpcctl stop {self.record.run_id}` kills {'it' if len(self.orphans) == 1 else 'them'}"
-        )
-
-    def short(self) -> str:
-        """The ROOT CAUSE cell of ``rpcctl runs``."""
-        if not self.orphans:
-            return f"launcher (pid {self.record.launcher_pid}) gone"
-        return f"launcher gone; {_processes(len(self.orphans))} orphaned"
-
-
-def _processes(n: int) -> str:
-    return f"{n} process" if n == 1 else f"{n} processes"
-
-
-def lost_runs(records: list[RunRecord]) -> dict[str, LostRun]:
-    """The lost runs among ``records`` (status ``lost``, stored or because their launcher is
-    gone), by run id, each with its orphaned processes (one scan of the process table)."""
-    lost = [r for r in records if r.effective_status == RunStatus.LOST]
-    found = run_processes({r.run_id for r in lost}) if lost else {}
-    return {r.run_id: LostRun(r, found.get(r.run_id, [])) for r in lost}
-
-
-def end_lost_run(record: RunRecord) -> tuple[LostRun, list[psutil.Process]]:
-    """Kill what a lost run left alive and close its record (status ``lost``, ``ended_at``,
-    its unfinished ranks ``lost``, the launcher's death as root cause). Returns the run as it
-    was found and the processes that would not die."""
-    lost = lost_runs([record]).get(record.run_id) or LostRun(record)
-    left = kill_processes(lost.orphans) if lost.orphans else []
-    ended = now_iso()
-    if record.status == RunStatus.RUNNING:
-        n = len(lost.orphans)
-        killed = f"; `rpcctl stop` killed {n} orphaned process{'' if n == 1 else 'es'}" if n else ""
-        message = f"the launcher (pid {record.launcher_pid}) died without ending the run{killed}"
-        if record.root_cause is None:
-            record.root_cause = Failure(-1, record.launcher_pid, None, None, "launcher", message, ended)
-        record.reason = record.reason or message
-        record.status, record.ended_at = RunStatus.LOST, ended
-        for rank in record.ranks:
-            if not rank.state.is_terminal:
-                rank.state, rank.ended_at = RankStatus.LOST, ended
-        save_record(record)
-    return lost, left

@@ -1,25 +1,29 @@
 """The live view of ``rpcctl launch`` on a terminal: rank output scrolls above, a status panel
-(ranks, plus telemetry panels when available) stays pinned below it."""
+(ranks, plus telemetry panels when available) stays pinned below it.
+
+A listener of the launch's events (``rpcctl.events``): it draws from the record snapshots
+(``RunSaved``) and the ranks' lines (``RankOutput``) it is told, never from the supervisor.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import termios
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from rich.console import Group
 from rich.live import Live
 
 from rpcctl import stacks
-from rpcctl.console import HIGH, KEY, LOW, Column, render_table
+from rpcctl.console import HIGH, KEY, LOW, Column, Console, render_table
+from rpcctl.events import Event, RankOutput, RunSaved
+from rpcctl.runs import RunRecord
 from rpcctl.states import RankStatus
-
-if TYPE_CHECKING:
-    from rpcctl.supervisor import Supervisor
 
 STATE_STYLE = {RankStatus.PENDING: "dim", RankStatus.RUNNING: "cyan", RankStatus.SUCCEEDED: "green", RankStatus.FAILED: "bold red",
                RankStatus.KILLED: "yellow", RankStatus.STOPPED: "bold yellow"}
@@ -48,28 +52,46 @@ class LiveRank:
 
 
 class LiveView:
-    def __init__(self, supervisor: Supervisor):
-        self.supervisor = supervisor
+    """``with LiveView(console, record):`` draws the panel until the block ends; subscribe it to
+    the launch's events (it is callable) to keep it current."""
+
+    def __init__(self, console: Console, record: RunRecord):
+        self.record = record
         self.started = time.monotonic()
+        self.progress: dict[int, str] = {}  # rank → latest \r state of a line not finished yet
+        self.last: dict[int, str] = {}  # rank → its last finished line
         # Raw writes to the launcher's stderr (a Python warning, a library's print) go through
-        # the live console too, above the panel (rpcctl's own messages: see start()).
-        self._live = Live(self, console=supervisor.console.out, refresh_per_second=4, transient=False, redirect_stdout=False, redirect_stderr=True)
+        # the live console too, above the panel (rpcctl's own messages: see __enter__).
+        self._live = Live(self, console=console.out, refresh_per_second=4, transient=False, redirect_stdout=False, redirect_stderr=True)
         self.console = self._live.console
+        self._owner = console
+        self._stack = contextlib.ExitStack()
 
-    def start(self) -> None:
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, RunSaved):
+            self.record = event.record
+        elif isinstance(event, RankOutput) and not event.final:
+            self.progress[event.rank] = event.text
+        elif isinstance(event, RankOutput):
+            self.progress.pop(event.rank, None)
+            self.last[event.rank] = event.text
+
+    def latest_line(self, rank: int) -> str:
+        """What the rank's terminal line shows now: a progress bar's latest state, else its last line."""
+        progress = self.progress.get(rank)
+        return progress if progress is not None else self.last.get(rank, "")
+
+    def __enter__(self) -> LiveView:
         self._keep_output_on_ctrl_c()
+        # The launcher's own messages (Ctrl-C, restarts, warnings) and the ranks' lines go
+        # through the live console while the panel is drawn, so they print above it.
+        self._stack.enter_context(self._owner.above(self.console))
         self._live.start()
-        # The launcher's own messages (Ctrl-C, restarts, warnings) go through the live console
-        # while the panel is drawn, so they print above it; written straight to the terminal
-        # they would land inside the panel and leave a stale copy of it behind.
-        console = self.supervisor.console
-        self._messages_console = console.err
-        if console.err.is_terminal:
-            console.err = self.console
+        self._stack.callback(self._live.stop)  # first out: the last frame, then the console as it was
+        return self
 
-    def stop(self) -> None:
-        self._live.stop()
-        self.supervisor.console.err = self._messages_console
+    def __exit__(self, *exc) -> None:
+        self._stack.close()
         if self._termios is not None:
             try:
                 termios.tcsetattr(self._termios[0], termios.TCSANOW, self._termios[1])
@@ -93,15 +115,14 @@ class LiveView:
             self._termios = None
 
     def __rich__(self):
-        sup = self.supervisor
-        record = sup.record
+        record = self.record
         elapsed = time.monotonic() - self.started
         restarts = f"  restarts {record.restarts}/{record.max_restarts}" if record.max_restarts else ""
         rows = []
         for state in record.ranks:
             exit_text = state.signal or ("" if state.exit_code is None else str(state.exit_code))
             shown = RankStatus.STOPPED if state.state == RankStatus.RUNNING and state.pid and stacks.stopped(state.pid) else state.state
-            rows.append(LiveRank(state.rank, state.pid or None, shown, state.device, exit_text, sup.latest_line(state.rank)))
+            rows.append(LiveRank(state.rank, state.pid or None, shown, state.device, exit_text, self.latest_line(state.rank)))
         # Plain text cells (render_table never parses markup): a rank's output is arbitrary text
         # ("[epoch 1]"), and a print(markup=False) while the panel is up renders it without markup.
         table = render_table(rows, LiveRank.COLUMNS, title=f"{record.name}  {record.run_id}  {elapsed:.0f}s{restarts}",

@@ -13,24 +13,27 @@ Rank states (``RankState.state``): pending → running → succeeded | failed | 
 The first rank to fail is the root cause; every other rank is torn down at once (SIGTERM to
 its whole process tree, ``grace`` seconds, SIGKILL), so a rank that dies before rendezvous
 never leaves the others waiting on it. A second Ctrl-C skips the grace period.
+
+The supervisor decides and says what happened as events (``rpcctl.events``): the console, the
+live view, telemetry, the watchdog and the other nodes listen. It prints nothing itself.
 """
 
 from __future__ import annotations
 
+import copy
 import errno
 import json
 import os
 import signal
-import threading
 import time
 from collections import deque
 from pathlib import Path
 
-from rich.text import Text
-
 from rpcctl.cluster import RendezvousError
 from rpcctl.config import JobSpec
-from rpcctl.console import Console, human_seconds, sanitize
+from rpcctl.events import (
+    AttemptStarted, CancelRequested, Cancelled, Events, Failed, Notice, RankExited, RankOutput, RankStarted, Restarting, RunSaved,
+)
 from rpcctl.lines import Piece
 from rpcctl.plan import LaunchPlan, NodeFacts, build_plan, free_port
 from rpcctl.procs import ExitStatus, LogPump, RankProcesses, RankServerLost
@@ -52,18 +55,18 @@ class Supervisor:
         plan: LaunchPlan,
         facts: NodeFacts,
         record: RunRecord,
-        console: Console,
+        events: Events,
         *,
-        echo: bool = True,
-        live: bool = False,
-        ranks_shown: set[int] | None = None,
         telemetry=None,
+        watchdog=None,
         cluster=None,
     ):
+        """``telemetry``: the store's server (or another node's forwarder), started and closed
+        here, fed by a listener; ``watchdog``: a ``HangWatchdog`` over that store, asked for its
+        verdict each round (it goes with telemetry)."""
         self.spec, self.plan, self.facts, self.record = spec, plan, facts, record
-        self.console = console
-        self.echo, self.live, self.ranks_shown = echo, live, ranks_shown
-        self.telemetry = telemetry
+        self.events = events
+        self.telemetry, self.watchdog = telemetry, watchdog
         self.cluster = cluster  # a NodeRendezvous on multi-node runs
         self.remote_cancel: str | None = None
         self._final_elsewhere = False  # another node failed in a way it will not restart from
@@ -73,16 +76,6 @@ class Supervisor:
         self._cancel_announced = False
         self.hurry = False
         self.tails: dict[int, deque[str]] = {r.rank: deque(maxlen=LOG_TAIL) for r in plan.ranks}
-        self.recent: deque[tuple[int, str]] = deque(maxlen=8)
-        self.progress: dict[int, str] = {}  # rank → latest \r update of a line not finished yet
-        self._out_lock = threading.Lock()
-        self._view = None
-        self.watchdog = None
-        # On node 0 (a single node's too), whose store has every node's telemetry; it signals this node's ranks only.
-        if telemetry is not None and spec.hang_timeout and spec.node_rank == 0:
-            from rpcctl.watchdog import HangWatchdog
-
-            self.watchdog = HangWatchdog(self.run_dir, spec.hang_timeout, spec.on_hang == "keep", console)
         self._record_error: str | None = None
         self._procs: RankProcesses | None = None
 
@@ -99,19 +92,14 @@ class Supervisor:
     def _announce_cancel(self) -> None:
         if self.cancel_signal is not None and not self._cancel_announced:
             self._cancel_announced = True
-            try:
-                self.console.info(
-                    f"rpcctl: {signal.Signals(self.cancel_signal).name} received: stopping the job "
-                    f"(grace {self.spec.grace:g}s; press Ctrl-C again to kill at once)"
-                )
-            except OSError:  # SIGHUP: the terminal may be gone; the teardown must still happen
-                pass
+            self.events.publish(CancelRequested(signal.Signals(self.cancel_signal).name, self.spec.grace))
 
     # -- faults around the job ------------------------------------------------------------------
 
     def _save(self) -> None:
         """Write the run record; if that fails (a full disk, the run directory removed), warn
         once and go on: the job's outcome is its own, not the record's."""
+        self.events.publish(RunSaved(copy.deepcopy(self.record)))
         try:
             save_record(self.record)
         except OSError as exc:
@@ -126,49 +114,17 @@ class Supervisor:
         self._warn(f"{message} (its output still reaches the console)")
 
     def _warn(self, message: str) -> None:
-        try:
-            self.console.warn(message)
-        except OSError:  # no terminal left to warn on
-            pass
+        self.events.publish(Notice(message, warning=True))
 
     # -- output -------------------------------------------------------------------------------
 
     def _on_piece(self, rank: int, piece: Piece) -> None:
-        """Every state a rank drew goes to the loss parser once; the latest (``progress``) is what
-        the live view shows; only finished lines (a progress bar's last state, not its ``\\r``
-        history) are echoed and kept in the tail."""
-        if piece.new and self.watchdog is not None:
-            self.watchdog.output_line()  # a progress bar that moves is progress too
-        if piece.new and self.telemetry is not None:
-            self.telemetry.log_line(rank, piece.text)
-        if not piece.final:
-            self.progress[rank] = piece.text
-            return
-        self.progress.pop(rank, None)
-        self._on_line(rank, piece.text)
-
-    def _on_line(self, rank: int, line: str) -> None:
-        self.tails[rank].append(line)
-        if not self.echo or (self.ranks_shown is not None and rank not in self.ranks_shown):
-            return
-        shown = f"[rank{rank}]: {sanitize(line, sgr=True)}"  # colour passes; other escapes are shown
-        if self._view is not None:
-            self.recent.append((rank, line))
-            self._view.console.print(Text.from_ansi(shown), highlight=False, soft_wrap=True)
-            return
-        with self._out_lock:
-            try:
-                self.console.raw(shown + "\n")
-            except OSError:  # `rpcctl launch ... | head`, a closed terminal: keep running, stop echoing
-                self.echo = False
-
-    def latest_line(self, rank: int) -> str:
-        """What the rank's terminal line shows now: a progress bar's latest state, else its last line."""
-        progress = self.progress.get(rank)
-        if progress is not None:
-            return progress
-        tail = self.tails.get(rank)
-        return tail[-1] if tail else ""
+        """On the log pump's thread: every state a rank drew is told (the loss parser, the
+        watchdog and the live view want it); finished lines (a progress bar's last state, not its
+        ``\\r`` history) are kept in the tail a failure quotes."""
+        if piece.final:
+            self.tails[rank].append(piece.text)
+        self.events.publish(RankOutput(rank, piece.text, piece.final, piece.new))
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -181,11 +137,6 @@ class Supervisor:
         pump.start()
         deadline = time.monotonic() + self.spec.timeout if self.spec.timeout else None
         try:
-            if self.live:
-                from rpcctl.live import LiveView
-
-                self._view = LiveView(self)
-                self._view.start()
             while True:
                 outcome = self._attempt(procs, pump, telemetry_env, deadline)
                 if outcome == RunStatus.FAILED and self._may_restart(deadline):
@@ -196,21 +147,16 @@ class Supervisor:
                 return self.record
         except BaseException as exc:
             if self.cluster is not None:  # do not leave the other nodes waiting on us
-                self._tell_cluster_failed(
-                    Failure(-1, os.getpid(), None, None, "launcher", f"the launcher on node {self.spec.node_rank} crashed: {exc!r}", now_iso()),
-                    final=True,
-                )
+                failure = Failure(-1, os.getpid(), None, None, "launcher", f"the launcher on node {self.spec.node_rank} crashed: {exc!r}", now_iso())
+                self.events.publish(Failed(failure, final=True))
             raise
         finally:
             procs.close()
             pump.drain(timeout=3)
-            # Telemetry first: it flushes the store, so the live view's final frame shows the
+            # It flushes the store: a live view, stopped after this, shows in its final frame the
             # losses and RRefs as they ended, not as of the last commit.
             if self.telemetry is not None:
                 self.telemetry.close()
-            if self._view is not None:
-                self._view.stop()
-                self._view = None
             for s, handler in previous.items():
                 signal.signal(s, handler)
 
@@ -228,8 +174,7 @@ class Supervisor:
         it, or the job's outcome when it cannot restart (cancelled, a node did not come back)."""
         cause = self.record.root_cause
         after = cause.message if cause else "failure"
-        everywhere = " on every node" if self.cluster is not None else ""
-        self.console.warn(f"restarting the whole group{everywhere} ({self.record.restarts + 1}/{self.spec.max_restarts}) after: {after}")
+        self.events.publish(Restarting(self.record.restarts + 1, self.spec.max_restarts, after, everywhere=self.cluster is not None))
         procs.reset()
         if self.cluster is None:
             port = self.spec.master_port or free_port()
@@ -243,7 +188,7 @@ class Supervisor:
                 return RunStatus.FAILED
             if port is None:
                 if self.cancel_signal is not None:
-                    self.cluster.report_cancelled(f"{signal.Signals(self.cancel_signal).name} on node {self.spec.node_rank}")
+                    self._cancelled_here()
                 else:
                     self.remote_cancel = self.remote_cancel or "while the nodes were restarting"
                 return RunStatus.CANCELLED
@@ -287,8 +232,7 @@ class Supervisor:
             finally:
                 os.close(write_fd)
         self._save()
-        if self.watchdog is not None:
-            self.watchdog.attempt_started(self.plan.restart)
+        self.events.publish(AttemptStarted(self.plan.restart))
 
         failure: Failure | None = None
         while True:
@@ -328,8 +272,8 @@ class Supervisor:
                 self._teardown(procs, states)
                 return RunStatus.FAILED
             if self.cancel_signal is not None or self.remote_cancel is not None:
-                if self.cluster is not None and self.remote_cancel is None:
-                    self.cluster.report_cancelled(f"{signal.Signals(self.cancel_signal).name} on node {self.spec.node_rank}")
+                if self.remote_cancel is None:
+                    self._cancelled_here()
                 self._dump_stacks(procs, "when the job was cancelled")
                 self._teardown(procs, states)
                 return RunStatus.CANCELLED
@@ -365,19 +309,10 @@ class Supervisor:
 
     def _tell_cluster_failed(self, failure: Failure, *, final: bool) -> None:
         """``final``: this node will not restart, so the others must not wait for it to."""
-        if self.cluster is None or failure.reason == "remote":
-            return
-        try:
-            self.cluster.report_failure(
-                {
-                    "rank": failure.rank, "pid": failure.pid, "exit_code": failure.exit_code, "signal": failure.signal,
-                    "message": failure.message,
-                    "traceback": failure.traceback, "host": self.record.host,
-                },
-                final=final,
-            )
-        except RuntimeError as exc:  # the store is unreachable: the others will time out on it
-            self.console.warn(f"could not tell the other nodes about the failure: {exc}")
+        self.events.publish(Failed(failure, final))
+
+    def _cancelled_here(self) -> None:
+        self.events.publish(Cancelled(f"{signal.Signals(self.cancel_signal).name} on node {self.spec.node_rank}"))
 
     def _note_spawned(self, procs: RankProcesses, states: dict[int, RankState]) -> bool:
         changed = False
@@ -386,8 +321,7 @@ class Supervisor:
             if state.pid != pid:
                 state.pid, state.state, state.started_at = pid, RankStatus.RUNNING, now_iso()
                 changed = True
-                if self.telemetry is not None:
-                    self.telemetry.rank_started(rank, pid, state.local_rank, state.device, self.plan.restart)
+                self.events.publish(RankStarted(rank, pid, state.local_rank, state.device, self.plan.restart))
         return changed
 
     def _note_exit(self, status: ExitStatus, states: dict[int, RankState], *, tearing_down: bool) -> bool:
@@ -400,8 +334,7 @@ class Supervisor:
             state.state = RankStatus.KILLED if status.signal in ("SIGTERM", "SIGKILL") else RankStatus.FAILED
         else:
             state.state = RankStatus.FAILED
-        if self.telemetry is not None:
-            self.telemetry.rank_exited(status.rank, status.pid, state.state, status.exit_code)
+        self.events.publish(RankExited(status.rank, status.pid, state.state, status.exit_code))
         return state.state == RankStatus.FAILED
 
     def _dump_stacks(self, procs: RankProcesses, when: str) -> None:
@@ -424,10 +357,7 @@ class Supervisor:
         got = sorted(r for r, pid in live.items() if dumps.get(pid))
         if got:
             ranks = ", ".join(map(str, got))
-            try:
-                self.console.info(f"rpcctl: stacks of rank{'s' if len(got) > 1 else ''} {ranks} {when}: {self.run_dir / 'stacks'}")
-            except OSError:  # SIGHUP: no terminal left
-                pass
+            self.events.publish(Notice(f"rpcctl: stacks of rank{'s' if len(got) > 1 else ''} {ranks} {when}: {self.run_dir / 'stacks'}"))
 
     def _teardown(self, procs: RankProcesses, states: dict[int, RankState]) -> None:
         for status in procs.terminate(self.spec.grace, hurry=lambda: self.hurry):
@@ -514,6 +444,3 @@ def _read_error_file(path: Path) -> dict | None:
         "child": ours.get("child") if isinstance(ours.get("child"), dict) and isinstance(ours["child"].get("pid"), int) else None,
     }
 
-
-def describe_duration(record: RunRecord) -> str:
-    return human_seconds(record.duration_s)

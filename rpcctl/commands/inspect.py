@@ -8,7 +8,6 @@ from ``rpcctl.inspect``; this module only parses flags and renders.
 from __future__ import annotations
 
 import shlex
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -18,6 +17,7 @@ from rich.console import Group
 from rich.text import Text
 
 from rpcctl import inspect as sdk
+from rpcctl.control import ended, follow
 from rpcctl.commands.common import FilterOption, JsonOption, RunArgument, RunsDirOption, WatchOption, WideOption, filtered_empty, keep, no_match, parse_filters, scalar_fields
 from rpcctl.console import KEY, Column, fmt_loss, get_console, render_table, sanitize
 from rpcctl.errors import RpcctlError, RunNotFoundError, UsageError
@@ -50,11 +50,9 @@ def _show(run_dir: Path, render: Callable[[], Any], watch: bool) -> None:
     from rich.live import Live
 
     try:
-        with Live(render(), console=console.out, auto_refresh=False) as live:
-            while not _finished(run_dir):
-                time.sleep(1.0)
+        with Live(console=console.out, auto_refresh=False) as live:
+            for _ in follow(run_dir, every=1.0):
                 live.update(render(), refresh=True)
-            live.update(render(), refresh=True)
     except KeyboardInterrupt:
         pass
 
@@ -62,14 +60,7 @@ def _show(run_dir: Path, render: Callable[[], Any], watch: bool) -> None:
 def none_yet(run_dir: Path, what: str) -> str:
     """An empty view's line: "no calls yet" while the run goes on, "no calls were recorded" once
     it ended (nothing more will come)."""
-    return f"no {what} {'was' if what == 'placement' else 'were'} recorded" if _finished(run_dir) else f"no {what} yet"
-
-
-def _finished(run_dir: Path) -> bool:
-    try:
-        return load_record(run_dir).effective_status.is_terminal
-    except RunNotFoundError:
-        return True
+    return f"no {what} {'was' if what == 'placement' else 'were'} recorded" if ended(run_dir) else f"no {what} yet"
 
 
 def _view(run: str | None, runs_dir: Path | None, json_: bool, watch: bool,
@@ -173,7 +164,7 @@ def workers(
 
 def _lost_story(run_dir: Path) -> str:
     """What became of a run whose launcher died, as `runs`, `stack` and `stop` say it."""
-    from rpcctl.launcher import lost_runs
+    from rpcctl.control import lost_runs
 
     record = load_record(run_dir)
     lost = lost_runs([record]).get(record.run_id)

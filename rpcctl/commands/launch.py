@@ -26,7 +26,6 @@ from rpcctl.states import RunStatus
 from rpcctl.k8s import pod_flags, weak_node_rank
 from rpcctl.plan import visible_gpus
 from rpcctl.slurm import slurm_flags
-from rpcctl.supervisor import describe_duration
 
 
 def launch(
@@ -61,16 +60,9 @@ def launch(
     """
     console = get_console()
     flags = environment_flags(config, set_ or [])
-    for key, flag, value in (
-        ("nnodes", "--nnodes", nnodes),
-        ("node_rank", "--node-rank", node_rank),
-        ("master_addr", "--master-addr", master_addr),
-        ("master_port", "--master-port", master_port),
-        ("hang_timeout", "--hang-timeout", hang_timeout),
-        ("on_hang", "--keep-on-hang", "keep" if keep_on_hang else None),
-    ):
-        if value is not None:
-            flags[key] = (value, f"{flag} {value}")
+    flags.update(_given(("nnodes", "--nnodes", nnodes), ("node_rank", "--node-rank", node_rank), ("master_addr", "--master-addr", master_addr),
+                        ("master_port", "--master-port", master_port), ("hang_timeout", "--hang-timeout", hang_timeout),
+                        ("on_hang", "--keep-on-hang", "keep" if keep_on_hang else None)))
     spec = load_config(config, set_ or [], nproc_per_node=nproc_per_node, flags=flags)
     if all_frames:  # in each rank's planned environment: the plan, --dry-run and config.yaml show it
         spec = spec.model_copy(update={"env": {**spec.env, ALL_FRAMES_ENV: "1"}})
@@ -107,12 +99,22 @@ def launch(
     finally:
         if page is not None:
             page.stop()  # the page stops with the job
+    _conclude(console, record)
+
+
+def _given(*flags: tuple[str, str, Any]) -> dict[str, tuple[Any, str]]:
+    """The config keys set by a flag: key → (value, how it was written)."""
+    return {key: (value, f"{flag} {value}") for key, flag, value in flags if value is not None}
+
+
+def _conclude(console: Console, record: RunRecord) -> None:
+    """Say how the job ended; a job that did not succeed leaves, as for bench, through the cli's
+    error boundary (its exit code)."""
     try:
         with console.logging_to(Path(record.run_dir) / "launcher.log"):  # the verdict too
             render_outcome(console, record)
     except OSError:  # the terminal went away (SIGHUP): the record says it all, the code still counts
         pass
-    # One way out for a job that did not succeed, as for bench: an error through the cli's boundary.
     if record.status == RunStatus.CANCELLED:
         raise JobCancelledError(record.reason or "cancelled", record.exit_code or 130, reported=True)
     if record.status != RunStatus.SUCCEEDED:
@@ -276,7 +278,7 @@ def _list_rrefs(console: Console, records: list, more: Callable[[Any], str]) -> 
 
 def render_outcome(console: Console, record: RunRecord) -> None:
     render_leaks(console, record)
-    took = describe_duration(record)
+    took = human_seconds(record.duration_s)
     where = f"run {record.run_id}"
     if record.status == RunStatus.SUCCEEDED:
         restarts = f" after {record.restarts} restart(s)" if record.restarts else ""

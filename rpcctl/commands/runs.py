@@ -3,25 +3,21 @@
 from __future__ import annotations
 
 import itertools
-import signal
-import time
 from collections.abc import Callable, Iterable
 from typing import Annotated, Optional
 
-import psutil
 import typer
 from rich.text import Text
 
+from rpcctl import control
 from rpcctl.commands.common import FilterOption, JsonOption, RunArgument, RunsDirOption, filtered_empty, parse_filters, scalar_fields
 from rpcctl.console import get_console, render_table, sanitize, utc_stamp
-from rpcctl.errors import RpcctlError, UsageError
+from rpcctl.errors import UsageError
 from rpcctl.log_times import FollowedFile, LogLine, RankLogReader, lines_of, merged
 from rpcctl.runs import (
     DamagedRun,
     RunRecord,
     default_runs_dir,
-    launcher_alive,
-    launcher_of_run,
     list_runs,
     load_record,
     rank_log,
@@ -41,9 +37,7 @@ def runs(
     console = get_console()
     filters = parse_filters(filter_, RunRecord.COLUMNS, scalar_fields(RunRecord))
     records, damaged = scan_runs(runs_dir or default_runs_dir())
-    from rpcctl.launcher import lost_runs
-
-    lost = lost_runs(records)
+    lost = control.lost_runs(records)
     rows = {r.run_id: _row(r, lost) for r in records}
     records = [r for r in records if all(f.matches(rows[r.run_id]) for f in filters)]
     damaged = [d for d in damaged if all(f.matches(_damaged_row(d)) for f in filters)]
@@ -121,13 +115,10 @@ def logs(
             streams = [lines_of(reader, final=ended) for reader in readers]  # a run that ended has no line half-written
             _print_lines(merged(streams) if merge else itertools.chain(*streams), timestamps)
 
-    while True:
-        ended = record.status.is_terminal or not launcher_alive(record)
+    for ended in control.follow(run_dir, every=0.2):
         print_round(ended)
-        if ended or not follow:
+        if not follow:
             return
-        time.sleep(0.2)
-        record = load_record(run_dir)
 
 
 def _print_lines(lines: Iterable[LogLine], timestamps: bool) -> None:
@@ -163,56 +154,15 @@ def stop(
                 f"{len(live)} runs are live; name the one to stop: `rpcctl stop RUN` with RUN one of "
                 + ", ".join(r.run_id for r in live)
             )
-    run_dir = resolve_run(run, runs_dir)
-    record = load_record(run_dir)
-    if record.status != RunStatus.RUNNING:
-        raise UsageError(f"run {record.run_id} is not running (status: {record.status})")
-    if not launcher_alive(record):
-        _stop_lost(record)
+    stopped = control.stop(resolve_run(run, runs_dir), wait)
+    record, lost = stopped.record, stopped.lost
+    if lost is None:
+        console.info(f"rpcctl: run {record.run_id} {record.status}")
         return
-    launcher = _wait_for_launcher(record)
-    if launcher is None:
-        raise RpcctlError(
-            f"refusing to signal pid {record.launcher_pid}: it is not run {record.run_id}'s launcher "
-            f"(not yours, or no rank server of the run under it); {run_dir / 'run.json'} is stale or forged"
-        )
-    try:
-        launcher.send_signal(signal.SIGTERM)  # psutil checks the pid was not reused meanwhile
-    except psutil.NoSuchProcess:
-        pass
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        record = load_record(run_dir)
-        if record.status.is_terminal:
-            console.info(f"rpcctl: run {record.run_id} {record.status}")
-            return
-        if not launcher_alive(record):
-            break
-        time.sleep(0.1)
-    raise RpcctlError(f"run {record.run_id} did not stop within {wait:g}s (status: {record.effective_status})")
-
-
-def _stop_lost(record) -> None:
-    """A run left ``running`` by a launcher that died: kill what it left alive (the run's own
-    processes only: this user's, carrying its id), close its record, and say what was done."""
-    from rpcctl.launcher import end_lost_run
-
-    lost, left = end_lost_run(record)
-    if left:
-        pids = ", ".join(str(p.pid) for p in left)
-        raise RpcctlError(f"run {record.run_id}: {lost.story()}; pid {pids} would not die (SIGKILL sent)")
+    # A run left ``running`` by a launcher that died: what it left alive (the run's own
+    # processes only: this user's, carrying its id) was killed, its record closed.
     killed = len(lost.orphans)
     did = f"killed {killed} orphaned process{'es' if killed != 1 else ''} (pid {', '.join(str(p.pid) for p in lost.orphans)})" if killed else "nothing was left to kill"
-    get_console().info(
+    console.info(
         f"rpcctl: run {record.run_id} was lost: its launcher (pid {record.launcher_pid}) is gone; {did}; record closed (status lost)"
     )
-
-
-def _wait_for_launcher(record, timeout: float = 5.0):
-    """The run's verified launcher; a run that just started may not have its rank server yet."""
-    deadline = time.monotonic() + timeout
-    while True:
-        launcher = launcher_of_run(record)
-        if launcher is not None or time.monotonic() >= deadline or not launcher_alive(record):
-            return launcher
-        time.sleep(0.1)

@@ -61,6 +61,8 @@ class TelemetryForwarder:
             self._post("log", [rank, line])
 
     def _post(self, op: str, args: list[Any]) -> None:
+        if self._stopping.is_set():  # closed (or failed to start): nothing more is sent
+            return
         self._events.append({"k": "launcher", "op": op, "args": args})
         self._wake.set()
 

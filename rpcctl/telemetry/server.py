@@ -135,6 +135,8 @@ class TelemetryServer:
         self._wake()
 
     def log_line(self, rank: int, line: str) -> None:
+        if self._store is None:  # closed (or telemetry failed to start): nothing is kept
+            return
         parser = self._parsers.get(rank)
         if parser is None:
             parser = self._parsers[rank] = LossParser(self._loss_pattern)
@@ -145,7 +147,8 @@ class TelemetryServer:
             self._post(("loss", rank, parsed, time.time()))
 
     def _post(self, item: tuple[Any, ...]) -> None:
-        self._inbox.append(item)
+        if self._store is not None:
+            self._inbox.append(item)
 
     # -- the server thread ---------------------------------------------------------------------
     def _listen(self) -> socket.socket:
