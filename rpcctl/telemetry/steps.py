@@ -32,6 +32,7 @@ Lightning's own logging does): no device sync at every step.
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
@@ -98,6 +99,7 @@ def lightning_imported(package: str) -> None:
             return
         callback_type = _lightning_callback(callback_class)
 
+        @functools.wraps(original)  # its signature and source stay the library's (LightningCLI reads them)
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
             original(self, *args, **kwargs)
             try:
@@ -105,7 +107,6 @@ def lightning_imported(package: str) -> None:
             except Exception as exc:  # noqa: BLE001
                 _say(LIGHTNING, exc)
 
-        __init__.__wrapped__ = original  # type: ignore[attr-defined]
         __init__._rpcctl = True  # type: ignore[attr-defined]
         trainer_class.__init__ = __init__
     except Exception as exc:  # noqa: BLE001
