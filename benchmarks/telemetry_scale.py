@@ -30,38 +30,42 @@ thread's CPU (% of one core) and the process's memory growth (RSS) and store siz
 time of ``inspect collectives --json`` and ``inspect workers --json`` (the CLI as a process,
 on the live run, and the SDK call alone).
 
-Where it bends (2026-12-06, this machine: 2 cores shared with five other jobs, load 7-9;
-senders niced, and still on the same cores as the server, whose thread got 4-24% of a core):
+Where it bends (2026-12-06, this machine: 2 cores shared with five other jobs, load 7-11;
+senders niced, and still on the same cores as the server, whose thread got 4-24% of a core).
+The default run (busy rates, 10 s a size), then ``--gpu-rates --sizes 256 1024 --seconds 5``:
 
-=====  =========  ======  ========  ======  =========  ===========  ====  =========  ===========
-ranks  rates      offered stored/s  drain   server     events per   RSS   inspect    inspect
-                  /s      (during)  after   CPU (run)  server CPU s  +MB  coll CLI/  workers CLI/
-                                                                          SDK s      SDK s
-=====  =========  ======  ========  ======  =========  ===========  ====  =========  ===========
-8      busy (96)  664     666       0       4%         17,800       0.9   3.3/0.08   2.9/0.22
-64     busy       5,546   5,570     0       24%        23,600       1.7   2.1/0.09   3.1/0.22
-256    busy       5,883*  3,120     9.8 s   12%        26,100       2.4   3.0/0.20   3.2/0.65
-1024   busy       7,470*  4,835     9.7 s   19%        25,500       4.9   2.7/0.20   3.4/1.87
-256    gpu (20)   3,810   2,623     2.4 s   18%        14,400       1.7   3.4/0.13   4.4/0.53
-1024   gpu        10,309* 4,246     5.9 s   24%        18,000       3.7   3.0/0.19   5.4/1.79
-=====  =========  ======  ========  ======  =========  ===========  ====  =========  ===========
+=====  =========  =======  ========  ======  =========  ============  ====  =====  ==========  ===========
+ranks  rates      offered  stored/s  drain   server     events per    RSS   store  inspect     inspect
+                  /s       (during)  after   CPU (run)  server CPU s  +MB   MB     coll CLI/   workers CLI/
+                                                                                   SDK s       SDK s
+=====  =========  =======  ========  ======  =========  ============  ====  =====  ==========  ===========
+8      busy (96)  722      723       0       4%         16,900        1.1   4.4    3.4/0.07    4.1/0.16
+64     busy       5,544    5,059     1.0 s   21%        23,600        2.2   6.3    3.6/0.25    4.1/0.62
+256    busy       9,347*   4,559     14.8 s  16%        28,200        1.3   11     4.0/0.55    3.9/0.93
+1024   busy       8,510*   4,313     60 s    15%        28,300        1.8   38     4.9/2.2     5.9/3.9
+256    gpu (20)   3,810    2,623     2.4 s   18%        14,400        1.7   1.5    3.4/0.13    4.4/0.53
+1024   gpu        10,309*  4,246     5.9 s   24%        18,000        3.7   3.5    3.0/0.19    5.4/1.79
+=====  =========  =======  ========  ======  =========  ============  ====  =====  ==========  ===========
 
-(* the senders could not offer the load on these 2 cores: 256 busy ranks would send 24,600/s,
-1,024 98,000/s, 1,024 gpu ranks 20,700/s.) No event was dropped: the ranks' sockets and
-queues held the backlog, which the server drained in the seconds after. The straggler (rank
-N-1, 20 ms late) was found at every size but 1,024, where the starved senders listed too few
-collectives on every rank to compare.
+(* the senders could not offer the load on these 2 cores, and ran long: 256 busy ranks would
+send 24,600/s, 1,024 98,000/s, 1,024 gpu ranks 20,700/s; the 1,024 busy senders took 77 s for
+their 10 s and stored 659,000 events.) No event was dropped: the ranks' sockets and queues held
+the backlog, which the server drained after. The straggler (rank N-1, 20 ms late) was found at
+every size (in a shorter 1,024-rank run, 3 s, the starved senders listed too few collectives
+on every rank to compare, and it was not).
 
-So: the server thread stores 14,000 to 26,000 events per CPU second (fewer per batch: less;
+So: the server thread stores 14,000 to 28,000 events per CPU second (fewer per batch: less;
 every batch is a JSON decode and a heartbeat UPDATE, and a rank sends up to 10 a second
 whatever its rate). One dedicated core therefore holds about 250 ranks of a busy CPU loop
 (96 events/s a rank, 58 steps/s: the loss events alone are 58 of them) and 700 to 900 of a
 GPU-paced job (about 20 events/s a rank). On this loaded machine, where the thread gets a
-fifth of a core, it keeps up with 64 busy ranks (or lags by under a second: 0.6 s in another
-run) and lags from 256 ranks on, by seconds. Its memory does not grow with the load (a few MB; the store: 2-10 MB for these
-seconds). The views stay bounded: ``inspect collectives`` (SDK) 0.04-0.2 s, ``inspect
-workers`` grows with the ranks (1.8 s at 1,024: a row and a /proc look per rank); as
-processes the CLI adds 2-3 s of interpreter and imports on this machine at every size.
+fifth of a core, it stores about 4,500 events/s: it keeps up with 64 busy ranks (or lags by a
+second) and falls behind from 256 ranks on, by seconds to a minute. Its memory does not grow
+with the load (a few MB); the store grows about 60 bytes an event. The views: ``inspect
+collectives`` (SDK) 0.07 s at 8 ranks to 2.2 s at 1,024 with 659,000 events stored (the last
+50,000 sampled collectives read for stragglers), ``inspect workers`` 0.16 to 3.9 s (a row and
+a /proc look per rank, and the stragglers' reads); as processes the CLI adds 2-3 s of
+interpreter and imports on this machine at every size.
 
 What moves the limit:
 
