@@ -63,8 +63,9 @@ fifth of a core, it stores about 4,500 events/s: it keeps up with 64 busy ranks 
 second) and falls behind from 256 ranks on, by seconds to a minute. Its memory does not grow
 with the load (a few MB); the store grows about 60 bytes an event. The views: ``inspect
 collectives`` (SDK) 0.07 s at 8 ranks to 2.2 s at 1,024 with 659,000 events stored (the last
-50,000 sampled collectives read for stragglers), ``inspect workers`` 0.16 to 3.9 s (a row and
-a /proc look per rank, and the stragglers' reads); as processes the CLI adds 2-3 s of
+50,000 sampled collectives were read for stragglers then; 16,384 now: 0.3 s of that 2.2 was
+comparing them), ``inspect workers`` 0.16 to 3.9 s (a row and a /proc look per rank, and the
+stragglers' reads); as processes the CLI adds 2-3 s of
 interpreter and imports on this machine at every size.
 
 What moves the limit:

@@ -170,6 +170,12 @@ def test_collectives_are_on_each_ranks_trace_track_linked_across_ranks(slow_run,
         assert names[chain[-1]["pid"]].startswith("rank 1 "), chain
         late = next(s for s in by_rank["1"] if s["args"]["flow"] == f"coll:0:0:{seq}")
         assert late["args"]["late_by_s"] > 0.15, late
+    # Bounded: --max-events 40 leaves collectives a quarter (10 spans): whole (pg, seq) sets, the longest
+    # (the all_reduce the straggler made the others wait in), the rest counted.
+    small = json.loads(rpcctl("trace", str(slow_run), "-o", "-", "--max-events", "40").stdout)
+    kept = [e for e in validate(small) if e["ph"] == "X" and e["cat"] == "collective"]
+    assert len(kept) == 9 and small["otherData"]["left_out"]["collectives"] == len(spans) - 9, small["otherData"]
+    assert {(e["args"]["op"], e["args"]["pg"]) for e in kept} == {("all_reduce", "0")}
 
 
 def test_the_report_has_a_collectives_section_with_the_straggler(slow_run, tmp_path):

@@ -8,7 +8,9 @@ module); p50/p99 come from histogram bucket middles, as the calls view's do.
 
 Stragglers (arrival skew): for each sampled collective that every rank of its group listed, the
 skew is the last rank's entry minus the first's, and the last rank is the one the others waited
-for. Over the last ``RECENT_SAMPLED`` sampled collectives, the rank last most often in a group is
+for. Over the last ``RECENT_SAMPLED`` sampled collectives (or ``PER_RANK`` per rank of the run,
+if more: enough that every rank's entry into the same ones is there; read about 4 times a
+second by the live view, so a window, not the run), the rank last most often in a group is
 flagged only when all of these hold (a balanced run, where who comes last is chance and the skew
 scheduling noise, flags nobody):
 
@@ -35,7 +37,8 @@ from rpcctl.inspect._store import _loads, _Store
 from rpcctl.telemetry.calls import quantile
 
 
-RECENT_SAMPLED = 50_000
+RECENT_SAMPLED = 10_000
+PER_RANK = 16
 MIN_COMPARED = 5
 OFTEN = 1.5
 MIN_SKEW_S = 0.01
@@ -164,9 +167,11 @@ def _stragglers(rows: list[Any]) -> list[CollectiveStraggler]:
 
 
 def sampled_arrivals(s: _Store, restart: int) -> list[Any]:
-    """(pg, seq, rank, entered_at) of the last ``RECENT_SAMPLED`` sampled collectives."""
+    """(pg, seq, rank, entered_at) of the last ``RECENT_SAMPLED`` sampled collectives (``PER_RANK``
+    a rank of the run, if more)."""
+    world = s.record.world_size if s.record is not None else 0
     return s.rows("SELECT pg, seq, rank, entered_at FROM collectives WHERE restart = ? ORDER BY rowid DESC LIMIT ?",
-                  (restart, RECENT_SAMPLED))
+                  (restart, max(RECENT_SAMPLED, PER_RANK * world)))
 
 
 def collective_stragglers(run_dir: Path) -> list[CollectiveStraggler]:
