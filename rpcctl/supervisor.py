@@ -258,7 +258,7 @@ class Supervisor:
                 failure = self.watchdog.check(self.record)
             if failure is not None:
                 self.record.root_cause = failure
-                self._tell_cluster_failed(failure, final=self.record.restarts >= self.spec.max_restarts)
+                self.events.publish(Failed(failure, final=self.record.restarts >= self.spec.max_restarts))
                 self._teardown(procs, states)
                 return RunStatus.FAILED
             if all(s.state == RankStatus.SUCCEEDED for s in states.values()):
@@ -267,7 +267,7 @@ class Supervisor:
                 self.record.root_cause = Failure(
                     -1, None, None, None, "timeout", f"the job exceeded its timeout of {self.spec.timeout:g}s", now_iso()
                 )
-                self._tell_cluster_failed(self.record.root_cause, final=True)
+                self.events.publish(Failed(self.record.root_cause, final=True))
                 self._dump_stacks(procs, "at the timeout")
                 self._teardown(procs, states)
                 return RunStatus.FAILED
@@ -306,10 +306,6 @@ class Supervisor:
             node=news.node,
             host=info.get("host"),
         )
-
-    def _tell_cluster_failed(self, failure: Failure, *, final: bool) -> None:
-        """``final``: this node will not restart, so the others must not wait for it to."""
-        self.events.publish(Failed(failure, final))
 
     def _cancelled_here(self) -> None:
         self.events.publish(Cancelled(f"{signal.Signals(self.cancel_signal).name} on node {self.spec.node_rank}"))
