@@ -10,7 +10,7 @@ import pytest
 
 from conftest import assert_no_process_left, kill_if_running, only_run, rpcctl, start_rpcctl, wait_until
 from rpcctl import inspect
-from rpcctl.telemetry import calls as tracking
+from rpcctl.rank import calls as tracking
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -8,7 +8,7 @@ import json
 import pytest
 from conftest import WORKERS, launch_job, rpcctl
 
-from rpcctl.telemetry import collectives
+from rpcctl.rank import collectives
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -16,7 +16,8 @@ import pytest
 
 from conftest import wait_until
 from rpcctl import inspect
-from rpcctl.telemetry import protocol, worker
+from rpcctl.rank import reporter as worker
+from rpcctl.telemetry import protocol
 from rpcctl.telemetry.channel import SITE_DIR
 from rpcctl.telemetry.dashboard import dashboard_panels
 from rpcctl.telemetry.losses import LossParser
@@ -246,7 +247,7 @@ def test_a_burst_of_events_arrives_whole_in_slices(server):
     to let RPC threads have the GIL) still delivers every event, once, in order."""
     srv, env = server
     code = (
-        "from rpcctl.telemetry import rrefs, worker\n"
+        "from rpcctl.rank import reporter as worker, rrefs\n"
         "worker.start()\n"
         "n = 10 * rrefs.GIL_SLICE + 7\n"
         "for step in range(n):\n"

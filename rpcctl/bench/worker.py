@@ -1,4 +1,4 @@
-"""The bench's per-rank program: ``rpcctl.runtime worker.py --unit UNIT.json``.
+"""The bench's per-rank program: ``rpcctl.rank.runtime worker.py --unit UNIT.json``.
 
 rpcctl's launcher starts it in every rank of one *unit* (a transport at one world size).
 The unit file (written by ``rpcctl.bench.runner``) names the transport, its settings, the

@@ -28,7 +28,7 @@ from typing import Any
 from rpcctl.console import HIGH, KEY, LOW, Column, human_bytes, human_seconds, iso_time
 from rpcctl.inspect._store import _column, _loads, _Store
 from rpcctl.states import CallState, ServingState
-from rpcctl.telemetry import calls as tracking
+from rpcctl.rank import calls as tracking
 
 
 def _duration(value: float) -> str:

@@ -417,7 +417,7 @@ class StoreWriter:
         rank = proc.rpc_rank if proc.rpc_rank is not None else proc.rank
         self.loss(rank if rank is not None else -1, proc.restart, ev.get("step"), ev.get("epoch"), ev.get("loss"), ev.get("metrics"), t, "report")
 
-    # -- calls (``rpcctl.telemetry.calls``) ------------------------------------------------------
+    # -- calls (``rpcctl.rank.calls``) ------------------------------------------------------
     def _ev_join(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         self._x("UPDATE procs SET rpc_join_at = coalesce(rpc_join_at, ?) WHERE proc_id = ?", (t, proc.proc_id))
 

@@ -42,7 +42,7 @@ import time
 from collections.abc import MutableMapping
 from typing import Any
 
-from rpcctl.telemetry.calls import bucket
+from rpcctl.rank.calls import bucket
 
 ENV_BUFFER = "TORCH_FR_BUFFER_SIZE"
 BUFFER = 256

@@ -36,10 +36,10 @@ Modules::
 
 from __future__ import annotations
 
-from rpcctl.telemetry.rrefs import hooks, sender
-from rpcctl.telemetry.rrefs.hooks import activate, deactivate, dropped, install, set_join
-from rpcctl.telemetry.rrefs.sender import GIL_SLICE, Tracker, in_slices, pause, tracker
-from rpcctl.telemetry.rrefs.values import describe
+from rpcctl.rank.rrefs import hooks, sender
+from rpcctl.rank.rrefs.hooks import activate, deactivate, dropped, install, set_join
+from rpcctl.rank.rrefs.sender import GIL_SLICE, Tracker, in_slices, pause, tracker
+from rpcctl.rank.rrefs.values import describe
 
 __all__ = [
     "GIL_SLICE", "Tracker", "activate", "after_fork_in_child", "deactivate", "describe", "dropped",

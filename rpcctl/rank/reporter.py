@@ -34,7 +34,8 @@ from collections.abc import Callable
 from typing import Any
 
 from rpcctl.devices import parse_visible_devices
-from rpcctl.telemetry import calls, collectives, protocol, rrefs
+from rpcctl.rank import calls, collectives, rrefs
+from rpcctl.telemetry import protocol
 
 _worker: _Worker | None = None
 _lock = threading.Lock()
@@ -118,7 +119,7 @@ def _post_now(event: dict[str, Any]) -> None:
 def _install_hooks() -> None:
     """The RRef hooks now if torch is imported, else as soon as it is: never import torch
     here (a rank that does not use it must not pay for it)."""
-    from rpcctl.telemetry import autohook
+    from rpcctl.rank import autohook
 
     autohook.install(join=join_at_init_rpc)
 

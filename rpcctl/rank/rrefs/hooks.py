@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rpcctl.telemetry.protocol import MAX_QUEUE
-from rpcctl.telemetry.rrefs.values import describe
+from rpcctl.rank.rrefs.values import describe
 
 # An RRef's text names its ids: "...RRefId = GloballyUniqueId(created_on=0, local_id=1)...".
 RREF_ID = re.compile(r"GloballyUniqueId\(created_on=(\d+), local_id=(\d+)\)")

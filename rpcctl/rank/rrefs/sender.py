@@ -20,9 +20,9 @@ from typing import Any
 
 from rpcctl.frames import short_path
 from rpcctl.telemetry.protocol import MIN_AGE_S
-from rpcctl.telemetry.rrefs import hooks
-from rpcctl.telemetry.rrefs.hooks import _PLAIN, RREF_ID, _describe_on_owner, _Ref, _value_freed, _weakref
-from rpcctl.telemetry.rrefs.values import describe
+from rpcctl.rank.rrefs import hooks
+from rpcctl.rank.rrefs.hooks import _PLAIN, RREF_ID, _describe_on_owner, _Ref, _value_freed, _weakref
+from rpcctl.rank.rrefs.values import describe
 
 # The sender thread lets go of the GIL after every GIL_SLICE items. Without it, a cycle with
 # thousands of events (a round of RRefs released at once) holds the GIL for many switch

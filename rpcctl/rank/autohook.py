@@ -64,21 +64,21 @@ def _uninstall(hook: _ImportHook) -> None:
 
 
 # How the init_rpc hook joins telemetry (``rrefs.set_join``): given by whoever installs, since
-# the worker imports this module and so cannot be imported from here.
+# the reporter imports this module and so cannot be imported from here.
 _join: Any = None
 _mesh_join: Any = None
 
 
 def _torch_imported() -> None:
     try:
-        from rpcctl.telemetry import calls, collectives, rrefs
+        from rpcctl.rank import calls, collectives, rrefs
 
         collectives.install()
         calls.install()  # first: rrefs' init_rpc hook goes around this one's (it joins telemetry, which this one then posts to)
         if _join is not None:
             rrefs.set_join(_join)
         rrefs.install()
-        from rpcctl.telemetry import children
+        from rpcctl.rank import children
 
         children.install()  # mp.spawn's workers' exit codes (torch has imported multiprocessing)
     except Exception as exc:
@@ -138,8 +138,8 @@ def _join_as_mesh_process() -> None:
 
 def install(join: Any = None, mesh_join: Any = None) -> None:
     """Hook torch.distributed.rpc now, or when torch is imported. ``join``: what the init_rpc
-    hook calls to join this process to telemetry (``worker.join_at_init_rpc``); ``mesh_join``:
-    how a Monarch mesh process joins (``worker.joining(hooks=False)``)."""
+    hook calls to join this process to telemetry (``reporter.join_at_init_rpc``); ``mesh_join``:
+    how a Monarch mesh process joins (``reporter.joining(hooks=False)``)."""
     global _join, _mesh_join
     if join is not None:
         _join = join
