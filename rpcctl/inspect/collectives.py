@@ -15,7 +15,7 @@ from typing import Any
 
 from rpcctl.console import KEY, Column, human_bytes, human_seconds, join
 from rpcctl.inspect._store import _loads, _Store
-from rpcctl.rank.calls import quantile
+from rpcctl.telemetry.histogram import quantile
 
 
 def _duration(value: float | None) -> str:

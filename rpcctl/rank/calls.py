@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 import sys
 import threading
 import time
@@ -73,6 +72,7 @@ from collections import deque
 from typing import Any
 
 from rpcctl.states import CallState
+from rpcctl.telemetry.histogram import bucket
 from rpcctl.telemetry.protocol import MAX_QUEUE
 from rpcctl.rank.rrefs import hooks
 from rpcctl.rank.rrefs.hooks import _Ref, caller as _caller
@@ -86,7 +86,6 @@ ASYNC_TIMED_FIRST, ASYNC_SAMPLE = 100, 16  # the others are watched (``_watched`
 HARVEST_AT = 1024  # watched rpc_async calls waiting: the caller's thread then counts those done itself
 LONG_S = 1.0  # calls (and served functions) running this long are listed one by one
 MAX_LISTED = 100_000  # per process: beyond this, long calls are only counted
-HIST_BUCKETS_PER_OCTAVE = 4  # duration histogram: bucket b covers 2**(b/4) µs onwards
 OK, ERROR, TIMEOUT = CallState.OK, CallState.ERROR, CallState.TIMEOUT  # bound once: the hooks are hot
 KINDS = ("rpc_sync", "rpc_async", "remote")
 MAX_ARGS_LOOKED_AT = 8  # request bytes: the tensors among this many positional arguments
@@ -411,31 +410,6 @@ def after_fork_in_child() -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Off the hot path: the sender thread turns ended calls into counts, and lists the long ones
-
-
-def bucket(seconds: float) -> int:
-    """The histogram bucket of a duration: 4 per octave from 1 µs (b = 4·log2(µs))."""
-    micros = seconds * 1e6
-    return 0 if micros <= 1.0 else min(159, int(math.log2(micros) * HIST_BUCKETS_PER_OCTAVE))
-
-
-def bucket_seconds(index: int) -> float:
-    """A duration that stands for bucket ``index``: its geometric middle."""
-    return 2 ** ((index + 0.5) / HIST_BUCKETS_PER_OCTAVE) / 1e6
-
-
-def quantile(hist: dict[int, int], q: float) -> float | None:
-    """The nearest-rank quantile: the ceil(q·n)-th duration's bucket, so the p99 of a few calls
-    is the slowest one's (rounding the rank down showed the p99 of 3 calls as the second)."""
-    total = sum(hist.values())
-    if not total:
-        return None
-    rank, seen = max(1, math.ceil(q * total)), 0
-    for index in sorted(hist):
-        seen += hist[index]
-        if seen >= rank:
-            break
-    return bucket_seconds(index)
 
 
 class Summariser:

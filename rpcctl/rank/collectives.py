@@ -42,7 +42,7 @@ import time
 from collections.abc import MutableMapping
 from typing import Any
 
-from rpcctl.rank.calls import bucket
+from rpcctl.telemetry.histogram import bucket
 
 ENV_BUFFER = "TORCH_FR_BUFFER_SIZE"
 BUFFER = 256
@@ -284,13 +284,3 @@ class Poller:
 
 def poller() -> Poller:
     return Poller()
-
-
-def describe(event: dict[str, Any]) -> str:
-    """``all_reduce #5 (pg 0, 4 KiB float32)``: a collective as the watchdog names it."""
-    from rpcctl.console import human_bytes
-
-    dtypes = sorted({str(d).lower() for d in event.get("dtypes") or []})
-    what = ", ".join(x for x in (human_bytes(event.get("bytes")) if event.get("bytes") is not None else "", " ".join(dtypes)) if x)
-    return f"{event.get('op')} #{event.get('seq')} (pg {event.get('pg')}" + (f", {what}" if what else "") + ")"
-
