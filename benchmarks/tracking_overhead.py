@@ -135,7 +135,7 @@ def gil(cycles: int = 10, per_cycle: int = 2000) -> dict[str, dict[str, float]]:
     import gc
     import threading
 
-    from rpcctl.rank import reporter as worker
+    from rpcctl.rank import reporter
     from rpcctl.telemetry import protocol
     from rpcctl.rank.rrefs import hooks, sender
 
@@ -172,7 +172,7 @@ def gil(cycles: int = 10, per_cycle: int = 2000) -> dict[str, dict[str, float]]:
                 handles.clear()  # all released: the callbacks queue them
                 events += tracker.process(list(queue), 10.0)
                 queue.clear()
-                worker.send_in_slices(lambda message: bool(protocol.encode(message)), events)
+                reporter.send_in_slices(lambda message: bool(protocol.encode(message)), events)
                 cpu.append(time.thread_time() - started)
                 busy.clear()
                 time.sleep(0.05)

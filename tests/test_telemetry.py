@@ -234,12 +234,12 @@ def test_ranks_on_two_hosts_with_the_same_pid_stay_apart(server):
 
 def test_a_worker_that_cannot_reach_the_server_disables_itself(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv(protocol.ENV_SOCKET, str(tmp_path / "nowhere.sock"))
-    monkeypatch.setattr(worker, "_worker", None)
+    monkeypatch.setattr(worker, "_reporter", None)
     worker.report(step=1, loss=0.5)  # joins lazily; fails once, quietly, then stays off
     worker.report(step=2, loss=0.4)
     assert "telemetry disabled" in capfd.readouterr().err
-    assert worker._worker is not None and worker._worker.failed and not worker._worker.active
-    monkeypatch.setattr(worker, "_worker", None)
+    assert worker._reporter is not None and worker._reporter.failed and not worker._reporter.active
+    monkeypatch.setattr(worker, "_reporter", None)
 
 
 def test_a_burst_of_events_arrives_whole_in_slices(server):
@@ -265,11 +265,11 @@ def test_a_burst_of_events_arrives_whole_in_slices(server):
 
 def test_report_outside_rpcctl_is_a_no_op(monkeypatch):
     monkeypatch.delenv(protocol.ENV_SOCKET, raising=False)
-    monkeypatch.setattr(worker, "_worker", None)
+    monkeypatch.setattr(worker, "_reporter", None)
     worker.report(step=1, loss=0.5, acc=1)
     worker.start()
     worker.stop()
-    assert worker._worker is None
+    assert worker._reporter is None
 
 
 def test_dashboard_panels(server):

@@ -94,7 +94,7 @@ _TORCH_INTERNAL = "torch.distributed.rpc."
 # A call's first argument of these types is the method a helper runs (``_call_method``).
 _HELPED = frozenset((types.FunctionType, types.MethodType, types.BuiltinFunctionType))
 
-_q: Any = None  # the worker's queue while telemetry is active; None: the hooks only call through
+_q: Any = None  # the reporter's queue while telemetry is active; None: the hooks only call through
 _time = time.time
 _get_ident = threading.get_ident
 _pending: dict[int, _Call] = {}  # id(call) → call, for calls in flight

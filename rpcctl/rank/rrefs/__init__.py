@@ -15,7 +15,7 @@ hook                                         what it records (hot path: one tupl
 ===========================================  =================================================
 
 Deleting a handle fires its weakref callback (one more tuple). Everything else runs on the
-worker's sender thread (``Tracker.process``), after ``MIN_AGE_S``: RRefs gone by then are only
+reporter's sender thread (``Tracker.process``), after ``MIN_AGE_S``: RRefs gone by then are only
 counted per call site (``churn``); the others get their ids (``str(rref)``), owner and call
 site resolved, and — once the owner confirmed them — a batched ``rpc_async`` per owner asks
 the owner to describe the values (``_describe_on_owner``: type, shape, dtype, device, bytes;

@@ -1,13 +1,13 @@
 """The hot path of RRef tracking: wrappers on torch.distributed.rpc that queue what they see.
 
-Each hook appends one object to the active worker's queue (``activate``) and returns; the
+Each hook appends one object to the reporter's queue (``activate``) and returns; the
 sender thread turns the queue into events (``sender.Tracker``). With no queue active, the
 hooks only call through. What each hook records is listed in the package's docstring.
 
 Also here, because they run outside the sender thread: ``_describe_on_owner`` (an RPC target,
 on the owner), and the identity ``init_rpc`` learns (``identity``), which the sender's Tracker reads.
 
-The hooks never import the worker (the worker imports them): the ``init_rpc`` hook joins the
+The hooks never import the reporter (the reporter imports them): the ``init_rpc`` hook joins the
 process to telemetry through the function given to ``set_join``.
 """
 
@@ -30,7 +30,7 @@ from rpcctl.rank.rrefs.values import describe
 # An RRef's text names its ids: "...RRefId = GloballyUniqueId(created_on=0, local_id=1)...".
 RREF_ID = re.compile(r"GloballyUniqueId\(created_on=(\d+), local_id=(\d+)\)")
 
-# The active worker's queue (a deque), or None: the hooks then only call through.
+# The reporter's queue (a deque), or None: the hooks then only call through.
 _q: Any = None
 _dropped = 0
 _installed = False
@@ -65,7 +65,7 @@ _raw_local_value: Callable[[Any], Any] = lambda rref: rref.local_value()  # noqa
 # (name, rank, {rank: name}) once init_rpc returned here; None before, and in a forked child.
 identity: tuple[str, int, dict[int, str]] | None = None
 # Called by the init_rpc hook before the rendezvous: joins telemetry, returns how to post the
-# "rpc" event (or None). Set by the worker, or by sitecustomize in processes a rank spawns.
+# "rpc" event (or None). Set by the reporter, or by sitecustomize in processes a rank spawns.
 _join: Callable[[], Callable[[dict[str, Any]], None] | None] | None = None
 
 

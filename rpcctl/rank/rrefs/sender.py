@@ -4,7 +4,7 @@ RRefs gone before ``MIN_AGE_S`` are only counted per call site (``churn``); the 
 their ids, owner and call site resolved, and once the owner confirmed them a batched
 ``rpc_async`` per owner asks it to describe the values (``hooks._describe_on_owner``).
 Also here: the slicing that lets go of the GIL during long cycles (``in_slices``), which the
-worker's sends use too.
+reporter's sends use too.
 """
 
 from __future__ import annotations
