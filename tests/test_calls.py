@@ -10,7 +10,7 @@ import pytest
 
 from conftest import assert_no_process_left, kill_if_running, only_run, rpcctl, start_rpcctl, wait_until
 from rpcctl import inspect
-from rpcctl.rank import calls as tracking
+from rpcctl.rank import call_summary, calls as tracking
 from rpcctl.telemetry import histogram
 
 pytestmark = pytest.mark.timeout(180)
@@ -325,8 +325,8 @@ def test_torchscript_functions_are_named_by_their_own_name(tmp_path, monkeypatch
     import scripted_steps
 
     assert isinstance(scripted_steps.scaled, torch.jit.ScriptFunction)
-    assert tracking.qualname(scripted_steps.scaled) == "scripted_steps.scaled"
-    assert tracking.qualname(textwrap.dedent) == "textwrap.dedent"  # a Python function, as before
+    assert call_summary.qualname(scripted_steps.scaled) == "scripted_steps.scaled"
+    assert call_summary.qualname(textwrap.dedent) == "textwrap.dedent"  # a Python function, as before
 
 
 MANY_ASYNC = textwrap.dedent(

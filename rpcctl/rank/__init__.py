@@ -14,7 +14,8 @@ Modules::
     autohook    installs the hooks when torch (or monarch) is imported, in processes a rank spawns
     _site/      sitecustomize.py, put on the ranks' PYTHONPATH (processes a rank spawns)
     rrefs/      RRef tracking: the hooks' hot path and the sender's Tracker
-    calls       RPC call tracking: hooks and the sender's Summariser
+    calls       RPC call tracking, the hot path: the hooks on rpc_sync / rpc_async / remote
+    call_summary  the sender's side of it: counts, long calls, what this process serves
     collectives the Flight Recorder, read by the sender thread
     children    exit codes of the processes a rank started with multiprocessing
 

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rpcctl.devices import parse_visible_devices
-from rpcctl.rank import calls, collectives, rrefs
+from rpcctl.rank import call_summary, calls, collectives, rrefs
 from rpcctl.telemetry import protocol
 
 _reporter: _Reporter | None = None
@@ -178,6 +178,7 @@ def _after_fork_in_child() -> None:
     _reporter = None
     rrefs.after_fork_in_child()
     calls.after_fork_in_child()
+    call_summary.after_fork_in_child()
     collectives.after_fork_in_child()
     if old is not None:
         old.abandon()
@@ -277,7 +278,7 @@ class _Reporter:
     # -- the sender thread -----------------------------------------------------------------------
     def _run(self) -> None:
         tracker = rrefs.tracker()
-        summariser = calls.summariser()
+        summariser = call_summary.summariser()
         recorder = collectives.poller()
         next_probe = 0.0
         stopping = False
