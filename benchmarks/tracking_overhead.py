@@ -199,16 +199,17 @@ def micro(repeats: int = 15, n: int = 5000) -> dict[str, float]:
 
     import torch
 
+    from rpcctl.rank import patch
     from rpcctl.rank.rrefs import hooks, sender
 
-    hooks.install()
+    patch.install()
     x = torch.ones(16)
     Handle = _StandInRRef
 
     def bare(to, func, args=None, kwargs=None, timeout=-1.0):
         return Handle()
 
-    hook = hooks._wrap_remote(bare, -1.0)
+    hook = hooks.wrap_remote(bare, -1.0)
     queue: collections.deque = collections.deque()
 
     def sender_items(alive: bool) -> tuple[list, list]:

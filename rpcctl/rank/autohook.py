@@ -1,7 +1,7 @@
 """Install the RRef hooks in a process rpcctl did not bootstrap, as soon as it imports torch.
 
 ``sitecustomize`` (on the ranks' PYTHONPATH) calls ``install()``: a one-shot meta-path finder
-waits for ``import torch`` to finish, then wraps torch.distributed.rpc (``rrefs.install``).
+waits for ``import torch`` to finish, then patches torch.distributed (``patch.install``).
 In a process a rank started, it also registers the process for ``rpcctl stack``
 (``rpcctl.stacks``). Nothing else happens until the process calls ``init_rpc`` or
 ``rpcctl.report``. A process that
@@ -63,7 +63,7 @@ def _uninstall(hook: _ImportHook) -> None:
         pass
 
 
-# How the init_rpc hook joins telemetry (``rrefs.set_join``): given by whoever installs, since
+# How the init_rpc hook joins telemetry (``patch.set_join``): given by whoever installs, since
 # the reporter imports this module and so cannot be imported from here.
 _join: Any = None
 _mesh_join: Any = None
@@ -71,14 +71,11 @@ _mesh_join: Any = None
 
 def _torch_imported() -> None:
     try:
-        from rpcctl.rank import calls, collectives, rrefs
+        from rpcctl.rank import children, patch
 
-        collectives.install()
-        calls.install()  # first: rrefs' init_rpc hook goes around this one's (it joins telemetry, which this one then posts to)
         if _join is not None:
-            rrefs.set_join(_join)
-        rrefs.install()
-        from rpcctl.rank import children
+            patch.set_join(_join)
+        patch.install()
 
         children.install()  # mp.spawn's workers' exit codes (torch has imported multiprocessing)
     except Exception as exc:

@@ -1,9 +1,8 @@
 """RPC call tracking inside a process: who calls whom, for what, since when; and what this
 process is running for others right now.
 
-Hooks (installed when torch is imported, before ``init_rpc``: torch's RPC handler captures
-``api.rpc_sync`` / ``rpc_async`` / ``remote`` then, so RRef proxy calls,
-``rref.rpc_sync().method()``, go through them too):
+Hooks (``wrap_rpc_sync``, ``wrap_rpc_async``; ``patch`` puts them on torch, and tells
+``OBSERVER`` of ``init_rpc``):
 
 =================================  ==========================================================
 hook                               hot path
@@ -20,7 +19,7 @@ hook                               hot path
                                    creation future, complete once the owner ran the function);
                                    the others only call through: the hook's record of the
                                    handle counts them, on the sender
-``init_rpc``                       a ``join`` event when it starts (a rank stuck before it
+``init_rpc`` (``OBSERVER``)        a ``join`` event when it starts (a rank stuck before it
                                    is named by the watchdog), the worker list when it ends
 =================================  ==========================================================
 
@@ -60,6 +59,7 @@ from typing import Any
 
 from rpcctl.states import CallState
 from rpcctl.telemetry.protocol import MAX_QUEUE
+from rpcctl.rank.observer import Observer, TorchRpc
 from rpcctl.rank.rrefs import hooks
 from rpcctl.rank.rrefs.hooks import caller as _caller
 
@@ -88,9 +88,7 @@ _watched: deque[tuple[Any, ...]] = deque()  # untimed rpc_async calls: (future, 
 _seen_done: deque[tuple[tuple[Any, ...], str, float]] = deque()  # (watched, status, when seen) for the sender
 _run_function_code: Any = None  # torch's internal._run_function: a thread in it serves a call
 _sender_tid = 0  # the telemetry thread: its own calls (RRef descriptions) are not the job's
-_installed = False
 _local_invokes: tuple[Any, ...] = ()  # rref_proxy's functions behind rref.rpc_sync().method()
-_me: str | None = None
 _workers: dict[int, str] = {}
 _dropped = 0
 _remotes_timed = 0  # rpc.remote calls timed in this process
@@ -126,10 +124,6 @@ def _end(call: _Call) -> None:
 def _drop() -> None:
     global _dropped
     _dropped += 1
-
-
-def dropped() -> int:
-    return _dropped
 
 
 def _start(kind: str, to: Any, func: Any, args: Any) -> _Call | None:
@@ -211,7 +205,7 @@ def _sent(call: _Call, orig: Any, to: Any, func: Any, args: Any, kwargs: Any, ti
         raise
 
 
-def _wrap_rpc_sync(orig: Any, unset_timeout: float) -> Any:
+def wrap_rpc_sync(orig: Any, unset_timeout: float) -> Any:
     @functools.wraps(orig)
     def rpc_sync(to, func, args=None, kwargs=None, timeout=unset_timeout):  # noqa: ANN001 - torch's signature
         call = _start("rpc_sync", to, func, args) if _q is not None else None
@@ -226,7 +220,7 @@ def _wrap_rpc_sync(orig: Any, unset_timeout: float) -> Any:
     return rpc_sync
 
 
-def _wrap_rpc_async(orig: Any, unset_timeout: float) -> Any:
+def wrap_rpc_async(orig: Any, unset_timeout: float) -> Any:
     """rpc_async: the first ``ASYNC_TIMED_FIRST`` calls, then one in ``ASYNC_SAMPLE``, are timed
     (``_timed_async``); the others' futures are kept in ``_watched`` until seen done, so they
     are counted with their outcome, listed if long, but not timed."""
@@ -306,86 +300,51 @@ def _creation_future(rref: Any) -> Any:
     return rref._get_future()
 
 
-def _wrap_init_rpc(orig: Any) -> Any:
-    @functools.wraps(orig)
-    def init_rpc(*args: Any, **kwargs: Any) -> Any:
-        global _me, _workers
+class CallsObserver(Observer):
+    """The calls family, as ``patch`` and the reporter drive it."""
+
+    name = "calls"
+
+    def prepare(self, torch_rpc: TorchRpc) -> None:
+        global _local_invokes, _Tensor, _run_function_code
+        _run_function_code = getattr(torch_rpc.internal._run_function, "__code__", None)
+        _Tensor = torch_rpc.torch.Tensor
+        _local_invokes = (torch_rpc.rref_proxy._local_invoke, torch_rpc.rref_proxy._local_invoke_async_execution)
+
+    def activate(self, queue: Any) -> None:
+        global _q
+        _q = queue
+        hooks.set_remote_timer(_time_remote, functools.partial(_count_failure, "remote"))  # its part of the rpc.remote hook
+
+    def deactivate(self) -> None:
+        global _q
+        _q = None
+        hooks.set_remote_timer(None, None)
+
+    def after_fork_in_child(self) -> None:
+        """A forked child starts with nothing in flight and serves nothing."""
+        global _q, _dropped, _sender_tid, _remotes_timed
+        _q = None
+        _dropped = 0
+        _remotes_timed = 0
+        hooks.set_remote_timer(None, None)
+        _sender_tid = 0
+        _pending.clear()
+        _done.clear()
+        _watched.clear()
+        _seen_done.clear()
+
+    def dropped(self) -> int:
+        return _dropped
+
+    def rpc_starting(self) -> None:
         q = _q
         if q is not None:
             q.append({"e": "join", "t": _time()})
-        result = orig(*args, **kwargs)
-        try:
-            import torch.distributed.rpc as rpc
 
-            _me = rpc.get_worker_info().name
-            _workers = {info.id: info.name for info in rpc.api._get_current_rpc_agent().get_worker_infos()}
-        except Exception:
-            pass
-        return result
-
-    init_rpc._rpcctl_calls = True  # type: ignore[attr-defined]
-    return init_rpc
+    def rpc_started(self, info: dict[str, Any]) -> None:
+        global _workers
+        _workers = info["workers"]
 
 
-def install() -> bool:
-    """Wrap torch.distributed.rpc's call paths (idempotent), but for ``rpc.remote``: the RRef
-    hook there (``rrefs.install()``) times the calls of it that ``activate`` asks for."""
-    global _installed, _local_invokes, _Tensor, _run_function_code
-    if _installed:
-        return True
-    import torch.distributed as dist
-
-    if not dist.is_available():
-        return False
-    import torch.distributed.rpc as rpc
-
-    if not hasattr(rpc, "init_rpc"):
-        return False
-    from torch.distributed.rpc import api, internal, rref_proxy
-    from torch.distributed.rpc.constants import UNSET_RPC_TIMEOUT
-
-    _run_function_code = getattr(internal._run_function, "__code__", None)
-    if getattr(api.rpc_sync, "_rpcctl_calls", False):
-        _installed = True
-        return True
-    hooks.skip_frames_of(rpc)
-    import torch
-
-    _Tensor = torch.Tensor
-    _local_invokes = (rref_proxy._local_invoke, rref_proxy._local_invoke_async_execution)
-    wrappers = {"rpc_sync": _wrap_rpc_sync(api.rpc_sync, UNSET_RPC_TIMEOUT),
-                "rpc_async": _wrap_rpc_async(api.rpc_async, UNSET_RPC_TIMEOUT)}
-    for name, wrapped in wrappers.items():
-        setattr(api, name, wrapped)
-        setattr(rpc, name, wrapped)
-    # rref_proxy tells rref.rpc_async() from the blocking proxies by identity with this name.
-    rref_proxy.rpc_async = api.rpc_async
-    rpc.init_rpc = _wrap_init_rpc(rpc.init_rpc)
-    _installed = True
-    return True
-
-
-def activate(queue: Any) -> None:
-    global _q
-    _q = queue
-    hooks.set_remote_timer(_time_remote, functools.partial(_count_failure, "remote"))
-
-
-def deactivate() -> None:
-    global _q
-    _q = None
-    hooks.set_remote_timer(None, None)
-
-
-def after_fork_in_child() -> None:
-    """A forked child starts with nothing in flight and serves nothing."""
-    global _q, _dropped, _sender_tid, _remotes_timed
-    _q = None
-    _dropped = 0
-    _remotes_timed = 0
-    hooks.set_remote_timer(None, None)
-    _sender_tid = 0
-    _pending.clear()
-    _done.clear()
-    _watched.clear()
-    _seen_done.clear()
+OBSERVER = CallsObserver()

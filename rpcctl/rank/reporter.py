@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rpcctl.devices import parse_visible_devices
-from rpcctl.rank import call_summary, calls, collectives, rrefs
+from rpcctl.rank import call_summary, collectives, patch, rrefs
 from rpcctl.telemetry import protocol
 
 _reporter: _Reporter | None = None
@@ -102,7 +102,7 @@ def joining(hooks: bool = True) -> _Reporter | None:
 
 
 def join_at_init_rpc() -> Callable[[dict[str, Any]], None]:
-    """What the ``init_rpc`` hook calls (``rrefs.set_join``): join telemetry now, so a spawned
+    """What the ``init_rpc`` hook calls (``patch.set_join``): join telemetry now, so a spawned
     child shows up even if the rendezvous then hangs; the hook posts the "rpc" event after."""
     joining()
     return _post_now
@@ -126,7 +126,7 @@ def _install_hooks() -> None:
     autohook.install(join=join_at_init_rpc)
 
 
-HOOKS = {"rrefs": rrefs, "calls": calls}
+HOOKS = ("rrefs", "calls")  # the families of RPC hooks (patch.OBSERVERS) that set_hooks turns on and off
 
 
 def set_hooks(on: bool, only: str | None = None) -> None:
@@ -136,13 +136,13 @@ def set_hooks(on: bool, only: str | None = None) -> None:
     reporter = _reporter
     if reporter is None or not reporter.active:
         return
-    for name, hooks in HOOKS.items():
+    for name in HOOKS:
         if only is not None and name != only:
             continue
         if on:
-            hooks.activate(reporter.queue)
+            patch.OBSERVERS[name].activate(reporter.queue)
         else:
-            hooks.deactivate()
+            patch.OBSERVERS[name].deactivate()
 
 
 def post(event: dict[str, Any]) -> None:
@@ -176,10 +176,9 @@ def _after_fork_in_child() -> None:
     _lock = threading.Lock()
     old = _reporter
     _reporter = None
-    rrefs.after_fork_in_child()
-    calls.after_fork_in_child()
+    patch.after_fork_in_child()  # the hooks' side of every family
+    rrefs.sender.after_fork_in_child()  # the sender's
     call_summary.after_fork_in_child()
-    collectives.after_fork_in_child()
     if old is not None:
         old.abandon()
 
@@ -223,9 +222,7 @@ class _Reporter:
             except Exception:
                 self._process = None
             self.active = True
-            rrefs.activate(self.queue)
-            calls.activate(self.queue)
-            collectives.activate(self.queue)
+            patch.activate(self.queue)
             self._thread = threading.Thread(target=self._run, name="rpcctl-telemetry", daemon=True)
             self._thread.start()
         atexit.register(stop)
@@ -257,9 +254,7 @@ class _Reporter:
         self.wake.set()
         if thread is not threading.current_thread():
             thread.join(timeout)
-        rrefs.deactivate()
-        calls.deactivate()
-        collectives.deactivate()
+        patch.deactivate()
         self.active = False
         if not thread.is_alive() and self._sock is not None:
             self._sock.close()
@@ -303,13 +298,11 @@ class _Reporter:
             if events and not send_in_slices(self._send, events):
                 break
             self.cpu_s += time.thread_time() - cycle_started
-        rrefs.deactivate()
-        calls.deactivate()
-        collectives.deactivate()
+        patch.deactivate()
         self.active = False
 
     def _dropped(self) -> int:
-        return self.dropped + rrefs.dropped() + calls.dropped()
+        return self.dropped + patch.dropped()
 
     def _send(self, message: dict[str, Any]) -> bool:
         sock = self._sock

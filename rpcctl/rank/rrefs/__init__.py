@@ -23,13 +23,13 @@ it also watches each value, to see it freed). At most ``DESCRIBE_PER_CYCLE`` RRe
 per cycle: a burst of long-lived RRefs is described over the following cycles. So a
 short-lived RRef costs its creator a tuple and a dictionary lookup, and its owner nothing.
 
-The wrappers must be installed before ``init_rpc``: torch's RPC handler captures
+The wrappers must be installed before ``init_rpc`` (``patch.install``): torch's RPC handler captures
 ``api.remote`` then, for ``rref.remote()`` proxies. Never called here: ``rref._get_type()``
 (caches a Future and breaks later proxy calls) and ``rref._serialize()`` (registers a fork).
 
 Modules::
 
-    hooks     the hot path: the wrappers, install(), the queue they append to (activate)
+    hooks     the hot path: the wrappers (``patch`` puts them on torch), OBSERVER (the queue they append to)
     sender    the sender thread: Tracker (queue → events), in_slices (letting go of the GIL)
     values    describe(): type, shape, dtype, device and bytes of a value
 """
@@ -37,17 +37,7 @@ Modules::
 from __future__ import annotations
 
 from rpcctl.rank.rrefs import hooks, sender
-from rpcctl.rank.rrefs.hooks import activate, deactivate, dropped, install, set_join
 from rpcctl.rank.rrefs.sender import GIL_SLICE, Tracker, in_slices, pause, tracker
 from rpcctl.rank.rrefs.values import describe
 
-__all__ = [
-    "GIL_SLICE", "Tracker", "activate", "after_fork_in_child", "deactivate", "describe", "dropped",
-    "in_slices", "install", "pause", "set_join", "tracker",
-]
-
-
-def after_fork_in_child() -> None:
-    """A forked child starts with no queue and no state."""
-    hooks.after_fork_in_child()
-    sender.after_fork_in_child()
+__all__ = ["GIL_SLICE", "Tracker", "describe", "hooks", "in_slices", "pause", "sender", "tracker"]
