@@ -8,7 +8,7 @@ ranks of one ``rpcctl launch``, interleaved over several rounds.
 
 Why pairs: separate launches on a shared machine vary by more than the effect (one launch can
 be 20% off the next for no reason of its own). Here the same two processes run each shape with
-the hooks on and with them off (``rpcctl.telemetry.worker.set_hooks``: off, every hook calls
+the hooks on and with them off (``rpcctl.rank.reporter.set_hooks``: off, every hook calls
 straight through, in both ranks; the sender threads keep running, as they would), in blocks of
 alternating order (on-off, off-on, ...), so drift and warm-up hit both sides alike. A round's ratio is
 ``rate(on) / rate(off)``; the report is the median over rounds, with the lowest and highest
@@ -135,9 +135,9 @@ ONLY = os.environ.get("RPCCTL_COST_ONLY") or None  # --only: toggle one family o
 
 
 def _set_hooks(on: bool) -> None:
-    from rpcctl.telemetry import worker
+    from rpcctl.rank import reporter
 
-    worker.set_hooks(on, ONLY)
+    reporter.set_hooks(on, ONLY)
 
 
 def _job_cpu(ctx: dict) -> float:
@@ -238,7 +238,7 @@ def workload(shapes: list[str], rounds: int, profile: bool, threads: bool, resul
     rank = int(os.environ["RANK"])
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
     if rank == 0:
-        if "rpcctl.telemetry.worker" not in sys.modules:
+        if "rpcctl.rank.reporter" not in sys.modules:
             raise SystemExit("run under `rpcctl launch` with telemetry on: there is nothing to turn off here")
         ctx = {"rpc": rpc, "torch": torch, "x": torch.ones(16)}
         result: dict = {s: {"ratio": [], "on": [], "off": [], "cpu_on_us": [], "cpu_off_us": [], "job_on_us": [], "job_off_us": []}
@@ -279,7 +279,7 @@ def _profile(shapes: list[str], ctx: dict) -> dict[str, list]:
     import cProfile
     import pstats
 
-    telemetry_dir = str(ROOT / "rpcctl" / "telemetry")
+    telemetry_dir = str(ROOT / "rpcctl" / "rank")
     out = {}
     for shape in shapes:
         fn, ops = SHAPES[shape]

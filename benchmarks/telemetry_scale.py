@@ -10,7 +10,7 @@ rank, ``hello`` then one ``batch`` per ``SEND_INTERVAL_S``), for 8 to 1,024 rank
 
 What each synthetic rank sends, per second (``RATES``): the events a real rank's sender sent
 in a real job, counted on the wire by ``--measure``: 3 ranks (gloo, CPU) started with the real
-rank-side telemetry (``telemetry.worker.start``, as ``rpcctl.runtime`` does), each step a
+rank-side telemetry (``rank.reporter.start``, as ``rpcctl.rank.runtime`` does), each step a
 small matmul and an all_reduce of 4 KiB, an ``rpc_sync`` to rank 0 from the others, an
 ``rpc.remote`` held over 20 steps every 10 steps, and ``rpcctl.report(step, loss)``; the
 tap is a ``TelemetryServer`` that counts the events of each kind per rank before storing
@@ -153,8 +153,8 @@ class CountingServer(TelemetryServer):
 LOOP = textwrap.dedent(
     """
     import os, sys, time
-    from rpcctl.telemetry import worker
-    worker.start()  # what rpcctl.runtime does before the user's script
+    from rpcctl.rank import reporter
+    reporter.start()  # what rpcctl.rank.runtime does before the user's script
     import torch
     import torch.distributed as dist
     import torch.distributed.rpc as rpc

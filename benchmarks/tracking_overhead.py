@@ -89,7 +89,7 @@ def workload(calls: int, window: int, rounds: int) -> None:
         result: dict = {k: statistics.median(v) for k, v in rates.items()}
         tracking = _tracking_queue()
         if tracking is not None:
-            from rpcctl.telemetry.rrefs import hooks
+            from rpcctl.rank.rrefs import hooks
 
             pairs: dict[str, list[float]] = {"churn": [], "hold": []}
             for i in range(2 * rounds):
@@ -135,8 +135,9 @@ def gil(cycles: int = 10, per_cycle: int = 2000) -> dict[str, dict[str, float]]:
     import gc
     import threading
 
-    from rpcctl.telemetry import protocol, worker
-    from rpcctl.telemetry.rrefs import hooks, sender
+    from rpcctl.rank import reporter
+    from rpcctl.telemetry import protocol
+    from rpcctl.rank.rrefs import hooks, sender
 
     gc.freeze()  # as in a rank forked by rpcctl: a full collection must not land in a cycle
     report = {}
@@ -171,7 +172,7 @@ def gil(cycles: int = 10, per_cycle: int = 2000) -> dict[str, dict[str, float]]:
                 handles.clear()  # all released: the callbacks queue them
                 events += tracker.process(list(queue), 10.0)
                 queue.clear()
-                worker.send_in_slices(lambda message: bool(protocol.encode(message)), events)
+                reporter.send_in_slices(lambda message: bool(protocol.encode(message)), events)
                 cpu.append(time.thread_time() - started)
                 busy.clear()
                 time.sleep(0.05)
@@ -198,16 +199,17 @@ def micro(repeats: int = 15, n: int = 5000) -> dict[str, float]:
 
     import torch
 
-    from rpcctl.telemetry.rrefs import hooks, sender
+    from rpcctl.rank import patch
+    from rpcctl.rank.rrefs import hooks, sender
 
-    hooks.install()
+    patch.install()
     x = torch.ones(16)
     Handle = _StandInRRef
 
     def bare(to, func, args=None, kwargs=None, timeout=-1.0):
         return Handle()
 
-    hook = hooks._wrap_remote(bare, -1.0)
+    hook = hooks.wrap_remote(bare, -1.0)
     queue: collections.deque = collections.deque()
 
     def sender_items(alive: bool) -> tuple[list, list]:
@@ -243,7 +245,7 @@ def micro(repeats: int = 15, n: int = 5000) -> dict[str, float]:
 
 def _tracking_queue():
     """The live tracking queue when this rank runs under rpcctl with telemetry on, else None."""
-    hooks = sys.modules.get("rpcctl.telemetry.rrefs.hooks")
+    hooks = sys.modules.get("rpcctl.rank.rrefs.hooks")
     return getattr(hooks, "_q", None)
 
 

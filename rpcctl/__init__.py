@@ -9,6 +9,6 @@ def report(step: int | None = None, loss: float | None = None, **metrics: float)
     Never blocks: the record is queued for a background sender, and dropped (and counted) if
     the queue is full. Outside rpcctl it does nothing, so scripts stay runnable under torchrun.
     """
-    from rpcctl.telemetry import worker
+    from rpcctl.rank import reporter
 
-    worker.report(step=step, loss=loss, **metrics)
+    reporter.report(step=step, loss=loss, **metrics)

@@ -1,7 +1,7 @@
 """What the hang watchdog says about collectives (issue 27): who waits in which collective, who
 has not entered it, and who called another one at the same sequence number.
 
-Input: the store's ``coll_groups`` rows of the live processes (``telemetry.collectives``: per
+Input: the store's ``coll_groups`` rows of the live processes (``rank.collectives``: per
 process and group, the last collective entered and completed, and the one in flight with its
 op and sizes) and the watchdog's ``Proc``s (stacks dumped). Pure: no I/O here.
 

@@ -2,7 +2,7 @@
 
 rpcctl runs inside every rank: its bootstrap (``runtime.py``) calls the script, and its call
 tracking wraps ``rpc_sync``/``rpc_async``/``remote``. So a user's traceback would go
-``train.py -> rpcctl/telemetry/calls.py -> torch``, and a stack dump shows rpcctl's threads
+``train.py -> rpcctl/rank/calls.py -> torch``, and a stack dump shows rpcctl's threads
 beside the user's. As importlib does for its own frames, rpcctl takes them out of what it
 prints: the rank's uncaught exceptions (``drop_own_frames``, so its log, error file and the
 launcher's verdict agree) and ``rpcctl stack`` (``hide_own_frames``). The evidence on disk
@@ -82,7 +82,7 @@ def _without_own_frames(tb: types.TracebackType | None) -> types.TracebackType |
 _THREAD = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):")
 _FRAME = re.compile(r'^\s+File "(.*)", line \d+ in (.*)$')
 # Threads rpcctl starts in a rank, by the module their loop runs in.
-_THREAD_ROLES = {"telemetry/worker.py": "rpcctl's telemetry sender", "telemetry/forward.py": "rpcctl's telemetry relay"}
+_THREAD_ROLES = {"rank/reporter.py": "rpcctl's telemetry sender", "telemetry/forward.py": "rpcctl's telemetry relay"}
 
 
 def hide_own_frames(dump: str) -> str:

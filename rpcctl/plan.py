@@ -52,7 +52,7 @@ class NodeFacts:
 class RankPlan:
     rank: int
     local_rank: int
-    argv: list[str]  # the command, as `python -P -m rpcctl.runtime SCRIPT ARGS` (script_argv: from SCRIPT)
+    argv: list[str]  # the command, as `python -P -m rpcctl.rank.runtime SCRIPT ARGS` (script_argv: from SCRIPT)
     env: dict[str, str]  # the contract: added on top of the launcher's environment
     device: str  # "cpu", "cuda:N" (physical index) or "inherit"
     log: str

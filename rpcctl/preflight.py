@@ -54,7 +54,7 @@ def check_before_spawn(spec: JobSpec) -> None:
 
 
 def check_script(spec: JobSpec) -> None:
-    """Every rank runs ``python -m rpcctl.runtime SCRIPT``: a script that does not compile would
+    """Every rank runs ``python -m rpcctl.rank.runtime SCRIPT``: a script that does not compile would
     fail in every rank at once."""
     script = spec.script
     try:
@@ -121,7 +121,7 @@ def module_exists(name: str) -> bool:
 
 
 def worker_names(spec: JobSpec) -> list[str]:
-    """Every rank's worker name, as ``rpcctl.runtime`` renders ``rpc.name``; refuse one torch
+    """Every rank's worker name, as ``rpcctl.rank.runtime`` renders ``rpc.name``; refuse one torch
     would reject and one that two ranks share."""
     nproc = spec.nproc_per_node
     world = min(nproc * spec.nnodes, MAX_NAMES_CHECKED)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-RUNTIME = "rpcctl.runtime"  # the in-rank bootstrap
+RUNTIME = "rpcctl.rank.runtime"  # the in-rank bootstrap
 RANK_SERVER = "rpcctl.rank_server"
 
 

@@ -14,7 +14,7 @@ Start methods:
   rank. No thread, RPC agent or CUDA context exists in the server, so the fork is safe, and N
   ranks cost one ``import torch`` instead of N.
 - ``spawn``: the server preloads nothing and each forked child ``exec``\\s a fresh interpreter
-  (``python -P -m rpcctl.runtime SCRIPT ARGS``), for scripts that must run before torch is imported.
+  (``python -P -m rpcctl.rank.runtime SCRIPT ARGS``), for scripts that must run before torch is imported.
 
 Protocol: JSON messages over a ``SOCK_SEQPACKET`` socket pair; a spawn request carries the
 write end of the rank's output pipe as SCM_RIGHTS. Launcher → server: ``spawn``, ``shutdown``.
@@ -212,9 +212,9 @@ def run_child(task: ChildTask) -> int:
     os.environ.update(task.env)
     if task.exec_fresh:
         os.execve(sys.executable, [*module_command(RUNTIME), *task.argv], task.env)
-    from rpcctl import runtime
-
-    return runtime.run_rank(task.argv)
+    # Named, not imported at the top: the launcher side never imports the rank package; this
+    # forked child becomes the rank here.
+    return importlib.import_module(RUNTIME).run_rank(task.argv)
 
 
 def main() -> None:

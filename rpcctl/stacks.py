@@ -3,7 +3,7 @@
 
 Ranks register in rpcctl's bootstrap (``runtime.py``) and write ``stacks/rank-N.txt``.
 Python processes that a rank starts itself (``mp.spawn``, ``subprocess``) register when they
-import torch (the import hook rpcctl's ``sitecustomize`` installs, ``telemetry/autohook.py``)
+import torch (the import hook rpcctl's ``sitecustomize`` installs, ``rank/autohook.py``)
 and write ``stacks/pid-<pid>-<start>.txt``. That file is also the
 proof that the process answers SIGUSR1 with a dump; to any other process SIGUSR1 is fatal,
 so nothing without one is signalled. ``<start>`` is the process's start time as /proc gives

@@ -38,7 +38,7 @@ name, and ``args.ident``).
 
 Calls that ended within 1 s are not in the telemetry one by one; their per caller → callee
 summary is in ``otherData.calls``. Collectives are the ones each rank lists (the first 64 of a
-group, then every 16th: ``telemetry.collectives``), the same sequence numbers on every rank.
+group, then every 16th: ``rank.collectives``), the same sequence numbers on every rank.
 Bounded size for long runs: at most ``MAX_SPANS`` call and served-function spans each (the
 longest kept), ``MAX_RREFS`` RRef spans (the longest-lived kept), ``MAX_COLLECTIVES`` collective
 spans or a quarter of ``max_events`` (whole (pg, seq) sets, the longest from first entry to last

@@ -356,7 +356,7 @@ class HangWatchdog:
         marks = s.rows(
             "SELECT (SELECT max(updated_at) FROM call_stats WHERE restart = ?) AS a, (SELECT max(ended_at) FROM calls WHERE restart = ?) AS b,"
             " (SELECT time FROM losses WHERE restart = ? ORDER BY id DESC LIMIT 1) AS c", (self._restart,) * 3)
-        # A collective completing is progress (telemetry.collectives: the cycle that saw it).
+        # A collective completing is progress (rank.collectives: the cycle that saw it).
         self._groups = s.rows("SELECT * FROM coll_groups WHERE restart = ? AND proc_id IN (SELECT proc_id FROM procs"
                               " WHERE restart = ? AND ended_at IS NULL)", (self._restart, self._restart))
         completed = [g["completed_at"] for g in self._groups if g["completed_at"] is not None]

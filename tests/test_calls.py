@@ -10,7 +10,8 @@ import pytest
 
 from conftest import assert_no_process_left, kill_if_running, only_run, rpcctl, start_rpcctl, wait_until
 from rpcctl import inspect
-from rpcctl.telemetry import calls as tracking
+from rpcctl.rank import call_summary, calls as tracking
+from rpcctl.telemetry import histogram
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -114,15 +115,15 @@ def test_bucket_quantiles_stay_within_a_bucket():
     durations = [0.0003] * 90 + [0.02] * 10
     hist: dict[int, int] = {}
     for d in durations:
-        hist[tracking.bucket(d)] = hist.get(tracking.bucket(d), 0) + 1
-    p50, p99 = tracking.quantile(hist, 0.5), tracking.quantile(hist, 0.99)
+        hist[histogram.bucket(d)] = hist.get(histogram.bucket(d), 0) + 1
+    p50, p99 = histogram.quantile(hist, 0.5), histogram.quantile(hist, 0.99)
     assert 0.0003 / 1.2 < p50 < 0.0003 * 1.2
     assert 0.02 / 1.2 < p99 < 0.02 * 1.2
-    assert tracking.quantile({}, 0.5) is None
-    few = {tracking.bucket(0.002): 2, tracking.bucket(0.006): 1}  # 3 calls: the p99 is the slowest's
-    assert 0.006 / 1.2 < tracking.quantile(few, 0.99) < 0.006 * 1.2
-    assert 0.002 / 1.2 < tracking.quantile(few, 0.5) < 0.002 * 1.2
-    assert 0.002 / 1.2 < tracking.quantile({tracking.bucket(0.002): 1}, 0.0) < 0.002 * 1.2
+    assert histogram.quantile({}, 0.5) is None
+    few = {histogram.bucket(0.002): 2, histogram.bucket(0.006): 1}  # 3 calls: the p99 is the slowest's
+    assert 0.006 / 1.2 < histogram.quantile(few, 0.99) < 0.006 * 1.2
+    assert 0.002 / 1.2 < histogram.quantile(few, 0.5) < 0.002 * 1.2
+    assert 0.002 / 1.2 < histogram.quantile({histogram.bucket(0.002): 1}, 0.0) < 0.002 * 1.2
 
 
 def test_a_live_job_shows_its_calls_in_flight_the_summary_and_the_callee_view(tmp_path, runs_dir):
@@ -324,8 +325,8 @@ def test_torchscript_functions_are_named_by_their_own_name(tmp_path, monkeypatch
     import scripted_steps
 
     assert isinstance(scripted_steps.scaled, torch.jit.ScriptFunction)
-    assert tracking.qualname(scripted_steps.scaled) == "scripted_steps.scaled"
-    assert tracking.qualname(textwrap.dedent) == "textwrap.dedent"  # a Python function, as before
+    assert call_summary.qualname(scripted_steps.scaled) == "scripted_steps.scaled"
+    assert call_summary.qualname(textwrap.dedent) == "textwrap.dedent"  # a Python function, as before
 
 
 MANY_ASYNC = textwrap.dedent(

@@ -12,7 +12,7 @@ from conftest import WORKERS, launch_job, rpcctl
 from test_trace import validate
 
 from rpcctl import inspect
-from rpcctl.telemetry import collectives
+from rpcctl.rank import collectives
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -13,7 +13,7 @@ from conftest import launch_job as launch
 from rpcctl.frames import PACKAGE_DIR, drop_own_frames, hide_own_frames, short_path
 
 # Rank 0 calls a function that raises on rank 1: the exception comes back through rpc_sync,
-# which rpcctl's call tracking wraps (rpcctl/telemetry/calls.py), and kills rank 0.
+# which rpcctl's call tracking wraps (rpcctl/rank/calls.py), and kills rank 0.
 REMOTE_ERROR_JOB = """
 import os
 import torch.distributed.rpc as rpc
@@ -43,7 +43,7 @@ def test_a_ranks_traceback_through_rpcctls_call_tracking(tmp_path, runs_dir, all
     log = (run_dir / "logs" / "rank-0.log").read_text()
     for text in (callstack, log, result.stderr):
         assert 'remote_error.py", line 12, in <module>' in text and "torch/distributed/rpc/api.py" in text, text
-        assert ("rpcctl/telemetry/calls.py" in text) == all_frames, text
+        assert ("rpcctl/rank/calls.py" in text) == all_frames, text
     assert rec["root_cause"]["traceback"] == callstack
     kept = yaml.safe_load((run_dir / "config.yaml").read_text())["env"]  # a replay keeps the choice
     assert kept.get("RPCCTL_ALL_FRAMES") == ("1" if all_frames else None), kept
@@ -73,7 +73,7 @@ def _files(tb):
 
 
 def test_a_stack_dump_keeps_the_user_and_names_rpcctls_threads():
-    own = PACKAGE_DIR + "telemetry/worker.py"
+    own = PACKAGE_DIR + "rank/reporter.py"
     dump = (
         "Thread 0x00007f0000000001 (most recent call first):\n"
         '  File "/usr/lib/python3.11/threading.py", line 331 in wait\n'
@@ -82,7 +82,7 @@ def test_a_stack_dump_keeps_the_user_and_names_rpcctls_threads():
         "\n"
         "Current thread 0x00007f0000000002 (most recent call first):\n"
         '  File "/venv/lib/python3.11/site-packages/torch/distributed/rpc/api.py", line 842 in rpc_sync\n'
-        f'  File "{PACKAGE_DIR}telemetry/calls.py", line 145 in rpc_sync\n'
+        f'  File "{PACKAGE_DIR}rank/calls.py", line 145 in rpc_sync\n'
         '  File "/home/me/train.py", line 7 in <module>\n'
         f'  File "{PACKAGE_DIR}runtime.py", line 125 in _run_script\n'
         f'  File "{PACKAGE_DIR}rank_server.py", line 268 in <module>\n'

@@ -117,7 +117,7 @@ def test_uncaught_exception_is_written_to_the_error_file_with_the_users_tracebac
     error = json.loads((run_dir / "errors" / "rank-1.json").read_text())
     assert error["message"]["message"] == "ValueError: bad value in rank 1"
     callstack = error["message"]["extraInfo"]["py_callstack"]
-    assert "behave.py" in callstack and "rpcctl/runtime.py" not in callstack
+    assert "behave.py" in callstack and "rpcctl/rank/runtime.py" not in callstack
     assert rec["root_cause"]["traceback"] == callstack
     assert 'raise ValueError(f"bad value in rank {rank}")' in result.stderr
 

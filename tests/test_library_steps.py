@@ -1,4 +1,4 @@
-"""Losses at the training library's own global step (``rpcctl.telemetry.steps``): a real Hugging
+"""Losses at the training library's own global step (``rpcctl.rank.steps``): a real Hugging
 Face Trainer and a real Lightning run under rpcctl, the script unchanged, with gradient
 accumulation and a logging interval (tests/workers/library_steps.py). Needs the libraries (the
 corpus extra); each test skips without its library."""

@@ -307,7 +307,7 @@ def test_a_real_library_run_under_launch(tmp_path, runs_dir, module, monkeypatch
     expected = json.loads(truth.read_text())
     records = inspect.losses(run_dir)
     assert records, result.stdout[-3000:]
-    if module == "transformers":  # from rpcctl's Trainer callback (rpcctl.telemetry.steps): at the global step
+    if module == "transformers":  # from rpcctl's Trainer callback (rpcctl.rank.steps): at the global step
         assert [(r.step, r.source) for r in records] == [(t["step"], "transformers") for t in expected]
         assert [r.loss for r in records] == pytest.approx([t["loss"] for t in expected], rel=1e-3)
     elif module == "pytorch_lightning":  # the same, Lightning's: every optimizer step (4 an epoch), not the bar's

@@ -100,7 +100,7 @@ def test_torchrun_env_contract_per_rank(spec, run_dir, script):
         assert all(isinstance(k, str) and isinstance(v, str) for k, v in rank.env.items())
         assert rank.error_file == rank.env["TORCHELASTIC_ERROR_FILE"]
         assert rank.log == str(run_dir / "logs" / f"rank-{i}.log")
-        assert rank.argv == [sys.executable, "-P", "-m", "rpcctl.runtime", str(script), "--lr", "0.1"]
+        assert rank.argv == [sys.executable, "-P", "-m", "rpcctl.rank.runtime", str(script), "--lr", "0.1"]
         assert rank.script_argv == [str(script), "--lr", "0.1"]
     # per-rank files are distinct
     for attr in ("error_file", "log"):
@@ -403,7 +403,7 @@ def test_dry_run_table(cli, config, tmp_path, script):
         row = next(r for r in rows if r[:2] == [str(i), str(i)])  # RANK LOCAL ...
         assert any(cell.endswith(f"logs/rank-{i}.log") for cell in row)
         assert f"RANK={i}" in row  # per-rank env is shown in the rank's row
-    assert f"{sys.executable} -P -m rpcctl.runtime {script.resolve()} --steps 5" in out
+    assert f"{sys.executable} -P -m rpcctl.rank.runtime {script.resolve()} --steps 5" in out
     assert "MY_VAR" in out and "hello" in out  # shared env in the environment table
     assert "MASTER_ADDR" in out
     assert not runs.exists()

@@ -21,7 +21,7 @@ SCRIPT = textwrap.dedent(
 
     import torch
     import torch.distributed.rpc as rpc
-    from rpcctl.telemetry import worker as telemetry
+    from rpcctl.rank import reporter as telemetry
 
     _cache = []
 

@@ -71,11 +71,11 @@ def test_call_latency_is_the_mean_of_the_timed_calls_not_of_all_counted():
     """rpc.remote: every call is counted, one in REMOTE_SAMPLE timed (total_s sums those, the
     histogram counts them): the figure is total / timed, as `inspect calls` computes its mean."""
     from rpcctl.inspect.stragglers import _slow_callees
-    from rpcctl.telemetry import calls as tracking
+    from rpcctl.telemetry import histogram
 
     def row(callee, seconds, timed=10, counted=160):
         return {"callee": callee, "func": "make", "count": counted, "total_s": seconds * timed,
-                "hist": json.dumps({str(tracking.bucket(seconds)): timed})}
+                "hist": json.dumps({str(histogram.bucket(seconds)): timed})}
 
     stats = [row("worker1", 0.002), row("worker2", 0.002), row("worker3", 0.05)]
     [slow] = _slow_callees(stats, {"worker1": 1, "worker2": 2, "worker3": 3})

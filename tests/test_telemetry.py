@@ -16,7 +16,8 @@ import pytest
 
 from conftest import wait_until
 from rpcctl import inspect
-from rpcctl.telemetry import protocol, worker
+from rpcctl.rank import reporter as worker
+from rpcctl.telemetry import protocol
 from rpcctl.telemetry.channel import SITE_DIR
 from rpcctl.telemetry.dashboard import dashboard_panels
 from rpcctl.telemetry.losses import LossParser
@@ -121,7 +122,7 @@ def test_a_socket_path_too_long_moves_to_a_private_directory(tmp_path):
 
 
 def test_each_rank_keeps_the_losses_of_its_most_direct_source(server):
-    # rpcctl.report() before a library's trainer callback (rpcctl.telemetry.steps) before printed
+    # rpcctl.report() before a library's trainer callback (rpcctl.rank.steps) before printed
     # lines: a loss is never counted twice, whichever ones a rank has.
     srv, env = server
     path = env[protocol.ENV_SOCKET]
@@ -260,12 +261,12 @@ def test_ranks_on_two_hosts_with_the_same_pid_stay_apart(server):
 
 def test_a_worker_that_cannot_reach_the_server_disables_itself(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv(protocol.ENV_SOCKET, str(tmp_path / "nowhere.sock"))
-    monkeypatch.setattr(worker, "_worker", None)
+    monkeypatch.setattr(worker, "_reporter", None)
     worker.report(step=1, loss=0.5)  # joins lazily; fails once, quietly, then stays off
     worker.report(step=2, loss=0.4)
     assert "telemetry disabled" in capfd.readouterr().err
-    assert worker._worker is not None and worker._worker.failed and not worker._worker.active
-    monkeypatch.setattr(worker, "_worker", None)
+    assert worker._reporter is not None and worker._reporter.failed and not worker._reporter.active
+    monkeypatch.setattr(worker, "_reporter", None)
 
 
 def test_a_burst_of_events_arrives_whole_in_slices(server):
@@ -273,7 +274,7 @@ def test_a_burst_of_events_arrives_whole_in_slices(server):
     to let RPC threads have the GIL) still delivers every event, once, in order."""
     srv, env = server
     code = (
-        "from rpcctl.telemetry import rrefs, worker\n"
+        "from rpcctl.rank import reporter as worker, rrefs\n"
         "worker.start()\n"
         "n = 10 * rrefs.GIL_SLICE + 7\n"
         "for step in range(n):\n"
@@ -291,11 +292,11 @@ def test_a_burst_of_events_arrives_whole_in_slices(server):
 
 def test_report_outside_rpcctl_is_a_no_op(monkeypatch):
     monkeypatch.delenv(protocol.ENV_SOCKET, raising=False)
-    monkeypatch.setattr(worker, "_worker", None)
+    monkeypatch.setattr(worker, "_reporter", None)
     worker.report(step=1, loss=0.5, acc=1)
     worker.start()
     worker.stop()
-    assert worker._worker is None
+    assert worker._reporter is None
 
 
 def test_dashboard_panels(server):

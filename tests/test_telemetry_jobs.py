@@ -213,7 +213,7 @@ def test_a_live_job_shows_its_rrefs_workers_stacks_and_losses(tmp_path, runs_dir
         assert "rpcctl's telemetry sender (hidden; --all-frames shows it)" in result.stdout, result.stdout
         assert "/rpcctl/" not in result.stdout and "[rpcctl frames hidden]" in result.stdout, result.stdout
         everything = rpcctl("stack", "--rank", "0", "--all-frames", "--runs-dir", str(runs_dir)).stdout
-        assert "rpcctl/telemetry/worker.py" in everything and "rpcctl/runtime.py" in everything, everything
+        assert "rpcctl/rank/reporter.py" in everything and "rpcctl/rank/runtime.py" in everything, everything
 
         # Deleting changes the state; releasing the fork removes the holder.
         (sync / "delete").touch()
@@ -307,7 +307,7 @@ def test_report_in_a_forked_child_uses_its_own_connection(tmp_path):
     code = textwrap.dedent(
         """
         import os
-        from rpcctl.telemetry import worker
+        from rpcctl.rank import reporter as worker
         worker.start()
         worker.report(step=0, loss=1.0)
         pid = os.fork()

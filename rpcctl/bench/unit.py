@@ -1,4 +1,4 @@
-"""The program every rank of a bench unit runs: ``rpcctl.runtime unit.py --unit UNIT.json``.
+"""The program every rank of a bench unit runs: ``rpcctl.rank.runtime unit.py --unit UNIT.json``.
 
 rpcctl's launcher starts it in every rank of one *unit* (a transport at one world size).
 The unit file (written by ``rpcctl.bench.runner``) names the transport, its settings, the

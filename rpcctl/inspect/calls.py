@@ -28,7 +28,7 @@ from typing import Any
 from rpcctl.console import HIGH, KEY, LOW, Column, human_bytes, human_seconds, iso_time
 from rpcctl.inspect._store import _column, _loads, _Store
 from rpcctl.states import CallState, ServingState
-from rpcctl.telemetry import calls as tracking
+from rpcctl.telemetry.histogram import quantile
 
 
 def _duration(value: float) -> str:
@@ -264,8 +264,8 @@ def _summary(stat_rows: list[Any], pending: list[PendingCall]) -> list[CallSumma
         count, timed = entry["count"], sum(entry["hist"].values())
         out.append(CallSummary(
             caller=key[0], callee=key[1], func=key[2], kind=key[3], count=count, timed=timed,
-            p50_s=_at_most(tracking.quantile(entry["hist"], 0.5), entry["max"]),
-            p99_s=_at_most(tracking.quantile(entry["hist"], 0.99), entry["max"]),
+            p50_s=_at_most(quantile(entry["hist"], 0.5), entry["max"]),
+            p99_s=_at_most(quantile(entry["hist"], 0.99), entry["max"]),
             # None where no call was timed and none was long (an untimed call's duration is not known)
             max_s=entry["max"] if count and (timed or entry["max"]) else None,
             mean_s=entry["total"] / timed if timed else None,

@@ -2,7 +2,7 @@
 
 From the store's ``coll_groups`` (per rank and group: the last collective entered and completed,
 and the one in flight), ``coll_stats`` (per rank, group and op: count, input bytes, a duration
-histogram) and ``collectives`` (sampled collectives), which ``telemetry.collectives`` fills from
+histogram) and ``collectives`` (sampled collectives), which ``rank.collectives`` fills from
 torch's Flight Recorder. Durations are upper bounds (gloo records no completion time: see that
 module); p50/p99 come from histogram bucket middles, as the calls view's do.
 
@@ -34,7 +34,7 @@ from typing import Any
 
 from rpcctl.console import KEY, Column, human_bytes, human_seconds, join
 from rpcctl.inspect._store import _loads, _Store
-from rpcctl.telemetry.calls import quantile
+from rpcctl.telemetry.histogram import quantile
 
 
 RECENT_SAMPLED = 10_000

@@ -5,7 +5,7 @@ and pids).
 
 A rank's state is the run record's word for it (``RankStatus``: pending, running, succeeded,
 failed, killed), as ``rpcctl runs`` says it. A spawned child is running, then, by the exit status
-its parent reaped (``telemetry.children``: mp.spawn's workers), ``succeeded`` (exit 0),
+its parent reaped (``rank.children``: mp.spawn's workers), ``succeeded`` (exit 0),
 ``failed`` (EXIT its code) or ``killed`` (by a signal: mp.spawn ends the others when one fails),
 or ``exited`` where its parent did not tell (a process started with ``subprocess``)."""
 

@@ -4,7 +4,7 @@ Process tree and data flow::
 
     launcher process (no torch)                        rank processes (torch)
     ─────────────────────────                          ──────────────────────
-    TelemetryServer ── one thread ── SQLite (WAL)      worker.start(): hooks + one sender thread
+    TelemetryServer ── one thread ── SQLite (WAL)      reporter.start(): hooks + one sender thread
        ▲  <run_dir>/telemetry.db (the only writer)        │ hot path: append a tuple to a bounded
        │                                                  │ deque (drop + count when full)
        │  Unix socket <run_dir>/telemetry.sock (0600,     │ sender thread, every 0.1 s: resolve ids,
@@ -20,20 +20,20 @@ Process tree and data flow::
     readers: rpcctl.inspect (SDK) ── rpcctl inspect ... / the live dashboard / leaked_rrefs()
 
 Environment contract (``TelemetryServer.start()`` returns the first two; the rank's
-``worker.start()`` adds the rest for the processes it spawns):
+``rank.reporter.start()`` adds the rest for the processes it spawns):
 
 ==========================  =========================================================
 variable                    meaning
 ==========================  =========================================================
 RPCCTL_TELEMETRY_SOCKET     path of the run's Unix socket; no telemetry when unset
-PYTHONPATH                  prefixed with the sitecustomize folder (``_site``)
+PYTHONPATH                  prefixed with the sitecustomize folder (``rank/_site``)
 RPCCTL_TELEMETRY_RANK       the launcher rank a process descends from
 RPCCTL_TELEMETRY_RANK_PID   the pid of that rank: any other pid is a spawned child
 RPCCTL_TELEMETRY_DISABLE    set to 1 to switch tracking off (benchmarks)
 ==========================  =========================================================
 
-Modules: ``protocol`` (names and framing shared by both sides), ``worker`` and ``rrefs``
-(inside ranks), ``autohook`` and ``_site/sitecustomize.py`` (processes ranks spawn),
-``server`` and ``store`` (inside the launcher), ``losses`` (the log parser), ``dashboard``
-(panels for the live view). Only ``rrefs`` touches torch, and never imports it first.
+Modules: ``protocol`` and ``histogram`` (the wire: shared by both sides), ``server``, ``store``,
+``channel`` and ``forward`` (inside the launcher), ``losses`` (the log parser), ``dashboard``
+(panels for the live view). What runs inside ranks is the ``rpcctl.rank`` package (the
+reporter, the hooks, ``_site/sitecustomize.py``), which this package never imports.
 """

@@ -40,7 +40,7 @@ from typing import Any
 
 from rpcctl.telemetry import protocol
 
-SITE_DIR = Path(__file__).resolve().parent / "_site"
+SITE_DIR = Path(__file__).resolve().parents[1] / "rank" / "_site"  # the rank package's sitecustomize, named, not imported
 
 
 # -- framing --------------------------------------------------------------------------------------

@@ -63,7 +63,7 @@ pgjoin     call (init_process_group or new_group began in this process)
 error      message (the sender hit a bug of its own; not stored)
 bye        dropped (the worker stopped cleanly)
 cexit      pid, code (a process this one started with multiprocessing ended: its exit code, or
-           minus its signal's number; ``telemetry.children``)
+           minus its signal's number; ``rank.children``)
 =========  =========================================================================
 """
 

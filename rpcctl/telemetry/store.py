@@ -421,7 +421,7 @@ class StoreWriter:
         source = source if source in LOSS_SOURCES and source != "log" else "report"  # a process never sends a printed line's
         self.loss(rank if rank is not None else -1, proc.restart, ev.get("step"), ev.get("epoch"), ev.get("loss"), ev.get("metrics"), t, source)
 
-    # -- calls (``rpcctl.telemetry.calls``) ------------------------------------------------------
+    # -- calls (``rpcctl.rank.calls``) ------------------------------------------------------
     def _ev_join(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         self._x("UPDATE procs SET rpc_join_at = coalesce(rpc_join_at, ?) WHERE proc_id = ?", (t, proc.proc_id))
 

@@ -1,7 +1,7 @@
 """Install the RRef hooks in a process rpcctl did not bootstrap, as soon as it imports torch.
 
 ``sitecustomize`` (on the ranks' PYTHONPATH) calls ``install()``: a one-shot meta-path finder
-waits for ``import torch`` to finish, then wraps torch.distributed.rpc (``rrefs.install``).
+waits for ``import torch`` to finish, then patches torch.distributed (``patch.install``).
 In a process a rank started, it also registers the process for ``rpcctl stack``
 (``rpcctl.stacks``). Nothing else happens until the process calls ``init_rpc`` or
 ``rpcctl.report``. A process that
@@ -66,22 +66,19 @@ def _uninstall(hook: _ImportHook) -> None:
         pass
 
 
-# How the init_rpc hook joins telemetry (``rrefs.set_join``): given by whoever installs, since
-# the worker imports this module and so cannot be imported from here.
+# How the init_rpc hook joins telemetry (``patch.set_join``): given by whoever installs, since
+# the reporter imports this module and so cannot be imported from here.
 _join: Any = None
 _mesh_join: Any = None
 
 
 def _torch_imported() -> None:
     try:
-        from rpcctl.telemetry import calls, collectives, rrefs
+        from rpcctl.rank import children, patch
 
-        collectives.install()
-        calls.install()  # first: rrefs' init_rpc hook goes around this one's (it joins telemetry, which this one then posts to)
         if _join is not None:
-            rrefs.set_join(_join)
-        rrefs.install()
-        from rpcctl.telemetry import children
+            patch.set_join(_join)
+        patch.install()
 
         children.install()  # mp.spawn's workers' exit codes (torch has imported multiprocessing)
     except Exception as exc:
@@ -141,15 +138,15 @@ def _join_as_mesh_process() -> None:
 
 def install(join: Any = None, mesh_join: Any = None, report: Any = None) -> None:
     """Hook torch.distributed.rpc now, or when torch is imported. ``join``: what the init_rpc
-    hook calls to join this process to telemetry (``worker.join_at_init_rpc``); ``mesh_join``:
-    how a Monarch mesh process joins (``worker.joining(hooks=False)``); ``report``: how a
-    library's trainer callback sends a loss (``worker.report_loss``)."""
+    hook calls to join this process to telemetry (``reporter.join_at_init_rpc``); ``mesh_join``:
+    how a Monarch mesh process joins (``reporter.joining(hooks=False)``); ``report``: how a
+    library's trainer callback sends a loss (``reporter.report_loss``)."""
     global _join, _mesh_join
     if join is not None:
         _join = join
     if mesh_join is not None:
         _mesh_join = mesh_join
-    from rpcctl.telemetry import steps
+    from rpcctl.rank import steps
 
     if report is not None:
         steps.set_report(report)

@@ -15,7 +15,7 @@ hook                                         what it records (hot path: one tupl
 ===========================================  =================================================
 
 Deleting a handle fires its weakref callback (one more tuple). Everything else runs on the
-worker's sender thread (``Tracker.process``), after ``MIN_AGE_S``: RRefs gone by then are only
+reporter's sender thread (``Tracker.process``), after ``MIN_AGE_S``: RRefs gone by then are only
 counted per call site (``churn``); the others get their ids (``str(rref)``), owner and call
 site resolved, and — once the owner confirmed them — a batched ``rpc_async`` per owner asks
 the owner to describe the values (``_describe_on_owner``: type, shape, dtype, device, bytes;
@@ -23,31 +23,21 @@ it also watches each value, to see it freed). At most ``DESCRIBE_PER_CYCLE`` RRe
 per cycle: a burst of long-lived RRefs is described over the following cycles. So a
 short-lived RRef costs its creator a tuple and a dictionary lookup, and its owner nothing.
 
-The wrappers must be installed before ``init_rpc``: torch's RPC handler captures
+The wrappers must be installed before ``init_rpc`` (``patch.install``): torch's RPC handler captures
 ``api.remote`` then, for ``rref.remote()`` proxies. Never called here: ``rref._get_type()``
 (caches a Future and breaks later proxy calls) and ``rref._serialize()`` (registers a fork).
 
 Modules::
 
-    hooks     the hot path: the wrappers, install(), the queue they append to (activate)
+    hooks     the hot path: the wrappers (``patch`` puts them on torch), OBSERVER (the queue they append to)
     sender    the sender thread: Tracker (queue → events), in_slices (letting go of the GIL)
     values    describe(): type, shape, dtype, device and bytes of a value
 """
 
 from __future__ import annotations
 
-from rpcctl.telemetry.rrefs import hooks, sender
-from rpcctl.telemetry.rrefs.hooks import activate, deactivate, dropped, install, set_join
-from rpcctl.telemetry.rrefs.sender import GIL_SLICE, Tracker, in_slices, pause, tracker
-from rpcctl.telemetry.rrefs.values import describe
+from rpcctl.rank.rrefs import hooks, sender
+from rpcctl.rank.rrefs.sender import GIL_SLICE, Tracker, in_slices, pause, tracker
+from rpcctl.rank.rrefs.values import describe
 
-__all__ = [
-    "GIL_SLICE", "Tracker", "activate", "after_fork_in_child", "deactivate", "describe", "dropped",
-    "in_slices", "install", "pause", "set_join", "tracker",
-]
-
-
-def after_fork_in_child() -> None:
-    """A forked child starts with no queue and no state."""
-    hooks.after_fork_in_child()
-    sender.after_fork_in_child()
+__all__ = ["GIL_SLICE", "Tracker", "describe", "hooks", "in_slices", "pause", "sender", "tracker"]

@@ -4,7 +4,7 @@ RRefs gone before ``MIN_AGE_S`` are only counted per call site (``churn``); the 
 their ids, owner and call site resolved, and once the owner confirmed them a batched
 ``rpc_async`` per owner asks it to describe the values (``hooks._describe_on_owner``).
 Also here: the slicing that lets go of the GIL during long cycles (``in_slices``), which the
-worker's sends use too.
+reporter's sends use too.
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ import threading
 import time
 import weakref
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from rpcctl.frames import short_path
 from rpcctl.telemetry.protocol import MIN_AGE_S
-from rpcctl.telemetry.rrefs import hooks
-from rpcctl.telemetry.rrefs.hooks import _PLAIN, RREF_ID, _describe_on_owner, _Ref, _value_freed, _weakref
-from rpcctl.telemetry.rrefs.values import describe
+from rpcctl.rank.rrefs import hooks
+from rpcctl.rank.rrefs.hooks import _PLAIN, RREF_ID, _describe_on_owner, _Ref, _value_freed, _weakref
+from rpcctl.rank.rrefs.values import describe
 
 # The sender thread lets go of the GIL after every GIL_SLICE items. Without it, a cycle with
 # thousands of events (a round of RRefs released at once) holds the GIL for many switch
@@ -77,6 +78,9 @@ class Tracker:
         self.described: set[str] = set()  # forks whose description this process asked for
         self.churned_local: dict[str, tuple[str, str, str]] = {}  # RRef(value) handles gone unseen: id → churn key (``_o``)
         self._identity: tuple[str, int, dict[int, str]] | None = None  # the hooks' identity, as last seen
+        # What the hooks queue besides handle records and events: (kind, *args), by kind (hooks' docstring).
+        self.handlers: dict[str, Callable[..., dict[str, Any] | None]] = {
+            "released": self._released, "uses": self._uses, "vw": self._vw, "vx": self._vx, "unchurn": self._unchurn}
 
     def set_identity(self, name: str, rank: int, workers: dict[int, str]) -> None:
         self.name, self.rank = name, rank
@@ -92,7 +96,7 @@ class Tracker:
             hooks.last_use.clear()
         out: list[dict[str, Any]] = []
         todo, self.deferred = self.deferred + items, []
-        deferred, churn, young, last_use = self.deferred, self.churn, now - MIN_AGE_S, hooks.last_use
+        deferred, churn, young, last_use, handlers = self.deferred, self.churn, now - MIN_AGE_S, hooks.last_use, self.handlers
         for chunk in slices(todo):
             for item in chunk:
                 kind = type(item)
@@ -116,7 +120,7 @@ class Tracker:
                     elif kind is dict:
                         event = item
                     else:
-                        event = getattr(self, "_" + item[0])(*item[1:])
+                        event = handlers[item[0]](*item[1:])
                 except Exception:
                     event = None  # a torch object that misbehaves must not stop the sender
                 if event is not None:

@@ -9,23 +9,23 @@ import sys
 def _rpcctl_join():
     """Joins telemetry when the process calls init_rpc (imported only then: most helper
     interpreters never do)."""
-    from rpcctl.telemetry import worker
+    from rpcctl.rank import reporter
 
-    return worker.join_at_init_rpc()
+    return reporter.join_at_init_rpc()
 
 
 def _rpcctl_mesh_join():
     """Joins telemetry in a Monarch mesh process (autohook: from a thread, touching no torch)."""
-    from rpcctl.telemetry import worker
+    from rpcctl.rank import reporter
 
-    worker.joining(hooks=False)
+    reporter.joining(hooks=False)
 
 
 def _rpcctl_report(*args):
     """Sends a loss a training library's trainer reported (autohook, ``steps``); joins telemetry."""
-    from rpcctl.telemetry import worker
+    from rpcctl.rank import reporter
 
-    worker.report_loss(*args)
+    reporter.report_loss(*args)
 
 
 def _rpcctl_chain() -> None:
@@ -39,7 +39,7 @@ def _rpcctl_chain() -> None:
             print(f"rpcctl: output left unbuffered: {exc!r}", file=sys.stderr)
     if os.environ.get("RPCCTL_TELEMETRY_SOCKET"):
         try:
-            from rpcctl.telemetry import autohook
+            from rpcctl.rank import autohook
 
             autohook.install(join=_rpcctl_join, mesh_join=_rpcctl_mesh_join, report=_rpcctl_report)
         except Exception as exc:  # never break an unrelated interpreter

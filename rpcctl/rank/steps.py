@@ -39,8 +39,8 @@ from typing import Any
 TRANSFORMERS, LIGHTNING = "transformers", "lightning"
 
 
-# How a record is sent (``worker.report_loss``): given by whoever installs the hooks
-# (``autohook.install``), since the worker imports autohook, which imports this module.
+# How a record is sent (``reporter.report_loss``): given by whoever installs the hooks
+# (``autohook.install``), since the reporter imports autohook, which imports this module.
 _report: Any = None
 
 

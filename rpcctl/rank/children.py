@@ -42,11 +42,11 @@ def install() -> None:
 
 
 def _ended(pid: int, code: int) -> None:
-    # The worker module is loaded wherever telemetry is on (not imported here: it imports the
+    # The reporter is loaded wherever telemetry is on (not imported here: it imports the
     # module that installs this one); where it is not, there is nothing to tell.
-    worker = sys.modules.get("rpcctl.telemetry.worker")
+    reporter = sys.modules.get("rpcctl.rank.reporter")
     try:
-        if worker is not None:
-            worker.post({"e": "cexit", "pid": int(pid), "code": int(code), "t": time.time()})
+        if reporter is not None:
+            reporter.post({"e": "cexit", "pid": int(pid), "code": int(code), "t": time.time()})
     except Exception:  # never break the program's own join
         pass

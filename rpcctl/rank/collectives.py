@@ -29,8 +29,8 @@ NCCL with ``TORCH_NCCL_ENABLE_TIMING`` has its own; the same bound is used for b
 Events (``protocol``): ``coll`` (a group's state: last entered and completed sequence number,
 the one in flight with its op and sizes), ``cop`` (per group and op: count, bytes, durations
 as ``calls``' histogram), ``cent`` (a sampled collective: the first ``LIST_FIRST`` of a group and
-every ``LIST_EVERY``-th after, at most ``MAX_LISTED_PER_READ`` per read). The surface (``install``/``activate``/``after_fork_in_child``/``poller``) is the one
-``calls`` has, so it can move with the rest of the in-rank code.
+every ``LIST_EVERY``-th after, at most ``MAX_LISTED_PER_READ`` per read). Its hook (``wrap_join``) ``patch`` puts on torch; ``OBSERVER`` is what
+``patch`` and the reporter drive (``observer.Observer``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ import time
 from collections.abc import MutableMapping
 from typing import Any
 
-from rpcctl.telemetry.calls import bucket
+from rpcctl.rank.observer import Observer
+from rpcctl.telemetry.histogram import bucket
 
 ENV_BUFFER = "TORCH_FR_BUFFER_SIZE"
 BUFFER = 256
@@ -61,7 +62,6 @@ _DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "I
 
 _active = False
 _queue: Any = None
-_installed = False
 
 
 def configure_env(environ: MutableMapping[str, str] = os.environ) -> bool:
@@ -73,32 +73,10 @@ def configure_env(environ: MutableMapping[str, str] = os.environ) -> bool:
     return True
 
 
-def install() -> bool:
-    """Wrap ``init_process_group`` and ``new_group`` (idempotent) so that entering one is posted
-    (``pgjoin``): the watchdog names a rank that never reaches it, as it does for init_rpc. The
-    collectives themselves are not wrapped: the recorder is torch's."""
-    global _installed
-    if _installed:
-        return True
-    import torch.distributed as dist
-
-    if not dist.is_available():
-        return False
-    from torch.distributed import distributed_c10d as c10d
-
-    for name in ("init_process_group", "new_group"):
-        original = getattr(c10d, name, None)
-        if original is None or getattr(original, "_rpcctl_pgjoin", False):
-            continue
-        wrapped = _wrap_join(original, name)
-        setattr(c10d, name, wrapped)
-        if getattr(dist, name, None) is original:
-            setattr(dist, name, wrapped)
-    _installed = True
-    return True
-
-
-def _wrap_join(original: Any, name: str) -> Any:
+def wrap_join(original: Any, name: str) -> Any:
+    """``init_process_group`` or ``new_group`` (``patch`` puts it on torch) posting that it was
+    entered (``pgjoin``): the watchdog names a rank that never reaches it, as it does for
+    init_rpc. The collectives themselves are not wrapped: the recorder is torch's."""
     import functools
 
     @functools.wraps(original)
@@ -112,21 +90,25 @@ def _wrap_join(original: Any, name: str) -> Any:
     return joining
 
 
-def activate(queue: Any = None) -> None:
-    global _active, _queue
-    _active, _queue = True, queue
+class CollectivesObserver(Observer):
+    """The collectives family, as ``patch`` and the reporter drive it."""
+
+    name = "collectives"
+
+    def activate(self, queue: Any) -> None:
+        global _active, _queue
+        _active, _queue = True, queue
+
+    def deactivate(self) -> None:
+        global _active
+        _active = False
+
+    def after_fork_in_child(self) -> None:
+        """A forked child starts with no group of its own (the parent's are not usable there)."""
+        self.deactivate()
 
 
-def deactivate() -> None:
-    global _active
-    _active = False
-_queue: Any = None
-_installed = False
-
-
-def after_fork_in_child() -> None:
-    """A forked child starts with no group of its own (the parent's are not usable there)."""
-    deactivate()
+OBSERVER = CollectivesObserver()
 
 
 def op_name(profiling_name: str) -> str:
@@ -284,13 +266,3 @@ class Poller:
 
 def poller() -> Poller:
     return Poller()
-
-
-def describe(event: dict[str, Any]) -> str:
-    """``all_reduce #5 (pg 0, 4 KiB float32)``: a collective as the watchdog names it."""
-    from rpcctl.console import human_bytes
-
-    dtypes = sorted({str(d).lower() for d in event.get("dtypes") or []})
-    what = ", ".join(x for x in (human_bytes(event.get("bytes")) if event.get("bytes") is not None else "", " ".join(dtypes)) if x)
-    return f"{event.get('op')} #{event.get('seq')} (pg {event.get('pg')}" + (f", {what}" if what else "") + ")"
-

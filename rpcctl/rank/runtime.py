@@ -1,4 +1,4 @@
-"""The in-rank bootstrap: ``python -m rpcctl.runtime SCRIPT [ARGS...]``.
+"""The in-rank bootstrap: ``python -m rpcctl.rank.runtime SCRIPT [ARGS...]``.
 
 It runs in every rank, before the user's script, and then runs the script as ``python SCRIPT
 ARGS`` would: a real ``__main__`` module that stays in ``sys.modules`` (RPC unpickles
@@ -68,7 +68,7 @@ _stack_file = None  # kept open for faulthandler.register
 def run_rank(argv: list[str]) -> int:
     """Run ``argv = [SCRIPT, *ARGS]`` as this rank's main program; return its exit code."""
     if not argv:
-        print("usage: python -m rpcctl.runtime SCRIPT [ARGS...]", file=sys.stderr)
+        print("usage: python -m rpcctl.rank.runtime SCRIPT [ARGS...]", file=sys.stderr)
         return 2
     write_whole_lines()
     _install_stack_dumps()
@@ -78,7 +78,7 @@ def run_rank(argv: list[str]) -> int:
         after_import("torch.distributed.rendezvous", bind_rendezvous_store_to_master_addr)
         after_import("torch.distributed.rpc", keep_store_until_peers_shut_down)
 
-    from rpcctl.telemetry import worker as telemetry
+    from rpcctl.rank import reporter as telemetry
 
     telemetry.start()
     rpc_spec = json.loads(os.environ["RPCCTL_RPC"]) if os.environ.get("RPCCTL_RPC") else None

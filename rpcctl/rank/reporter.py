@@ -1,12 +1,14 @@
-"""The worker side of telemetry: runs inside every rank, and in the processes ranks spawn.
+"""The rank's telemetry reporter: runs inside every rank, and in the processes ranks spawn.
+
+(Not "worker": that is RPC's name for a rank's identity, ``worker0``, and ``inspect workers``.)
 
 ::
 
     rank (bootstrapped by rpcctl)           process the rank spawns (mp.spawn, Popen python)
-    worker.start()  ── before the script    sitecustomize → hooks when torch is imported
+    reporter.start() ── before the script   sitecustomize → hooks when torch is imported
       ├ hooks on torch.distributed.rpc      rpc.init_rpc() → joining(): connect, sender
       └ connect + sender thread             report() also joins
-    worker.stop()   ── after the script     atexit → stop()
+    reporter.stop()  ── after the script    atexit → stop()
 
     forked child (DataLoader worker, mp fork): inherits the hooks, drops the parent's
     connection and queue, and joins only if it calls init_rpc() or report().
@@ -34,9 +36,10 @@ from collections.abc import Callable
 from typing import Any
 
 from rpcctl.devices import parse_visible_devices
-from rpcctl.telemetry import calls, collectives, protocol, rrefs
+from rpcctl.rank import call_summary, collectives, patch, rrefs
+from rpcctl.telemetry import protocol
 
-_worker: _Worker | None = None
+_reporter: _Reporter | None = None
 _lock = threading.Lock()
 _fork_hook_registered = False
 
@@ -49,16 +52,16 @@ def start() -> None:
     os.environ[protocol.ENV_RANK] = rank
     os.environ[protocol.ENV_RANK_PID] = str(os.getpid())
     collectives.configure_env()  # before the script creates a process group
-    worker = _get()
+    reporter = _get()
     _install_hooks()
-    worker.activate()
+    reporter.activate()
 
 
 def stop(timeout: float = 2.0) -> None:
     """Flush and stop; bounded by ``timeout``. Safe to call twice, or without ``start()``."""
-    worker = _worker
-    if worker is not None and worker.pid == os.getpid():
-        worker.stop(timeout)
+    reporter = _reporter
+    if reporter is not None and reporter.pid == os.getpid():
+        reporter.stop(timeout)
 
 
 def report(step: int | None = None, loss: float | None = None, **metrics: float) -> None:
@@ -68,12 +71,12 @@ def report(step: int | None = None, loss: float | None = None, **metrics: float)
 
 def report_loss(step: int | None, loss: Any, epoch: Any, metrics: dict[str, Any], source: str) -> None:
     """``report`` for rpcctl's own callbacks too (``steps``: ``source`` names the library)."""
-    worker = _worker
-    if worker is None or not worker.active:
+    reporter = _reporter
+    if reporter is None or not reporter.active:
         if not _wanted():
             return
-        worker = joining()
-        if worker is None:
+        reporter = joining()
+        if reporter is None:
             return
     try:
         epoch = None if epoch is None else _number(epoch)
@@ -89,23 +92,23 @@ def report_loss(step: int | None, loss: Any, epoch: Any, metrics: dict[str, Any]
         raise TypeError(f"rpcctl.report() takes numbers: {exc}") from None
     if source != "report":
         event["source"] = source
-    worker.post(event)
+    reporter.post(event)
 
 
-def joining(hooks: bool = True) -> _Worker | None:
+def joining(hooks: bool = True) -> _Reporter | None:
     """A process joins telemetry (a spawned child at init_rpc, or on its first report; a
     Monarch mesh process at ``import monarch``, with ``hooks=False``: see ``autohook``)."""
     if not _wanted():
         return None
-    worker = _get()
+    reporter = _get()
     if hooks:
         _install_hooks()
-    worker.activate()
-    return worker if worker.active else None
+    reporter.activate()
+    return reporter if reporter.active else None
 
 
 def join_at_init_rpc() -> Callable[[dict[str, Any]], None]:
-    """What the ``init_rpc`` hook calls (``rrefs.set_join``): join telemetry now, so a spawned
+    """What the ``init_rpc`` hook calls (``patch.set_join``): join telemetry now, so a spawned
     child shows up even if the rendezvous then hangs; the hook posts the "rpc" event after."""
     joining()
     return _post_now
@@ -116,42 +119,42 @@ def _post_now(event: dict[str, Any]) -> None:
     every view and the hang diagnosis know it, and the rank may stop (SIGSTOP, a deadlock
     that starves its threads) right after init_rpc."""
     post(event)
-    worker = _worker
-    if worker is not None:
-        worker.wake.set()
+    reporter = _reporter
+    if reporter is not None:
+        reporter.wake.set()
 
 
 def _install_hooks() -> None:
     """The RRef hooks now if torch is imported, else as soon as it is: never import torch
     here (a rank that does not use it must not pay for it)."""
-    from rpcctl.telemetry import autohook
+    from rpcctl.rank import autohook
 
     autohook.install(join=join_at_init_rpc, report=report_loss)
 
 
-HOOKS = {"rrefs": rrefs, "calls": calls}
+HOOKS = ("rrefs", "calls")  # the families of RPC hooks (patch.OBSERVERS) that set_hooks turns on and off
 
 
 def set_hooks(on: bool, only: str | None = None) -> None:
     """Turn this process's RPC hooks on or off while telemetry runs (off: each hook calls straight
     through; the sender thread keeps running); ``only``: one family of HOOKS. For measuring what
     they cost, in the same process: benchmarks/telemetry_cost.py."""
-    worker = _worker
-    if worker is None or not worker.active:
+    reporter = _reporter
+    if reporter is None or not reporter.active:
         return
-    for name, hooks in HOOKS.items():
+    for name in HOOKS:
         if only is not None and name != only:
             continue
         if on:
-            hooks.activate(worker.queue)
+            patch.OBSERVERS[name].activate(reporter.queue)
         else:
-            hooks.deactivate()
+            patch.OBSERVERS[name].deactivate()
 
 
 def post(event: dict[str, Any]) -> None:
-    worker = _worker
-    if worker is not None and worker.active:
-        worker.post(event)
+    reporter = _reporter
+    if reporter is not None and reporter.active:
+        reporter.post(event)
 
 
 def _number(value: Any) -> float | None:
@@ -163,30 +166,30 @@ def _wanted() -> bool:
     return bool(os.environ.get(protocol.ENV_SOCKET)) and os.environ.get(protocol.ENV_DISABLE, "0") in ("", "0")
 
 
-def _get() -> _Worker:
-    global _worker, _fork_hook_registered
+def _get() -> _Reporter:
+    global _reporter, _fork_hook_registered
     with _lock:
-        if _worker is None or _worker.pid != os.getpid():
-            _worker = _Worker()
+        if _reporter is None or _reporter.pid != os.getpid():
+            _reporter = _Reporter()
         if not _fork_hook_registered:
             os.register_at_fork(after_in_child=_after_fork_in_child)
             _fork_hook_registered = True
-        return _worker
+        return _reporter
 
 
 def _after_fork_in_child() -> None:
-    global _worker, _lock
+    global _reporter, _lock
     _lock = threading.Lock()
-    old = _worker
-    _worker = None
-    rrefs.after_fork_in_child()
-    calls.after_fork_in_child()
-    collectives.after_fork_in_child()
+    old = _reporter
+    _reporter = None
+    patch.after_fork_in_child()  # the hooks' side of every family
+    rrefs.sender.after_fork_in_child()  # the sender's
+    call_summary.after_fork_in_child()
     if old is not None:
         old.abandon()
 
 
-class _Worker:
+class _Reporter:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.queue: collections.deque[Any] = collections.deque()
@@ -225,9 +228,7 @@ class _Worker:
             except Exception:
                 self._process = None
             self.active = True
-            rrefs.activate(self.queue)
-            calls.activate(self.queue)
-            collectives.activate(self.queue)
+            patch.activate(self.queue)
             self._thread = threading.Thread(target=self._run, name="rpcctl-telemetry", daemon=True)
             self._thread.start()
         atexit.register(stop)
@@ -259,9 +260,7 @@ class _Worker:
         self.wake.set()
         if thread is not threading.current_thread():
             thread.join(timeout)
-        rrefs.deactivate()
-        calls.deactivate()
-        collectives.deactivate()
+        patch.deactivate()
         self.active = False
         if not thread.is_alive() and self._sock is not None:
             self._sock.close()
@@ -280,7 +279,7 @@ class _Worker:
     # -- the sender thread -----------------------------------------------------------------------
     def _run(self) -> None:
         tracker = rrefs.tracker()
-        summariser = calls.summariser()
+        summariser = call_summary.summariser()
         recorder = collectives.poller()
         next_probe = 0.0
         stopping = False
@@ -305,13 +304,11 @@ class _Worker:
             if events and not send_in_slices(self._send, events):
                 break
             self.cpu_s += time.thread_time() - cycle_started
-        rrefs.deactivate()
-        calls.deactivate()
-        collectives.deactivate()
+        patch.deactivate()
         self.active = False
 
     def _dropped(self) -> int:
-        return self.dropped + rrefs.dropped() + calls.dropped()
+        return self.dropped + patch.dropped()
 
     def _send(self, message: dict[str, Any]) -> bool:
         sock = self._sock

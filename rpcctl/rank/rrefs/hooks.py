@@ -1,14 +1,17 @@
 """The hot path of RRef tracking: wrappers on torch.distributed.rpc that queue what they see.
 
-Each hook appends one object to the active worker's queue (``activate``) and returns; the
+Each hook appends one object to the reporter's queue (``OBSERVER.activate``) and returns; the
 sender thread turns the queue into events (``sender.Tracker``). With no queue active, the
-hooks only call through. What each hook records is listed in the package's docstring.
+hooks only call through. What each hook records is listed in the package's docstring; ``patch``
+puts the hooks on torch, and calls ``OBSERVER`` at ``init_rpc`` and ``shutdown``.
+
+What the hooks queue, besides the handles' records (``_Ref``) and events (dicts): tuples whose
+first item names the Tracker's handler (``sender.Tracker.handlers``): ``("released", ref,
+t)``, ``("uses", last_use)``, ``("vw", weakref, rref id)``, ``("vx", weakref, t)``,
+``("unchurn", rref id)``.
 
 Also here, because they run outside the sender thread: ``_describe_on_owner`` (an RPC target,
 on the owner), and the identity ``init_rpc`` learns (``identity``), which the sender's Tracker reads.
-
-The hooks never import the worker (the worker imports them): the ``init_rpc`` hook joins the
-process to telemetry through the function given to ``set_join``.
 """
 
 from __future__ import annotations
@@ -24,16 +27,16 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from rpcctl.rank.observer import Observer, TorchRpc
 from rpcctl.telemetry.protocol import MAX_QUEUE
-from rpcctl.telemetry.rrefs.values import describe
+from rpcctl.rank.rrefs.values import describe
 
 # An RRef's text names its ids: "...RRefId = GloballyUniqueId(created_on=0, local_id=1)...".
 RREF_ID = re.compile(r"GloballyUniqueId\(created_on=(\d+), local_id=(\d+)\)")
 
-# The active worker's queue (a deque), or None: the hooks then only call through.
+# The reporter's queue (a deque), or None: the hooks then only call through.
 _q: Any = None
 _dropped = 0
-_installed = False
 _time = time.time
 _weakref = weakref.ref
 _getframe = sys._getframe
@@ -61,27 +64,14 @@ def local_value(rref: Any) -> Any:
     return _raw_local_value(rref)
 
 
-_raw_local_value: Callable[[Any], Any] = lambda rref: rref.local_value()  # noqa: E731 - replaced by install()
+_raw_local_value: Callable[[Any], Any] = lambda rref: rref.local_value()  # noqa: E731 - replaced by prepare()
 # (name, rank, {rank: name}) once init_rpc returned here; None before, and in a forked child.
 identity: tuple[str, int, dict[int, str]] | None = None
-# Called by the init_rpc hook before the rendezvous: joins telemetry, returns how to post the
-# "rpc" event (or None). Set by the worker, or by sitecustomize in processes a rank spawns.
-_join: Callable[[], Callable[[dict[str, Any]], None] | None] | None = None
-
-
-def dropped() -> int:
-    return _dropped
 
 
 def _drop() -> None:
     global _dropped
     _dropped += 1
-
-
-def set_join(join: Callable[[], Callable[[dict[str, Any]], None] | None]) -> None:
-    """What the ``init_rpc`` hook calls to join this process to telemetry."""
-    global _join
-    _join = join
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,7 +137,7 @@ def skip_frames_of(rpc: Any) -> None:
 
 
 def set_remote_timer(timer: Callable[..., tuple[Any, int]] | None, count_failure: Callable[..., None] | None) -> None:
-    """The calls family's part of the ``rpc.remote`` hook (``calls.activate``; None: off).
+    """The calls family's part of the ``rpc.remote`` hook (``calls.OBSERVER.activate``; None: off).
     ``timer(orig, to, func, args, kwargs, timeout)`` makes one timed call and returns (its
     handle, how many calls to let by untimed before the next); ``count_failure(to, func, args,
     exc)`` counts an untimed one that raised (no handle, so no record of it counts it).
@@ -164,7 +154,7 @@ _count_failed_remote: Callable[..., None] | None = None
 _untimed_left = 0  # rpc.remote calls to let by before the calls family times one (a race only moves a sample)
 
 
-def _wrap_remote(orig: Any, unset_timeout: float) -> Any:
+def wrap_remote(orig: Any, unset_timeout: float) -> Any:
     @functools.wraps(orig)
     def remote(to, func, args=None, kwargs=None, timeout=unset_timeout):  # noqa: ANN001 - torch's signature
         global _untimed_left
@@ -205,7 +195,7 @@ def _wrap_remote(orig: Any, unset_timeout: float) -> Any:
     return remote
 
 
-def _wrap_rref_init(orig: Any) -> Any:
+def wrap_rref_init(orig: Any) -> Any:
     def __init__(self, *args: Any, **kwargs: Any) -> None:  # noqa: N807
         orig(self, *args, **kwargs)
         q = _q
@@ -225,7 +215,7 @@ def _wrap_rref_init(orig: Any) -> Any:
     return __init__
 
 
-def _wrap_receiver(orig: Any) -> Any:
+def wrap_receiver(orig: Any) -> Any:
     def _py_rref_receiver(cls: Any, rref_fork_data: Any) -> Any:
         rref = orig(cls, rref_fork_data)
         q = _q
@@ -246,7 +236,7 @@ def _wrap_receiver(orig: Any) -> Any:
     return _py_rref_receiver
 
 
-def _wrap_use(orig: Any) -> Any:
+def wrap_use(orig: Any) -> Any:
     """An RRef method that uses the reference (``to_here``, ``local_value``, the proxies): note when."""
 
     @functools.wraps(orig)
@@ -259,7 +249,7 @@ def _wrap_use(orig: Any) -> Any:
     return use
 
 
-def _wrap_reducer(orig: Any) -> Any:
+def wrap_reducer(orig: Any) -> Any:
     """Pickling an RRef into a call's arguments (handing it to another worker) is a use too."""
 
     def _py_rref_reducer(self: Any, py_rref: Any) -> Any:
@@ -275,48 +265,6 @@ def _wrap_reducer(orig: Any) -> Any:
 USES = ("to_here", "local_value", "rpc_sync", "rpc_async", "remote")  # PyRRef methods that use the reference
 
 
-def _wrap_init_rpc(orig: Any) -> Any:
-    @functools.wraps(orig)
-    def init_rpc(*args: Any, **kwargs: Any) -> Any:
-        join = _join
-        post = join() if join is not None else None  # a spawned child shows up now, even if rendezvous then hangs
-        result = orig(*args, **kwargs)
-        try:
-            options = kwargs.get("rpc_backend_options", args[4] if len(args) > 4 else None)
-            info = _rpc_info(options)
-            if post is not None:
-                post(info)
-        except Exception:
-            pass
-        return result
-
-    init_rpc._rpcctl_wrapped = True  # type: ignore[attr-defined]
-    return init_rpc
-
-
-def _wrap_shutdown(orig: Any) -> Any:
-    @functools.wraps(orig)
-    def shutdown(*args: Any, **kwargs: Any) -> Any:
-        global _shutting_down
-        _shutting_down = True  # no more describe calls from the sender thread
-        q = _q
-        if q is not None:
-            q.append(("uses", dict(last_use)))  # the last uses now: its locals may be gone by the sender's next cycle
-            q.append({"e": "shutdown", "t": _time()})
-        try:
-            return orig(*args, **kwargs)
-        finally:
-            # A worker that serves others calls rpc.shutdown() at once and serves inside it, until
-            # every worker is done: what it was handed and used meanwhile ends here.
-            q = _q
-            if q is not None:
-                q.append(("uses", dict(last_use)))
-                q.append({"e": "shutdown", "done": True, "autograd_contexts": _open_autograd_contexts(), "t": _time()})
-
-    shutdown._rpcctl_wrapped = True  # type: ignore[attr-defined]
-    return shutdown
-
-
 def _open_autograd_contexts() -> int | None:
     """Distributed autograd contexts still open in this process (each keeps the tensors its
     calls sent until it is released): what may hold an RRef's value past its references."""
@@ -328,96 +276,60 @@ def _open_autograd_contexts() -> int | None:
         return None
 
 
-def install() -> bool:
-    """Wrap torch.distributed.rpc in this process (idempotent). False where RPC is unavailable."""
-    global _installed, _proxy_calls, _raw_local_value
-    if _installed:
-        return True
-    import torch.distributed as dist
+class RRefsObserver(Observer):
+    """The RRef family, as ``patch`` and the reporter drive it."""
 
-    if not dist.is_available():
-        return False
-    import torch.distributed.rpc as rpc
+    name = "rrefs"
 
-    if not hasattr(rpc, "init_rpc"):
-        return False
-    from torch.distributed.rpc import api, internal, rref_proxy
-    from torch.distributed.rpc.constants import UNSET_RPC_TIMEOUT
+    def prepare(self, torch_rpc: TorchRpc) -> None:
+        global _proxy_calls, _raw_local_value
+        _proxy_calls = (torch_rpc.rref_proxy._local_invoke, torch_rpc.rref_proxy._local_invoke_async_execution)
+        _raw_local_value = torch_rpc.api.PyRRef.local_value  # before ``wrap_use`` wraps it
 
-    # `import torch` above may have run the sitecustomize import hook, which installs too.
-    if _installed or getattr(api.remote, "_rpcctl_wrapped", False):
-        _installed = True
-        return True
+    def activate(self, queue: Any) -> None:
+        global _q
+        _q = queue
 
-    skip_frames_of(rpc)
-    _proxy_calls = (rref_proxy._local_invoke, rref_proxy._local_invoke_async_execution)
+    def deactivate(self) -> None:
+        global _q
+        _q = None
 
-    remote = _wrap_remote(api.remote, UNSET_RPC_TIMEOUT)
-    api.remote = remote
-    rpc.remote = remote
-    shutdown = _wrap_shutdown(api.shutdown)
-    api.shutdown = shutdown
-    rpc.shutdown = shutdown
-    rpc.init_rpc = _wrap_init_rpc(rpc.init_rpc)
-    api.RRef.__init__ = _wrap_rref_init(api.RRef.__init__)
-    pickler = internal._InternalRPCPickler
-    pickler._py_rref_receiver = classmethod(_wrap_receiver(pickler.__dict__["_py_rref_receiver"].__func__))
-    pickler._py_rref_reducer = _wrap_reducer(pickler._py_rref_reducer)
-    _raw_local_value = api.PyRRef.local_value
-    for name in USES:  # on torch's PyRRef: rpc.RRef's methods and rpc.remote's handles both end there
-        setattr(api.PyRRef, name, _wrap_use(getattr(api.PyRRef, name)))
-    _installed = True
-    return True
+    def after_fork_in_child(self) -> None:
+        """A forked child starts with no queue and no state."""
+        global _q, _dropped, _shutting_down, identity, _untimed_left
+        _q = None
+        _dropped = 0
+        _untimed_left = 0
+        _shutting_down = False
+        identity = None
+        local_sites.clear()
+        last_use.clear()
 
+    def dropped(self) -> int:
+        return _dropped
 
-def _rpc_info(options: Any) -> dict[str, Any]:
-    import torch.distributed.rpc as rpc
+    def rpc_started(self, info: dict[str, Any]) -> None:
+        global identity
+        identity = (info["name"], info["rpc_rank"], info["workers"])
 
-    me = rpc.get_worker_info()
-    workers = {}
-    try:
-        workers = {info.id: info.name for info in rpc.api._get_current_rpc_agent().get_worker_infos()}
-    except Exception:
-        pass
-    device_maps = devices = None
-    if options is not None:
-        device_maps = {str(k): {str(a): str(b) for a, b in v.items()} for k, v in (getattr(options, "device_maps", None) or {}).items()}
-        devices = [str(d) for d in (getattr(options, "devices", None) or [])]
-    world_size = len(workers) or None
-    global identity
-    identity = (me.name, me.id, workers)
-    return {"e": "rpc", "name": me.name, "rpc_rank": me.id, "world_size": world_size, "workers": workers,
-            "device_maps": device_maps, "devices": devices, "rdv": _rendezvous(options), "t": _time()}
+    def shutdown_starting(self) -> None:
+        global _shutting_down
+        _shutting_down = True  # no more describe calls from the sender thread
+        q = _q
+        if q is not None:
+            q.append(("uses", dict(last_use)))  # the last uses now: its locals may be gone by the sender's next cycle
+            q.append({"e": "shutdown", "t": _time()})
+
+    def shutdown_done(self) -> None:
+        # A worker that serves others calls rpc.shutdown() at once and serves inside it, until
+        # every worker is done: what it was handed and used meanwhile ends here.
+        q = _q
+        if q is not None:
+            q.append(("uses", dict(last_use)))
+            q.append({"e": "shutdown", "done": True, "autograd_contexts": _open_autograd_contexts(), "t": _time()})
 
 
-def _rendezvous(options: Any) -> str:
-    """Where this process met the others of its RPC world (the store tells worlds apart by it)."""
-    method = str(getattr(options, "init_method", None) or "env://")
-    if method.startswith("env://"):
-        return f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}"
-    return method
-
-
-def activate(queue: Any) -> None:
-    global _q
-    _q = queue
-
-
-def deactivate() -> None:
-    global _q
-    _q = None
-
-
-def after_fork_in_child() -> None:
-    """A forked child starts with no queue and no state."""
-    global _q, _dropped, _shutting_down, identity, _untimed_left
-    _q = None
-    _dropped = 0
-    _untimed_left = 0
-    _shutting_down = False
-    identity = None
-    local_sites.clear()
-    last_use.clear()
+OBSERVER = RRefsObserver()
 
 
 def _describe_on_owner(rrefs: list[Any]) -> None:

@@ -1,0 +1,317 @@
+"""RPC call tracking, the sender thread's side: ended calls become counts, long ones are listed,
+and what this process runs for others is looked at (the hooks' side, the hot path: ``calls``).
+
+The callee's side has no hook: the sender looks at every thread's stack each cycle
+(``sys._current_frames``) for a frame of torch's ``internal._run_function`` (what runs a Python
+function for an incoming call), and lists one running for ``LONG_S`` with its function, from
+when it was first seen (up to a cycle late). A hook there cost the callee's RPC threads 3-12 µs
+of CPU per call (``benchmarks/telemetry_cost.py --threads``); the look costs the sender a few µs
+per thread per cycle, whatever the call rate.
+
+Everything else happens on the telemetry sender thread (``Summariser.process``, every 0.1 s):
+ended calls, and the ``rpc.remote`` handles the RRef hook queued, are counted per (callee, function, kind) into a log-scale histogram (``cstat``
+events: count, errors, timeouts, durations), so a fast call costs one small object and no
+event of its own. Only calls running for at least ``LONG_S`` are listed one by one (``call``
+when seen, ``cend`` when over), and only functions served for that long (``srv`` / ``send``),
+with the caller's thread, so the watchdog can tie a waiting thread to what it waits on.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+
+from rpcctl.rank import calls
+from rpcctl.rank.rrefs import hooks
+from rpcctl.rank.rrefs.hooks import _Ref
+from rpcctl.rank.rrefs.sender import Tracker, _qualname as qualname
+from rpcctl.telemetry.histogram import bucket
+from rpcctl.telemetry.protocol import MAX_QUEUE
+
+MAX_FRAMES_LOOKED_AT = 256  # per thread and cycle, looking for _run_function
+
+
+class Summariser:
+    """Per-process state of the call reports. Used only by the sender thread."""
+
+    def __init__(self) -> None:
+        self.names: dict[Any, str] = {}
+        self.sites: dict[tuple[Any, int], str] = {}
+        self.stats: dict[tuple[str, str, str], list[Any]] = {}  # (callee, func, kind) → [n, err, tmo, sum, max, hist]
+        self.listed = 0
+        self.running: dict[int, list[Any]] = {}  # thread → [its _run_function frame, first seen, serve id or 0]
+        self.watching: list[_Ref] = []  # rpc.remote handles alive when first seen
+        self.remote_listed: dict[int, int] = {}  # id(handle record) → call id, for those listed
+        self.watched_listed: dict[int, int] = {}  # id(watched rpc_async) → call id, for those listed
+        self.next_id = 1
+
+    def process(self, now: float, final: bool = False, items: list[Any] = ()) -> list[dict[str, Any]]:
+        """This cycle's reports; ``items``: what the hooks queued this cycle (the RRef
+        tracker's), whose ``rpc.remote`` handles count those calls."""
+        calls._sender_tid = calls._get_ident()
+        out: list[dict[str, Any]] = []
+        if calls._q is not None:
+            self.remotes(items)
+        if calls._watched or calls._seen_done:
+            self._harvest(now, out)
+        for _ in range(len(calls._done)):
+            call = calls._done.popleft()
+            self._ended(call, out)
+        for call in list(calls._pending.values()):
+            if not call.listed and now - call.t0 >= calls.LONG_S and id(call) in calls._pending:
+                self._list(call, out)
+        self._watch_remotes(now, out)
+        for (callee, func, kind), (n, err, tmo, total, longest, hist, sent) in self.stats.items():
+            out.append({"e": "cstat", "callee": callee, "func": func, "kind": kind, "n": n, "err": err, "tmo": tmo,
+                        "sum": total, "max": longest, "h": {str(k): v for k, v in hist.items()}, "bytes": sent, "t": now})
+        self.stats.clear()
+        self._serving(now, out)
+        return out
+
+    def remotes(self, items: list[Any]) -> None:
+        """Count every ``rpc.remote`` call from its handle's record (``hooks._Ref``, kind "r"),
+        and watch the handles still alive: one whose creation is still pending after LONG_S is
+        listed like a long call (``_watch_remotes``)."""
+        watching, name_of, callee_of = self.watching, self._ref_name, self._callee
+        for item in items:
+            if type(item) is not _Ref or item.kind != "r":
+                continue
+            name = name_of(item)
+            if name.startswith(calls._TORCH_INTERNAL):
+                continue
+            key = (callee_of(item.to), name, "remote")
+            entry = self._entry(key)
+            entry[0] += 1
+            if item() is not None and len(watching) < MAX_QUEUE:
+                watching.append(item)
+
+    def _watch_remotes(self, now: float, out: list[dict[str, Any]]) -> None:
+        """The watched handles: over once gone, or (looked at once a second old: the future
+        costs) once the owner created the value; listed while still pending."""
+        still = []
+        for ref in self.watching:
+            rref = ref()
+            if rref is not None and now - ref.t >= calls.LONG_S and rref._get_future().done():
+                rref = None
+            if rref is None:
+                listed = self.remote_listed.pop(id(ref), None)
+                if listed is not None:
+                    out.append({"e": "cend", "id": listed, "status": calls.OK, "t": now})
+                continue
+            del rref
+            still.append(ref)
+            if now - ref.t >= calls.LONG_S and id(ref) not in self.remote_listed and self.listed < calls.MAX_LISTED:
+                self.listed += 1
+                self.remote_listed[id(ref)] = listed = self.next_id
+                self.next_id += 1
+                out.append({"e": "call", "id": listed, "kind": "remote", "callee": self._callee(ref.to), "func": self._ref_name(ref),
+                            "site": self._site(ref.code, ref.lasti), "thread": ref.tid, "t": ref.t})
+        self.watching = still
+
+    def _entry(self, key: tuple[str, str, str]) -> list[Any]:
+        """This cycle's counts of (callee, func, kind): [n, err, tmo, sum, max, hist, bytes]."""
+        entry = self.stats.get(key)
+        if entry is None:
+            entry = self.stats[key] = [0, 0, 0, 0.0, 0.0, {}, 0]
+        return entry
+
+    def _harvest(self, now: float, out: list[dict[str, Any]]) -> None:
+        """The watched rpc_async calls: counted with their outcome once done, listed once running
+        for LONG_S (ended when seen done, so their end is known within a cycle)."""
+        for _ in range(len(calls._watched)):
+            try:
+                watched = calls._watched.popleft()
+            except IndexError:  # the caller's thread took the last one
+                break
+            if watched[0].done():
+                self._count_watched(watched, calls._outcome(watched[0]), now, out)
+                continue
+            calls._watched.append(watched)
+            if now - watched[7] >= calls.LONG_S and id(watched) not in self.watched_listed and self.listed < calls.MAX_LISTED:
+                _, to, func, args, code, lasti, tid, t0 = watched
+                method = calls._proxy_method(func, args)
+                self.listed += 1
+                self.watched_listed[id(watched)] = self.next_id
+                out.append({"e": "call", "id": self.next_id, "kind": "rpc_async", "callee": self._callee(to),
+                            "func": self._func_or_method(func, method), "site": self._site(code, lasti), "thread": tid,
+                            "nbytes": calls._sent_bytes(args, method), "t": t0})
+                self.next_id += 1
+        for _ in range(len(calls._seen_done)):
+            watched, status, seen = calls._seen_done.popleft()
+            self._count_watched(watched, status, seen, out)
+
+    def _count_watched(self, watched: tuple[Any, ...], status: str, seen: float, out: list[dict[str, Any]]) -> None:
+        listed = self.watched_listed.pop(id(watched), None)
+        if listed is not None:
+            out.append({"e": "cend", "id": listed, "status": status, "t": seen})
+        _, to, func, args = watched[:4]
+        name = self._func_or_method(func, calls._proxy_method(func, args))
+        if name.startswith(calls._TORCH_INTERNAL):
+            return
+        key = (self._callee(to), name, "rpc_async")
+        entry = self._entry(key)
+        entry[0] += 1
+        if status == calls.ERROR:
+            entry[1] += 1
+        elif status == calls.TIMEOUT:
+            entry[2] += 1
+        if seen - watched[7] >= calls.LONG_S:  # untimed, but the longest call is known within a cycle
+            entry[4] = max(entry[4], seen - watched[7])
+
+    def _ref_name(self, ref: _Ref) -> str:
+        target = ref.target
+        if target is not None:  # rref.remote().method(): the caller knows the method, not the type
+            return f"rref.{target[1]}"
+        return self._func_name(ref.func)
+
+    def _ended(self, call: calls._Call, out: list[dict[str, Any]]) -> None:
+        if call.t1 is None:  # an untimed remote call: counted, not timed
+            self._count(call, None)
+            return
+        duration = max(0.0, call.t1 - call.t0)
+        if not call.listed and duration >= calls.LONG_S:
+            self._list(call, out)
+        if call.listed:
+            out.append({"e": "cend", "id": call.listed, "status": call.status, "t": call.t1})
+        self._count(call, duration)
+
+    def _count(self, call: calls._Call, duration: float | None) -> None:
+        name = self._name(call)
+        if name.startswith(calls._TORCH_INTERNAL):  # torch's own protocol (shutdown's barrier, proxies' type lookups)
+            return
+        key = (self._callee(call.to), name, call.kind)
+        entry = self._entry(key)
+        if call.counted:
+            entry[0] += 1
+        if call.status == calls.ERROR:
+            entry[1] += 1
+        elif call.status == calls.TIMEOUT:
+            entry[2] += 1
+        if duration is None:
+            return
+        entry[3] += duration
+        entry[4] = max(entry[4], duration)
+        entry[6] += call.nbytes or 0  # over the timed calls, as the durations
+        b = bucket(duration)
+        entry[5][b] = entry[5].get(b, 0) + 1
+
+    def _list(self, call: calls._Call, out: list[dict[str, Any]]) -> None:
+        if self.listed >= calls.MAX_LISTED or not call.counted:  # a sampled remote: its handle is listed
+            return
+        self.listed += 1
+        call.listed = self.next_id
+        self.next_id += 1
+        out.append({"e": "call", "id": call.listed, "kind": call.kind, "callee": self._callee(call.to), "func": self._name(call),
+                    "site": self._site(call.code, call.lasti), "thread": call.tid, "nbytes": call.nbytes, "t": call.t0})
+
+    def _serving(self, now: float, out: list[dict[str, Any]]) -> None:
+        """What this process runs for others: a thread whose stack holds a frame of torch's
+        ``_run_function`` serves a call; one served for LONG_S is listed (``srv``) until it is
+        over (``send``: when this frame is no longer on that thread's stack). The frame is held
+        from one cycle to the next (so its identity is its own; a call that ended is let go then)."""
+        code = calls._run_function_code
+        if code is None:
+            return
+        me, main = calls._get_ident(), threading.main_thread().ident
+        running: dict[int, list[Any]] = {}
+        for tid, frame in sys._current_frames().items():
+            if tid == me or tid == main:  # the sender; the main thread serves no call
+                continue
+            for _ in range(MAX_FRAMES_LOOKED_AT):
+                if frame is None or frame.f_code is code:
+                    break
+                frame = frame.f_back
+            if frame is None or frame.f_code is not code:
+                continue
+            entry = self.running.get(tid)
+            if entry is None or entry[0] is not frame:
+                entry = [frame, now, 0]
+            running[tid] = entry
+            if not entry[2] and now - entry[1] >= calls.LONG_S and self.listed < calls.MAX_LISTED:
+                udf = frame.f_locals.get("python_udf")  # read once, as it is listed
+                name = _udf_name(udf)
+                entry[2] = -1 if name is None else self.next_id  # -1: not the job's (rpcctl's own describe)
+                if name is not None:
+                    self.listed += 1
+                    self.next_id += 1
+                    out.append({"e": "srv", "id": entry[2], "thread": tid, "func": name, "nbytes": _tensor_bytes(udf), "t": entry[1]})
+            del frame
+        for tid, entry in self.running.items():
+            if running.get(tid) is not entry and entry[2] > 0:
+                out.append({"e": "send", "id": entry[2], "t": now})
+        self.running = running
+
+    def _callee(self, to: Any) -> str:
+        if type(to) is str:
+            return to
+        if isinstance(to, int):
+            return calls._workers.get(to, str(to))
+        return str(getattr(to, "name", to))
+
+    def _name(self, call: calls._Call) -> str:
+        return self._func_or_method(call.func, call.args)
+
+    def _func_or_method(self, func: Any, method: Any) -> str:
+        if method is None:
+            return self._func_name(func)
+        if type(method) is str:  # an RRef proxy: the caller knows the method, not the type
+            return f"rref.{method}"
+        return helped(self._func_name(func), self._func_name(method))
+
+    def _func_name(self, func: Any) -> str:
+        try:
+            name = self.names.get(func)
+        except TypeError:  # unhashable callable
+            return qualname(func)
+        if name is None:
+            name = qualname(func)
+            if len(self.names) < 10_000:
+                self.names[func] = name
+        return name
+
+    _site = Tracker._site  # call sites resolved (and cached) as RRef creation sites are
+
+
+_summariser = Summariser()
+
+
+def summariser() -> Summariser:
+    return _summariser
+
+
+def after_fork_in_child() -> None:
+    """A forked child starts with nothing reported."""
+    global _summariser
+    _summariser = Summariser()
+
+
+def helped(helper: str, method: str) -> str:
+    """A helper that runs a method it is given: ``_call_method → ParameterServer.forward``."""
+    return f"{helper} → {method}"
+
+
+def _udf_name(udf: Any) -> str | None:
+    """What a served request runs: ``Class.method`` for RRef proxy calls (the owner knows the type)."""
+    try:
+        func = udf.func
+        if func in calls._local_invokes:
+            rref, method = udf.args[0], udf.args[1]
+            return f"{type(hooks.local_value(rref)).__qualname__}.{method}"
+        name = qualname(func)
+        method = calls._proxy_method(func, udf.args)
+        if method is not None:  # as the caller names it
+            return helped(name, qualname(method))
+    except Exception:
+        return None
+    return None if name.endswith("_describe_on_owner") else name  # rpcctl's own RRef descriptions
+
+
+def _tensor_bytes(udf: Any) -> int | None:
+    torch = sys.modules.get("torch")
+    try:
+        args = list(udf.args or ()) + list((udf.kwargs or {}).values())
+        tensors = [a for a in args[:64] if isinstance(a, torch.Tensor)]
+        return sum(int(t.nbytes) for t in tensors) if tensors else None
+    except Exception:
+        return None

@@ -1,0 +1,350 @@
+"""RPC call tracking inside a process: who calls whom, for what, since when; and what this
+process is running for others right now.
+
+Hooks (``wrap_rpc_sync``, ``wrap_rpc_async``; ``patch`` puts them on torch, and tells
+``OBSERVER`` of ``init_rpc``):
+
+=================================  ==========================================================
+hook                               hot path
+=================================  ==========================================================
+``rpc_sync``                       a ``_Call`` in ``_pending``; timed inline, then queued
+``rpc_async``                      the first ``ASYNC_TIMED_FIRST`` calls, then one in
+                                   ``ASYNC_SAMPLE``: as rpc_sync, ended by a done-callback on
+                                   the call's future; the others: one tuple in ``_watched``
+                                   (future, callee, function, site, start), counted with their
+                                   outcome once seen done, not timed
+``remote``                         the RRef hook (``rrefs.hooks``: one hook for both) lets
+                                   ``_time_remote`` time the first ``REMOTE_TIMED_FIRST``,
+                                   then one in ``REMOTE_SAMPLE``, the same (ended by the RRef's
+                                   creation future, complete once the owner ran the function);
+                                   the others only call through: the hook's record of the
+                                   handle counts them, on the sender
+``init_rpc`` (``OBSERVER``)        a ``join`` event when it starts (a rank stuck before it
+                                   is named by the watchdog), the worker list when it ends
+=================================  ==========================================================
+
+Why not a done-callback on every rpc_async future: torch runs it on an RPC thread that takes
+the GIL a second time for it (after unpickling the result), and that cost rank 0's RPC threads
+~15-30 µs of CPU per call at 64 in flight (``benchmarks/telemetry_cost.py --threads``), a tenth
+of a loopback call. A watched future is looked at instead, by the sender every cycle (and by the
+caller's thread once ``HARVEST_AT`` are waiting: a sender that cannot keep up). The price: a
+future the job has dropped stays alive (with its value) until it is seen done, one sender cycle
+(0.1 s) later at most while the sender keeps up.
+
+The sender's side (callee view, counting, listing long calls): ``call_summary``.
+
+Names: a call is named by its function (``module.qualname``, ``__main__`` left out); an RRef
+proxy call, ``rref.rpc_sync().method()``, by ``rref.method`` (the caller does not know the
+type); a helper whose first argument is a function (the examples' ``_call_method(method, rref,
+*args)``, run by ``rpc_sync(rref.owner(), _call_method, args=[method, rref, ...])``) by both:
+``_call_method → ParameterServer.forward``, the same on the callee's side (the hang diagnosis
+pairs the two by name). The hot path pays one type check of the first argument for it.
+
+Request bytes: the caller adds up the bytes of the tensors among a call's first
+``MAX_ARGS_LOOKED_AT`` positional arguments (what is cheap to see: no walk into lists, dicts or
+objects; pickled non-tensor data is not counted); summarised per (callee, function, kind) over
+the calls timed here, and listed with a long call. The callee reports the same of the
+functions it lists (``srv``).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import threading
+import time
+import types
+from collections import deque
+from typing import Any
+
+from rpcctl.states import CallState
+from rpcctl.telemetry.protocol import MAX_QUEUE
+from rpcctl.rank.observer import Observer, TorchRpc
+from rpcctl.rank.rrefs import hooks
+from rpcctl.rank.rrefs.hooks import caller as _caller
+
+# The first calls of a kind in a process are timed, then one in SAMPLE: a timed rpc.remote
+# (its creation future and a done-callback on it) cost the job ~70 µs of CPU here, a timed
+# rpc_async ~20 µs; every call is counted either way (benchmarks/telemetry_cost.py --threads).
+REMOTE_TIMED_FIRST, REMOTE_SAMPLE = 100, 64  # the others are counted from the RRef hook's records
+ASYNC_TIMED_FIRST, ASYNC_SAMPLE = 100, 16  # the others are watched (``_watched``)
+HARVEST_AT = 1024  # watched rpc_async calls waiting: the caller's thread then counts those done itself
+LONG_S = 1.0  # calls (and served functions) running this long are listed one by one
+MAX_LISTED = 100_000  # per process: beyond this, long calls are only counted
+OK, ERROR, TIMEOUT = CallState.OK, CallState.ERROR, CallState.TIMEOUT  # bound once: the hooks are hot
+KINDS = ("rpc_sync", "rpc_async", "remote")
+MAX_ARGS_LOOKED_AT = 8  # request bytes: the tensors among this many positional arguments
+_Tensor: Any = ()  # torch.Tensor once installed (isinstance against () is always False)
+_TORCH_INTERNAL = "torch.distributed.rpc."
+# A call's first argument of these types is the method a helper runs (``_call_method``).
+_HELPED = frozenset((types.FunctionType, types.MethodType, types.BuiltinFunctionType))
+
+_q: Any = None  # the reporter's queue while telemetry is active; None: the hooks only call through
+_time = time.time
+_get_ident = threading.get_ident
+_pending: dict[int, _Call] = {}  # id(call) → call, for calls in flight
+_done: deque[_Call] = deque()  # ended calls, for the sender
+_watched: deque[tuple[Any, ...]] = deque()  # untimed rpc_async calls: (future, to, func, args, code, lasti, tid, t0)
+_seen_done: deque[tuple[tuple[Any, ...], str, float]] = deque()  # (watched, status, when seen) for the sender
+_run_function_code: Any = None  # torch's internal._run_function: a thread in it serves a call
+_sender_tid = 0  # the telemetry thread: its own calls (RRef descriptions) are not the job's
+_local_invokes: tuple[Any, ...] = ()  # rref_proxy's functions behind rref.rpc_sync().method()
+_workers: dict[int, str] = {}
+_dropped = 0
+_remotes_timed = 0  # rpc.remote calls timed in this process
+
+
+class _Call:
+    __slots__ = ("kind", "to", "func", "args", "code", "lasti", "tid", "t0", "t1", "status", "listed", "counted", "nbytes")
+
+    def finish(self, fut: Any) -> None:
+        """Done-callback of an async call's future (a torch thread)."""
+        try:
+            fut.value()
+            self.status = OK
+        except BaseException as exc:  # noqa: BLE001 - an RPC error of any type ends the call
+            self.status = _failure(exc)
+        _end(self)
+
+
+def _failure(exc: BaseException) -> str:
+    text = str(exc)
+    return TIMEOUT if "timeout" in text.lower() or "timed out" in text else ERROR
+
+
+def _end(call: _Call) -> None:
+    call.t1 = _time()
+    _pending.pop(id(call), None)
+    if len(_done) < MAX_QUEUE:
+        _done.append(call)
+    else:
+        _drop()
+
+
+def _drop() -> None:
+    global _dropped
+    _dropped += 1
+
+
+def _start(kind: str, to: Any, func: Any, args: Any) -> _Call | None:
+    tid = _get_ident()
+    if tid == _sender_tid:
+        return None
+    call = _Call()
+    call.kind, call.to, call.func, call.tid, call.listed, call.counted = kind, to, func, tid, 0, True
+    call.args = _proxy_method(func, args)
+    call.code, call.lasti = _caller(3)  # 3: this function, the hook, the hook's caller (or rpcctl's frames, walked past)
+    call.nbytes = _sent_bytes(args, call.args)
+    call.t0 = _time()
+    _pending[id(call)] = call
+    return call
+
+
+def _proxy_method(func: Any, args: Any) -> Any:
+    """The method a call runs, where ``func`` only carries it: rref.rpc_sync().method() (args =
+    (rref, method name, its args, its kwargs)): the name; a helper called with a function first
+    (the examples' ``_call_method(method, rref, *args)``): that function. Else None. Hot: one
+    type check of the first argument."""
+    if not args:
+        return None
+    if func in _local_invokes:
+        return args[1] if len(args) > 1 else None
+    try:
+        first = args[0]
+    except Exception:  # odd args (torch refuses them): no method
+        return None
+    return first if type(first) in _HELPED else None
+
+
+def _sent_bytes(args: Any, method: Any) -> int | None:
+    sent = (args[2] if len(args) > 2 else None) if type(method) is str else args
+    return _request_bytes(sent) if sent else None
+
+
+def _outcome(fut: Any) -> str:
+    try:
+        fut.value()
+    except BaseException as exc:  # noqa: BLE001 - an RPC error of any type ends the call
+        return _failure(exc)
+    return OK
+
+
+def _harvest_done() -> None:
+    """The caller's thread, when HARVEST_AT calls are watched: those done, from the oldest up to
+    the first still running, go to the sender, so the futures the job dropped are let go."""
+    while _watched:
+        try:
+            watched = _watched.popleft()
+        except IndexError:  # the sender took the last one
+            return
+        if not watched[0].done():
+            _watched.appendleft(watched)
+            return
+        _seen_done.append((watched, _outcome(watched[0]), _time()))
+
+
+def _request_bytes(args: Any) -> int | None:
+    """Bytes of the tensors among the first arguments; None where there is none."""
+    total = None
+    try:
+        for arg in args[:MAX_ARGS_LOOKED_AT]:
+            if isinstance(arg, _Tensor):
+                total = (total or 0) + arg.nbytes
+    except Exception:  # odd args (not a sequence): no figure
+        return None
+    return total
+
+
+def _sent(call: _Call, orig: Any, to: Any, func: Any, args: Any, kwargs: Any, timeout: Any) -> Any:
+    """``orig``'s result for a timed call; one that raised is ended with its failure."""
+    try:
+        return orig(to, func, args, kwargs, timeout)
+    except BaseException as exc:
+        call.status = _failure(exc)
+        _end(call)
+        raise
+
+
+def wrap_rpc_sync(orig: Any, unset_timeout: float) -> Any:
+    @functools.wraps(orig)
+    def rpc_sync(to, func, args=None, kwargs=None, timeout=unset_timeout):  # noqa: ANN001 - torch's signature
+        call = _start("rpc_sync", to, func, args) if _q is not None else None
+        if call is None:
+            return orig(to, func, args, kwargs, timeout)
+        result = _sent(call, orig, to, func, args, kwargs, timeout)
+        call.status = OK
+        _end(call)
+        return result
+
+    rpc_sync._rpcctl_calls = True  # type: ignore[attr-defined]
+    return rpc_sync
+
+
+def wrap_rpc_async(orig: Any, unset_timeout: float) -> Any:
+    """rpc_async: the first ``ASYNC_TIMED_FIRST`` calls, then one in ``ASYNC_SAMPLE``, are timed
+    (``_timed_async``); the others' futures are kept in ``_watched`` until seen done, so they
+    are counted with their outcome, listed if long, but not timed."""
+    seen = itertools.count()
+
+    @functools.wraps(orig)
+    def rpc_async(to, func, args=None, kwargs=None, timeout=unset_timeout):  # noqa: ANN001 - torch's signature
+        if _q is None:
+            return orig(to, func, args, kwargs, timeout)
+        n = next(seen)
+        if n < ASYNC_TIMED_FIRST or not (n - ASYNC_TIMED_FIRST) % ASYNC_SAMPLE:
+            return _timed_async("rpc_async", _future, orig, to, func, args, kwargs, timeout)
+        tid = _get_ident()
+        if tid == _sender_tid:
+            return orig(to, func, args, kwargs, timeout)
+        code, lasti = _caller(2)  # 2: the hook's caller
+        t0 = _time()
+        try:  # inline, not in a helper: a Python call more per call shows in this loop
+            result = orig(to, func, args, kwargs, timeout)
+        except BaseException as exc:
+            _count_failure("rpc_async", to, func, args, exc)
+            raise
+        if len(_watched) >= HARVEST_AT:
+            _harvest_done()
+        if len(_watched) < MAX_QUEUE:
+            _watched.append((result, to, func, args, code, lasti, tid, t0))
+        else:  # the sender is far behind: the call goes unrecorded rather than the list unbounded
+            _drop()
+        return result
+
+    rpc_async._rpcctl_calls = True  # type: ignore[attr-defined]
+    return rpc_async
+
+
+def _timed_async(kind: str, future_of: Any, orig: Any, to: Any, func: Any, args: Any, kwargs: Any, timeout: Any) -> Any:
+    """One timed call of ``kind``, ended by a done-callback on ``future_of(result)`` (remote: the
+    RRef's creation future, complete once the owner ran the function)."""
+    call = _start(kind, to, func, args)
+    if call is None:
+        return orig(to, func, args, kwargs, timeout)
+    result = _sent(call, orig, to, func, args, kwargs, timeout)
+    if kind == "remote":
+        call.counted = False  # its handle's record counts it
+    try:
+        future_of(result).add_done_callback(call.finish)
+    except Exception:  # no future to watch: count the call as sent
+        call.status = OK
+        _end(call)
+    return result
+
+
+def _time_remote(orig: Any, to: Any, func: Any, args: Any, kwargs: Any, timeout: Any) -> tuple[Any, int]:
+    """The RRef hook's timer (``hooks.set_remote_timer``): one timed rpc.remote, and how many
+    to let by untimed before the next (none among a process's first ``REMOTE_TIMED_FIRST``).
+    The schedule of the rpc_async hook: the calls numbered REMOTE_TIMED_FIRST + k * REMOTE_SAMPLE.
+    The others the RRef hook's record of their handle counts, on the sender."""
+    global _remotes_timed
+    rref = _timed_async("remote", _creation_future, orig, to, func, args, kwargs, timeout)
+    _remotes_timed += 1
+    # Calls 0 to REMOTE_TIMED_FIRST - 1 are timed, then REMOTE_TIMED_FIRST, and one in REMOTE_SAMPLE on
+    return rref, 0 if _remotes_timed <= REMOTE_TIMED_FIRST else REMOTE_SAMPLE - 1
+
+
+def _count_failure(kind: str, to: Any, func: Any, args: Any, exc: BaseException) -> None:
+    """An untracked call that failed before it was sent (no future, no handle): counted here."""
+    failed = _start(kind, to, func, args)
+    if failed is not None:
+        failed.status = _failure(exc)
+        _end(failed)
+
+
+def _future(fut: Any) -> Any:
+    return fut
+
+
+def _creation_future(rref: Any) -> Any:
+    return rref._get_future()
+
+
+class CallsObserver(Observer):
+    """The calls family, as ``patch`` and the reporter drive it."""
+
+    name = "calls"
+
+    def prepare(self, torch_rpc: TorchRpc) -> None:
+        global _local_invokes, _Tensor, _run_function_code
+        _run_function_code = getattr(torch_rpc.internal._run_function, "__code__", None)
+        _Tensor = torch_rpc.torch.Tensor
+        _local_invokes = (torch_rpc.rref_proxy._local_invoke, torch_rpc.rref_proxy._local_invoke_async_execution)
+
+    def activate(self, queue: Any) -> None:
+        global _q
+        _q = queue
+        hooks.set_remote_timer(_time_remote, functools.partial(_count_failure, "remote"))  # its part of the rpc.remote hook
+
+    def deactivate(self) -> None:
+        global _q
+        _q = None
+        hooks.set_remote_timer(None, None)
+
+    def after_fork_in_child(self) -> None:
+        """A forked child starts with nothing in flight and serves nothing."""
+        global _q, _dropped, _sender_tid, _remotes_timed
+        _q = None
+        _dropped = 0
+        _remotes_timed = 0
+        hooks.set_remote_timer(None, None)
+        _sender_tid = 0
+        _pending.clear()
+        _done.clear()
+        _watched.clear()
+        _seen_done.clear()
+
+    def dropped(self) -> int:
+        return _dropped
+
+    def rpc_starting(self) -> None:
+        q = _q
+        if q is not None:
+            q.append({"e": "join", "t": _time()})
+
+    def rpc_started(self, info: dict[str, Any]) -> None:
+        global _workers
+        _workers = info["workers"]
+
+
+OBSERVER = CallsObserver()
