@@ -18,7 +18,7 @@ from conftest import wait_until
 from rpcctl import inspect
 from rpcctl.telemetry import protocol, worker
 from rpcctl.telemetry.channel import SITE_DIR
-from rpcctl.telemetry.dashboard import dashboard_panels
+from rpcctl.dashboard import dashboard_panels
 from rpcctl.telemetry.losses import LossParser
 from rpcctl.telemetry.server import TelemetryServer
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rpcctl.console import KEY, Column, human_bytes, human_seconds, join
-from rpcctl.inspect._store import _loads, _Store
+from rpcctl.telemetry.reader import StoreReader, loads
 from rpcctl.telemetry.calls import quantile
 
 
@@ -142,7 +142,7 @@ def in_flight(row: Any) -> str | None:
     """``all_reduce #5 (4.0 KiB float32)`` for a coll_groups row with a collective in flight."""
     if row["cur_seq"] is None or row["entered"] is None or row["entered"] <= row["completed"]:
         return None
-    dtypes = sorted({_DTYPES.get(str(d), str(d)) for d in _loads(row["cur_dtypes"]) or []})
+    dtypes = sorted({_DTYPES.get(str(d), str(d)) for d in loads(row["cur_dtypes"]) or []})
     what = " ".join(x for x in (human_bytes(row["cur_bytes"]) if row["cur_bytes"] else "", "/".join(dtypes)) if x)
     return f"{row['cur_op']} #{row['cur_seq']}" + (f" ({what})" if what else "")
 
@@ -150,14 +150,13 @@ def in_flight(row: Any) -> str | None:
 def collectives(run_dir: Path, *, restart: int | None = None) -> CollectivesReport:
     """Per process group and op over all ranks, per rank and group, and per group the rank
     that arrives last most often (latest restart)."""
-    with _Store(run_dir) as s:
+    with StoreReader(run_dir) as s:
         restart = s.latest_restart() if restart is None else restart
         live = s.live
         now = s.now
-        groups = s.rows("SELECT g.*, p.ended_at AS proc_ended FROM coll_groups g JOIN procs p USING (proc_id) WHERE g.restart = ?"
-                        " ORDER BY g.rank, g.pg", (restart,))
-        stats = s.rows("SELECT * FROM coll_stats WHERE restart = ? ORDER BY pg, op", (restart,))
-        sampled = s.rows("SELECT pg, seq, rank, entered_at FROM collectives WHERE restart = ?", (restart,))
+        groups = s.coll_groups(restart)
+        stats = s.coll_stats(restart)
+        sampled = s.sampled_collectives(restart)
     names = {row["pg"]: row["name"] for row in groups}
     merged: dict[tuple[str, str], dict[str, Any]] = {}
     for row in stats:
@@ -166,7 +165,7 @@ def collectives(run_dir: Path, *, restart: int | None = None) -> CollectivesRepo
         entry["bytes"] += row["bytes"] or 0
         entry["max"] = max(entry["max"], row["max_s"] or 0.0)
         entry["ranks"].add(row["rank"])
-        for b, n in (_loads(row["hist"]) or {}).items():
+        for b, n in (loads(row["hist"]) or {}).items():
             entry["hist"][int(b)] = entry["hist"].get(int(b), 0) + int(n)
     summary = []
     for (pg, op), e in sorted(merged.items(), key=lambda kv: (kv[0][0], -kv[1]["count"])):

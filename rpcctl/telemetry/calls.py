@@ -75,8 +75,9 @@ from typing import Any
 from rpcctl.states import CallState
 from rpcctl.telemetry.protocol import MAX_QUEUE
 from rpcctl.telemetry.rrefs import hooks
-from rpcctl.telemetry.rrefs.hooks import _Ref, caller as _caller
-from rpcctl.telemetry.rrefs.sender import Tracker, _qualname as qualname
+from rpcctl.telemetry.rrefs.hooks import Ref as _Ref
+from rpcctl.telemetry.rrefs.hooks import caller as _caller
+from rpcctl.telemetry.rrefs.sender import Tracker, qualname
 
 # The first calls of a kind in a process are timed, then one in SAMPLE: a timed rpc.remote
 # (its creation future and a done-callback on it) cost the job ~70 µs of CPU here, a timed
