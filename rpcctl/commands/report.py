@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from rpcctl.commands.common import RunsDirOption, check_output, write_output
+from rpcctl.commands.common import RunsDirOption, check_output, output_option, write_output
 from rpcctl.console import get_console
 from rpcctl.errors import UsageError
 from rpcctl.runs import resolve_run
@@ -24,7 +24,7 @@ TargetArgument = Annotated[
 
 def report(
     target: TargetArgument = None,
-    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write, self-contained: it opens with no network (default: report.html).", show_default=False)] = Path("report.html"),
+    output: Annotated[Path, output_option("The HTML file to write, self-contained: it opens with no network (default: report.html).")] = Path("report.html"),
     all_: Annotated[bool, typer.Option("--all", help="Draw every metric's chart with every point (by default: the first 16 metrics, loss first, 100,000 points in all; the file can then be tens of MB).")] = False,
     runs_dir: RunsDirOption = None,
 ) -> None:

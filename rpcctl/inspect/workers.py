@@ -75,8 +75,8 @@ class WorkerRecord:
         return self.name
 
     COLUMNS = (
-        Column("rank_shown", "RANK", justify="right", priority=KEY),
-        Column("name_shown", "NAME", priority=KEY),
+        Column("rank_shown", "RANK", justify="right", priority=KEY, shows="rank"),
+        Column("name_shown", "NAME", priority=KEY, shows="name"),
         Column("kind", detail=True, priority=LOW),
         Column("host", detail=True, priority=LOW),
         Column("pid", justify="right", priority=HIGH),
