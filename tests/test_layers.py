@@ -210,14 +210,21 @@ def _private(name: str) -> bool:
 
 
 def private_imports(modules: dict[str, Path]) -> list[str]:
-    """``from rpcctl.x import _y`` (a private name, or a private module) in a module outside the
-    package that holds ``_y``: a name meant for its own package only."""
+    """``from rpcctl.x import _y`` (a private name, or a private module), or ``x._y`` through an
+    imported module, in a module outside the package that holds ``_y``: a name meant for its own
+    package only."""
     found = []
     for name, path in modules.items():
         package = _package_of(name, path)
-        for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        imported = {alias.asname or alias.name: f"{node.module}.{alias.name}" for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom) and node.module and not node.level for alias in node.names
+                    if f"{node.module}.{alias.name}" in modules}
+        for node in _runtime_nodes(tree):
             targets: list[tuple[str, str]] = []  # (the module that holds it, the private name)
-            if isinstance(node, ast.ImportFrom):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in imported and _private(node.attr):
+                targets.append((imported[node.value.id], node.attr))
+            elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
                     parts = package.split(".")
