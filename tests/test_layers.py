@@ -5,6 +5,7 @@
   the layers above its row (the table lists them bottom-up: nothing imports upward);
 - no module imports another module's private name (``_x``, or a private module) outside the
   package that name lives in;
+- no SQL outside the store's two modules, and only the SDK opens a ``StoreReader``;
 - no import cycle anywhere in rpcctl/, and the launch core never imports the bench.
 
 To see the layering: ``python -m pytest tests/test_layers.py -q -rA -k print`` prints each
@@ -293,3 +294,44 @@ def test_print_the_layers():
         lines.extend(f"     {m.removeprefix('rpcctl.') or 'rpcctl'}" for m in members)
     print("\n".join(lines))
     assert lines
+
+
+# -- the store owns its SQL ---------------------------------------------------------------------
+
+SQL_HOMES = ("rpcctl.telemetry.store", "rpcctl.telemetry.reader")  # the DDL and the writer; every read
+SQL = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|PRAGMA|WITH)\b|\b(FROM|WHERE|VALUES)\b.*\?")
+
+
+def sql_outside_the_store(modules: dict[str, Path]) -> list[str]:
+    """String constants that read as SQL, in modules other than the store's two."""
+    found = []
+    for name, path in modules.items():
+        if name in SQL_HOMES:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and SQL.search(node.value):
+                found.append(f"{name}:{node.lineno}: {node.value[:60]!r}")
+    return found
+
+
+def test_all_sql_lives_beside_the_store():
+    offenders = sql_outside_the_store(all_modules())
+    assert not offenders, "SQL outside telemetry/store.py and telemetry/reader.py (add a StoreReader method):\n" + "\n".join(offenders)
+
+
+def test_sql_is_recognised():
+    assert SQL.search("SELECT * FROM procs WHERE restart = ?") and SQL.search(" AND ended_at IS NULL FROM x WHERE a = ?")
+    assert not SQL.search("Select a transport") and not SQL.search("from the store, where it lands")
+
+
+def test_only_the_sdk_reads_the_store():
+    """Above the SDK, the store's rows come from ``rpcctl.inspect`` (a row's helpers, ``column``
+    and ``loads``, may be used with them); only the SDK opens a ``StoreReader``."""
+    readers = sorted(
+        name
+        for name, path in all_modules().items()
+        for node in _runtime_nodes(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.ImportFrom) and node.module == "rpcctl.telemetry.reader"
+        and any(alias.name == "StoreReader" for alias in node.names)
+    )
+    assert readers and all(_within(name, "rpcctl.inspect") for name in readers), f"read the store through rpcctl.inspect: {readers}"
