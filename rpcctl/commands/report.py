@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from rpcctl.commands.common import RunsDirOption, check_output, output_option, write_output
+from rpcctl.commands.common import RunArgument, RunsDirOption, check_output, output_option, write_output
 from rpcctl.console import get_console
 from rpcctl.errors import UsageError
 from rpcctl.runs import resolve_run
@@ -46,7 +46,7 @@ def report(
 
 
 def web(
-    run: Annotated[Optional[str], typer.Argument(metavar="RUN", help="Run id (or a unique prefix) or run directory (default: the latest run).", show_default=False)] = None,
+    run: RunArgument = None,
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port on 127.0.0.1 (default: 0, a free one).", show_default=False)] = 0,
     runs_dir: RunsDirOption = None,
 ) -> None:
