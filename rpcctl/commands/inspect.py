@@ -95,7 +95,7 @@ def _no_json_watch(json_: bool, watch: bool) -> None:
 
 
 @dataclass(frozen=True)
-class Option:
+class ViewOption:
     """A view's own flag: the parameter's name, its ``Annotated[type, typer.Option(...)]``, its default."""
 
     name: str
@@ -117,7 +117,7 @@ class View:
     read: Callable[[Path], Any] | None = None
     render: Callable[[Any, Call], Any] | None = None
     run: Callable[[Call], None] | None = None
-    options: tuple[Option, ...] = ()
+    options: tuple[ViewOption, ...] = ()
     filters: bool = False
     wide: bool = True
 
@@ -311,9 +311,9 @@ VIEWS: tuple[View, ...] = (
     0.2 s are not listed: the summary counts them as SHORT-LIVED.
     """,
         options=(
-            Option("owner", Annotated[Optional[str], typer.Option("--owner", help="Only RRefs owned by this worker (name or rank).", show_default=False)]),
-            Option("state", Annotated[Optional[str], typer.Option("--state", help="Only RRefs in this state: pending, live or deleted; or that ended so: at-shutdown (released by rpc.shutdown, normal), at-exit (held by a process that ended without rpc.shutdown), held-unused (held to rpc.shutdown but unused long before it) or leaked.", show_default=False)]),
-            Option("summary", Annotated[bool, typer.Option("--summary", help="Only the per-owner summary (count, bytes).")], False),
+            ViewOption("owner", Annotated[Optional[str], typer.Option("--owner", help="Only RRefs owned by this worker (name or rank).", show_default=False)]),
+            ViewOption("state", Annotated[Optional[str], typer.Option("--state", help="Only RRefs in this state: pending, live or deleted; or that ended so: at-shutdown (released by rpc.shutdown, normal), at-exit (held by a process that ended without rpc.shutdown), held-unused (held to rpc.shutdown but unused long before it) or leaked.", show_default=False)]),
+            ViewOption("summary", Annotated[bool, typer.Option("--summary", help="Only the per-owner summary (count, bytes).")], False),
         ),
     ),
     View(
@@ -340,13 +340,13 @@ VIEWS: tuple[View, ...] = (
     (epoch, step), or by arrival order (#n) where steps repeat or are not printed.
     """,
         options=(
-            Option("rank", RankOption),
-            Option("last", Annotated[int, typer.Option("--last", help="Steps shown in the steps × ranks table (default: 10).", show_default=False)], 10),
-            Option("metric", Annotated[Optional[str], typer.Option("--metric", "-m", help="Show this metric (acc, lr, grad_norm, ...) instead of the loss.", show_default=False)]),
-            Option("plot", Annotated[Optional[Path], typer.Option("--plot", help="Also write a chart to this PNG file (needs matplotlib).", show_default=False)]),
-            Option("log_scale", Annotated[bool, typer.Option("--log", help="Log scale for the --plot chart's values.")], False),
-            Option("summary", Annotated[bool, typer.Option("--summary", help="Only the per-rank summary (with the printed lines that matched).")], False),
-            Option("explain", Annotated[Optional[list[str]], typer.Option("--explain", help="Say what this printed LINE yields and why (repeatable: lines in order); reads no run.", show_default=False)]),
+            ViewOption("rank", RankOption),
+            ViewOption("last", Annotated[int, typer.Option("--last", help="Steps shown in the steps × ranks table (default: 10).", show_default=False)], 10),
+            ViewOption("metric", Annotated[Optional[str], typer.Option("--metric", "-m", help="Show this metric (acc, lr, grad_norm, ...) instead of the loss.", show_default=False)]),
+            ViewOption("plot", Annotated[Optional[Path], typer.Option("--plot", help="Also write a chart to this PNG file (needs matplotlib).", show_default=False)]),
+            ViewOption("log_scale", Annotated[bool, typer.Option("--log", help="Log scale for the --plot chart's values.")], False),
+            ViewOption("summary", Annotated[bool, typer.Option("--summary", help="Only the per-rank summary (with the printed lines that matched).")], False),
+            ViewOption("explain", Annotated[Optional[list[str]], typer.Option("--explain", help="Say what this printed LINE yields and why (repeatable: lines in order); reads no run.", show_default=False)]),
         ),
     ),
     View(
