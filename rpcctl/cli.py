@@ -84,9 +84,9 @@ def _root(
 
 
 def _register() -> None:
-    from rpcctl.commands import calls, collectives, k8s, launch, report, runs, sbatch, trace
+    from rpcctl.commands import k8s, launch, report, runs, sbatch, trace
     from rpcctl.commands.bench import bench_app
-    from rpcctl.commands.inspect import inspect_app, stack
+    from rpcctl.commands.inspect import inspect_app, stack  # every view of its VIEWS table
 
     def command(name: str, example: str):
         return app.command(name, epilog=f"Example: {example}")
@@ -97,8 +97,6 @@ def _register() -> None:
     command("runs", "rpcctl runs --limit 5 (or --json for every field)")(runs.runs)
     command("logs", "rpcctl logs --merge --timestamps --follow")(runs.logs)
     command("stop", "rpcctl stop remote-call-20261203 --wait 30")(runs.stop)
-    inspect_app.command("calls", epilog="Example: rpcctl inspect calls --watch")(calls.calls)
-    inspect_app.command("collectives", epilog="Example: rpcctl inspect collectives --watch")(collectives.collectives)
     app.add_typer(inspect_app, name="inspect")
     command("stack", "rpcctl stack --rank 0")(stack)
     command("trace", "rpcctl trace -o run.trace.json (then open it in ui.perfetto.dev)")(trace.trace)

@@ -68,13 +68,6 @@ def secret_from_env() -> bytes:
     return secret.encode()
 
 
-def resolve_ipv4(host: str) -> str:
-    try:
-        return socket.gethostbyname(host)
-    except OSError as exc:
-        raise UsageError(f"cannot resolve master_addr '{host}': {exc}") from None
-
-
 class _Waiting:
     """Says what the launcher waits for: once at first, then every ``every`` seconds."""
 
@@ -135,22 +128,6 @@ def _usable(ip: str, port: int, node_rank: int) -> str | None:
             return None
     except OSError as exc:
         return f"{exc.strerror or exc}"
-
-
-def route_interface(master_ip: str) -> tuple[str, str]:
-    """(interface, local address) this node uses to reach ``master_ip``; no packet is sent."""
-    import psutil
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect((master_ip, 9))  # UDP connect only picks the route
-        except OSError as exc:
-            raise UsageError(f"no route to master_addr {master_ip}: {exc}") from None
-        local_ip = probe.getsockname()[0]
-    for name, addrs in psutil.net_if_addrs().items():
-        if any(a.family == socket.AF_INET and a.address == local_ip for a in addrs):
-            return name, local_ip
-    raise UsageError(f"no network interface holds {local_ip}, the address that routes to {master_ip}")
 
 
 def _import_tcpstore():

@@ -210,7 +210,9 @@ class Column:
     never cut with an ellipsis, but for ``clip`` columns: a glimpse of text kept whole
     elsewhere (a rank's latest line in the live panel), cut with "…" to keep one line a row.
     ``style`` gives a cell its style from the raw value (a state's colour). A ``varies`` column is
-    shown only where its records differ in it (WORLD: most runs have one RPC world).
+    shown only where its records differ in it (WORLD: most runs have one RPC world). A display
+    column (``key`` a property that dresses a field for people: RANK as ``└`` for a child)
+    names in ``shows`` the field it shows: ``--filter`` compares that field, never the dressing.
     """
 
     key: str
@@ -223,6 +225,7 @@ class Column:
     clip: bool = False
     style: Callable[[Any], str] | None = None
     varies: bool = False
+    shows: str | None = None
 
     @property
     def title(self) -> str:

@@ -30,7 +30,7 @@ from typing import ClassVar
 from rpcctl.config import JobSpec
 from rpcctl.console import KEY, Column
 from rpcctl.devices import parse_visible_devices
-from rpcctl.errors import ConfigError
+from rpcctl.errors import ConfigError, UsageError
 from rpcctl.python_cmd import RUNTIME, module_command
 from rpcctl.runs import rank_error_file, rank_log, rank_stack_file
 
@@ -205,8 +205,6 @@ def probe_node(spec: JobSpec, master_ip: str | None = None) -> NodeFacts:
     the ranks use the very address the rendezvous met on (a name may resolve differently
     twice)."""
     if spec.multi_node:
-        from rpcctl.cluster import resolve_ipv4, route_interface
-
         master_ip = master_ip or resolve_ipv4(spec.master_addr or "")
         ifname = spec.ifname or route_interface(master_ip)[0]
         return NodeFacts(
@@ -232,6 +230,29 @@ def free_port(host: str = LOOPBACK) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def resolve_ipv4(host: str) -> str:
+    try:
+        return socket.gethostbyname(host)
+    except OSError as exc:
+        raise UsageError(f"cannot resolve master_addr '{host}': {exc}") from None
+
+
+def route_interface(master_ip: str) -> tuple[str, str]:
+    """(interface, local address) this node uses to reach ``master_ip``; no packet is sent."""
+    import psutil
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((master_ip, 9))  # UDP connect only picks the route
+        except OSError as exc:
+            raise UsageError(f"no route to master_addr {master_ip}: {exc}") from None
+        local_ip = probe.getsockname()[0]
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == local_ip for a in addrs):
+            return name, local_ip
+    raise UsageError(f"no network interface holds {local_ip}, the address that routes to {master_ip}")
 
 
 def loopback_interface() -> str:

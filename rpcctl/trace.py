@@ -57,7 +57,7 @@ from typing import Any
 
 from rpcctl import inspect
 from rpcctl.console import to_jsonable
-from rpcctl.inspect._store import _column, _loads, _Store
+from rpcctl.telemetry.reader import column, loads
 from rpcctl.inspect.calls import pair_served
 
 MAX_SPANS = 20_000
@@ -70,15 +70,9 @@ PROCESS_THREAD, RREF_THREAD, FIRST_THREAD = 0, 1, 2
 
 def build_trace(run_dir: Path, max_events: int = MAX_EVENTS) -> dict[str, Any]:
     """``max_events``: about how many events at most (0: every one, no cap of any kind)."""
-    with _Store(run_dir) as s:
-        ranks = s.rows("SELECT * FROM ranks ORDER BY restart, rank")
-        procs = s.rows("SELECT * FROM procs ORDER BY proc_id")
-        calls = s.rows("SELECT * FROM calls")
-        serving = s.rows("SELECT * FROM serving")
-        rrefs = s.rows("SELECT * FROM rrefs")
-        handles = s.rows("SELECT * FROM handles")
-        losses = s.rows("SELECT * FROM losses ORDER BY id")
-        end = s.closed_at or s.now
+    history = inspect.store_history(run_dir)
+    ranks, procs, calls, serving = history.ranks, history.procs, history.calls, history.serving
+    rrefs, handles, losses, end = history.rrefs, history.handles, history.losses, history.end
     times = [t for t in [*(r["started_at"] for r in ranks), *(p["connected_at"] for p in procs)] if t is not None]
     start = min(times) if times else end
     builder = _Builder(start, end, max_events)
@@ -222,11 +216,11 @@ class _Builder:
         owners = {}
         for proc in procs:
             if proc["rpc_rank"] is not None and proc["proc_id"] in self.track_of_proc:
-                owners.setdefault((proc["restart"] or 0, _column(proc, "world") or 0, proc["rpc_rank"]), self.track_of_proc[proc["proc_id"]])
+                owners.setdefault((proc["restart"] or 0, column(proc, "world") or 0, proc["rpc_rank"]), self.track_of_proc[proc["proc_id"]])
         released: dict[tuple[int, int, str], float] = {}
         held: set[tuple[int, int, str]] = set()
         for handle in handles:
-            key = (handle["restart"] or 0, _column(handle, "world") or 0, handle["rref_id"])
+            key = (handle["restart"] or 0, column(handle, "world") or 0, handle["rref_id"])
             if handle["released_at"] is None:
                 held.add(key)
             else:
@@ -235,7 +229,7 @@ class _Builder:
         for row in rows:
             if row["created_at"] is None or row["owner_rank"] is None:
                 continue
-            key = (row["restart"] or 0, _column(row, "world") or 0, row["rref_id"])
+            key = (row["restart"] or 0, column(row, "world") or 0, row["rref_id"])
             gone = row["value_freed_at"] or (released.get(key) if key not in held else None)
             spans.append((row, key, gone))
         if len(spans) > MAX_RREFS and self.max_events:
@@ -250,7 +244,7 @@ class _Builder:
             self.thread(track, RREF_THREAD, "RRefs")
             self.span(track, RREF_THREAD, f"RRef {row['type'] or '?'}", row["created_at"], gone, "rref",
                       {"rref_id": row["rref_id"], "world": world, "creator": row["creator"], "site": row["call_site"],
-                       "nbytes": row["nbytes"], "shape": _loads(row["shape"]), "device": row["device"]})
+                       "nbytes": row["nbytes"], "shape": loads(row["shape"]), "device": row["device"]})
 
     # -- collectives, linked across ranks by (pg, seq) ----------------------------------------
     def collectives(self, spans: list[Any], procs: list[Any]) -> None:
@@ -299,7 +293,7 @@ class _Builder:
         for row in rows:
             if row["time"] is None:
                 continue
-            values = {"loss": row["loss"], **(_loads(row["metrics"]) or {})}
+            values = {"loss": row["loss"], **(loads(row["metrics"]) or {})}
             for name, value in values.items():
                 if isinstance(value, (int, float)):
                     series[(row["rank"], row["restart"] or 0, name)].append((row["time"], value))
@@ -343,7 +337,7 @@ class _Builder:
             track = self.track_of_proc.get(proc["proc_id"])
             if proc["kind"] != "child" or end is None or track is None:
                 continue
-            code = _column(proc, "exit_code")
+            code = column(proc, "exit_code")
             self.events.append({"ph": "i", "s": "p", "pid": track, "tid": PROCESS_THREAD, "ts": self.ts(end),
                                 "name": f"{proc['name'] or 'pid ' + str(proc['pid'])} ended" + (f" (exit {code})" if code is not None else ""),
                                 "args": {"exit_code": code, "pid": proc["pid"]}})

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from rpcctl import collective_hangs, inspect, stacks
-from rpcctl.inspect.calls import CallsReport, PendingCall, ServingRecord, _same_function
+from rpcctl.inspect.calls import CallsReport, PendingCall, ServingRecord, same_function
 from rpcctl.console import human_seconds, to_jsonable
 from rpcctl.frames import is_user_file, short_path
 from rpcctl.telemetry.protocol import STALE_AFTER_S
@@ -232,7 +232,7 @@ def _chain(first: PendingCall, waiting: list[PendingCall], serving: list[Serving
         path.append(call.callee)
         callee = by_name.get(call.callee)
         served = next((s for s in serving if s.call == (call.caller_proc, call.call_id) and s.state == ServingState.RUNNING), None) or next(
-            (s for s in serving if s.worker == call.callee and s.state == ServingState.RUNNING and _same_function(call.func, s.func)), None)
+            (s for s in serving if s.worker == call.callee and s.state == ServingState.RUNNING and same_function(call.func, s.func)), None)
         if callee is not None and callee.stopped:
             parts.append(f"{callee.describe()} is stopped (SIGSTOP or SIGTSTP): it cannot answer")
             suspect = callee
@@ -306,11 +306,9 @@ class HangWatchdog:
         if now < self._next_check:
             return None
         self._next_check = now + CHECK_EVERY_S
-        from rpcctl.inspect._store import _Store
-
-        with _Store(self.run_dir) as store:  # one read a check; the dumps wait until it is closed
-            rows = store.rows("SELECT * FROM procs WHERE restart = ? AND ended_at IS NULL", (self._restart,))
-            facts = self._facts(store, rows, record)
+        seen = inspect.progress(self.run_dir, self._restart)  # one read a check; the dumps wait until it is closed
+        rows = seen.running
+        facts = self._facts(seen, record)
         self._dump_silent_ranks(rows, record)
         if facts is None:
             return None
@@ -345,31 +343,26 @@ class HangWatchdog:
                        message=f"hang: {diagnosis.headline}", timestamp=now_iso(), traceback=f"{details}evidence: {folder}\n")
 
     # -- evidence ------------------------------------------------------------------------------
-    def _facts(self, s: Any, rows: list, record: RunRecord) -> tuple[list[Proc], float, float | None, float | None] | None:
+    def _facts(self, seen: inspect.Progress, record: RunRecord) -> tuple[list[Proc], float, float | None, float | None] | None:
         """Processes of this attempt, the last progress the store saw, the first init_rpc and the
         first init_process_group; None while no process of the job entered either (the job
         uses no torch.distributed, or not yet)."""
+        rows = seen.running
         joins = [r["rpc_join_at"] for r in rows if r["rpc_join_at"] is not None]
         pg_joins = [v for v in (_get(r, "pg_join_at") for r in rows) if v is not None]
         if not joins and not pg_joins:
             return None
-        marks = s.rows(
-            "SELECT (SELECT max(updated_at) FROM call_stats WHERE restart = ?) AS a, (SELECT max(ended_at) FROM calls WHERE restart = ?) AS b,"
-            " (SELECT time FROM losses WHERE restart = ? ORDER BY id DESC LIMIT 1) AS c", (self._restart,) * 3)
         # A collective completing is progress (rank.collectives: the cycle that saw it).
-        self._groups = s.rows("SELECT * FROM coll_groups WHERE restart = ? AND proc_id IN (SELECT proc_id FROM procs"
-                              " WHERE restart = ? AND ended_at IS NULL)", (self._restart, self._restart))
+        self._groups = seen.groups
         completed = [g["completed_at"] for g in self._groups if g["completed_at"] is not None]
         # A process that connects or enters init_rpc moves the job on too (the fork server may
         # take seconds to start the ranks).
         starts = [r["connected_at"] for r in rows] + joins + pg_joins + completed
-        progress = max([m for m in (marks[0]["a"], marks[0]["b"], marks[0]["c"], *starts) if m is not None] or [0.0])
+        progress = max([m for m in (*seen.marks, *starts) if m is not None] or [0.0])
         procs = [_proc(r, record) for r in rows]
         # A rank whose spawned processes joined RPC (an mp.spawn program: the rank waits in
         # mp.spawn, its children are the workers) has joined, through them; those may have ended.
-        through = {r["rank"]: r["t"] for r in s.rows(
-            "SELECT rank, min(rpc_join_at) AS t FROM procs WHERE restart = ? AND kind = 'child' AND rpc_join_at IS NOT NULL GROUP BY rank",
-            (self._restart,))}
+        through = seen.joined_through
         for proc in procs:
             if proc.kind == "rank" and proc.joined_at is None and proc.rank in through:
                 proc.joined_at = through[proc.rank]

@@ -382,11 +382,11 @@ def test_deprecated_spellings_still_work_and_say_so():
     subcommands = {"compare"}
     assert rewrite_deprecated(["-s", "latency", "-t", "rpc", "--detail"], subcommands) == [
         "--suite", "latency", "--transport", "rpc", "--wide"]
-    assert rewrite_deprecated(["--json", "out.json", "--quick"], subcommands) == ["--out", "out.json", "--quick"]
-    assert rewrite_deprecated(["--json=out.json"], subcommands) == ["--out", "out.json"]
+    assert rewrite_deprecated(["--json", "out.json", "--quick"], subcommands) == ["--output", "out.json", "--quick"]
+    assert rewrite_deprecated(["--json=out.json"], subcommands) == ["--output", "out.json"]
     assert rewrite_deprecated(["--json", "-"], subcommands) == ["--json"]
     warnings = err.export_text()
-    for old, new in (("-s", "--suite"), ("-t", "--transport"), ("--detail", "--wide"), ("--json FILE", "--out out.json")):
+    for old, new in (("-s", "--suite"), ("-t", "--transport"), ("--detail", "--wide"), ("--json FILE", "--output out.json")):
         assert f"'{old}' is deprecated: use '{new}'" in warnings, warnings
     # the switch itself, and a subcommand's own flags, are left alone
     assert rewrite_deprecated(["--json", "--quick"], subcommands) == ["--json", "--quick"]

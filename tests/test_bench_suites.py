@@ -116,7 +116,7 @@ def test_tuned_rpc_gets_what_it_asks_for(tmp_path):
         bench_app, ["--quick", "--repeats", "2", "--suite", "latency", "--transport", "rpc-tuned", "--runs-dir", str(tmp_path), "--json", str(out)]
     )
     assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
-    assert f"'--json FILE' is deprecated: use '--out {out}'" in result.stderr
+    assert f"'--json FILE' is deprecated: use '--output {out}'" in result.stderr
     document = json.loads(out.read_text())
     assert {r["transport"] for r in document["results"]} == {"rpc-tuned"}
     for row in document["results"]:

@@ -123,7 +123,7 @@ def test_filters_parse_against_the_declared_columns(tmp_path, runs_dir):
     none = rpcctl("inspect", "workers", str(failed_dir), "--filter", "state=succeeded")
     assert (none.returncode, none.stdout.splitlines()[0]) == (0, "no workers match state=succeeded")
     bad = rpcctl("inspect", "workers", str(failed_dir), "--filter", "ranq=1")
-    assert bad.returncode == 2 and "unknown key 'ranq' (valid keys: rank_shown, name_shown, kind," in bad.stderr
+    assert bad.returncode == 2 and "unknown key 'ranq' (valid keys: rank, name, kind," in bad.stderr
     ranks = json.loads(rpcctl("inspect", "workers", str(failed_dir), "--json", "--filter", "rank=1").stdout)  # a key of --json
     assert [(w["rank"], w["state"]) for w in ranks] == [(1, "failed")]
     below = json.loads(rpcctl("inspect", "workers", str(failed_dir), "--json", "--filter", "exit_code!=3", "--filter", "pid>1").stdout)
@@ -141,3 +141,29 @@ def test_a_long_filter_without_an_operator_is_refused_at_once():
         with pytest.raises(UsageError, match="expected KEY=VALUE"):
             parse_filters([spec], RunRecord.COLUMNS)
     assert [str(f) for f in parse_filters([" " * 100_000 + "status = failed"], RunRecord.COLUMNS)] == ["status=failed"]
+
+
+def test_display_fields_are_not_filter_keys():
+    """RANK shows ``rank_shown`` (``└`` for a child): a filter on RANK, or on ``rank``, compares the
+    rank itself, and ``rank_shown`` / ``name_shown`` are no filter keys."""
+    from rpcctl.commands.common import keep, parse_filters, scalar_fields
+    from rpcctl.errors import UsageError
+    from rpcctl.inspect import WorkerRecord
+
+    fields = scalar_fields(WorkerRecord)
+    for spec in ("rank_shown=1", "name_shown=worker1"):
+        with pytest.raises(UsageError, match=r"valid keys: rank, name, kind,") as refused:
+            parse_filters([spec], WorkerRecord.COLUMNS, fields)
+        assert "_shown" not in str(refused.value).split("valid keys:")[1]
+    by_header, by_key = parse_filters(["RANK=1"], WorkerRecord.COLUMNS, fields), parse_filters(["rank=1"], WorkerRecord.COLUMNS, fields)
+    assert [f.column.key for f in by_header + by_key] == ["rank", "rank"]
+    blank = {f.name: None for f in dataclasses.fields(WorkerRecord) if f.default is dataclasses.MISSING}
+    rank1, child = WorkerRecord(**{**blank, "rank": 1, "kind": "rank", "name": "w1"}), WorkerRecord(**{**blank, "rank": 1, "kind": "child"})
+    other = WorkerRecord(**{**blank, "rank": 2, "kind": "rank", "name": "w2"})
+    assert keep([rank1, child, other], by_header) == [rank1, child]  # a child is its rank's, though RANK shows └
+    assert keep([rank1, child, other], parse_filters(["NAME=w2"], WorkerRecord.COLUMNS, fields)) == [other]
+
+
+def test_a_display_column_names_a_field_of_its_record():
+    for name, (cls, columns) in VIEWS.items():
+        assert all(c.shows in attributes(cls) for c in columns if c.shows), name

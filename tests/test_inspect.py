@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from rpcctl import inspect
 from rpcctl.cli import app
 from rpcctl.console import Console, set_console
-from rpcctl.runs import RankState, RunRecord, save_record
+from rpcctl.runs import RankState, RunRecord, rank_log, save_record
 from rpcctl.telemetry import protocol
 from rpcctl.telemetry.store import ProcInfo, StoreWriter
 
@@ -250,6 +250,20 @@ def test_losses_json_table_and_plot(cli, run, tmp_path):
     png = tmp_path / "loss.png"
     result = cli("inspect", "losses", "--plot", str(png), "--json")
     assert result.exit_code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_rank_is_repeatable_in_every_command_that_takes_it(cli, run):
+    both = _json(cli("inspect", "losses", "-r", "0", "--rank", "1", "--json"))
+    assert [r["rank"] for r in both] == [0, 0, 0, 1]
+    assert {r["rank"] for r in _json(cli("inspect", "losses", "-r", "0", "--json"))} == {0}
+    assert "Per rank (loss)" in cli("inspect", "losses", "-r", "1", "-r", "0").stdout
+    for rank in (0, 1):
+        rank_log(run, rank).parent.mkdir(exist_ok=True)
+        rank_log(run, rank).write_text(f"hello from {rank}\n")
+    assert cli("logs", "-r", "1", "-r", "0").stdout == "[rank0]: hello from 0\n[rank1]: hello from 1\n"
+    assert cli("logs", "-r", "1").stdout == "[rank1]: hello from 1\n"
+    bad = cli("logs", "-r", "0", "-r", "7")
+    assert bad.exit_code == 2 and "--rank 7: run synthetic-1 has ranks 0-1" in bad.stderr
 
 
 def test_a_run_without_telemetry_gives_empty_documents(cli, runs_dir):

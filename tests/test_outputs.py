@@ -102,9 +102,23 @@ def test_bench_out_that_is_not_a_regular_file_is_refused_before_anything_runs(tm
     target, guarded = _targets(tmp_path)["symlink"]
     result = rpcctl("bench", "--suite", "latency", "--transport", "rpc", "--quick", "--out", str(target),
                     "--runs-dir", str(tmp_path / "runs"), timeout=30)
-    assert result.returncode == 2 and f"--out cannot write {target}" in result.stderr, result.stderr
+    assert result.returncode == 2 and f"--output cannot write {target}" in result.stderr, result.stderr
     assert not (tmp_path / "runs").exists()  # nothing was launched
     assert guarded.read_text() == "keep me"
+
+
+def test_o_is_the_output_file_everywhere():
+    """``-o/--output FILE`` in every command that writes one (bench's ``--out`` stays an alias)."""
+    from typer.main import get_command
+
+    from rpcctl.cli import app
+
+    root = get_command(app)
+    writers = {"bench": root.commands["bench"], "report": root.commands["report"], "trace": root.commands["trace"], "k8s": root.commands["k8s"]}
+    for name, command in writers.items():
+        [option] = [p for p in command.params if "-o" in p.opts]
+        assert option.opts[:2] == ["--output", "-o"], (name, option.opts)
+    assert "--out" in writers["bench"].params[[p.name for p in writers["bench"].params].index("out")].opts
 
 
 # -- non-finite values -----------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from rpcctl import inspect
 from rpcctl.rank import reporter as worker
 from rpcctl.telemetry import protocol
 from rpcctl.telemetry.channel import SITE_DIR
-from rpcctl.telemetry.dashboard import dashboard_panels
+from rpcctl.dashboard import dashboard_panels
 from rpcctl.telemetry.losses import LossParser
 from rpcctl.telemetry.server import TelemetryServer
 

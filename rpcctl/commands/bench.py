@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperGroup
 
-from rpcctl.commands.common import JsonOption, RunsDirOption, check_output, output_to
+from rpcctl.commands.common import JsonOption, RunsDirOption, check_output, output_option, output_to
 from rpcctl.errors import JobCancelledError, JobFailedError, RpcctlError, UsageError
 
 # Old spellings that still work (with a warning): the same short flag must mean the same thing
@@ -47,8 +47,8 @@ def rewrite_deprecated(args: list[str], subcommands: set[str]) -> list[str]:
                 get_console().warn("'--json -' is deprecated: '--json' alone prints the document")
                 out.append("--json")
             else:
-                get_console().warn(f"'--json FILE' is deprecated: use '--out {target}' ('--json' alone prints the document)")
-                out += ["--out", target]
+                get_console().warn(f"'--json FILE' is deprecated: use '--output {target}' ('--json' alone prints the document)")
+                out += ["--output", target]
         else:
             out.append(arg)
         i += 1
@@ -97,7 +97,7 @@ def bench(
     quick: Annotated[bool, typer.Option("--quick", help="Short timing and fewer variants (17 launches): about 4 minutes on a busy 2-core machine.")] = False,
     repeats: Annotated[Optional[int], typer.Option("--repeats", min=2, help="Timed repeats per case (default: 5 with --quick, else 10).", show_default=False)] = None,
     json_: Annotated[bool, typer.Option("--json", help="Print the results document (JSON) instead of the tables.")] = False,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Also write the results document (JSON) to FILE.", show_default=False)] = None,
+    out: Annotated[Optional[Path], output_option("Also write the results document (JSON) to FILE.", "--out")] = None,
     runs_dir: RunsDirOption = None,
     wide: Annotated[bool, typer.Option("--wide", help="Show p90, min, max and n columns too.")] = False,
     rounds: Annotated[Optional[int], typer.Option("--rounds", min=1, help="Launch each transport this many times, interleaved round by round, the repeats split between them (default: 3 with several transports, else 1).", show_default=False)] = None,
@@ -123,7 +123,7 @@ def bench(
         raise UsageError("--write-config goes with --tune")
     runs_dir = runs_dir or default_runs_dir()
     if out is not None:
-        check_output(out, "--out")  # before minutes of measuring: /dev/null or a link is refused now
+        check_output(out, "--output")  # before minutes of measuring: /dev/null or a link is refused now
     if tune:
         if suite or transport:
             raise UsageError("--tune picks its own cases and RPC variants: drop --suite/--transport")
@@ -154,7 +154,7 @@ def bench(
             if "not supported" in note:
                 console.note(note)
     if out is not None:
-        output_to(out, report.save, "--out")  # atomic, 0600 (runs.write_json_atomic)
+        output_to(out, report.save, "--output")  # atomic, 0600 (runs.write_json_atomic)
         console.info(f"bench: results written to {out}")
     console.info(f"bench: run directory {session.bench_dir}")
     console.info(api.verdict(report))
@@ -201,7 +201,7 @@ def _tune(console, quick: bool, runs_dir: Path, repeats: int | None, json_: bool
         else:
             console.info(f"bench: {write_config} left unchanged")
     if out is not None:
-        output_to(out, lambda path: write_json_atomic(path, to_jsonable(document)), "--out")
+        output_to(out, lambda path: write_json_atomic(path, to_jsonable(document)), "--output")
         console.info(f"bench: results written to {out}")
     for s in result.sessions:
         console.info(f"bench: run directory {s.bench_dir}")

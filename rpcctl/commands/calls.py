@@ -9,27 +9,15 @@ from rich.console import Group
 from rich.text import Text
 
 from rpcctl import inspect as sdk
-from rpcctl.commands.common import JsonOption, RunArgument, RunsDirOption, WatchOption, WideOption
 from rpcctl.console import render_table
 from rpcctl.states import CallState, ServingState
 
-
-def calls(
-    run: RunArgument = None,
-    wide: WideOption = False,
-    runs_dir: RunsDirOption = None,
-    json_: JsonOption = False,
-    watch: WatchOption = False,
-) -> None:
-    """Who waits on whom: calls running 1 s or more (oldest first), then per caller → callee
+HELP = """Who waits on whom: calls running 1 s or more (oldest first), then per caller → callee
     → function: count, p50/p99, errors, pending; then what each worker runs for whom.
 
     Calls that end within 1 s are counted, not listed. After the run: the same from the store,
     with calls that never ended marked unfinished.
     """
-    from rpcctl.commands.inspect import _view, none_yet
-
-    _view(run, runs_dir, json_, watch, sdk.calls, lambda report, run_dir: render(report, wide, none_yet(run_dir, "calls")))
 
 
 def render(report: sdk.CallsReport, wide: bool = False, no_calls: str = "no calls yet") -> Any:

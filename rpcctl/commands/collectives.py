@@ -9,27 +9,15 @@ from typing import Any
 from rich.console import Group
 
 from rpcctl import inspect as sdk
-from rpcctl.commands.common import JsonOption, RunArgument, RunsDirOption, WatchOption, WideOption
 from rpcctl.console import render_table
 
-
-def collectives(
-    run: RunArgument = None,
-    wide: WideOption = False,
-    runs_dir: RunsDirOption = None,
-    json_: JsonOption = False,
-    watch: WatchOption = False,
-) -> None:
-    """Collectives of every process group (all_reduce, broadcast, barrier…), from torch's Flight
+HELP = """Collectives of every process group (all_reduce, broadcast, barrier…), from torch's Flight
     Recorder: per group and op, count, p50/p99 time and bytes; per rank, the last collective
     entered and completed, and while the run lives, the one it is inside and for how long.
 
     Times are upper bounds (gloo records no completion time). A rank whose torch has no Flight
     Recorder (before 2.5) shows none.
     """
-    from rpcctl.commands.inspect import _view
-
-    _view(run, runs_dir, json_, watch, sdk.collectives, lambda report, _run_dir: render(report, wide))
 
 
 def render(report: sdk.CollectivesReport, wide: bool = False) -> Any:

@@ -31,6 +31,20 @@ WideOption = Annotated[bool, typer.Option("--wide", help="Show every column.")]
 WatchOption = Annotated[bool, typer.Option("--watch", "-w", help="Refresh the view until the run ends (Ctrl-C to stop).")]
 
 
+def rank_option(what: str = "Only this rank", default: str = "every rank") -> Any:
+    """``--rank/-r N``, repeatable wherever a command takes a rank: ``-r 0 -r 2``."""
+    return typer.Option("--rank", "-r", metavar="N", help=f"{what}; repeatable (default: {default}).", show_default=False)
+
+
+RankOption = Annotated[Optional[list[int]], rank_option()]
+
+
+def output_option(what: str, *aliases: str) -> Any:
+    """``--output/-o FILE``: the file a command writes, the same flag everywhere (``aliases``:
+    old spellings that users' scripts still use)."""
+    return typer.Option("--output", "-o", *aliases, help=what, show_default=False)
+
+
 def no_match(things: str, **filters: object) -> str | None:
     """What an empty filtered view says (it exits 0): ``no RRefs match owner=worker1, state=live``;
     None when no filter was given."""
@@ -92,9 +106,11 @@ def parse_filters(specs: list[str] | None, columns: Sequence[Column], fields: Se
     """``--filter`` arguments → filters. KEY is a column's key, one of ``fields`` (the record's
     other JSON keys), or a column's header (``rank``, ``duration``: any case, ``_`` for a
     space). A malformed one, an unknown key or a comparison with nothing to compare is a usage
-    error that names the valid keys."""
-    by_key = {c.key: c for c in columns} | {f: Column(f) for f in fields if f not in {c.key for c in columns}}
-    by_header = {_header_key(c.title): c for c in columns}
+    error that names the valid keys. A display column (``Column.shows``) filters on the field it
+    shows: ``RANK`` is ``rank``; its own key (``rank_shown``) is no filter key."""
+    compared = [Column(c.shows) if c.shows else c for c in columns]  # in the columns' order
+    by_key = {c.key: c for c in compared} | {f: Column(f) for f in fields if f not in {c.key for c in compared}}
+    by_header = {_header_key(c.title): k for c, k in zip(columns, compared)}
     keys = ", ".join(by_key)
     filters = []
     for spec in specs or []:

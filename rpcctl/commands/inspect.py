@@ -1,14 +1,23 @@
-"""``rpcctl inspect rrefs|workers|gpus|losses`` and ``rpcctl stack``: views over a run's telemetry.
+"""``rpcctl inspect VIEW`` and ``rpcctl stack``: views over a run's telemetry.
 
 Each view: a table for people (``--wide`` adds the detail columns), ``--json`` for programs (one
 document, raw units, ``[]`` when empty), ``--watch`` to refresh until the run ends. The data comes
 from ``rpcctl.inspect``; this module only parses flags and renders.
+
+The views are one table, ``VIEWS``: a ``View`` is a name, the record type (its ``COLUMNS`` make
+the table, the JSON keys and the ``--filter`` keys), the SDK function, how it renders, and its
+own options. The shared flags (RUN, ``--wide``, ``--runs-dir``, ``--json``, ``--watch``,
+``--filter``) are declared once, in ``commands.common``, and every view's command is built from
+its entry (``_command``). Adding a view: a record type, an SDK function, an entry here.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect as pyinspect
 import shlex
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -18,7 +27,12 @@ from rich.text import Text
 
 from rpcctl import inspect as sdk
 from rpcctl.control import ended, follow
-from rpcctl.commands.common import FilterOption, JsonOption, RunArgument, RunsDirOption, WatchOption, WideOption, filtered_empty, keep, no_match, parse_filters, scalar_fields
+from rpcctl.commands import calls as calls_view
+from rpcctl.commands import collectives as collectives_view
+from rpcctl.commands.common import (
+    Filter, FilterOption, JsonOption, RunArgument, RunsDirOption, WatchOption, WideOption, filtered_empty, keep, no_match, parse_filters,
+    RankOption, rank_option, scalar_fields,
+)
 from rpcctl.console import KEY, Column, fmt_loss, get_console, render_table, sanitize
 from rpcctl.errors import RpcctlError, RunNotFoundError, UsageError
 from rpcctl.frames import hide_own_frames
@@ -63,46 +77,112 @@ def none_yet(run_dir: Path, what: str) -> str:
     return f"no {what} {'was' if what == 'placement' else 'were'} recorded" if ended(run_dir) else f"no {what} yet"
 
 
-def _view(run: str | None, runs_dir: Path | None, json_: bool, watch: bool,
-          records: Callable[[Path], list[Any]], render: Callable[[list[Any], Path], Any]) -> None:
-    """The shape of a plain view: records from the SDK, as JSON or rendered (and refreshed)."""
-    _no_json_watch(json_, watch)
-    run_dir = _run_dir(run, runs_dir)
-    if json_:
-        get_console().json(records(run_dir))
-        return
-    _show(run_dir, lambda: render(records(run_dir), run_dir), watch)
-
-
 def _no_json_watch(json_: bool, watch: bool) -> None:
     if json_ and watch:
         raise UsageError("--json and --watch cannot be combined: poll with --json instead")
 
 
-# ---------------------------------------------------------------------------------------------
+# -- the views ----------------------------------------------------------------------------------
 
 
-@inspect_app.command("rrefs", epilog="Example: rpcctl inspect rrefs --owner worker1 --state live --wide")
-def rrefs(
-    run: RunArgument = None,
-    owner: Annotated[Optional[str], typer.Option("--owner", help="Only RRefs owned by this worker (name or rank).", show_default=False)] = None,
-    state: Annotated[Optional[str], typer.Option("--state", help="Only RRefs in this state: pending, live or deleted; or that ended so: at-shutdown (released by rpc.shutdown, normal), at-exit (held by a process that ended without rpc.shutdown), held-unused (held to rpc.shutdown but unused long before it) or leaked.", show_default=False)] = None,
-    summary: Annotated[bool, typer.Option("--summary", help="Only the per-owner summary (count, bytes).")] = False,
-    wide: WideOption = False,
-    runs_dir: RunsDirOption = None,
-    json_: JsonOption = False,
-    watch: WatchOption = False,
-) -> None:
-    """Who owns which RRef, who holds references to it, and what it is (type, shape, bytes).
+@dataclass(frozen=True)
+class ViewOption:
+    """A view's own flag: the parameter's name, its ``Annotated[type, typer.Option(...)]``, its default."""
 
-    One row per RRef (not per fork), then a summary per owner. RRefs that lived less than
-    0.2 s are not listed: the summary counts them as SHORT-LIVED.
-    """
-    _no_json_watch(json_, watch)
+    name: str
+    annotation: Any
+    default: Any = None
+
+
+@dataclass(frozen=True)
+class View:
+    """One ``rpcctl inspect`` view. ``read(run_dir)``: the SDK function (records, or a report);
+    ``render(found, call)``: what the terminal shows (the JSON is ``found`` itself). A view
+    with a flow of its own (options that change what is read) gives ``run(call)`` instead.
+    ``filters``: ``--filter`` over ``record``'s columns and scalar fields."""
+
+    name: str
+    record: type
+    help: str
+    example: str
+    read: Callable[[Path], Any] | None = None
+    render: Callable[[Any, Call], Any] | None = None
+    run: Callable[[Call], None] | None = None
+    options: tuple[ViewOption, ...] = ()
+    filters: bool = False
+    wide: bool = True
+
+
+@dataclass
+class Call:
+    """One invocation of a view: the shared flags, the view's own (``options``), the filters."""
+
+    view: View
+    run: str | None
+    runs_dir: Path | None
+    json: bool
+    watch: bool
+    wide: bool = False
+    filters: list[Filter] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @functools.cached_property
+    def run_dir(self) -> Path:
+        return _run_dir(self.run, self.runs_dir)
+
+    def show(self, render: Callable[[], Any]) -> None:
+        _show(self.run_dir, render, self.watch)
+
+
+def _plain(call: Call) -> None:
+    """A view that reads and renders: records from the SDK (filtered), as JSON or rendered (and refreshed)."""
+    view = call.view
+
+    def found() -> Any:
+        records = view.read(call.run_dir)
+        return keep(records, call.filters) if view.filters else records
+
+    if call.json:
+        get_console().json(found())
+        return
+    call.show(lambda: view.render(found(), call))
+
+
+def _command(view: View) -> Callable[..., None]:
+    """The typer command of a view: RUN, the view's options, then the shared flags."""
+
+    def command(**given: Any) -> None:
+        filters = given.pop("filter_", None)
+        call = Call(view, given.pop("run"), given.pop("runs_dir"), given.pop("json_"), given.pop("watch"), given.pop("wide", False),
+                    options=given)
+        _no_json_watch(call.json, call.watch)
+        if view.filters:
+            call.filters = parse_filters(filters, view.record.COLUMNS, scalar_fields(view.record))
+        (view.run or _plain)(call)
+
+    keyword = pyinspect.Parameter.KEYWORD_ONLY
+    params = [pyinspect.Parameter("run", keyword, default=None, annotation=RunArgument)]
+    params += [pyinspect.Parameter(o.name, keyword, default=o.default, annotation=o.annotation) for o in view.options]
+    shared = ([("wide", WideOption)] if view.wide else []) + [("runs_dir", RunsDirOption), ("json_", JsonOption), ("watch", WatchOption)]
+    shared += [("filter_", FilterOption)] if view.filters else []
+    params += [pyinspect.Parameter(name, keyword, default=None if name == "filter_" or name == "runs_dir" else False, annotation=annotation)
+               for name, annotation in shared]
+    command.__signature__ = pyinspect.Signature(params)
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    command.__name__ = command.__qualname__ = view.name
+    command.__doc__ = view.help
+    return command
+
+
+# -- rrefs ----------------------------------------------------------------------------------------
+
+
+def _rrefs(call: Call) -> None:
+    owner, state, summary = call.options["owner"], call.options["state"], call.options["summary"]
     if state is not None and state not in sdk.RREF_STATES + sdk.RREF_ENDINGS:
         raise UsageError(f"--state {state}: choose from {', '.join(sdk.RREF_STATES + sdk.RREF_ENDINGS)}")
-    run_dir = _run_dir(run, runs_dir)
-    if json_:
+    run_dir = call.run_dir
+    if call.json:
         records = sdk.rrefs(run_dir, owner=owner, state=state)
         get_console().json(sdk.rref_owners(run_dir, records=records) if summary else records)
         return
@@ -113,10 +193,10 @@ def rrefs(
         owners_table = render_table(owners, sdk.OwnerSummary.COLUMNS, title="RRefs by owner", empty=_empty_rrefs(owner, state))
         if summary:
             return owners_table
-        table = render_table(records, sdk.RRefRecord.COLUMNS, detail=wide, empty=_empty_rrefs(owner, state))
+        table = render_table(records, sdk.RRefRecord.COLUMNS, detail=call.wide, empty=_empty_rrefs(owner, state))
         return Group(table, "", owners_table) if owners else table
 
-    _show(run_dir, render, watch)
+    call.show(render)
 
 
 def _owners_of(run_dir: Path, records: list[sdk.RRefRecord]) -> list[sdk.OwnerSummary]:
@@ -128,38 +208,23 @@ def _empty_rrefs(owner: str | None, state: str | None) -> str:
     return no_match("RRefs", owner=owner, state=state) or "no RRefs (none created, or all lived < 0.2 s)"
 
 
-@inspect_app.command("workers", epilog="Example: rpcctl inspect workers --watch")
-def workers(
-    run: RunArgument = None,
-    wide: WideOption = False,
-    runs_dir: RunsDirOption = None,
-    json_: JsonOption = False,
-    watch: WatchOption = False,
-    filter_: FilterOption = None,
-) -> None:
-    """Every rank and the processes it spawned: pid, state, CPU, memory, device, heartbeat.
+# -- workers, gpus ------------------------------------------------------------------------------
 
-    A running rank whose heartbeat is older than 5 s is flagged STALE (hung, or stopped); a rank
-    whose step rate, call latency or arrival into collectives is far off the others' is flagged
-    STRAGGLER, with the figures.
-    Below the table: the CPU time rpcctl's own telemetry used, and its share of the job's.
-    """
 
-    def render(records: list[sdk.WorkerRecord], run_dir: Path) -> Any:
-        table = render_table(records, sdk.WorkerRecord.COLUMNS, detail=wide, empty=filtered_empty("workers", filters) or none_yet(run_dir, "workers"))
-        lines = [f"[yellow]STALE:[/yellow] rank {w.rank} (pid {w.pid}) no heartbeat for {w.heartbeat_age_s:.0f} s — try `rpcctl stack --rank {w.rank}`"
-                 for w in records if w.stale]
-        lines += [Text.assemble(("STOPPED: ", "yellow"), stopped_message(f"rank {w.rank}", w.pid)) for w in records if w.state == RankStatus.STOPPED]
-        lines += [Text.assemble(("STRAGGLER: ", "yellow"), sanitize(w.straggler)) for w in records if w.straggler]
-        if any(w.state in (RankStatus.LOST, RankStatus.ORPHANED) for w in records):
-            lines.insert(0, Text.assemble(("LOST: ", "red"), f"run {load_record(run_dir).run_id}: {_lost_story(run_dir)}"))
-        cost = sdk.telemetry_cost(run_dir) if records else None
-        if cost is not None:
-            lines.append(Text(cost.describe(), style="dim"))
-        return Group(table, "", *lines) if lines else table
-
-    filters = parse_filters(filter_, sdk.WorkerRecord.COLUMNS, scalar_fields(sdk.WorkerRecord))
-    _view(run, runs_dir, json_, watch, lambda run_dir: keep(sdk.workers(run_dir), filters), render)
+def _render_workers(records: list[sdk.WorkerRecord], call: Call) -> Any:
+    run_dir = call.run_dir
+    table = render_table(records, sdk.WorkerRecord.COLUMNS, detail=call.wide,
+                         empty=filtered_empty("workers", call.filters) or none_yet(run_dir, "workers"))
+    lines = [f"[yellow]STALE:[/yellow] rank {w.rank} (pid {w.pid}) no heartbeat for {w.heartbeat_age_s:.0f} s — try `rpcctl stack --rank {w.rank}`"
+             for w in records if w.stale]
+    lines += [Text.assemble(("STOPPED: ", "yellow"), stopped_message(f"rank {w.rank}", w.pid)) for w in records if w.state == RankStatus.STOPPED]
+    lines += [Text.assemble(("STRAGGLER: ", "yellow"), sanitize(w.straggler)) for w in records if w.straggler]
+    if any(w.state in (RankStatus.LOST, RankStatus.ORPHANED) for w in records):
+        lines.insert(0, Text.assemble(("LOST: ", "red"), f"run {load_record(run_dir).run_id}: {_lost_story(run_dir)}"))
+    cost = sdk.telemetry_cost(run_dir) if records else None
+    if cost is not None:
+        lines.append(Text(cost.describe(), style="dim"))
+    return Group(table, "", *lines) if lines else table
 
 
 def _lost_story(run_dir: Path) -> str:
@@ -171,68 +236,39 @@ def _lost_story(run_dir: Path) -> str:
     return lost.story() if lost is not None else f"status {record.effective_status}"
 
 
-@inspect_app.command("gpus", epilog="Example: rpcctl inspect gpus --json")
-def gpus(
-    run: RunArgument = None,
-    wide: WideOption = False,
-    runs_dir: RunsDirOption = None,
-    json_: JsonOption = False,
-    watch: WatchOption = False,
-) -> None:
-    """Per device: the ranks placed on it, memory used/total, and bytes of RRef values on it."""
-
-    def render(records: list[sdk.DeviceRecord], run_dir: Path) -> Any:
-        table = render_table(records, sdk.DeviceRecord.COLUMNS, detail=wide, empty=none_yet(run_dir, "placement"))
-        if records and all(r.device == "cpu" for r in records):
-            return Group("No GPU in this run: every rank ran on the CPU.", "", table)
-        return table
-
-    _view(run, runs_dir, json_, watch, sdk.gpus, render)
+def _render_gpus(records: list[sdk.DeviceRecord], call: Call) -> Any:
+    table = render_table(records, sdk.DeviceRecord.COLUMNS, detail=call.wide, empty=none_yet(call.run_dir, "placement"))
+    if records and all(r.device == "cpu" for r in records):
+        return Group("No GPU in this run: every rank ran on the CPU.", "", table)
+    return table
 
 
-@inspect_app.command("losses", epilog="Example: rpcctl inspect losses --metric acc --plot acc.png --log; "
-                      "rpcctl inspect losses --explain 'epoch 2 step 10 loss=0.52'")
-def losses(
-    run: RunArgument = None,
-    rank: Annotated[Optional[int], typer.Option("--rank", "-r", help="Only this rank.", show_default=False)] = None,
-    last: Annotated[int, typer.Option("--last", help="Steps shown in the steps × ranks table (default: 10).", show_default=False)] = 10,
-    metric: Annotated[Optional[str], typer.Option("--metric", "-m", help="Show this metric (acc, lr, grad_norm, ...) instead of the loss.", show_default=False)] = None,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="Also write a chart to this PNG file (needs matplotlib).", show_default=False)] = None,
-    log_scale: Annotated[bool, typer.Option("--log", help="Log scale for the --plot chart's values.")] = False,
-    summary: Annotated[bool, typer.Option("--summary", help="Only the per-rank summary (with the printed lines that matched).")] = False,
-    explain: Annotated[Optional[list[str]], typer.Option("--explain", help="Say what this printed LINE yields and why (repeatable: lines in order); reads no run.", show_default=False)] = None,
-    runs_dir: RunsDirOption = None,
-    json_: JsonOption = False,
-    watch: WatchOption = False,
-) -> None:
-    """Loss per rank and step: the last steps × ranks, then min/last and a trend per rank.
+# -- losses -------------------------------------------------------------------------------------
 
-    Losses come from rpcctl.report() and from the ranks' printed output: `step 3 loss 0.52`,
-    `epoch 2 step 10 loss=0.5 acc=0.9`, JSON or Python dict lines (Hugging Face Trainer), tqdm,
-    Lightning and Keras progress bars, or the config's losses.pattern. Records are keyed by
-    (epoch, step), or by arrival order (#n) where steps repeat or are not printed.
-    """
-    _no_json_watch(json_, watch)
-    if explain:
-        _explain_lines(explain, json_)
+
+def _losses(call: Call) -> None:
+    o = call.options
+    ranks, last, metric, plot, summary = o["rank"], o["last"], o["metric"], o["plot"], o["summary"]
+    if o["explain"]:
+        _explain_lines(o["explain"], call.json)
         return
     if last < 1:
         raise UsageError("--last must be at least 1")
-    run_dir = _run_dir(run, runs_dir)
-    if rank is not None:
+    run_dir = call.run_dir
+    for rank in ranks or ():
         _check_rank(run_dir, rank)
 
     def records() -> list[sdk.LossRecord]:
-        found = sdk.losses(run_dir, rank=rank)
+        found = [r for r in sdk.losses(run_dir) if not ranks or r.rank in ranks]
         if metric is not None and found and not sdk.with_metric(found, metric):
             names = ", ".join(sdk.metric_names(found)) or "none"
             raise UsageError(f"--metric {metric}: no record of run {run_dir.name} has it (metrics: {names})")
         return found
 
     if plot is not None:
-        sdk.plot_losses(records(), plot, title=_plot_title(run_dir, rank), metric=metric, log_scale=log_scale)
+        sdk.plot_losses(records(), plot, title=_plot_title(run_dir, ranks), metric=metric, log_scale=o["log_scale"])
         get_console().note(f"wrote {plot}")
-    if json_:
+    if call.json:
         found = records()
         get_console().json(sdk.loss_summaries(found, sdk.line_counts(run_dir)) if summary else found)
         return
@@ -240,12 +276,12 @@ def losses(
     def render() -> Any:
         found = records()
         counts = sdk.line_counts(run_dir)
-        if rank is not None:
-            counts = {r: n for r, n in counts.items() if r == rank}
+        if ranks:
+            counts = {r: n for r, n in counts.items() if r in ranks}
         if not found:
             matched = f" ({sum(n for n, _ in counts.values())} printed lines read, none matched)" if counts else ""
-            if rank is not None:
-                return no_match("losses", rank=rank) + matched
+            if ranks:
+                return no_match("losses", rank=", ".join(map(str, ranks))) + matched
             return (f"{none_yet(run_dir, 'losses')}{matched}: print them (e.g. `step 3 loss 0.52`), call rpcctl.report(step=..., loss=...), "
                     "or check a line with `rpcctl inspect losses --explain 'LINE'`")
         shown = sdk.with_metric(found, metric)
@@ -254,7 +290,70 @@ def losses(
             return table
         return Group(_loss_grid(sdk.loss_grid(shown, last), metric), "", table)
 
-    _show(run_dir, render, watch)
+    call.show(render)
+
+
+VIEWS: tuple[View, ...] = (
+    View(
+        "rrefs", sdk.RRefRecord, run=_rrefs, example="rpcctl inspect rrefs --owner worker1 --state live --wide",
+        help="""Who owns which RRef, who holds references to it, and what it is (type, shape, bytes).
+
+    One row per RRef (not per fork), then a summary per owner. RRefs that lived less than
+    0.2 s are not listed: the summary counts them as SHORT-LIVED.
+    """,
+        options=(
+            ViewOption("owner", Annotated[Optional[str], typer.Option("--owner", help="Only RRefs owned by this worker (name or rank).", show_default=False)]),
+            ViewOption("state", Annotated[Optional[str], typer.Option("--state", help="Only RRefs in this state: pending, live or deleted; or that ended so: at-shutdown (released by rpc.shutdown, normal), at-exit (held by a process that ended without rpc.shutdown), held-unused (held to rpc.shutdown but unused long before it) or leaked.", show_default=False)]),
+            ViewOption("summary", Annotated[bool, typer.Option("--summary", help="Only the per-owner summary (count, bytes).")], False),
+        ),
+    ),
+    View(
+        "workers", sdk.WorkerRecord, read=sdk.workers, render=_render_workers, filters=True, example="rpcctl inspect workers --watch",
+        help="""Every rank and the processes it spawned: pid, state, CPU, memory, device, heartbeat.
+
+    A running rank whose heartbeat is older than 5 s is flagged STALE (hung, or stopped); a rank
+    whose step rate, call latency or arrival into collectives is far off the others' is flagged
+    STRAGGLER, with the figures.
+    Below the table: the CPU time rpcctl's own telemetry used, and its share of the job's.
+    """,
+    ),
+    View(
+        "gpus", sdk.DeviceRecord, read=sdk.gpus, render=_render_gpus, example="rpcctl inspect gpus --json",
+        help="Per device: the ranks placed on it, memory used/total, and bytes of RRef values on it.",
+    ),
+    View(
+        "losses", sdk.LossRecord, run=_losses, wide=False,
+        example="rpcctl inspect losses --metric acc --plot acc.png --log; rpcctl inspect losses --explain 'epoch 2 step 10 loss=0.52'",
+        help="""Loss per rank and step: the last steps × ranks, then min/last and a trend per rank.
+
+    Losses come from rpcctl.report() and from the ranks' printed output: `step 3 loss 0.52`,
+    `epoch 2 step 10 loss=0.5 acc=0.9`, JSON or Python dict lines (Hugging Face Trainer), tqdm,
+    Lightning and Keras progress bars, or the config's losses.pattern. Records are keyed by
+    (epoch, step), or by arrival order (#n) where steps repeat or are not printed.
+    """,
+        options=(
+            ViewOption("rank", RankOption),
+            ViewOption("last", Annotated[int, typer.Option("--last", help="Steps shown in the steps × ranks table (default: 10).", show_default=False)], 10),
+            ViewOption("metric", Annotated[Optional[str], typer.Option("--metric", "-m", help="Show this metric (acc, lr, grad_norm, ...) instead of the loss.", show_default=False)]),
+            ViewOption("plot", Annotated[Optional[Path], typer.Option("--plot", help="Also write a chart to this PNG file (needs matplotlib).", show_default=False)]),
+            ViewOption("log_scale", Annotated[bool, typer.Option("--log", help="Log scale for the --plot chart's values.")], False),
+            ViewOption("summary", Annotated[bool, typer.Option("--summary", help="Only the per-rank summary (with the printed lines that matched).")], False),
+            ViewOption("explain", Annotated[Optional[list[str]], typer.Option("--explain", help="Say what this printed LINE yields and why (repeatable: lines in order); reads no run.", show_default=False)]),
+        ),
+    ),
+    View(
+        "calls", sdk.CallsReport, read=sdk.calls, example="rpcctl inspect calls --watch",
+        render=lambda report, call: calls_view.render(report, call.wide, none_yet(call.run_dir, "calls")),
+        help=calls_view.HELP,
+    ),
+    View(
+        "collectives", sdk.CollectivesReport, read=sdk.collectives, example="rpcctl inspect collectives --watch",
+        render=lambda report, call: collectives_view.render(report, call.wide), help=collectives_view.HELP,
+    ),
+)
+
+for _view in VIEWS:
+    inspect_app.command(_view.name, epilog=f"Example: {_view.example}")(_command(_view))
 
 
 def _check_rank(run_dir: Path, rank: int) -> None:
@@ -295,13 +394,13 @@ def _loss_cell(cells: dict, key: tuple[int, ...], rank: int) -> str:
     return "nan" if value is None else fmt_loss(value)
 
 
-def _plot_title(run_dir: Path, rank: int | None) -> str:
+def _plot_title(run_dir: Path, ranks: list[int] | None) -> str:
     try:
         name = load_record(run_dir).name
     except (RunNotFoundError, OSError, ValueError):
         name = None
     title = f"{name}  ({run_dir.name})" if name else run_dir.name
-    return title + (f", rank {rank}" if rank is not None else "")
+    return title + (f", rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}" if ranks else "")
 
 
 def _explain_lines(lines: list[str], json_: bool) -> None:
@@ -336,7 +435,7 @@ def _explain_lines(lines: list[str], json_: bool) -> None:
 
 def stack(
     run: RunArgument = None,
-    rank: Annotated[Optional[list[int]], typer.Option("--rank", "-r", help="Rank to dump; repeatable (default: every running rank).", show_default=False)] = None,
+    rank: Annotated[Optional[list[int]], rank_option("Rank to dump", "every running rank")] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for each rank's dump (default: 5).", show_default=False)] = 5.0,
     all_frames: Annotated[bool, typer.Option("--all-frames", help="Show rpcctl's own threads and frames too (the files in stacks/ keep them).")] = False,
     runs_dir: RunsDirOption = None,

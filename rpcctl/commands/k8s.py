@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from rpcctl.commands.common import output_option
 from rpcctl.config import load_config
 from rpcctl.console import get_console
 from rpcctl.errors import RpcctlError, UsageError
@@ -38,7 +39,7 @@ def k8s(
     script_in_image: Annotated[Optional[str], typer.Option("--script-in-image", help="The script's absolute path in the image (default: shipped in the ConfigMap).", show_default=False)] = None,
     runtime: Annotated[str, typer.Option("--runtime", help="With --kind trainjob: the ClusterTrainingRuntime to run on (default: torch-distributed).", show_default=False)] = "torch-distributed",
     set_: Annotated[Optional[list[str]], typer.Option("--set", "-s", help="Override a config key before it is shipped: KEY.PATH=VALUE. Repeatable.", show_default=False)] = None,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the manifests to this file (0600: it holds the run's secret) instead of applying them.", show_default=False)] = None,
+    output: Annotated[Optional[Path], output_option("Write the manifests to this file (0600: it holds the run's secret) instead of applying them.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the manifests and apply nothing.")] = False,
 ) -> None:
     """Run CONFIG on N pods: write the Kubernetes objects, or apply them with kubectl.

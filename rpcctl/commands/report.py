@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from rpcctl.commands.common import RunsDirOption, check_output, write_output
+from rpcctl.commands.common import RunArgument, RunsDirOption, check_output, output_option, write_output
 from rpcctl.console import get_console
 from rpcctl.errors import UsageError
 from rpcctl.runs import resolve_run
@@ -24,7 +24,7 @@ TargetArgument = Annotated[
 
 def report(
     target: TargetArgument = None,
-    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write, self-contained: it opens with no network (default: report.html).", show_default=False)] = Path("report.html"),
+    output: Annotated[Path, output_option("The HTML file to write, self-contained: it opens with no network (default: report.html).")] = Path("report.html"),
     all_: Annotated[bool, typer.Option("--all", help="Draw every metric's chart with every point (by default: the first 16 metrics, loss first, 100,000 points in all; the file can then be tens of MB).")] = False,
     runs_dir: RunsDirOption = None,
 ) -> None:
@@ -46,7 +46,7 @@ def report(
 
 
 def web(
-    run: Annotated[Optional[str], typer.Argument(metavar="RUN", help="Run id (or a unique prefix) or run directory (default: the latest run).", show_default=False)] = None,
+    run: RunArgument = None,
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port on 127.0.0.1 (default: 0, a free one).", show_default=False)] = 0,
     runs_dir: RunsDirOption = None,
 ) -> None:

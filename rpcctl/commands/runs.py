@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.text import Text
 
 from rpcctl import control
-from rpcctl.commands.common import FilterOption, JsonOption, RunArgument, RunsDirOption, filtered_empty, parse_filters, scalar_fields
+from rpcctl.commands.common import FilterOption, JsonOption, RankOption, RunArgument, RunsDirOption, filtered_empty, parse_filters, scalar_fields
 from rpcctl.console import get_console, render_table, sanitize, utc_stamp
 from rpcctl.errors import UsageError
 from rpcctl.log_times import FollowedFile, LogLine, RankLogReader, lines_of, merged
@@ -76,7 +76,7 @@ def _damaged_row(damaged: DamagedRun) -> dict:
 
 def logs(
     run: RunArgument = None,
-    rank: Annotated[Optional[int], typer.Option("--rank", "-r", help="Only this rank.", show_default=False)] = None,
+    rank: RankOption = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new output until the run ends.")] = False,
     merge: Annotated[bool, typer.Option("--merge", help="Interleave the ranks' lines in the order they arrived (default: rank by rank).")] = False,
     timestamps: Annotated[bool, typer.Option("--timestamps", help="Put before each line the UTC time the launcher read it (to 10 ms).")] = False,
@@ -91,10 +91,11 @@ def logs(
     run_dir = resolve_run(run, runs_dir)
     record = load_record(run_dir)
     ranks = [s.rank for s in record.ranks]
-    if rank is not None:
-        if rank not in ranks:
-            raise UsageError(f"--rank {rank}: run {record.run_id} has ranks 0-{len(ranks) - 1}")
-        ranks = [rank]
+    for asked in rank or ():
+        if asked not in ranks:
+            raise UsageError(f"--rank {asked}: run {record.run_id} has ranks 0-{len(ranks) - 1}")
+    if rank:
+        ranks = [r for r in ranks if r in rank]
 
     def replaced(r: int) -> Callable[[str], None]:
         return lambda what: get_console().info(f"rpcctl: rank {r}'s log {rank_log(run_dir, r)} {what}")

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from rpcctl.commands.common import RunArgument, RunsDirOption, check_output, write_output
+from rpcctl.commands.common import RunArgument, RunsDirOption, check_output, output_option, write_output
 from rpcctl.console import get_console, human_bytes
 from rpcctl.errors import UsageError
 from rpcctl.runs import resolve_run
@@ -16,7 +16,7 @@ from rpcctl.runs import resolve_run
 
 def trace(
     run: RunArgument = None,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Where to write it ('-': stdout; default: RUN_ID.trace.json here).", show_default=False)] = None,
+    output: Annotated[Optional[Path], output_option("Where to write it ('-': stdout; default: RUN_ID.trace.json here).")] = None,
     max_events: Annotated[int, typer.Option("--max-events", min=0, show_default=False, help="About how many events at most (default: 100,000, about 10 MB): the counters (losses, metrics) are thinned evenly to fit; 0 keeps every event of every kind (the file can be hundreds of MB).")] = 100_000,
     runs_dir: RunsDirOption = None,
 ) -> None:

@@ -19,13 +19,15 @@ Used by ``rpcctl inspect``, the live dashboard and the launcher's end-of-run rep
     inspect.dump_stacks(run_dir, rank)               -> list[StackDump] (rank, then its children)
     inspect.collectives(run_dir)                     -> CollectivesReport (per group and op; per rank)
     inspect.collective_spans(run_dir)                -> list[CollectiveSpan] (sampled and in-flight collectives, for the trace)
+    inspect.progress(run_dir, restart)               -> Progress (the watchdog's hang check: what moved last)
+    inspect.store_history(run_dir)                   -> StoreHistory (every restart's rows: rpcctl trace)
 
 Each record type declares its columns once (``COLUMNS``): the table and the JSON keys come from
 the same fields. JSON keeps raw units (bytes, seconds, ISO-8601 times).
 
-One module per view, over one shared reader of the store::
+One module per view, over the store's reads (``rpcctl.telemetry.reader``: ``StoreReader``, the only
+SQL outside the writer; these modules hold none)::
 
-    _store.py   _Store: one read of a run's store (connection, meta, 'now'); has_telemetry
     rrefs.py    RRefRecord, OwnerSummary: rrefs, rref_owners, leaked_rrefs, ended_rrefs (RRef states, endings)
     workers.py  WorkerRecord: workers, spawned_name, ended_without_shutdown
     gpus.py     DeviceRecord: gpus
@@ -39,6 +41,8 @@ One module per view, over one shared reader of the store::
     stragglers.py  Straggler: stragglers (step rate, call latency far off the others')
     usage.py    UsageSample: usage (every probe's CPU and RSS)
     attempts.py RankAttempt: rank_attempts (one per rank and restart; the run record keeps the latest)
+    progress.py Progress: progress (running processes, last progress marks: the watchdog's hang check)
+    history.py  StoreHistory: store_history (every restart's rows, for rpcctl trace's timeline)
 
 This package re-exports every public name, so ``inspect.rrefs(...)`` is the function (the
 ``rrefs`` module is ``rpcctl.inspect.rrefs`` only through ``sys.modules``/``import``).
@@ -46,7 +50,7 @@ This package re-exports every public name, so ``inspect.rrefs(...)`` is the func
 
 from __future__ import annotations
 
-from rpcctl.inspect._store import has_telemetry
+from rpcctl.telemetry.reader import has_telemetry
 from rpcctl.inspect.attempts import RankAttempt, rank_attempts
 from rpcctl.inspect.calls import CallsReport, CallSummary, PendingCall, ServingRecord, calls
 from rpcctl.inspect.collectives import (
@@ -55,10 +59,12 @@ from rpcctl.inspect.collectives import (
 )
 from rpcctl.inspect.cost import TelemetryCost, telemetry_cost
 from rpcctl.inspect.gpus import DeviceRecord, gpus
+from rpcctl.inspect.history import StoreHistory, store_history
 from rpcctl.inspect.losses import (
     BY_ARRIVAL, BY_STEP, LossGrid, LossRecord, LossSummary, NothingToPlot, line_counts, loss_grid, loss_summaries, losses,
     metric_names, plot_losses, sparkline, with_metric, x_axis,
 )
+from rpcctl.inspect.progress import Progress, progress
 from rpcctl.inspect.rrefs import AT_EXIT, AT_SHUTDOWN, HELD_UNUSED, LEAKED
 from rpcctl.inspect.rrefs import ENDINGS as RREF_ENDINGS
 from rpcctl.inspect.rrefs import RREF_STATES, OwnerSummary, RRefRecord, ended_rrefs, leaked_rrefs, rref_owners, rrefs
@@ -75,5 +81,5 @@ __all__ = [
     "AT_EXIT", "AT_SHUTDOWN", "HELD_UNUSED", "BY_ARRIVAL", "BY_STEP", "LEAKED", "RREF_ENDINGS", "RREF_STATES", "DeviceRecord", "LossGrid", "LossRecord", "LossSummary", "OwnerSummary", "RRefRecord", "StackDump",
     "TelemetryCost", "UsageSample", "WorkerRecord", "dump_stacks", "ended_rrefs", "gpus", "has_telemetry", "leaked_rrefs", "line_counts", "loss_grid",
     "loss_summaries", "losses", "metric_names", "NothingToPlot", "plot_losses", "rref_owners", "rrefs", "sparkline", "telemetry_cost", "usage", "with_metric", "workers", "x_axis",
-    "ended_without_shutdown", "spawned_name",
+    "ended_without_shutdown", "spawned_name", "Progress", "progress", "StoreHistory", "store_history",
 ]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rpcctl.console import Column, iso_time
-from rpcctl.inspect._store import _Store
+from rpcctl.telemetry.reader import StoreReader
 
 
 @dataclass
@@ -33,8 +33,8 @@ class RankAttempt:
 
 def rank_attempts(run_dir: Path) -> list[RankAttempt]:
     """One record per rank and restart, in order of restart then rank; [] without a store."""
-    with _Store(run_dir) as s:
-        rows = s.rows("SELECT rank, restart, pid, state, exit_code, started_at, ended_at FROM ranks ORDER BY restart, rank")
+    with StoreReader(run_dir) as s:
+        rows = s.ranks()
     return [
         RankAttempt(rank=row["rank"], restart=row["restart"], pid=row["pid"], state=row["state"], exit_code=row["exit_code"],
                     started_at=iso_time(row["started_at"]), ended_at=iso_time(row["ended_at"]))

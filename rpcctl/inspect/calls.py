@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rpcctl.console import HIGH, KEY, LOW, Column, human_bytes, human_seconds, iso_time
-from rpcctl.inspect._store import _column, _loads, _Store
+from rpcctl.telemetry.reader import StoreReader, column, loads
 from rpcctl.states import CallState, ServingState
 from rpcctl.telemetry.histogram import quantile
 
@@ -144,16 +144,14 @@ class CallsReport:
 def calls(run_dir: Path, *, restart: int | None = None, history: bool = False) -> CallsReport:
     """The calls of the latest restart: pending (or unfinished) ones, the summary, the callee's
     view. ``history``: every listed call and served function, ended ones too (the trace)."""
-    with _Store(run_dir) as s:
+    with StoreReader(run_dir) as s:
         restart = s.latest_restart() if restart is None else restart
-        procs = {p["proc_id"]: p for p in s.rows("SELECT * FROM procs WHERE restart = ?", (restart,))}
-        call_rows = s.rows("SELECT * FROM calls WHERE restart = ?" + ("" if history else " AND ended_at IS NULL") + " ORDER BY started_at",
-                           (restart,))
-        serve_rows = s.rows("SELECT * FROM serving WHERE restart = ?" + ("" if history else " AND ended_at IS NULL") + " ORDER BY started_at",
-                            (restart,))
-        stat_rows = s.rows("SELECT * FROM call_stats WHERE restart = ?", (restart,))
+        procs = {p["proc_id"]: p for p in s.procs(restart)}
+        call_rows = s.calls(restart, unfinished_only=not history)
+        serve_rows = s.serving(restart, unfinished_only=not history)
+        stat_rows = s.call_stats(restart)
         live = s.live
-        now = s.now if live else (s.closed_at or s.now)  # after the reads (``_Store.rows``)
+        now = s.now if live else (s.closed_at or s.now)  # after the reads (``StoreReader``)
 
     def end_of(proc_id: int) -> float:
         proc = procs.get(proc_id)
@@ -175,7 +173,7 @@ def calls(run_dir: Path, *, restart: int | None = None, history: bool = False) -
             caller=row["caller"] or (proc["name"] if proc is not None else None), caller_rank=row["caller_rank"], callee=row["callee"],
             func=row["func"], kind=row["kind"], age_s=max(0.0, until - row["started_at"]), call_site=row["call_site"], state=state,
             started_at=iso_time(row["started_at"]), thread=row["thread"], caller_pid=proc["pid"] if proc is not None else None,
-            caller_proc=row["proc_id"], call_id=row["call_id"], restart=restart, nbytes=_column(row, "nbytes")))
+            caller_proc=row["proc_id"], call_id=row["call_id"], restart=restart, nbytes=column(row, "nbytes")))
     serving = []
     for row in serve_rows:
         proc = procs.get(row["proc_id"])
@@ -192,7 +190,7 @@ def calls(run_dir: Path, *, restart: int | None = None, history: bool = False) -
     return CallsReport(pending, _summary(stat_rows, pending), serving)
 
 
-def _same_function(caller_name: str, callee_name: str) -> bool:
+def same_function(caller_name: str, callee_name: str) -> bool:
     """The caller's name for a call and the callee's: equal, or an RRef proxy's "rref.method"
     against the owner's "Type.method", or a module path the caller spelled differently."""
     if caller_name == callee_name:
@@ -213,7 +211,7 @@ def pair_served(call_rows: list[Any], serve_rows: list[Any]) -> dict[tuple[int, 
         best = None
         for call in call_rows:
             key = (call["proc_id"], call["call_id"])
-            if key in taken or call["callee"] != served["worker"] or not _same_function(call["func"], served["func"]):
+            if key in taken or call["callee"] != served["worker"] or not same_function(call["func"], served["func"]):
                 continue
             if call["started_at"] > served["started_at"] + slack or (call["ended_at"] is not None and call["ended_at"] < served["started_at"] - slack):
                 continue
@@ -245,18 +243,18 @@ def _summary(stat_rows: list[Any], pending: list[PendingCall]) -> list[CallSumma
         key = (row["caller"], row["callee"], row["func"], row["kind"])
         entry = merged.setdefault(key, {"count": 0, "errors": 0, "timeouts": 0, "total": 0.0, "max": 0.0, "hist": {}, "sent": 0})
         entry["count"] += row["count"]
-        entry["sent"] += _column(row, "request_bytes") or 0
+        entry["sent"] += column(row, "request_bytes") or 0
         entry["errors"] += row["errors"]
         entry["timeouts"] += row["timeouts"]
         entry["total"] += row["total_s"] or 0.0
         entry["max"] = max(entry["max"], row["max_s"] or 0.0)
-        for bucket, n in (_loads(row["hist"]) or {}).items():
+        for bucket, n in (loads(row["hist"]) or {}).items():
             entry["hist"][int(bucket)] = entry["hist"].get(int(bucket), 0) + int(n)
     open_calls: dict[tuple[str | None, str, str, str], int] = {}
     for call in pending:
         if call.state == CallState.PENDING:
             key = next((k for k in merged if k[0] == call.caller and k[1] == call.callee and k[3] == call.kind
-                        and _same_function(k[2], call.func)), (call.caller, call.callee, call.func, call.kind))
+                        and same_function(k[2], call.func)), (call.caller, call.callee, call.func, call.kind))
             open_calls[key] = open_calls.get(key, 0) + 1
             merged.setdefault(key, {"count": 0, "errors": 0, "timeouts": 0, "total": 0.0, "max": 0.0, "hist": {}, "sent": 0})
     out = []

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from rpcctl.console import KEY, Column, human_bytes, human_seconds, join
-from rpcctl.inspect._store import _loads, _Store
 from rpcctl.telemetry.histogram import quantile
+from rpcctl.telemetry.reader import StoreReader, loads
 
 
 RECENT_SAMPLED = 10_000
@@ -166,18 +166,17 @@ def _stragglers(rows: list[Any]) -> list[CollectiveStraggler]:
     return result
 
 
-def sampled_arrivals(s: _Store, restart: int) -> list[Any]:
+def sampled_arrivals(s: StoreReader, restart: int) -> list[Any]:
     """(pg, seq, rank, entered_at) of the last ``RECENT_SAMPLED`` sampled collectives (``PER_RANK``
     a rank of the run, if more)."""
     world = s.record.world_size if s.record is not None else 0
-    return s.rows("SELECT pg, seq, rank, entered_at FROM collectives WHERE restart = ? ORDER BY rowid DESC LIMIT ?",
-                  (restart, max(RECENT_SAMPLED, PER_RANK * world)))
+    return s.sampled_collectives(restart, max(RECENT_SAMPLED, PER_RANK * world))
 
 
 def collective_stragglers(run_dir: Path) -> list[CollectiveStraggler]:
     """The flagged stragglers of each process group (latest restart): what ``inspect workers``
     and the live view flag."""
-    with _Store(run_dir) as s:
+    with StoreReader(run_dir) as s:
         rows = sampled_arrivals(s, s.latest_restart())
     return _stragglers(rows)
 
@@ -191,7 +190,7 @@ def in_flight(row: Any) -> str | None:
     """``all_reduce #5 (4.0 KiB float32)`` for a coll_groups row with a collective in flight."""
     if row["cur_seq"] is None or row["entered"] is None or row["entered"] <= row["completed"]:
         return None
-    dtypes = sorted({_DTYPES.get(str(d), str(d)) for d in _loads(row["cur_dtypes"]) or []})
+    dtypes = sorted({_DTYPES.get(str(d), str(d)) for d in loads(row["cur_dtypes"]) or []})
     what = " ".join(x for x in (human_bytes(row["cur_bytes"]) if row["cur_bytes"] else "", "/".join(dtypes)) if x)
     return f"{row['cur_op']} #{row['cur_seq']}" + (f" ({what})" if what else "")
 
@@ -218,14 +217,14 @@ class CollectiveSpan:
 def collective_spans(run_dir: Path) -> list[CollectiveSpan]:
     """Every sampled collective of every restart, and each rank's collective in flight at its
     last report (a hung run's), in order of entry."""
-    with _Store(run_dir) as s:
-        rows = s.rows("SELECT c.*, g.name FROM collectives c LEFT JOIN coll_groups g USING (proc_id, pg) WHERE c.entered_at IS NOT NULL")
-        flying = s.rows("SELECT * FROM coll_groups WHERE cur_seq IS NOT NULL AND cur_since IS NOT NULL AND entered > completed")
-    spans = [CollectiveSpan(r["proc_id"], r["rank"], r["restart"] or 0, r["pg"], r["name"], r["seq"], r["op"], _loads(r["sizes"]),
-                            _loads(r["dtypes"]), r["bytes"], r["entered_at"], r["completed_at"]) for r in rows]
+    with StoreReader(run_dir) as s:
+        rows = s.collective_spans()
+        flying = s.collectives_in_flight()
+    spans = [CollectiveSpan(r["proc_id"], r["rank"], r["restart"] or 0, r["pg"], r["name"], r["seq"], r["op"], loads(r["sizes"]),
+                            loads(r["dtypes"]), r["bytes"], r["entered_at"], r["completed_at"]) for r in rows]
     seen = {(x.proc_id, x.pg, x.seq) for x in spans}
     spans += [CollectiveSpan(r["proc_id"], r["rank"], r["restart"] or 0, r["pg"], r["name"], r["cur_seq"], r["cur_op"],
-                             _loads(r["cur_sizes"]), _loads(r["cur_dtypes"]), r["cur_bytes"], r["cur_since"], None)
+                             loads(r["cur_sizes"]), loads(r["cur_dtypes"]), r["cur_bytes"], r["cur_since"], None)
               for r in flying if (r["proc_id"], r["pg"], r["cur_seq"]) not in seen]
     return sorted(spans, key=lambda x: x.entered_at)
 
@@ -233,13 +232,12 @@ def collective_spans(run_dir: Path) -> list[CollectiveSpan]:
 def collectives(run_dir: Path, *, restart: int | None = None) -> CollectivesReport:
     """Per process group and op over all ranks, per rank and group, and per group the rank
     that arrives last most often (latest restart)."""
-    with _Store(run_dir) as s:
+    with StoreReader(run_dir) as s:
         restart = s.latest_restart() if restart is None else restart
         live = s.live
         now = s.now
-        groups = s.rows("SELECT g.*, p.ended_at AS proc_ended FROM coll_groups g JOIN procs p USING (proc_id) WHERE g.restart = ?"
-                        " ORDER BY g.rank, g.pg", (restart,))
-        stats = s.rows("SELECT * FROM coll_stats WHERE restart = ? ORDER BY pg, op", (restart,))
+        groups = s.coll_groups(restart)
+        stats = s.coll_stats(restart)
         sampled = sampled_arrivals(s, restart)
     names = {row["pg"]: row["name"] for row in groups}
     merged: dict[tuple[str, str], dict[str, Any]] = {}
@@ -249,7 +247,7 @@ def collectives(run_dir: Path, *, restart: int | None = None) -> CollectivesRepo
         entry["bytes"] += row["bytes"] or 0
         entry["max"] = max(entry["max"], row["max_s"] or 0.0)
         entry["ranks"].add(row["rank"])
-        for b, n in (_loads(row["hist"]) or {}).items():
+        for b, n in (loads(row["hist"]) or {}).items():
             entry["hist"][int(b)] = entry["hist"].get(int(b), 0) + int(n)
     summary = []
     for (pg, op), e in sorted(merged.items(), key=lambda kv: (kv[0][0], -kv[1]["count"])):

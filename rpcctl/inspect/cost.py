@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rpcctl.console import human_seconds
-from rpcctl.inspect._store import _Store
+from rpcctl.telemetry.reader import StoreReader
 
 
 @dataclass
@@ -32,11 +32,10 @@ class TelemetryCost:
 
 def telemetry_cost(run_dir: Path) -> TelemetryCost | None:
     """The run's telemetry cost so far (every restart); None before any process reported."""
-    with _Store(run_dir) as s:
-        columns = {row["name"] for row in s.rows("PRAGMA table_info(procs)")}
-        if "telemetry_cpu_s" not in columns:  # a store written by an older rpcctl, or none yet
+    with StoreReader(run_dir) as s:
+        row = s.cpu_totals()
+        if row is None:  # a store written by an older rpcctl, or none yet
             return None
-        row = s.rows("SELECT sum(cpu_s) AS cpu, sum(telemetry_cpu_s) AS telemetry FROM procs")[0]
         server = s.meta.get("server_cpu_s")
         refused = s.meta.get("refused_messages")
     if row["cpu"] is None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rpcctl.console import KEY, Column, human_bytes, join
 from rpcctl.devices import parse_visible_devices
-from rpcctl.inspect._store import _loads, _Store
+from rpcctl.telemetry.reader import StoreReader, loads
 from rpcctl.inspect.rrefs import rrefs
 from rpcctl.inspect.workers import workers
 from rpcctl.states import RRefState
@@ -49,13 +49,13 @@ def gpus(run_dir: Path) -> list[DeviceRecord]:
         return devices[key]
 
     visible_of: dict[str | None, list[str]] = {}
-    with _Store(run_dir) as s:
-        procs = s.rows("SELECT * FROM procs WHERE restart = ?", (s.latest_restart(),))
+    with StoreReader(run_dir) as s:
+        procs = s.procs(s.latest_restart())
     for proc in procs:
         visible_of[proc["name"]] = [v.strip() for v in (proc["cuda_visible_devices"] or "").split(",") if v.strip()]
         if proc["ended_at"] is not None:
             continue
-        for gpu in _loads(proc["gpus"]) or []:
+        for gpu in loads(proc["gpus"]) or []:
             entry = device(f"cuda:{gpu.get('physical', gpu.get('index'))}")
             entry.name = entry.name or gpu.get("name")
             entry.memory_total_bytes = gpu.get("total_bytes") or entry.memory_total_bytes

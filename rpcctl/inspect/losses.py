@@ -19,8 +19,8 @@ from pathlib import Path
 
 from rpcctl.console import HIGH, KEY, LOW, Column, fmt_loss, human_time, iso_time
 from rpcctl.errors import RpcctlError, UsageError
-from rpcctl.inspect._store import _column, _loads, _Store
 from rpcctl.telemetry.protocol import LOSS_SOURCES
+from rpcctl.telemetry.reader import StoreReader, column, loads
 
 BY_STEP, BY_ARRIVAL = "step", "arrival"
 
@@ -101,13 +101,10 @@ def losses(run_dir: Path, *, rank: int | None = None, restart: int | None = None
     """Loss records in arrival order. Each rank's come from one source, the most direct it has
     (``LOSS_SOURCES``: rpcctl.report(), a library's trainer, its parsed prints), so a loss is
     never counted twice. ``last``: only each rank's latest ``last``."""
-    with _Store(run_dir) as s:
+    with StoreReader(run_dir) as s:
         restart = s.latest_restart() if restart is None else restart
-        if last is None:
-            rows = s.rows("SELECT * FROM losses WHERE restart = ? ORDER BY id", (restart,))
-        else:  # per rank and source, so that the rule below still leaves `last` of the kept source
-            rows = s.rows("SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY rank, source ORDER BY id DESC) AS k"
-                          " FROM losses WHERE restart = ?) WHERE k <= ? ORDER BY id", (restart, last))
+        # per rank and source with `last`, so that the rule below still leaves `last` of the kept source
+        rows = s.losses(restart, last=last)
     best: dict[int, int] = {}  # rank → the index in LOSS_SOURCES of its most direct source
     for row in rows:
         best[row["rank"]] = min(best.get(row["rank"], len(LOSS_SOURCES)), _precedence(row["source"]))
@@ -118,12 +115,12 @@ def losses(run_dir: Path, *, rank: int | None = None, restart: int | None = None
             continue
         if rank is not None and row["rank"] != rank:
             continue
-        seq = _column(row, "seq")  # stores before version 4 have none: the row order is the same
+        seq = column(row, "seq")  # stores before version 4 have none: the row order is the same
         kept = by_rank[row["rank"]]
         record = LossRecord(
-                rank=row["rank"], step=row["step"], loss=_number(row["loss"]), epoch=row["epoch"], metrics=_loads(row["metrics"]) or {},
+                rank=row["rank"], step=row["step"], loss=_number(row["loss"]), epoch=row["epoch"], metrics=loads(row["metrics"]) or {},
                 time=iso_time(row["time"]), source=row["source"], restart=restart, seq=len(kept) if seq is None else seq,
-                rule=_column(row, "rule"),
+                rule=column(row, "rule"),
         )
         kept.append(record)
         records.append(record)
@@ -148,10 +145,10 @@ def _choose_keys(records: list[LossRecord]) -> None:
 
 def line_counts(run_dir: Path, *, restart: int | None = None) -> dict[int, tuple[int, int]]:
     """rank → (lines the loss parser read, lines that yielded a loss); {} for stores before version 4."""
-    with _Store(run_dir) as s:
+    with StoreReader(run_dir) as s:
         restart = s.latest_restart() if restart is None else restart
         try:
-            rows = s.rows("SELECT rank, lines, matched FROM log_lines WHERE restart = ?", (restart,))
+            rows = s.log_lines(restart)
         except Exception:  # noqa: BLE001 - an older store has no such table
             return {}
     return {row["rank"]: (row["lines"], row["matched"]) for row in rows}

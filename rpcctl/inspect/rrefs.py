@@ -34,7 +34,7 @@ from typing import Any
 
 from rpcctl.console import HIGH, KEY, LOW, Column, human_bytes, human_seconds, human_time, iso_time, join
 from rpcctl.errors import UsageError
-from rpcctl.inspect._store import _column, _loads, _Store, has_telemetry
+from rpcctl.telemetry.reader import StoreReader, column, has_telemetry, loads
 from rpcctl.states import RRefEnding, RRefState
 
 RREF_STATES = tuple(RRefState)
@@ -138,7 +138,7 @@ def rrefs(run_dir: Path, *, owner: str | None = None, state: str | None = None, 
     ending = RRefEnding.from_flag(state) if state is not None else None
     if state is not None and state not in RREF_STATES and ending is None:
         raise UsageError(f"unknown RRef state '{state}' (choose from {', '.join(RREF_STATES + ENDINGS)})")
-    with _Store(run_dir) as s:
+    with StoreReader(run_dir) as s:
         records = _rrefs(s, s.latest_restart() if restart is None else restart)
     if owner is not None:
         records = [r for r in records if owner in (r.owner, str(r.owner_rank))]
@@ -147,19 +147,19 @@ def rrefs(run_dir: Path, *, owner: str | None = None, state: str | None = None, 
     return records
 
 
-def _rrefs(s: _Store, restart: int) -> list[RRefRecord]:
+def _rrefs(s: StoreReader, restart: int) -> list[RRefRecord]:
     # An RRef is (world, id): a script that mp.spawns twice has two worlds with the same ids
     # and names (stores before schema 7 have one world, 0).
-    procs = {row["proc_id"]: row for row in s.rows("SELECT * FROM procs WHERE restart = ?", (restart,))}
-    names = {(_world(row), row["rpc_rank"]): row["name"] for row in s.rows("SELECT * FROM rpc_workers WHERE restart = ?", (restart,))}
+    procs = {row["proc_id"]: row for row in s.procs(restart)}
+    names = {(_world(row), row["rpc_rank"]): row["name"] for row in s.rpc_workers(restart)}
     handles: dict[tuple[int, str], list[sqlite3.Row]] = defaultdict(list)
-    for row in s.rows("SELECT * FROM handles WHERE restart = ?", (restart,)):
+    for row in s.handles(restart):
         handles[(_world(row), row["rref_id"])].append(row)
-    rows = s.rows("SELECT * FROM rrefs WHERE restart = ? ORDER BY created_at, rref_id", (restart,))
+    rows = s.rrefs(restart)
     types_by_id = {(_world(row), row["rref_id"]): row["type"] for row in rows}
     # Stores before schema 6 have no uses: there, no reference can be told held unused.
-    version = s.rows("SELECT value FROM meta WHERE key = 'schema_version'")
-    knows_uses = bool(version) and str(version[0]["value"]).isdigit() and int(version[0]["value"]) >= 6
+    version = s.schema_version()
+    knows_uses = version is not None and version >= 6
     records = []
     for row in rows:
         world = _world(row)
@@ -196,7 +196,7 @@ def _rrefs(s: _Store, restart: int) -> list[RRefRecord]:
                 creator_rank=row["creator_rank"] if row["creator_rank"] is not None else _created_on(row["rref_id"]),
                 holders=holders,
                 type=row["type"],
-                shape=_loads(row["shape"]),
+                shape=loads(row["shape"]),
                 dtype=row["dtype"],
                 device=row["device"],
                 nbytes=row["nbytes"],
@@ -214,8 +214,8 @@ def _rrefs(s: _Store, restart: int) -> list[RRefRecord]:
                 ending=ending,
                 last_used_at=iso_time(last_used),
                 unused_s=unused_s if ending == HELD_UNUSED else None,
-                storages=_loads(_column(row, "storages")),
-                owner_autograd_contexts=_column(owner_proc, "autograd_contexts") if ending == LEAKED else None,
+                storages=loads(column(row, "storages")),
+                owner_autograd_contexts=column(owner_proc, "autograd_contexts") if ending == LEAKED else None,
             )
         )
     return records
@@ -225,7 +225,7 @@ _ON_RREF = re.compile(r"^rref\((?P<id>[\d:]+)\)\.(?P<method>.+)$")
 
 
 def _world(row: sqlite3.Row) -> int:
-    return _column(row, "world") or 0
+    return column(row, "world") or 0
 
 
 def _callee(callee: str | None, world: int, types_by_id: dict[tuple[int, str], str | None]) -> str | None:
@@ -255,7 +255,7 @@ def _holder_end(handle: sqlite3.Row, proc: sqlite3.Row | None) -> float | None:
         return None
     began, acquired = proc["rpc_shutdown_at"], handle["acquired_at"]
     if began is not None and acquired is not None and acquired > began:
-        return _column(proc, "rpc_shutdown_done_at") or proc["ended_at"]
+        return column(proc, "rpc_shutdown_done_at") or proc["ended_at"]
     return began or proc["ended_at"]
 
 
@@ -293,7 +293,7 @@ def _last_use(handles: list[sqlite3.Row], procs: dict[int, sqlite3.Row]) -> tupl
         if proc["rpc_shutdown_at"] is None:  # it ended without rpc.shutdown(): its last uses were never reported
             idle, held = None, None
             break
-        used = max(acquired, _column(handle, "last_used_at") or 0.0)
+        used = max(acquired, column(handle, "last_used_at") or 0.0)
         latest = used if latest is None else max(latest, used)
         idle = end - used if idle is None else min(idle, end - used)
         held = end - acquired if held is None else max(held, end - acquired)
@@ -313,7 +313,7 @@ def _owner_proc(row: sqlite3.Row, world: int, procs: dict[int, sqlite3.Row]) -> 
 def _leaked(row: sqlite3.Row, handles: list[sqlite3.Row], owner: sqlite3.Row | None) -> bool:
     """The value outlived every reference: all released well before the owner shut down, and
     the owner (which watched it) still had it then."""
-    if not _column(row, "value_watched") or not handles or any(h["released_at"] is None for h in handles):
+    if not column(row, "value_watched") or not handles or any(h["released_at"] is None for h in handles):
         return False
     # The owner's end, not when it began rpc.shutdown(): a server calls that at once and
     # serves on, inside it, until every worker is done.
@@ -327,11 +327,11 @@ def _leaked(row: sqlite3.Row, handles: list[sqlite3.Row], owner: sqlite3.Row | N
 
 def rref_owners(run_dir: Path, *, restart: int | None = None, records: list[RRefRecord] | None = None) -> list[OwnerSummary]:
     """Per owner: RRefs by state, bytes of live values, and short-lived RRefs (counted only)."""
-    with _Store(run_dir) as s:
+    with StoreReader(run_dir) as s:
         restart = s.latest_restart() if restart is None else restart
         if records is None:
             records = _rrefs(s, restart)
-        churn = s.rows("SELECT * FROM churn WHERE restart = ?", (restart,))
+        churn = s.churn(restart)
     summaries: dict[tuple[int, str], OwnerSummary] = {}
 
     def summary(world: int, owner: str, rank: int | None) -> OwnerSummary:

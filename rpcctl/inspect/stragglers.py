@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rpcctl.console import human_seconds
-from rpcctl.inspect._store import _loads, _Store
 from rpcctl.inspect.collectives import CollectiveStraggler, _stragglers, sampled_arrivals
+from rpcctl.telemetry.reader import StoreReader, loads
 
 WINDOW_S = 30.0
 RECENT = 5000
@@ -52,13 +52,11 @@ class Straggler:
 
 
 def stragglers(run_dir: Path) -> list[Straggler]:
-    with _Store(run_dir) as s:
+    with StoreReader(run_dir) as s:
         restart = s.latest_restart()
-        rows = s.rows("SELECT rank, time FROM losses WHERE restart = ? AND id > (SELECT coalesce(max(id), 0) - ? FROM losses) AND time IS NOT NULL",
-                      (restart, RECENT))
-        stats = s.rows("SELECT callee, func, total_s, hist FROM call_stats WHERE restart = ?", (restart,))
-        names = {r["name"]: r["rank"] for r in s.rows("SELECT name, rank FROM procs WHERE restart = ? AND kind = 'rank' AND name IS NOT NULL",
-                                                       (restart,))}
+        rows = s.recent_loss_times(restart, RECENT)
+        stats = s.call_stats(restart)
+        names = s.rank_of_name(restart)
         now = s.now if s.live else (s.closed_at or s.now)
         arrivals = sampled_arrivals(s, restart)
     return _slow_steps(rows, now) + _slow_callees(stats, names) + [_late(c) for c in _stragglers(arrivals)]
@@ -98,7 +96,7 @@ def _slow_callees(stats: list, names: dict[str, int]) -> list[Straggler]:
     for row in stats:
         entry = timed.setdefault((row["func"], row["callee"]), [0.0, 0])
         entry[0] += row["total_s"] or 0.0
-        entry[1] += sum(int(n) for n in (_loads(row["hist"]) or {}).values())
+        entry[1] += sum(int(n) for n in (loads(row["hist"]) or {}).values())
     by_func: dict[str, dict[str, float]] = {}
     for (func, callee), (total, n) in timed.items():
         if n:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rpcctl.console import Column, human_bytes, iso_time
-from rpcctl.inspect._store import _Store
+from rpcctl.telemetry.reader import StoreReader
 
 
 @dataclass
@@ -33,13 +33,9 @@ class UsageSample:
 def usage(run_dir: Path, *, restart: int | None = None) -> list[UsageSample]:
     """One sample per probe (about one a second per process) of the latest restart, in time
     order; [] for a store written before probes were kept."""
-    with _Store(run_dir) as s:
+    with StoreReader(run_dir) as s:
         restart = s.latest_restart() if restart is None else restart
-        rows = s.rows(
-            "SELECT p.rank, p.name, p.pid, p.kind, u.t, u.cpu_percent, u.rss_bytes FROM probes u"
-            " JOIN procs p ON p.proc_id = u.proc_id WHERE p.restart = ? ORDER BY u.t",
-            (restart,),
-        )
+        rows = s.probes(restart)
     return [
         UsageSample(rank=row["rank"], name=row["name"], pid=row["pid"], kind=row["kind"] or "rank", time=iso_time(row["t"]),
                     cpu_percent=row["cpu_percent"], rss_bytes=row["rss_bytes"])

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rpcctl.console import HIGH, KEY, LOW, Column, epoch_of, human_bytes, human_seconds, iso_time
-from rpcctl.inspect._store import _column, _loads, _Store
+from rpcctl.telemetry.reader import StoreReader, column, loads
 from rpcctl import stacks
 from rpcctl.runs import hostname, process_in_run
 from rpcctl.states import RankStatus
@@ -75,8 +75,8 @@ class WorkerRecord:
         return self.name
 
     COLUMNS = (
-        Column("rank_shown", "RANK", justify="right", priority=KEY),
-        Column("name_shown", "NAME", priority=KEY),
+        Column("rank_shown", "RANK", justify="right", priority=KEY, shows="rank"),
+        Column("name_shown", "NAME", priority=KEY, shows="name"),
         Column("kind", detail=True, priority=LOW),
         Column("host", detail=True, priority=LOW),
         Column("pid", justify="right", priority=HIGH),
@@ -101,10 +101,10 @@ _HOST = hostname()
 def workers(run_dir: Path) -> list[WorkerRecord]:
     """Every rank of the latest restart (the launcher's view, with its probes), then the
     processes those ranks spawned that joined RPC or reported metrics."""
-    with _Store(run_dir) as s:
+    with StoreReader(run_dir) as s:
         restart = max(s.latest_restart(), s.record.restarts if s.record is not None else 0)
-        ranks = _with_recorded_ranks(s, s.rows("SELECT * FROM ranks WHERE restart = ? ORDER BY rank", (restart,)), restart)
-        procs = s.rows("SELECT * FROM procs WHERE restart = ? ORDER BY proc_id", (restart,))
+        ranks = _with_recorded_ranks(s, s.ranks(restart), restart)
+        procs = s.procs(restart, ordered=True)
         records: list[WorkerRecord] = []
         used: set[int] = set()
         for rank in ranks:
@@ -128,22 +128,18 @@ def workers(run_dir: Path) -> list[WorkerRecord]:
 
 def spawned_name(run_dir: Path, rank: int, pid: int) -> str | None:
     """The RPC name of process ``pid`` that ``rank`` started itself, if it joined RPC."""
-    with _Store(run_dir) as s:
-        rows = s.rows("SELECT name FROM procs WHERE rank = ? AND pid = ? AND kind = 'child' AND name IS NOT NULL"
-                      " ORDER BY proc_id DESC LIMIT 1", (rank, pid))
-    return rows[0]["name"] if rows else None
+    with StoreReader(run_dir) as s:
+        return s.spawned_name(rank, pid)
 
 
 def ended_without_shutdown(run_dir: Path) -> list[str]:
     """Processes of the latest restart that joined RPC and ended without beginning
     ``rpc.shutdown()`` (they failed, were killed, or exited first): their RPC names."""
-    with _Store(run_dir) as s:
-        rows = s.rows("SELECT DISTINCT name FROM procs WHERE restart = ? AND rpc_join_at IS NOT NULL AND ended_at IS NOT NULL"
-                      " AND rpc_shutdown_at IS NULL AND name IS NOT NULL ORDER BY name", (s.latest_restart(),))
-    return [row["name"] for row in rows]
+    with StoreReader(run_dir) as s:
+        return s.ended_without_shutdown(s.latest_restart())
 
 
-def _with_recorded_ranks(s: _Store, rows: list[sqlite3.Row], restart: int) -> list[Any]:
+def _with_recorded_ranks(s: StoreReader, rows: list[sqlite3.Row], restart: int) -> list[Any]:
     """The store's ranks, and any rank the run record has that the store does not yet: the
     store lags run.json by up to a commit (~0.2 s), and a launcher killed in that window never
     writes it; the record, written first, still names the rank and its pid."""
@@ -158,7 +154,7 @@ def _with_recorded_ranks(s: _Store, rows: list[sqlite3.Row], restart: int) -> li
     return sorted([*rows, *recorded], key=lambda row: row["rank"])
 
 
-def _without_launcher(s: _Store, pid: int | None) -> RankStatus:
+def _without_launcher(s: StoreReader, pid: int | None) -> RankStatus:
     """A process the record left running when its launcher died (``kill -9``): ``orphaned``
     if it still lives (as one of the run's: ``rpcctl stop`` kills it), else ``lost`` (the
     rank server killed it with the launcher; its exit status was never recorded)."""
@@ -171,9 +167,9 @@ def _here(proc: sqlite3.Row | None) -> bool:
     return proc is None or proc["host"] in (None, _HOST)
 
 
-def _worker(s: _Store, proc: sqlite3.Row | None, rank: sqlite3.Row | None, restart: int) -> WorkerRecord:
+def _worker(s: StoreReader, proc: sqlite3.Row | None, rank: sqlite3.Row | None, restart: int) -> WorkerRecord:
     ended = proc["ended_at"] if proc is not None else None
-    code = _column(proc, "exit_code") if rank is None else rank["exit_code"]
+    code = column(proc, "exit_code") if rank is None else rank["exit_code"]
     reaped = rank is None and code is not None
     if rank is not None:
         state = RankStatus(rank["state"])
@@ -213,10 +209,10 @@ def _worker(s: _Store, proc: sqlite3.Row | None, rank: sqlite3.Row | None, resta
         threads=proc["threads"] if proc is not None and running else None,
         restart=restart,
         cuda_visible_devices=proc["cuda_visible_devices"] if proc is not None else None,
-        device_maps=_loads(proc["device_maps"]) if proc is not None else None,
+        device_maps=loads(proc["device_maps"]) if proc is not None else None,
         dropped_events=int(proc["dropped"] or 0) if proc is not None else 0,
         started_at=iso_time(started),
         ended_at=iso_time(finished),
-        cpu_s=_column(proc, "cpu_s"),
-        telemetry_cpu_s=_column(proc, "telemetry_cpu_s"),
+        cpu_s=column(proc, "cpu_s"),
+        telemetry_cpu_s=column(proc, "telemetry_cpu_s"),
     )

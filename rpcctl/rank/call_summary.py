@@ -24,8 +24,8 @@ from typing import Any
 
 from rpcctl.rank import calls
 from rpcctl.rank.rrefs import hooks
-from rpcctl.rank.rrefs.hooks import _Ref
-from rpcctl.rank.rrefs.sender import Tracker, _qualname as qualname
+from rpcctl.rank.rrefs.hooks import Ref as _Ref
+from rpcctl.rank.rrefs.sender import Tracker, qualname
 from rpcctl.telemetry.histogram import bucket
 from rpcctl.telemetry.protocol import MAX_QUEUE
 

@@ -37,6 +37,9 @@ where steps repeat (epoch-local steps, no step at all). Stores before version 4 
 ``seq``, ``rule`` or ``log_lines`` and filled a missing step with the epoch or the arrival
 index: readers take ``seq`` from the row order there (``rpcctl.inspect``).
 
+Every read is in ``reader.py`` (``StoreReader``, a method per query): the SQL of the store
+lives in these two files and nowhere else.
+
 Only the standard library: the launcher imports this and must stay light.
 """
 

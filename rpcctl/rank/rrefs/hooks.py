@@ -89,6 +89,9 @@ class _Ref(weakref.ref):
     __slots__ = ("kind", "to", "func", "target", "code", "lasti", "data", "t", "seen", "tid", "oid")
 
 
+Ref = _Ref  # public: rank.call_summary counts rpc.remote calls from these records
+
+
 def _released(ref: _Ref, _watcher: Any = None) -> None:
     # Only a handle the sender reported (seen == 1) needs its release queued: one it has not
     # reached yet it will find dead (and count as short-lived). Most handles die that young,
