@@ -1,7 +1,8 @@
 """Stragglers: a rank whose step rate, or a worker whose calls' latency, is far off the others'
 (``stragglers``), for ``inspect workers`` and the live view.
 
-- step rate: loss/metrics records per second of each rank over the last ``WINDOW_S`` seconds
+- step rate: loss/metrics records per second of each rank (of its most direct source, as
+  ``inspect losses`` shows them) over the last ``WINDOW_S`` seconds
   (of the run so far, if shorter), from at most the last ``RECENT`` records; flagged below
   ``SLOWER`` × the median of the other ranks (which must have ``MIN_STEPS`` records or more);
 - call latency: the mean duration of the calls each worker served, per function called on
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from rpcctl.console import human_seconds
 from rpcctl.inspect._store import _loads, _Store
+from rpcctl.inspect.losses import from_most_direct_source
 
 WINDOW_S = 30.0
 RECENT = 5000
@@ -45,8 +47,9 @@ class Straggler:
 def stragglers(run_dir: Path) -> list[Straggler]:
     with _Store(run_dir) as s:
         restart = s.latest_restart()
-        rows = s.rows("SELECT rank, time FROM losses WHERE restart = ? AND id > (SELECT coalesce(max(id), 0) - ? FROM losses) AND time IS NOT NULL",
-                      (restart, RECENT))
+        rows = s.rows("SELECT rank, time, source FROM losses WHERE restart = ? AND id > (SELECT coalesce(max(id), 0) - ? FROM losses)"
+                      " AND time IS NOT NULL", (restart, RECENT))
+        rows = from_most_direct_source(rows)  # a step the trainer reported and printed is one step
         stats = s.rows("SELECT callee, func, total_s, hist FROM call_stats WHERE restart = ?", (restart,))
         names = {r["name"]: r["rank"] for r in s.rows("SELECT name, rank FROM procs WHERE restart = ? AND kind = 'rank' AND name IS NOT NULL",
                                                        (restart,))}
