@@ -48,6 +48,7 @@ from rpcctl import inspect
 from rpcctl.console import to_jsonable
 from rpcctl.inspect._store import _column, _loads, _Store
 from rpcctl.inspect.calls import pair_served
+from rpcctl.inspect.losses import from_most_direct_source
 
 MAX_SPANS = 20_000
 MAX_RREFS = 10_000
@@ -73,7 +74,7 @@ def build_trace(run_dir: Path, max_events: int = MAX_EVENTS) -> dict[str, Any]:
     builder.processes(ranks, procs)
     builder.calls(calls, serving, procs)
     builder.rrefs(rrefs, handles, procs)
-    builder.losses(losses)
+    builder.losses(from_most_direct_source(losses))  # as inspect losses: a loss reported and printed once
     builder.exits(ranks)
     builder.spawned_ends(procs)
     report = inspect.calls(run_dir)

@@ -128,12 +128,13 @@ def losses(run_dir: Path, *, rank: int | None = None, restart: int | None = None
 
 
 def from_most_direct_source(rows: list) -> list:
-    """The store's loss rows (with ``rank`` and ``source``) of each rank's most direct source
-    (``LOSS_SOURCES``): the same loss reported and printed counts once."""
-    best: dict[int, int] = {}  # rank → the index in LOSS_SOURCES of its most direct source
+    """The store's loss rows (with ``rank``, ``restart`` and ``source``) of each rank's most
+    direct source in each restart (``LOSS_SOURCES``): the same loss reported and printed counts once."""
+    best: dict[tuple[int, int], int] = {}  # (rank, restart) → the index in LOSS_SOURCES of its most direct source
     for row in rows:
-        best[row["rank"]] = min(best.get(row["rank"], len(LOSS_SOURCES)), _precedence(row["source"]))
-    return [row for row in rows if _precedence(row["source"]) == best[row["rank"]]]
+        key = (row["rank"], row["restart"])
+        best[key] = min(best.get(key, len(LOSS_SOURCES)), _precedence(row["source"]))
+    return [row for row in rows if _precedence(row["source"]) == best[(row["rank"], row["restart"])]]
 
 
 def _precedence(source: str | None) -> int:

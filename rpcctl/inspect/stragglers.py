@@ -47,7 +47,7 @@ class Straggler:
 def stragglers(run_dir: Path) -> list[Straggler]:
     with _Store(run_dir) as s:
         restart = s.latest_restart()
-        rows = s.rows("SELECT rank, time, source FROM losses WHERE restart = ? AND id > (SELECT coalesce(max(id), 0) - ? FROM losses)"
+        rows = s.rows("SELECT rank, restart, time, source FROM losses WHERE restart = ? AND id > (SELECT coalesce(max(id), 0) - ? FROM losses)"
                       " AND time IS NOT NULL", (restart, RECENT))
         rows = from_most_direct_source(rows)  # a step the trainer reported and printed is one step
         stats = s.rows("SELECT callee, func, total_s, hist FROM call_stats WHERE restart = ?", (restart,))
