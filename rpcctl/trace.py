@@ -59,6 +59,7 @@ from rpcctl import inspect
 from rpcctl.console import to_jsonable
 from rpcctl.telemetry.reader import column, loads
 from rpcctl.inspect.calls import pair_served
+from rpcctl.inspect.losses import from_most_direct_source
 
 MAX_SPANS = 20_000
 MAX_RREFS = 10_000
@@ -80,7 +81,7 @@ def build_trace(run_dir: Path, max_events: int = MAX_EVENTS) -> dict[str, Any]:
     builder.calls(calls, serving, procs)
     builder.rrefs(rrefs, handles, procs)
     builder.collectives(inspect.collective_spans(run_dir), procs)
-    builder.losses(losses)
+    builder.losses(from_most_direct_source(losses))  # as inspect losses: a loss reported and printed once
     builder.exits(ranks)
     builder.spawned_ends(procs)
     report = inspect.calls(run_dir)

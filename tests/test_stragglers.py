@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import time
 
 import pytest
 
@@ -81,3 +82,24 @@ def test_call_latency_is_the_mean_of_the_timed_calls_not_of_all_counted():
     [slow] = _slow_callees(stats, {"worker1": 1, "worker2": 2, "worker3": 3})
     assert (slow.rank, slow.worker, slow.func) == (3, "worker3", "make")
     assert slow.value == pytest.approx(0.05) and slow.others == pytest.approx(0.002)
+
+
+def test_a_step_the_trainer_reported_and_printed_counts_once_in_the_step_rate(runs_dir):
+    # Lightning with accumulate_grad_batches=4 under rpcctl: every rank's callback reports each
+    # optimizer step (source lightning); rank 0 alone also prints a bar frame per batch (log).
+    # Rank 1 steps as fast as rank 0: no straggler.
+    from rpcctl.telemetry import protocol
+    from rpcctl.telemetry.store import StoreWriter
+
+    run_dir = runs_dir / "trainer-1"
+    run_dir.mkdir(parents=True)
+    w = StoreWriter(protocol.db_path(run_dir))
+    t = time.time() - 10
+    for step in range(1, 11):
+        for rank in (0, 1):
+            w.loss(rank, 0, step, None, 1.0 / step, {"epoch": 0.0}, t + step * 0.5, "lightning")
+        for batch in range(4):
+            w.loss(0, 0, (step - 1) * 4 + batch + 1, 0, 1.0 / step, None, t + step * 0.5 - batch * 0.1, "log")
+    w.close()
+    assert inspect.stragglers(run_dir) == []
+    assert {r.source for r in inspect.losses(run_dir)} == {"lightning"}

@@ -162,3 +162,23 @@ def test_a_long_run_stays_within_its_bounds(tmp_path, runs_dir, monkeypatch):
     assert document["otherData"]["left_out"] == {"calls": 1, "served": 1, "counter_points": 40}
     last = [e for e in events if e["ph"] == "C" and e["name"] == "loss"][-1]
     assert last["args"]["loss"] == pytest.approx(1 / 50)  # thinning keeps the last point
+
+
+def test_a_loss_the_trainer_reported_and_printed_is_one_point(runs_dir):
+    # As inspect losses: a rank's loss counter comes from its most direct source (here the HF
+    # Trainer callback's records, not the dicts rank 0 also printed), in each restart.
+    from rpcctl.telemetry import protocol
+    from rpcctl.telemetry.store import StoreWriter
+
+    run_dir = runs_dir / "trainer-1"
+    run_dir.mkdir(parents=True)
+    w = StoreWriter(protocol.db_path(run_dir))
+    t = 1_800_000_000.0
+    w.rank_started(0, 0, 1000, 0, "cpu", t)
+    for step in (1, 2, 3):
+        w.loss(0, 0, None, None, round(1 / step, 2), None, t + step, "log")
+        w.loss(0, 0, step, None, 1 / step, None, t + step + 0.01, "transformers")
+    w.rank_exited(0, 1000, "succeeded", 0, t + 5)
+    w.close()
+    events = trace.build_trace(run_dir)["traceEvents"]
+    assert [e["args"]["loss"] for e in events if e["ph"] == "C" and e["name"] == "loss"] == [1.0, 0.5, pytest.approx(1 / 3)]

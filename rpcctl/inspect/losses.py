@@ -105,14 +105,9 @@ def losses(run_dir: Path, *, rank: int | None = None, restart: int | None = None
         restart = s.latest_restart() if restart is None else restart
         # per rank and source with `last`, so that the rule below still leaves `last` of the kept source
         rows = s.losses(restart, last=last)
-    best: dict[int, int] = {}  # rank → the index in LOSS_SOURCES of its most direct source
-    for row in rows:
-        best[row["rank"]] = min(best.get(row["rank"], len(LOSS_SOURCES)), _precedence(row["source"]))
     records: list[LossRecord] = []
     by_rank: dict[int, list[LossRecord]] = defaultdict(list)
-    for row in rows:
-        if _precedence(row["source"]) != best[row["rank"]]:
-            continue
+    for row in from_most_direct_source(rows):
         if rank is not None and row["rank"] != rank:
             continue
         seq = column(row, "seq")  # stores before version 4 have none: the row order is the same
@@ -127,6 +122,16 @@ def losses(run_dir: Path, *, rank: int | None = None, restart: int | None = None
     for kept in by_rank.values():
         _choose_keys(kept)
     return records
+
+
+def from_most_direct_source(rows: list) -> list:
+    """The store's loss rows (with ``rank``, ``restart`` and ``source``) of each rank's most
+    direct source in each restart (``LOSS_SOURCES``): the same loss reported and printed counts once."""
+    best: dict[tuple[int, int], int] = {}  # (rank, restart) → the index in LOSS_SOURCES of its most direct source
+    for row in rows:
+        key = (row["rank"], row["restart"])
+        best[key] = min(best.get(key, len(LOSS_SOURCES)), _precedence(row["source"]))
+    return [row for row in rows if _precedence(row["source"]) == best[(row["rank"], row["restart"])]]
 
 
 def _precedence(source: str | None) -> int:

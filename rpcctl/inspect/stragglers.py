@@ -1,7 +1,8 @@
 """Stragglers: a rank whose step rate, or a worker whose calls' latency, is far off the others'
 (``stragglers``), for ``inspect workers`` and the live view.
 
-- step rate: loss/metrics records per second of each rank over the last ``WINDOW_S`` seconds
+- step rate: loss/metrics records per second of each rank (of its most direct source, as
+  ``inspect losses`` shows them) over the last ``WINDOW_S`` seconds
   (of the run so far, if shorter), from at most the last ``RECENT`` records; flagged below
   ``SLOWER`` × the median of the other ranks (which must have ``MIN_STEPS`` records or more);
 - call latency: the mean duration of the calls each worker served, per function called on
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from rpcctl.console import human_seconds
 from rpcctl.inspect.collectives import CollectiveStraggler, _stragglers, sampled_arrivals
+from rpcctl.inspect.losses import from_most_direct_source
 from rpcctl.telemetry.reader import StoreReader, loads
 
 WINDOW_S = 30.0
@@ -54,7 +56,7 @@ class Straggler:
 def stragglers(run_dir: Path) -> list[Straggler]:
     with StoreReader(run_dir) as s:
         restart = s.latest_restart()
-        rows = s.recent_loss_times(restart, RECENT)
+        rows = from_most_direct_source(s.recent_loss_times(restart, RECENT))  # a step the trainer reported and printed is one step
         stats = s.call_stats(restart)
         names = s.rank_of_name(restart)
         now = s.now if s.live else (s.closed_at or s.now)

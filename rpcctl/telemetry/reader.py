@@ -222,8 +222,8 @@ class StoreReader:
                           " FROM losses WHERE restart = ?) WHERE k <= ? ORDER BY id", (restart, last))
 
     def recent_loss_times(self, restart: int, recent: int) -> list[sqlite3.Row]:
-        """(rank, time) of the store's latest ``recent`` losses, of this restart."""
-        return self._rows("SELECT rank, time FROM losses WHERE restart = ? AND id > (SELECT coalesce(max(id), 0) - ? FROM losses)"
+        """(rank, restart, time, source) of the store's latest ``recent`` losses, of this restart."""
+        return self._rows("SELECT rank, restart, time, source FROM losses WHERE restart = ? AND id > (SELECT coalesce(max(id), 0) - ? FROM losses)"
                           " AND time IS NOT NULL", (restart, recent))
 
     def log_lines(self, restart: int) -> list[sqlite3.Row]:
