@@ -107,7 +107,7 @@ def test_a_process_that_imports_monarch_joins_as_the_ranks_child(tmp_path):
 
     from rpcctl.telemetry import protocol
 
-    site = ROOT / "rpcctl" / "telemetry" / "_site"
+    site = ROOT / "rpcctl" / "rank" / "_site"
     path = tmp_path / "t.sock"
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
         server.bind(str(path))

@@ -78,9 +78,6 @@ class Tracker:
         self.described: set[str] = set()  # forks whose description this process asked for
         self.churned_local: dict[str, tuple[str, str, str]] = {}  # RRef(value) handles gone unseen: id → churn key (``_o``)
         self._identity: tuple[str, int, dict[int, str]] | None = None  # the hooks' identity, as last seen
-        # What the hooks queue besides handle records and events: (kind, *args), by kind (hooks' docstring).
-        self.handlers: dict[str, Callable[..., dict[str, Any] | None]] = {
-            "released": self._released, "uses": self._uses, "vw": self._vw, "vx": self._vx, "unchurn": self._unchurn}
 
     def set_identity(self, name: str, rank: int, workers: dict[int, str]) -> None:
         self.name, self.rank = name, rank
@@ -96,7 +93,7 @@ class Tracker:
             hooks.last_use.clear()
         out: list[dict[str, Any]] = []
         todo, self.deferred = self.deferred + items, []
-        deferred, churn, young, last_use, handlers = self.deferred, self.churn, now - MIN_AGE_S, hooks.last_use, self.handlers
+        deferred, churn, young, last_use, handlers = self.deferred, self.churn, now - MIN_AGE_S, hooks.last_use, self.HANDLERS
         for chunk in slices(todo):
             for item in chunk:
                 kind = type(item)
@@ -120,7 +117,7 @@ class Tracker:
                     elif kind is dict:
                         event = item
                     else:
-                        event = handlers[item[0]](*item[1:])
+                        event = handlers[item[0]](self, *item[1:])
                 except Exception:
                     event = None  # a torch object that misbehaves must not stop the sender
                 if event is not None:
@@ -387,6 +384,12 @@ class Tracker:
             if len(self.sites) < 10_000:
                 self.sites[key] = site
         return site
+
+    # What the hooks queue besides handle records and events: (kind, *args) → its handler (see
+    # hooks' docstring). On the class, of plain functions: bound methods in an instance's table
+    # would make every Tracker a reference cycle, freed only by the garbage collector.
+    HANDLERS: dict[str, Callable[..., dict[str, Any] | None]] = {
+        "released": _released, "uses": _uses, "vw": _vw, "vx": _vx, "unchurn": _unchurn}
 
 
 _tracker = Tracker()
