@@ -4,6 +4,7 @@ through ``rpcctl launch``, read back with ``rpcctl inspect collectives``."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from conftest import WORKERS, launch_job, rpcctl
@@ -95,3 +96,45 @@ def test_a_cycle_through_rpc_and_a_collective_is_named(tmp_path, runs_dir):
     assert "ranks 0, 2 wait in all_reduce #1 (pg 0, 1.0 KiB float32)" in message, message
     assert "rank 1 has not entered it: it is at " in message, message
     assert "a deadlock across RPC and a collective" in message, message
+
+
+RPC_ONLY_THEN_A_GROUP = """
+import json, sys, time
+import torch
+import torch.distributed as dist
+from rpcctl.telemetry import collectives
+
+reads = []
+read = collectives._dump
+collectives._dump = lambda entries: reads.append(entries) or read(entries)  # counts the recorder's reads
+collectives.install()
+collectives.activate([])
+poller = collectives.poller()
+idle = [poller.process(time.time()) for _ in range(3)]  # torch.distributed imported, no group yet
+before = len(reads)
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+dist.all_reduce(torch.ones(4))
+dist.destroy_process_group()  # gone before the sender's next cycle: still counted
+events = poller.process(time.time(), final=True)
+print(json.dumps({"idle": idle, "before": before, "after": len(reads), "events": events}))
+"""
+
+
+def test_the_sender_reads_no_recorder_before_a_process_group_exists(tmp_path):
+    """An RPC-only job imports torch.distributed but has no process group: the sender does not
+    read the Flight Recorder every cycle for nothing (~0.14 ms a cycle here, half of an idle
+    cycle: benchmarks/launch_cost.py), and a group made and destroyed between two cycles is
+    still counted."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, collectives.ENV_BUFFER: "16", "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", RPC_ONLY_THEN_A_GROUP, str(tmp_path / "pg")], capture_output=True, text=True,
+                         env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.splitlines()[-1])
+    assert result["idle"] == [[], [], []]
+    assert result["before"] == 0, "the recorder was read with no process group"
+    assert result["after"] > 0
+    ops = {(e["op"], e["n"]) for e in result["events"] if e["e"] == "cop"}
+    assert ("all_reduce", 1) in ops, result["events"]
