@@ -195,8 +195,8 @@ DDP_SHAPE = textwrap.dedent(
         slowest = mine.clone(); dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
         total = mine.clone(); dist.all_reduce(total)
         if dist.get_rank() == 0:  # the slowest rank's rate, the mean CPU per step
-            cpu_us, sender_us = total[1].item() / dist.get_world_size(), total[2].item() / dist.get_world_size()
-            result(n, slowest[0].item(), cpu_us, cpu_us, sender_us)
+            mean = total / dist.get_world_size()
+            result(n, slowest[0].item(), mean[1].item(), mean[1].item(), mean[2].item())
         dist.destroy_process_group()
 
     main()
