@@ -1,0 +1,398 @@
+"""What rpcctl's presence costs a rank, measured as a user meets it: the same script in separate
+launches, ``rpcctl launch`` with telemetry on, ``rpcctl launch`` with ``RPCCTL_TELEMETRY_DISABLE=1``
+(no hooks, no sender thread, no Flight Recorder set up), and ``torchrun --standalone``,
+interleaved in rotating order over several rounds.
+
+    python benchmarks/launch_cost.py                          # 10 rounds of every shape
+    python benchmarks/launch_cost.py --shapes remote --rounds 12 --json
+    python benchmarks/launch_cost.py --base /tmp/old/bin/python  # + an arm: telemetry on, an older rpcctl
+    python benchmarks/launch_cost.py --profile remote         # one launch under py-spy --native, per arm
+
+``benchmarks/collectives_cost.py`` is this script with ``--shapes ddp``. ``benchmarks/telemetry_cost.py``
+is the other measure: the hooks alone, on and off inside one process; what runs in both of its
+arms (the sender thread, its probes, the queue) is invisible to it, and visible here.
+
+Each launch runs one shape (``SHAPES``; a loop of ~3 s after a warm-up) and prints, from the rank
+that drives it, its wall rate and its process's CPU time per operation (every thread of it: the
+sender's, torch's RPC threads'). On a shared machine the wall rate of one launch can be 20% off
+the next for no reason of its own; CPU time per call is far steadier: decide by it, report both.
+A round's ratio is arm / arm of the same round; the report is the median over rounds with the
+lowest and highest. The target is ≥ 0.97 for on/off (issues 27 and 29).
+
+==========  ========================================================================================
+remote      rank 0: ``rpc.remote(worker1, torch.add, (x, 1)).to_here()``, one at a time (20,000)
+sync        rank 0: ``rpc.rpc_sync(worker1, torch.add, (x, 1))``, a 16-float tensor (20,000)
+async       rank 0: ``rpc_async`` fan-out: 16 calls to each of 2 workers in flight, then wait (1,000 rounds)
+ddp         3 ranks (gloo): a small matmul and one all_reduce of 4 KiB per step, (``--steps``; the slowest
+            rank's wall rate, the mean CPU per step)
+==========  ========================================================================================
+
+``--profile SHAPE`` runs SHAPE once per arm with every rank under ``py-spy record --native``
+(``pip install py-spy``: a benchmark tool, not a dependency of rpcctl; it needs ptrace, as py-spy
+does) and writes one speedscope file per arm and rank; ``--profile-top`` prints the functions
+with the most samples in the driving rank, per arm, and by thread.
+
+Figures: see the end of this docstring (``Measured``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PROLOGUE = textwrap.dedent(
+    """
+    import glob, os, sys, threading, time
+    import torch
+
+    def add(x, y):
+        return torch.add(x, y)
+
+    TICK_US = 1e6 / os.sysconf("SC_CLK_TCK")
+
+    def thread_cpu_us(task):
+        # a thread's CPU time: schedstat's run time (ns), else stat's utime + stime (clock ticks)
+        try:
+            with open(task + "/schedstat") as f:
+                return int(f.read().split()[0]) / 1e3
+        except FileNotFoundError:
+            with open(task + "/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) * TICK_US
+
+    def cpu_us():
+        # (this process's CPU but its busy-polling transport threads', the calling thread's, rpcctl's
+        # sender thread's) in µs: tensorpipe's shm reactor spins while it waits, so its CPU follows
+        # the wall time (the machine's load), not the work done
+        work = mine = sender = 0.0
+        senders = {str(t.native_id) for t in threading.enumerate() if t.name == "rpcctl-telemetry"}
+        for task in glob.glob("/proc/self/task/*"):
+            try:
+                with open(task + "/comm") as f:
+                    if f.read().startswith("TP_SHM_reactor"):
+                        continue
+                used = thread_cpu_us(task)
+            except OSError:  # a thread that ended meanwhile
+                continue
+            work += used
+            tid = task.rsplit("/", 1)[1]
+            if tid == str(os.getpid()):  # the main thread: the caller
+                mine = used
+            elif tid in senders:
+                sender += used
+        return work, mine, sender
+
+    def profiler(seconds):
+        # --profile: py-spy on this process for the timed loop, every thread, native frames too
+        out = os.environ.get("LAUNCH_COST_PROFILE")
+        if not out:
+            return None
+        import subprocess
+        spy = subprocess.Popen([os.environ["LAUNCH_COST_PYSPY"], "record", "--native", "--threads", "--rate", "200",
+                                "--format", "raw", "--duration", str(int(seconds)), "--pid", str(os.getpid()), "--output",
+                                out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)  # attached
+        return spy
+
+    def timed(loop, seconds, most, chunk, spy=None):
+        # loop(chunk) until `seconds` passed or `most` operations were done
+        wall0, (work0, mine0, sender0) = time.perf_counter(), cpu_us()
+        n = 0
+        while n < most and time.perf_counter() - wall0 < seconds:
+            loop(chunk)
+            n += chunk
+        wall, (work, mine, sender) = time.perf_counter() - wall0, cpu_us()
+        if spy is not None:
+            spy.wait()
+        return n, wall, work - work0, mine - mine0, sender - sender0
+
+    def result(n, wall, work_us, mine_us, sender_us):
+        print(f"RESULT rate={n / wall:.3f} cpu_us={work_us / n:.4f} caller_us={mine_us / n:.4f}"
+              f" sender_us={sender_us / n:.4f} n={n}", flush=True)
+    """
+)
+
+RPC_SHAPE = textwrap.dedent(
+    """
+    import torch.distributed.rpc as rpc
+
+    def main():
+        shape, seconds, most = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        rpc.init_rpc(f"worker{rank}", rank=rank, world_size=world)
+        if rank == 0:
+            x = torch.ones(16)
+            peers = [f"worker{i}" for i in range(1, world)]
+
+            def remote(k):
+                for _ in range(k):
+                    rpc.remote("worker1", add, args=(x, 1)).to_here()
+
+            def sync(k):
+                for _ in range(k):
+                    rpc.rpc_sync("worker1", add, args=(x, 1))
+
+            def fan_out(k):
+                for _ in range(k):
+                    futs = [rpc.rpc_async(p, add, args=(x, 1)) for p in peers for _ in range(16)]
+                    for f in futs:
+                        f.wait()
+
+            loop = {"remote": remote, "sync": sync, "async": fan_out}[shape]
+            chunk = 10 if shape == "async" else 100
+            timed(loop, seconds / 10, most, chunk)  # warm-up
+            result(*timed(loop, seconds, most, chunk, profiler(seconds)))
+        rpc.shutdown()
+
+    main()
+    """
+)
+
+DDP_SHAPE = textwrap.dedent(
+    """
+    import torch.distributed as dist
+
+    def main():
+        seconds, most, numel = float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+        dist.init_process_group("gloo")
+        torch.manual_seed(0)
+        w = torch.randn(64, 64)
+        grad = torch.ones(numel + 1)  # the last element: rank 0's "time is up", summed with the rest
+
+        def steps(k, deadline=None):
+            for _ in range(k):
+                x = torch.randn(32, 64) @ w
+                grad.fill_(float(x.mean()))
+                grad[-1] = 1.0 if deadline is not None and time.perf_counter() > deadline else 0.0
+                dist.all_reduce(grad)
+                if grad[-1].item() > 0:
+                    return True
+            return False
+
+        steps(200)
+        dist.barrier()
+        wall0, (work0, _, sender0) = time.perf_counter(), cpu_us()
+        deadline = wall0 + seconds if dist.get_rank() == 0 else None
+        n = 0
+        while n < most:
+            n += 10
+            if steps(10, deadline):
+                break
+        wall, (work, _, sender) = time.perf_counter() - wall0, cpu_us()
+        mine = torch.tensor([wall, work - work0, sender - sender0], dtype=torch.float64)
+        slowest = mine.clone(); dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        total = mine.clone(); dist.all_reduce(total)
+        if dist.get_rank() == 0:  # the slowest rank's rate, the mean CPU per step
+            mean = total / dist.get_world_size()
+            result(n, slowest[0].item(), mean[1].item(), mean[1].item(), mean[2].item())
+        dist.destroy_process_group()
+
+    main()
+    """
+)
+
+# shape → (script body, ranks, its arguments from the command line's options)
+SHAPES = {
+    "remote": (RPC_SHAPE, lambda a: 2, lambda a: ["remote", str(a.seconds), str(a.calls)]),
+    "sync": (RPC_SHAPE, lambda a: 2, lambda a: ["sync", str(a.seconds), str(a.calls)]),
+    "async": (RPC_SHAPE, lambda a: 3, lambda a: ["async", str(a.seconds), str(a.fanouts)]),
+    "ddp": (DDP_SHAPE, lambda a: a.nproc, lambda a: ["ddp", str(a.seconds), str(a.steps), str(a.numel)]),
+}
+RESULT = re.compile(r"RESULT rate=([\d.]+) cpu_us=([\d.]+) caller_us=([\d.]+) sender_us=([\d.]+)")
+ARMS = ("on", "off", "torchrun")
+RATIOS = (("on", "off"), ("on", "torchrun"), ("off", "torchrun"), ("base", "off"), ("on", "base"))
+
+
+def command(arm: str, shape: str, folder: Path, args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
+    body, ranks, argv = SHAPES[shape]
+    script = folder / f"{shape}.py"
+    if not script.exists():
+        script.write_text(PROLOGUE + body)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("RPCCTL_TELEMETRY_DISABLE", None)
+    python = args.base if arm == "base" else sys.executable
+    if arm == "torchrun":
+        return [python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks(args)),
+                str(script), *argv(args)], env
+    config = folder / f"{shape}-{arm}.yaml"
+    config.write_text(json.dumps({
+        "name": f"cost-{shape}-{arm}", "script": str(script), "args": argv(args), "nproc_per_node": ranks(args),
+        "timeout": 600, "env": {"OMP_NUM_THREADS": "1", **({"RPCCTL_TELEMETRY_DISABLE": "1"} if arm == "off" else {})},
+    }))
+    return [python, "-m", "rpcctl", "launch", str(config), "--no-live", "--runs-dir", str(folder / "runs")], env
+
+
+def launch(arm: str, shape: str, folder: Path, args: argparse.Namespace) -> tuple[float, ...]:
+    cmd, env = command(arm, shape, folder, args)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, cwd=folder)
+    found = RESULT.search(out.stdout + out.stderr)
+    if out.returncode != 0 or not found:
+        raise SystemExit(f"{shape} {arm}: exit {out.returncode}\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    return tuple(float(x) for x in found.groups())
+
+
+# shape → arm → (rate, CPU µs per op, the caller thread's µs per op, the sender thread's µs per op)
+Runs = dict[str, dict[str, list[tuple[float, ...]]]]
+
+
+def measure(args: argparse.Namespace, folder: Path) -> Runs:
+    arms = tuple(args.arms) + (("base",) if args.base else ())
+    results = {shape: {arm: [] for arm in arms} for shape in args.shapes}
+    for round_ in range(args.rounds):
+        for shape in args.shapes:
+            order = arms[round_ % len(arms):] + arms[: round_ % len(arms)]  # rotate: drift hits every arm alike
+            for arm in order:
+                one = launch(arm, shape, folder, args)
+                results[shape][arm].append(one)
+                print(f"round {round_ + 1} {shape} {arm}: {one[0]:.1f}/s, CPU per op {one[1]:.2f} µs (caller {one[2]:.2f},"
+                      f" sender {one[3]:.2f})", file=sys.stderr)
+    return results
+
+
+LOG_LINE = re.compile(r"round \d+ (\w+) (\w+): ([\d.]+)/s, CPU per op ([\d.]+) µs \(caller ([\d.]+), sender ([\d.]+)\)")
+
+
+def from_log(path: Path) -> Runs:
+    """The launches a run's progress lines (its stderr) name: the figures of a run cut short."""
+    results: Runs = {}
+    for found in LOG_LINE.finditer(path.read_text()):
+        shape, arm, *figures = found.groups()
+        results.setdefault(shape, {}).setdefault(arm, []).append(tuple(float(x) for x in figures))
+    return results
+
+
+def summarise(results: Runs) -> dict[str, object]:
+    summary: dict[str, object] = {}
+    for shape, arms in results.items():
+        shape_summary: dict[str, object] = {
+            arm: {"rate_median": statistics.median(r[0] for r in runs), "cpu_us_median": statistics.median(r[1] for r in runs),
+                  "caller_us_median": statistics.median(r[2] for r in runs),
+                  "sender_us_median": statistics.median(r[3] for r in runs)}
+            for arm, runs in arms.items()
+        }
+        for a, b in RATIOS:
+            if a not in arms or b not in arms:
+                continue
+            ratios = {
+                "rate": [x[0] / y[0] for x, y in zip(arms[a], arms[b])],
+                "cpu": [y[1] / x[1] for x, y in zip(arms[a], arms[b])],  # higher is better, as the rate: b's CPU / a's
+                "caller": [y[2] / x[2] for x, y in zip(arms[a], arms[b])],
+            }
+            shape_summary[f"{a}/{b}"] = {
+                f"{key}{end}": f(values) for key, values in ratios.items()
+                for end, f in (("", statistics.median), ("_min", min), ("_max", max))
+            }
+        shape_summary["raw"] = arms
+        summary[shape] = shape_summary
+    return summary
+
+
+def print_summary(summary: dict[str, object]) -> None:
+    print("per arm: median rate, CPU per op (the caller thread's, rpcctl's sender thread's); a/b: a's rate / b's, b's CPU per op / a's "
+          "(1.00: the same; < 1: a costs more), median (lowest..highest)")
+    for shape, s in summary.items():
+        medians = ", ".join(f"{arm} {m['rate_median']:.0f}/s {m['cpu_us_median']:.1f} µs ({m['caller_us_median']:.1f},"
+                            f" {m['sender_us_median']:.1f})"
+                            for arm, m in s.items()
+                            if isinstance(m, dict) and "rate_median" in m)
+        print(f"{shape}: {medians}")
+        for a, b in RATIOS:
+            r = s.get(f"{a}/{b}")
+            if r:
+                print(f"  {a}/{b}: rate x{r['rate']:.3f} ({r['rate_min']:.3f}..{r['rate_max']:.3f}), "
+                      f"CPU x{r['cpu']:.3f} ({r['cpu_min']:.3f}..{r['cpu_max']:.3f}), caller's CPU x{r['caller']:.3f}")
+
+
+def profile(args: argparse.Namespace, folder: Path) -> None:
+    """Each arm once, its driving rank under py-spy for the timed loop (it starts py-spy on itself:
+    a rank forked by rpcctl's rank server is then sampled as one under torchrun)."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(spy).exists():
+        raise SystemExit("--profile needs py-spy: pip install py-spy")
+    if args.profile == "ddp":
+        raise SystemExit("--profile: an RPC shape (remote, sync, async)")
+    out_dir = Path(args.profile_out).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for arm in ARMS + (("base",) if args.base else ()):
+        raw = out_dir / f"{args.profile}-{arm}.txt"
+        os.environ.update(LAUNCH_COST_PROFILE=str(raw), LAUNCH_COST_PYSPY=spy)
+        try:
+            rate, cpu, caller, _ = launch(arm, args.profile, folder, args)
+        finally:
+            del os.environ["LAUNCH_COST_PROFILE"]
+        print(f"{arm}: {rate:.1f}/s, CPU per op {cpu:.2f} µs (caller {caller:.2f}); {raw}", file=sys.stderr)
+        if raw.exists():
+            top(raw, args.profile_top)
+
+
+def top(raw: Path, n: int) -> None:
+    """The functions with the most samples (own and total) in a py-spy raw (collapsed) file."""
+    own: collections.Counter[str] = collections.Counter()
+    total: collections.Counter[str] = collections.Counter()
+    threads: collections.Counter[str] = collections.Counter()
+    samples = 0
+    for line in raw.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        k = int(count)
+        frames = stack.split(";")
+        samples += k
+        threads[next((f for f in frames if f.startswith("thread ")), "?")] += k
+        own[frames[-1]] += k
+        for frame in set(frames):
+            total[frame] += k
+    print(f"== {raw.name}: {samples} samples")
+    for name, k in threads.most_common(12):
+        print(f"  thread {k:6d} {name}")
+    for name, k in own.most_common(n):
+        print(f"  own    {k:6d} {name[:150]}")
+    rpcctl_total = [(k, name) for name, k in total.items() if "rpcctl" in name]
+    for k, name in sorted(rpcctl_total, reverse=True)[:n]:
+        print(f"  total  {k:6d} {name[:150]}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=list(SHAPES))
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
+    parser.add_argument("--seconds", type=float, default=3.0, help="each launch's timed loop (after 1/10 of it of warm-up)")
+    parser.add_argument("--calls", type=int, default=20_000, help="remote and sync: at most so many calls")
+    parser.add_argument("--fanouts", type=int, default=1000, help="async: at most so many rounds of 2 x 16 calls in flight")
+    parser.add_argument("--steps", type=int, default=20_000, help="ddp: at most so many steps")
+    parser.add_argument("--numel", type=int, default=1024, help="ddp: floats all-reduced per step")
+    parser.add_argument("--nproc", type=int, default=3, help="ddp: ranks")
+    parser.add_argument("--base", help="an arm 'base', telemetry on, run by this Python: one whose sys.path finds an older"
+                        " rpcctl (see Measured)")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--from-log", help="summarise the progress lines (stderr) of an earlier run instead of measuring")
+    parser.add_argument("--profile", choices=sorted(SHAPES), help="profile one launch of this shape per arm (py-spy)")
+    parser.add_argument("--profile-out", default="profiles")
+    parser.add_argument("--profile-top", type=int, default=25)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.profile:
+            profile(args, Path(tmp))
+            return
+        summary = summarise(from_log(Path(args.from_log)) if args.from_log else measure(args, Path(tmp)))
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print_summary(summary)
+
+
+if __name__ == "__main__":
+    main()
