@@ -1,4 +1,4 @@
-"""Every read of a run's telemetry store: the SQL beside ``store.py``'s DDL (the writer), behind
+"""Every read of a run's telemetry store: the SQL beside ``schema.py``'s DDL and the writer, behind
 named methods that the inspection SDK (``rpcctl.inspect``) calls. No other module holds SQL.
 
 ``StoreReader(run_dir)`` is one read: the connection, the run's meta, and 'now' (taken after
@@ -15,14 +15,44 @@ from __future__ import annotations
 import functools
 import json
 import sqlite3
+import stat
 import time
 from pathlib import Path
 from typing import Any
 
-from rpcctl.errors import RpcctlError
+from rpcctl.errors import DamagedRunError, RpcctlError
 from rpcctl.runs import RunRecord, load_record
 from rpcctl.states import RunStatus
-from rpcctl.telemetry import protocol, store
+from rpcctl.telemetry import protocol
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+NEW_STORE_S = 10.0  # SQLite writes its header with the first commit, right after the file appears
+
+
+def connect(path: Path) -> sqlite3.Connection | None:
+    """A read-only connection, or None when the run has no telemetry store (yet). A file that
+    is not one (empty for longer than a store takes to start, or not SQLite) raises
+    ``DamagedRunError``: a damaged store must never read as a run that recorded nothing."""
+    try:
+        info = path.stat()
+        with open(path, "rb") as f:
+            header = f.read(len(SQLITE_HEADER))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise DamagedRunError(path, exc.strerror or str(exc)) from None
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    if not header:
+        if time.time() - info.st_mtime < NEW_STORE_S:
+            return None
+        raise DamagedRunError(path, "an empty file (0 bytes), not a telemetry store")
+    if header != SQLITE_HEADER:
+        raise DamagedRunError(path, "not an SQLite database")
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=2.0, check_same_thread=False)
+    db.row_factory = sqlite3.Row
+    return db
 
 
 class StoreReader:
@@ -30,7 +60,7 @@ class StoreReader:
 
     def __init__(self, run_dir: Path):
         self.run_dir = Path(run_dir)
-        self.db = store.connect(protocol.db_path(self.run_dir))
+        self.db = connect(protocol.db_path(self.run_dir))
         self.meta = {}
         if self.db is not None:
             self.meta = {row["key"]: row["value"] for row in self._rows("SELECT key, value FROM meta")}
