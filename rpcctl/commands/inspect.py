@@ -42,7 +42,7 @@ from rpcctl.stacks import stopped_message
 from rpcctl.states import RankStatus, RunStatus
 
 inspect_app = typer.Typer(
-    help="Look inside a run, live or after it ended: RRefs, workers, devices, losses, calls.",
+    help="Look inside a run, live or after it ended: RRefs, workers, devices, losses, calls, collectives.",
     epilog="Example: rpcctl inspect rrefs (the latest run), rpcctl inspect workers RUN --wide",
     rich_markup_mode=None,
     no_args_is_help=True,
