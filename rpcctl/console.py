@@ -25,6 +25,22 @@ from rich.table import Table
 from rich.text import Text
 
 
+
+class _Serialised:
+    """A live panel's console whose every print holds the panel's lock (``Console.above``)."""
+
+    def __init__(self, console: RichConsole, lock: Any):
+        self.console, self.lock = console, lock
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.console.is_terminal
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        with self.lock:
+            self.console.print(*objects, **kwargs)
+
+
 class Console:
     """stdout for results, stderr for messages; while ``logging_to(path)`` holds, every message
     (info, note, warning, error, detail) is also appended to ``path`` as plain text, one
@@ -39,7 +55,7 @@ class Console:
         self.err = err or RichConsole(stderr=True, highlight=False, no_color=no_color, soft_wrap=True)
         self._log: IO[str] | None = None
         self._log_path: Path | None = None
-        self._above: RichConsole | None = None  # a live panel's console, while one is drawn
+        self._above: _Serialised | None = None  # a live panel's console, while one is drawn
 
     @contextlib.contextmanager
     def logging_to(self, path: Path) -> Iterator[None]:
@@ -63,13 +79,17 @@ class Console:
                     log.close()
 
     @contextlib.contextmanager
-    def above(self, live: RichConsole) -> Iterator[None]:
+    def above(self, live: RichConsole, lock: Any) -> Iterator[None]:
         """While a live panel is drawn on ``live``: streamed lines (``stream``) and, on a terminal,
         messages print through it, above the panel; written straight to the terminal they would
-        land inside the panel and leave a stale copy of it behind."""
-        saved, self._above = self.err, live
+        land inside the panel and leave a stale copy of it behind. ``lock`` is the one the panel
+        redraws under: each print holds it from start to end, because Rich works out how many
+        lines of the old frame to erase before it takes its own write lock, so two threads
+        printing at once (the ranks' pumps, the launcher) would each draw a frame and erase one."""
+        saved = self.err
+        self._above = _Serialised(live, lock)
         if self.err.is_terminal:
-            self.err = live
+            self.err = self._above
         try:
             yield
         finally:

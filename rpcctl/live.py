@@ -85,7 +85,7 @@ class LiveView:
         self._keep_output_on_ctrl_c()
         # The launcher's own messages (Ctrl-C, restarts, warnings) and the ranks' lines go
         # through the live console while the panel is drawn, so they print above it.
-        self._stack.enter_context(self._owner.above(self.console))
+        self._stack.enter_context(self._owner.above(self.console, self._live._lock))  # Rich's: refresh() holds it
         self._live.start()
         self._stack.callback(self._live.stop)  # first out: the last frame, then the console as it was
         return self
