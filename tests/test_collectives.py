@@ -59,6 +59,17 @@ def test_a_clean_run_counts_every_collective_exactly(clean_run):
     assert "all_reduce" in table.stdout and "LAST COMPLETED" in table.stdout
 
 
+def test_the_last_read_waits_for_gloo_to_mark_what_was_waited_on_completed(tmp_path, runs_dir):
+    """gloo marks a collective completed on its own thread after wait() returns; the last read
+    at exit saw the previous one as the last completed (CI, stop 33: a rank's LAST COMPLETED
+    was short of 9; before the fix this job counted ~20 of 200 reads behind per rank)."""
+    result, run_dir, _ = launch_job(tmp_path, runs_dir, name="final-read", script=str(WORKERS / "final_read.py"),
+                                    nproc_per_node=2, timeout=60, preload=["torch"])
+    assert result.returncode == 0, result.stdout + result.stderr
+    log = "".join(p.read_text() for p in sorted((run_dir / "logs").glob("rank*.log")))
+    assert re.findall(r"behind (\d+)", log) == ["0", "0"], log
+
+
 def test_the_users_own_recorder_settings_are_left_alone():
     env = {"PATH": "/bin"}
     assert collectives.configure_env(env) and env[collectives.ENV_BUFFER] == str(collectives.BUFFER)
