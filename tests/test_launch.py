@@ -290,14 +290,22 @@ def test_rpc_job_listens_on_loopback_only(tmp_path, runs_dir):
 
 
 SHUTDOWN_ORDER_JOB = """
-import os, time
+import os, sys, time
 import torch.distributed.rpc as rpc
 rank = int(os.environ["RANK"])
 rpc.init_rpc(f"worker{rank}", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
 if rank == 1:
     time.sleep(0.5)  # the last one into shutdown's final barrier
+# When torch's own shutdown returned, stamped before rpcctl's wrapper around it tells rank 0 so
+# (a time printed afterwards can lag by however long the rank is descheduled).
+torch_returned = []
+def stamp(frame, event, arg):
+    if event == "return" and frame.f_code.co_name == "shutdown" and frame.f_code.co_filename.endswith(os.path.join("rpc", "api.py")):
+        torch_returned.append(time.time())
+sys.setprofile(stamp)
 rpc.shutdown()
-print(f"shutdown returned at {time.time():.6f}", flush=True)
+sys.setprofile(None)
+print(f"shutdown returned at {time.time() if rank == 0 else torch_returned[0]:.6f}", flush=True)
 """
 
 
