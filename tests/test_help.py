@@ -86,3 +86,10 @@ def test_help_through_a_real_process():
     words = " ".join(result.stdout.split())
     assert "--tune Search for the fastest RPC settings on this machine and print them (takes minutes" in words
     assert "about a minute" not in words and "about 4 minutes" in words
+
+
+def test_inspect_names_every_view_on_its_first_lines():
+    """The line is built from the views themselves (collectives was once left off a hand-kept list)."""
+    views = sorted(" ".join(p[1:]) for p in COMMANDS if len(p) == 2 and p[0] == "inspect" and p[1] != "stack")
+    first = " ".join(_help(("inspect",)).split("Options:")[0].split())
+    assert all(re.search(rf"\b{view}\b", first) for view in views), (views, first)

@@ -77,3 +77,4 @@ def test_an_mp_spawn_program_whose_worker_raises_after_running_past_the_join_war
 
     # The run is over: nothing is "yet" to come.
     assert _view(runs_dir, "inspect", "losses").startswith("no losses were recorded")
+    assert "no collectives were recorded" in _view(runs_dir, "inspect", "collectives")  # RPC only: no process group

@@ -20,10 +20,10 @@ HELP = """Collectives of every process group (all_reduce, broadcast, barrier…)
     """
 
 
-def render(report: sdk.CollectivesReport, wide: bool = False) -> Any:
-    summary = render_table(report.summary, sdk.CollectiveSummary.COLUMNS, title="Per process group and op", detail=wide,
-                           empty="no collectives recorded")
-    ranks = render_table(report.ranks, sdk.RankCollectives.COLUMNS, title="Per rank", detail=wide, empty="no process group yet")
+def render(report: sdk.CollectivesReport, wide: bool = False, empty: str = "no collectives yet") -> Any:
+    """``empty``: the line for a view with nothing in it (``inspect.none_yet``: "yet" only while the run goes on)."""
+    summary = render_table(report.summary, sdk.CollectiveSummary.COLUMNS, title="Per process group and op", detail=wide, empty=empty)
+    ranks = render_table(report.ranks, sdk.RankCollectives.COLUMNS, title="Per rank", detail=wide, empty=empty)
     parts: list[Any] = [summary, "", ranks]
     if report.stragglers:
         parts += ["", render_table(report.stragglers, sdk.CollectiveStraggler.COLUMNS, title="Stragglers (arrival skew)", detail=wide)]

@@ -42,7 +42,7 @@ from rpcctl.stacks import stopped_message
 from rpcctl.states import RankStatus, RunStatus
 
 inspect_app = typer.Typer(
-    help="Look inside a run, live or after it ended: RRefs, workers, devices, losses, calls, collectives.",
+    help="Look inside a run, live or after it ended.",  # + the views' names, from VIEWS below
     epilog="Example: rpcctl inspect rrefs (the latest run), rpcctl inspect workers RUN --wide",
     rich_markup_mode=None,
     no_args_is_help=True,
@@ -348,12 +348,14 @@ VIEWS: tuple[View, ...] = (
     ),
     View(
         "collectives", sdk.CollectivesReport, read=sdk.collectives, example="rpcctl inspect collectives --watch",
-        render=lambda report, call: collectives_view.render(report, call.wide), help=collectives_view.HELP,
+        render=lambda report, call: collectives_view.render(report, call.wide, none_yet(call.run_dir, "collectives")),
+        help=collectives_view.HELP,
     ),
 )
 
 for _view in VIEWS:
     inspect_app.command(_view.name, epilog=f"Example: {_view.example}")(_command(_view))
+inspect_app.info.help = f"{inspect_app.info.help[:-1]}: {', '.join(view.name for view in VIEWS)}."
 
 
 def _check_rank(run_dir: Path, rank: int) -> None:
