@@ -15,6 +15,11 @@ For each process group with ranks inside collective #k (entered k, completed k -
 
 Which ranks a group has: the ranks that reported it, and for the default group every rank that
 entered ``init_process_group`` (a rank reports a group only after its first collective in it).
+
+A rank here is the process's rank in its c10d world (``dist.get_rank()``): in a job whose
+script ``mp.spawn``s its workers, a process the launcher rank spawned, named with its pid and
+its parent (``rank 2 (pid 4242, spawned by rank 0) has not entered it``); its stack is the one
+it registered for ``rpcctl stack``.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from typing import Any
 
 from rpcctl.console import human_seconds
 from rpcctl.inspect.collectives import in_flight
-
+from rpcctl.telemetry.schema import pg_id
 
 DEFAULT_PG = "0"  # the recorder's pg_id of the default group (init_process_group's)
 
@@ -39,6 +44,14 @@ class CollectiveVerdict:
 
 def _ranks(ranks: list[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in sorted(ranks))
+
+
+def _who(rows: list[Any], by_proc: dict[Any, Any]) -> str:
+    """``rank 2``, or for a process a rank spawned ``rank 2 (pid 4242, spawned by rank 0)``."""
+    spawned = [by_proc.get(r["proc_id"]) for r in rows]
+    if len(rows) != 1 or spawned[0] is None or spawned[0].kind == "rank":
+        return _ranks([r["rank"] for r in rows])
+    return f"rank {rows[0]['rank']} (pid {spawned[0].pid}, spawned by rank {spawned[0].rank})"
 
 
 def _what(row: Any) -> tuple[Any, ...]:
@@ -79,10 +92,12 @@ def verdict(rows: list[Any], procs: list[Any], now: float, where: Any) -> Collec
             found = found or CollectiveVerdict(headline, details, by_proc.get(odd[0]["proc_id"]))
             continue
         behind = [r for r in members if r["entered"] < k]
-        if pg == DEFAULT_PG:  # every rank that entered init_process_group is in it, even before its first collective
+        if pg_id(pg) == DEFAULT_PG:  # every rank that entered init_process_group is in it, even before its first collective
             present = {r["proc_id"] for r in members}
-            behind += [{"proc_id": p.proc_id, "rank": p.rank, "entered": 0} for p in procs
-                       if p.kind == "rank" and p.pg_joined_at is not None and p.proc_id not in present]
+            world = {getattr(by_proc.get(r["proc_id"]), "pg_world", 0) for r in members}
+            behind += [{"proc_id": p.proc_id, "rank": p.rank if p.dist_rank is None else p.dist_rank, "entered": 0} for p in procs
+                       if (p.kind == "rank" or p.dist_rank is not None) and p.pg_joined_at is not None and p.proc_id not in present
+                       and p.pg_world in world]
         if not behind:
             continue
         first = described[0] if described else waiting[0]
@@ -97,7 +112,7 @@ def verdict(rows: list[Any], procs: list[Any], now: float, where: Any) -> Collec
         else:
             state = f"it is at {at}" if at else "its stack did not come"
         headline = (f"{_ranks([r['rank'] for r in waiting])} {'waits' if len(waiting) == 1 else 'wait'} in {label}{waited}; "
-                    f"{_ranks([r['rank'] for r in behind])} {'has' if len(behind) == 1 else 'have'} not entered it"
+                    f"{_who(behind, by_proc)} {'has' if len(behind) == 1 else 'have'} not entered it"
                     + (f" (last entered #{suspect_row['entered']})" if suspect_row["entered"] else "") + f": {state}")
         found = found or CollectiveVerdict(headline, details, suspect)
     return found

@@ -131,6 +131,8 @@ class Proc:
     joined_at: float | None  # entered init_rpc
     stopped: bool = False
     pg_joined_at: float | None = None  # entered init_process_group (or new_group)
+    dist_rank: int | None = None  # its rank in its c10d world (a process a rank spawned: not the launcher rank)
+    pg_world: int | None = 0  # which c10d world (the store's numbering)
     threads: list[ThreadStack] = field(default_factory=list)
     dumped: bool = False
     host: str | None = None
@@ -285,6 +287,7 @@ class HangWatchdog:
         self._warned_join: set[int] = set()
         self._warned_pg: set[int] = set()
         self._groups: list[Any] = []  # coll_groups rows of the live processes, as of the last check
+        self._pg_through: dict[int, float] = {}  # rank → when a process it spawned entered init_process_group
         self._silent: set[int] = set()  # proc ids whose stale heartbeat was reported (until it beats again)
         self._reported_at: float | None = None
         self.reports = 0
@@ -362,6 +365,8 @@ class HangWatchdog:
         procs = [_proc(r, record) for r in rows]
         # A rank whose spawned processes joined RPC (an mp.spawn program: the rank waits in
         # mp.spawn, its children are the workers) has joined, through them; those may have ended.
+        # So for init_process_group, but the rank is not in their groups (``_warn_absent`` only).
+        self._pg_through = seen.pg_joined_through
         through = seen.joined_through
         for proc in procs:
             if proc.kind == "rank" and proc.joined_at is None and proc.rank in through:
@@ -404,6 +409,8 @@ class HangWatchdog:
         connected = {p.rank for p in procs if p.kind == "rank"}
         for proc in procs:
             if proc.kind != "rank" or (proc.pg_joined_at if group else proc.joined_at) is not None or proc.rank in warned:
+                continue
+            if group and proc.rank in self._pg_through:
                 continue
             warned.add(proc.rank)
             self._dump(proc, record)
@@ -476,11 +483,12 @@ def _proc(row: Any, record: RunRecord) -> Proc:
     """A procs row as the watchdog sees it; local: a process of one of this node's ranks."""
     local = row["rank"] in {r.rank for r in record.ranks}
     return Proc(row["proc_id"], row["pid"], row["rank"], row["kind"] or "rank", row["name"], row["rpc_join_at"],
-                host=row["host"], local=local, pg_joined_at=_get(row, "pg_join_at"))
+                host=row["host"], local=local, pg_joined_at=_get(row, "pg_join_at"), dist_rank=_get(row, "dist_rank"),
+                pg_world=_get(row, "pg_world") or 0)
 
 
 def _get(row: Any, key: str) -> Any:
-    """A column a store before schema 7 lacks reads as None."""
+    """A column a store before schema 7 (or 8) lacks reads as None."""
     try:
         return row[key]
     except (IndexError, KeyError):

@@ -34,7 +34,7 @@ from typing import Any
 
 from rpcctl.console import KEY, Column, human_bytes, human_seconds, join
 from rpcctl.telemetry.histogram import quantile
-from rpcctl.telemetry.reader import StoreReader, loads
+from rpcctl.telemetry.reader import StoreReader, column, loads
 
 
 RECENT_SAMPLED = 10_000
@@ -114,6 +114,7 @@ class CollectiveStraggler:
     compared: int  # sampled collectives every rank of the group listed
     skew_p50_s: float | None  # median skew when it was last
     skew_max_s: float | None
+    proc_id: int | None = None  # the process that is that rank of the group (a rank, or a process it spawned)
 
     COLUMNS = (
         Column("pg", "PG", priority=KEY),
@@ -136,11 +137,13 @@ def _stragglers(rows: list[Any]) -> list[CollectiveStraggler]:
     """The flagged stragglers of each group (see the module's docstring for the rule)."""
     by_seq: dict[tuple[str, int], dict[int, float]] = {}
     members: dict[str, set[int]] = {}
+    procs: dict[tuple[str, int], int | None] = {}
     for row in rows:
         if row["entered_at"] is None or row["rank"] is None:
             continue
         by_seq.setdefault((row["pg"], row["seq"]), {})[row["rank"]] = row["entered_at"]
         members.setdefault(row["pg"], set()).add(row["rank"])
+        procs[(row["pg"], row["rank"])] = column(row, "proc_id")
     result = []
     for pg, ranks in sorted(members.items()):
         if len(ranks) < 2:
@@ -162,12 +165,12 @@ def _stragglers(rows: list[Any]) -> list[CollectiveStraggler]:
         typical = others[(len(others) - 1) // 2] if others else 0.0
         if (compared >= MIN_COMPARED and len(skews) >= max(3.0, OFTEN * compared / len(ranks)) and p50 >= MIN_SKEW_S
                 and p50 >= RATIO * typical):
-            result.append(CollectiveStraggler(pg, rank, len(skews), compared, p50, skews[-1]))
+            result.append(CollectiveStraggler(pg, rank, len(skews), compared, p50, skews[-1], procs.get((pg, rank))))
     return result
 
 
 def sampled_arrivals(s: StoreReader, restart: int) -> list[Any]:
-    """(pg, seq, rank, entered_at) of the last ``RECENT_SAMPLED`` sampled collectives (``PER_RANK``
+    """(pg, seq, rank, entered_at, proc_id) of the last ``RECENT_SAMPLED`` sampled collectives (``PER_RANK``
     a rank of the run, if more)."""
     world = s.record.world_size if s.record is not None else 0
     return s.sampled_collectives(restart, max(RECENT_SAMPLED, PER_RANK * world))

@@ -41,6 +41,7 @@ class Straggler:
     pg: str | None = None  # collective_skew: the process group, and how often it was last of how many compared
     last: int | None = None
     compared: int | None = None
+    proc_id: int | None = None  # collective_skew: the process that is that rank of pg (a rank's child, in an mp.spawn job)
 
     def describe(self) -> str:
         who = f"rank {self.rank}" if self.rank is not None else (self.worker or "?")
@@ -66,7 +67,7 @@ def stragglers(run_dir: Path) -> list[Straggler]:
 
 def _late(slow: CollectiveStraggler) -> Straggler:
     return Straggler(slow.rank, None, "collective_skew", slow.skew_p50_s or 0.0, slow.skew_max_s or 0.0, pg=slow.pg, last=slow.last,
-                     compared=slow.compared)
+                     compared=slow.compared, proc_id=slow.proc_id)
 
 
 def _slow_steps(rows: list, now: float) -> list[Straggler]:

@@ -106,23 +106,27 @@ def workers(run_dir: Path) -> list[WorkerRecord]:
         ranks = _with_recorded_ranks(s, s.ranks(restart), restart)
         procs = s.procs(restart, ordered=True)
         records: list[WorkerRecord] = []
-        used: set[int] = set()
+        of_proc: dict[int, WorkerRecord] = {}
         for rank in ranks:
             # pid and rank together: on a multi-node run pids repeat across hosts.
             proc = next((p for p in reversed(procs) if (p["rank"], p["pid"]) == (rank["rank"], rank["pid"])), None)
-            if proc is not None:
-                used.add(proc["proc_id"])
             records.append(_worker(s, proc, rank, restart))
+            if proc is not None:
+                of_proc[proc["proc_id"]] = records[-1]
         for proc in procs:
-            if proc["proc_id"] not in used:
+            if proc["proc_id"] not in of_proc:
                 records.append(_worker(s, proc, None, restart))
+                of_proc[proc["proc_id"]] = records[-1]
     records.sort(key=lambda w: (w.rank if w.rank is not None else 1 << 30, w.kind != "rank", w.rpc_rank or 0, w.pid or 0))
     from rpcctl.inspect.stragglers import stragglers
 
     for slow in stragglers(run_dir):
-        for record in records:
-            if record.kind == "rank" and (record.rank == slow.rank or (slow.worker and record.name == slow.worker)):
-                record.straggler = "; ".join(filter(None, [record.straggler, slow.describe()]))
+        # A collective straggler is the process that is that rank of its group: a rank, or in an
+        # mp.spawn job the rank's child whose dist rank it is.
+        flagged = [of_proc[slow.proc_id]] if slow.proc_id in of_proc else [
+            r for r in records if r.kind == "rank" and (r.rank == slow.rank or (slow.worker and r.name == slow.worker))]
+        for record in flagged:
+            record.straggler = "; ".join(filter(None, [record.straggler, slow.describe()]))
     return records
 
 

@@ -3,10 +3,10 @@
 ``sitecustomize`` (on the ranks' PYTHONPATH) calls ``install()``: a one-shot meta-path finder
 waits for ``import torch`` to finish, then patches torch.distributed (``patch.install``).
 In a process a rank started, it also registers the process for ``rpcctl stack``
-(``rpcctl.stacks``). Nothing else happens until the process calls ``init_rpc`` or
-``rpcctl.report``. A process that
-never imports torch pays, per import, for one name comparison in each hook still waiting (torch,
-monarch and the trainer modules below: five at most).
+(``rpcctl.stacks``). Nothing else happens until the process calls ``init_rpc``,
+``init_process_group`` or ``rpcctl.report``. A process that never imports torch pays, per
+import, for one name comparison in each hook still waiting (torch, monarch and the trainer
+modules below: five at most).
 
 A Monarch mesh process (``python -m monarch._src.actor.bootstrap_main``, started by a rank
 that spawns a proc mesh; see docs/monarch.md) joins telemetry as soon as it imports

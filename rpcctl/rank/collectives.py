@@ -26,7 +26,12 @@ completion time, so ``completed`` is an upper bound: the earlier of the next col
 same group entered (a collective loop on one thread) and the sender cycle that saw it retired.
 NCCL with ``TORCH_NCCL_ENABLE_TIMING`` has its own; the same bound is used for both.
 
-Events (``protocol``): ``coll`` (a group's state: last entered and completed sequence number,
+A process a rank spawned (``mp.spawn`` of a DDP job) joins telemetry at ``init_process_group``,
+as at ``init_rpc``; every process then says who it is in the c10d world it joined (``pgw``:
+``dist.get_rank()``, the world size, where it met the others), before any of its groups, so its
+collectives are keyed by that rank, not by the launched rank all of a script's workers share.
+
+Events (``protocol``): ``pgw`` (above), ``coll`` (a group's state: last entered and completed sequence number,
 the one in flight with its op and sizes), ``cop`` (per group and op: count, bytes, durations
 as ``calls``' histogram), ``cent`` (a sampled collective: the first ``LIST_FIRST`` of a group and
 every ``LIST_EVERY``-th after, at most ``MAX_LISTED_PER_READ`` per read). Its hook (``wrap_join``) ``patch`` puts on torch; ``OBSERVER`` is what
@@ -64,6 +69,10 @@ _DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "I
 _active = False
 _queue: Any = None
 _joined = False  # init_process_group or new_group began in this process (the hook saw it)
+# Who this process is in its c10d world, once init_process_group returned (``identity``); while
+# init_process_group runs, ``_pending``: the sender reports no group until it knows.
+_identity: dict[str, Any] | None = None
+_pending = False
 
 
 def configure_env(environ: MutableMapping[str, str] = os.environ) -> bool:
@@ -75,23 +84,64 @@ def configure_env(environ: MutableMapping[str, str] = os.environ) -> bool:
     return True
 
 
-def wrap_join(original: Any, name: str) -> Any:
+def wrap_join(original: Any, name: str, join: Any = None) -> Any:
     """``init_process_group`` or ``new_group`` (``patch`` puts it on torch) posting that it was
     entered (``pgjoin``): the watchdog names a rank that never reaches it, as it does for
-    init_rpc. The collectives themselves are not wrapped: the recorder is torch's."""
+    init_rpc. ``join()`` first joins a process a rank spawned to telemetry (as init_rpc does).
+    Once init_process_group returned, the sender reports who the process is in that world
+    (``pgw``: ``identity``) before any of its groups. The collectives themselves are not
+    wrapped: the recorder is torch's."""
     import functools
 
     @functools.wraps(original)
     def joining(*args: Any, **kwargs: Any) -> Any:
-        global _joined
+        global _joined, _pending, _identity
+        if join is not None:
+            join()
         _joined = True
         queue = _queue
         if _active and queue is not None:
             queue.append({"e": "pgjoin", "call": name, "t": time.time()})
-        return original(*args, **kwargs)
+        if name != "init_process_group":
+            return original(*args, **kwargs)
+        _pending = True
+        try:
+            result = original(*args, **kwargs)
+            _identity = identity(args, kwargs)
+            return result
+        finally:
+            _pending = False
 
     joining._rpcctl_pgjoin = True  # type: ignore[attr-defined]
     return joining
+
+
+def rendezvous(init_method: Any) -> str:
+    """Where a process met the others of its world (RPC's or c10d's): the store tells worlds
+    apart by it (``StoreWriter._world_of``)."""
+    method = str(init_method or "env://")
+    if method.startswith("env://"):
+        return f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}"
+    return method
+
+
+def identity(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``pgw`` event: this process's rank in the c10d world init_process_group(*args,
+    **kwargs) made, its size, and where it met the others (a store passed in: its address)."""
+    try:
+        import torch.distributed as dist
+
+        store = kwargs.get("store")
+        method = kwargs.get("init_method", args[1] if len(args) > 1 else None)
+        if method is None and store is not None:
+            store = getattr(store, "underlying_store", store)  # a PrefixStore: where it keeps its keys
+            host, port, path = (getattr(store, key, None) for key in ("host", "port", "path"))
+            rdv = f"{host}:{port}" if host else f"file://{path}" if path else "store"
+        else:
+            rdv = rendezvous(method)
+        return {"e": "pgw", "rank": int(dist.get_rank()), "world_size": int(dist.get_world_size()), "rdv": rdv, "t": time.time()}
+    except Exception:  # noqa: BLE001 - never fail the user's init_process_group for telemetry
+        return None
 
 
 class CollectivesObserver(Observer):
@@ -109,8 +159,8 @@ class CollectivesObserver(Observer):
 
     def after_fork_in_child(self) -> None:
         """A forked child starts with no group of its own (the parent's are not usable there)."""
-        global _joined
-        _joined = False
+        global _joined, _identity, _pending
+        _joined, _identity, _pending = False, None, False
         self.deactivate()
 
 
@@ -199,14 +249,18 @@ class Poller:
         self.counted: dict[str, int] = {}  # pg → the last seq counted into cop
         self.next_sample = 0.0
         self.prev_cycle = 0.0
+        self.identity: dict[str, Any] | None = None  # the last ``pgw`` sent
 
     def process(self, now: float, final: bool = False) -> list[dict[str, Any]]:
-        if not _active or not _imported() or not (self.groups or _groups_exist()):
+        if not _active or not _imported() or not (self.groups or _groups_exist()) or _pending:
             return []
         status = _settled_status() if final else _dump(entries=False)
         if status is None:
             return []
         out: list[dict[str, Any]] = []
+        if _identity is not None and _identity is not self.identity:  # before the groups it names
+            self.identity = _identity
+            out.append(_identity)
         want_entries = final or now >= self.next_sample
         configs = status.get("pg_config") or {}
         for pg, st in (status.get("pg_status") or {}).items():

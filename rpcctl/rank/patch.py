@@ -34,7 +34,6 @@ what the job does, not what telemetry sees.
 from __future__ import annotations
 
 import functools
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -131,17 +130,23 @@ def _patch_c10d(dist: Any) -> None:
         original = getattr(c10d, name, None)
         if original is None or getattr(original, "_rpcctl_pgjoin", False):
             continue
-        wrapped = collectives.wrap_join(original, name)
+        wrapped = collectives.wrap_join(original, name, _join_now)
         setattr(c10d, name, wrapped)
         if getattr(dist, name, None) is original:
             setattr(dist, name, wrapped)
 
 
+def _join_now() -> Callable[[dict[str, Any]], None] | None:
+    """Join this process to telemetry (a spawned child at init_rpc or init_process_group: it
+    shows up now, even if the rendezvous then hangs); how to post an event now, or None."""
+    join = _join
+    return join() if join is not None else None
+
+
 def _wrap_init_rpc(orig: Any) -> Any:
     @functools.wraps(orig)
     def init_rpc(*args: Any, **kwargs: Any) -> Any:
-        join = _join
-        post = join() if join is not None else None  # a spawned child shows up now, even if rendezvous then hangs
+        post = _join_now()
         for observer in _observers:
             observer.rpc_starting()
         result = orig(*args, **kwargs)
@@ -194,7 +199,4 @@ def _rpc_info(options: Any) -> dict[str, Any]:
 
 def _rendezvous(options: Any) -> str:
     """Where this process met the others of its RPC world (the store tells worlds apart by it)."""
-    method = str(getattr(options, "init_method", None) or "env://")
-    if method.startswith("env://"):
-        return f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}"
-    return method
+    return collectives.rendezvous(getattr(options, "init_method", None))

@@ -11,7 +11,7 @@
     reporter.stop()  ── after the script    atexit → stop()
 
     forked child (DataLoader worker, mp fork): inherits the hooks, drops the parent's
-    connection and queue, and joins only if it calls init_rpc() or report().
+    connection and queue, and joins only if it calls init_rpc(), init_process_group() or report().
 
 The sender thread wakes every ``SEND_INTERVAL_S``: it drains the queue the hooks append to,
 turns it into events (``rrefs.Tracker``), adds a probe (cpu, rss, threads, CUDA memory — never
@@ -96,8 +96,9 @@ def report_loss(step: int | None, loss: Any, epoch: Any, metrics: dict[str, Any]
 
 
 def joining(hooks: bool = True) -> _Reporter | None:
-    """A process joins telemetry (a spawned child at init_rpc, or on its first report; a
-    Monarch mesh process at ``import monarch``, with ``hooks=False``: see ``autohook``)."""
+    """A process joins telemetry (a spawned child at init_rpc or init_process_group, or on its
+    first report; a Monarch mesh process at ``import monarch``, with ``hooks=False``: see
+    ``autohook``)."""
     if not _wanted():
         return None
     reporter = _get()
@@ -108,8 +109,9 @@ def joining(hooks: bool = True) -> _Reporter | None:
 
 
 def join_at_init_rpc() -> Callable[[dict[str, Any]], None]:
-    """What the ``init_rpc`` hook calls (``patch.set_join``): join telemetry now, so a spawned
-    child shows up even if the rendezvous then hangs; the hook posts the "rpc" event after."""
+    """What the ``init_rpc`` and ``init_process_group`` hooks call (``patch.set_join``): join
+    telemetry now, so a spawned child shows up even if the rendezvous then hangs; the init_rpc
+    hook posts the "rpc" event after."""
     joining()
     return _post_now
 

@@ -60,6 +60,8 @@ cop        pg, op, n, bytes, sum, max, h (collectives of a group that completed 
            read: count, input bytes, durations as cstat's histogram)
 cent       pg, seq, op, sizes, dtypes, bytes, entered, completed (one sampled collective)
 pgjoin     call (init_process_group or new_group began in this process)
+pgw        rank, world_size, rdv (who the process is in the c10d world init_process_group made:
+           ``dist.get_rank()``, its size, where it met the others; sent before its groups)
 error      message (the sender hit a bug of its own; not stored)
 bye        dropped (the worker stopped cleanly)
 cexit      pid, code (a process this one started with multiprocessing ended: its exit code, or
@@ -160,6 +162,7 @@ EVENT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "cop": {"pg": _STR, "op": _STR, "n": _INT, "bytes": _INT, "sum": _NUM, "max": _NUM, "h": (dict,)},
     "cent": {"pg": _STR, "seq": _INT, "op": _STR, "sizes": (list,), "dtypes": (list,), "bytes": _INT, "entered": _NUM, "completed": _NUM},
     "pgjoin": {"call": _STR},
+    "pgw": {"rank": _INT, "world_size": _INT, "rdv": _STR},
     "error": {"message": _STR},
     "bye": {"dropped": _INT},
     "cexit": {"pid": _INT, "code": _INT},

@@ -150,10 +150,13 @@ class StoreReader:
         rows = self._rows("SELECT name, rank FROM procs WHERE restart = ? AND kind = 'rank' AND name IS NOT NULL", (restart,))
         return {r["name"]: r["rank"] for r in rows}
 
-    def joined_through_children(self, restart: int) -> dict[int, float]:
-        """rank → when the first process it spawned joined RPC (an mp.spawn program's ranks)."""
-        rows = self._rows("SELECT rank, min(rpc_join_at) AS t FROM procs WHERE restart = ? AND kind = 'child'"
-                          " AND rpc_join_at IS NOT NULL GROUP BY rank", (restart,))
+    def joined_through_children(self, restart: int, column: str = "rpc_join_at") -> dict[int, float]:
+        """rank → when the first process it spawned joined RPC (an mp.spawn program's ranks), or
+        entered init_process_group (``column="pg_join_at"``)."""
+        if column not in ("rpc_join_at", "pg_join_at"):
+            raise ValueError(column)
+        rows = self._rows(f"SELECT rank, min({column}) AS t FROM procs WHERE restart = ? AND kind = 'child'"
+                          f" AND {column} IS NOT NULL GROUP BY rank", (restart,))
         return {r["rank"]: r["t"] for r in rows}
 
     def cpu_totals(self) -> sqlite3.Row | None:
@@ -229,8 +232,8 @@ class StoreReader:
         return self._rows("SELECT * FROM coll_stats WHERE restart = ? ORDER BY pg, op", (restart,))
 
     def sampled_collectives(self, restart: int, limit: int) -> list[sqlite3.Row]:
-        """(pg, seq, rank, entered_at) of the last ``limit`` sampled collectives."""
-        return self._rows("SELECT pg, seq, rank, entered_at FROM collectives WHERE restart = ? ORDER BY rowid DESC LIMIT ?", (restart, limit))
+        """(pg, seq, rank, entered_at, proc_id) of the last ``limit`` sampled collectives."""
+        return self._rows("SELECT pg, seq, rank, entered_at, proc_id FROM collectives WHERE restart = ? ORDER BY rowid DESC LIMIT ?", (restart, limit))
 
     def collective_spans(self) -> list[sqlite3.Row]:
         """Every sampled collective a rank entered, with its group's name (every restart)."""

@@ -29,6 +29,14 @@ with the same worker names and RRef ids, told apart here (``StoreWriter._world_o
 joins the open world of its rendezvous (address and world size) unless its RPC rank is taken
 there, which opens the next one.
 
+A c10d *world* is the same for collectives (one ``init_process_group`` rendezvous: address and
+world size), numbered apart from RPC's: the collectives tables' ``rank`` is the process's rank in
+it (``dist.get_rank()``; the launcher rank for a process that has none), and their ``pg`` is the
+recorder's group id, ``wN:ID`` from a restart's second world on (``pg_label``), so that a script
+that ``mp.spawn``s a DDP job twice keeps its rounds apart in every view. A process that calls
+``init_process_group`` again (after ``destroy_process_group``) with the same rank and rendezvous
+stays in its world.
+
 A loss's ``step`` and ``epoch`` are as printed or reported (NULL when absent); ``seq`` is its
 arrival index among the records of its (rank, restart, source), which orders and keys them
 where steps repeat (epoch-local steps, no step at all). Stores before version 4 have no
@@ -36,7 +44,7 @@ where steps repeat (epoch-local steps, no step at all). Stores before version 4 
 index: readers take ``seq`` from the row order there (``rpcctl.inspect``).
 """
 
-SCHEMA_VERSION = 7  # 2: procs.cpu_s, procs.telemetry_cpu_s; meta server_cpu_s. 3: calls, call_stats, serving, procs.rpc_join_at
+SCHEMA_VERSION = 8  # 2: procs.cpu_s, procs.telemetry_cpu_s; meta server_cpu_s. 3: calls, call_stats, serving, procs.rpc_join_at
 # 4: losses.seq, losses.rule, log_lines. 5: rrefs.value_watched (1: the owner watches the value, so value_freed_at NULL means still alive)
 # 6: handles.last_used_at (the holder's last use of a reference it still held at rpc.shutdown()),
 #    call_stats.request_bytes, calls.nbytes (bytes of the tensor arguments)
@@ -44,6 +52,8 @@ SCHEMA_VERSION = 7  # 2: procs.cpu_s, procs.telemetry_cpu_s; meta server_cpu_s. 
 #    world of a restart) in procs, rpc_workers, rrefs, handles, churn; rrefs.storages; procs.rpc_shutdown_done_at
 #    (when rpc.shutdown() returned), procs.autograd_contexts (open then); coll_groups, coll_stats, collectives
 #    (issue 27: collectives from torch's Flight Recorder), procs.pg_join_at
+# 8: procs.dist_rank, procs.pg_world (the process's rank in its c10d world, and which world: a process
+#    a rank spawned, issue 27); world in coll_groups, coll_stats, collectives (their rank: the dist rank)
 
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -58,7 +68,7 @@ CREATE TABLE IF NOT EXISTS procs (
     cpu_percent REAL, rss_bytes INTEGER, threads INTEGER, device TEXT, cuda_visible_devices TEXT,
     gpu_memory_bytes INTEGER, gpus TEXT, device_maps TEXT, devices TEXT, dropped INTEGER DEFAULT 0,
     cpu_s REAL, telemetry_cpu_s REAL, rpc_join_at REAL, exit_code INTEGER, world INTEGER, rpc_shutdown_done_at REAL,
-    autograd_contexts INTEGER, pg_join_at REAL);
+    autograd_contexts INTEGER, pg_join_at REAL, dist_rank INTEGER, pg_world INTEGER);
 CREATE TABLE IF NOT EXISTS rpc_workers (
     restart INTEGER NOT NULL, world INTEGER NOT NULL DEFAULT 0, rpc_rank INTEGER NOT NULL, name TEXT,
     PRIMARY KEY (restart, world, rpc_rank));
@@ -97,19 +107,29 @@ CREATE TABLE IF NOT EXISTS serving (
     worker_rank INTEGER, thread INTEGER, func TEXT, nbytes INTEGER, started_at REAL, ended_at REAL,
     PRIMARY KEY (proc_id, serve_id));
 CREATE TABLE IF NOT EXISTS coll_groups (
-    restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, rank INTEGER, pg TEXT NOT NULL, name TEXT, size INTEGER,
+    restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, rank INTEGER, world INTEGER NOT NULL DEFAULT 0, pg TEXT NOT NULL, name TEXT, size INTEGER,
     entered INTEGER, completed INTEGER, completed_at REAL, cur_seq INTEGER, cur_op TEXT, cur_sizes TEXT, cur_dtypes TEXT,
     cur_bytes INTEGER, cur_since REAL, updated_at REAL,
     PRIMARY KEY (proc_id, pg));
 CREATE TABLE IF NOT EXISTS coll_stats (
-    restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, rank INTEGER, pg TEXT NOT NULL, op TEXT NOT NULL,
+    restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, rank INTEGER, world INTEGER NOT NULL DEFAULT 0, pg TEXT NOT NULL, op TEXT NOT NULL,
     count INTEGER NOT NULL, bytes INTEGER, total_s REAL, max_s REAL, hist TEXT, updated_at REAL,
     PRIMARY KEY (proc_id, pg, op));
 CREATE TABLE IF NOT EXISTS collectives (
-    restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, rank INTEGER, pg TEXT NOT NULL, seq INTEGER NOT NULL, op TEXT,
+    restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, rank INTEGER, world INTEGER NOT NULL DEFAULT 0, pg TEXT NOT NULL, seq INTEGER NOT NULL, op TEXT,
     sizes TEXT, dtypes TEXT, bytes INTEGER, entered_at REAL, completed_at REAL,
     PRIMARY KEY (proc_id, pg, seq));
 CREATE TABLE IF NOT EXISTS log_lines (
     rank INTEGER NOT NULL, restart INTEGER NOT NULL, lines INTEGER NOT NULL, matched INTEGER NOT NULL,
     PRIMARY KEY (rank, restart));
 """
+
+
+def pg_label(pg: str, world: int | None) -> str:
+    """A process group as the views name it: the recorder's id, in c10d world ``world``."""
+    return str(pg) if not world else f"w{world}:{pg}"
+
+
+def pg_id(label: str) -> str:
+    """The recorder's id of a ``pg_label`` (``w1:0`` → ``0``)."""
+    return label.split(":", 1)[1] if label.startswith("w") and ":" in label else label

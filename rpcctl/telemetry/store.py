@@ -22,7 +22,7 @@ from typing import Any
 
 from rpcctl.private import private_file
 from rpcctl.telemetry.protocol import LOSS_SOURCES
-from rpcctl.telemetry.schema import DDL, SCHEMA_VERSION
+from rpcctl.telemetry.schema import DDL, SCHEMA_VERSION, pg_label
 
 def _int(value: Any) -> int | None:
     return None if value is None else int(value)
@@ -65,8 +65,11 @@ class StoreWriter:
         self.db.execute("BEGIN")
         self.dirty = False
         self._loss_seq: dict[tuple[int, int, str], int] = {}  # (rank, restart, source) → next seq
-        self._worlds: dict[tuple[int, str, int | None], tuple[int, set[int | None]]] = {}  # rendezvous → (world, RPC ranks in it)
+        # RPC worlds and c10d worlds, numbered apart (``_world_of``): rendezvous → (world, {rank: proc_id})
+        self._worlds: dict[tuple[int, str, int | None], tuple[int, dict[int | None, int]]] = {}
         self._next_world: dict[int, int] = {}  # restart → the next world's number
+        self._pg_worlds: dict[tuple[int, str, int | None], tuple[int, dict[int | None, int]]] = {}
+        self._next_pg_world: dict[int, int] = {}
         self.set_meta(schema_version=SCHEMA_VERSION, opened_at=time.time())
 
     # -- transactions ------------------------------------------------------------------------
@@ -200,7 +203,7 @@ class StoreWriter:
 
     def _ev_rpc(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         proc.name, proc.rpc_rank = ev.get("name"), ev.get("rpc_rank")
-        proc.world = self._world_of(proc, ev)
+        proc.world = self._world_of(proc, proc.rpc_rank, ev, self._worlds, self._next_world)
         self._x(
             "UPDATE procs SET last_seen = ?, name = ?, rpc_rank = ?, world_size = ?, device_maps = ?, devices = ?, world = ? WHERE proc_id = ?",
             (t, proc.name, proc.rpc_rank, ev.get("world_size"), _json(ev.get("device_maps")), _json(ev.get("devices")), proc.world,
@@ -210,16 +213,19 @@ class StoreWriter:
             self._x("INSERT OR REPLACE INTO rpc_workers (restart, world, rpc_rank, name) VALUES (?, ?, ?, ?)",
                     (proc.restart, proc.world, int(rank), name))
 
-    def _world_of(self, proc: ProcInfo, ev: dict[str, Any]) -> int:
-        """The RPC world a process joins: the open one of its rendezvous, unless its RPC rank is
-        taken there (a second mp.spawn round reusing the address, or a later one on a new port)."""
+    @staticmethod
+    def _world_of(proc: ProcInfo, rank: int | None, ev: dict[str, Any], worlds: dict, next_world: dict[int, int],
+                  stays: bool = False) -> int:
+        """The world (RPC's or c10d's) a process joins as ``rank``: the open one of its rendezvous,
+        unless its rank is taken there (a second mp.spawn round reusing the address, or a later
+        one on a new port); ``stays``: not by itself (c10d: init_process_group again)."""
         key = (proc.restart, ev.get("rdv") or "", ev.get("world_size"))
-        opened = self._worlds.get(key)
-        if opened is None or proc.rpc_rank in opened[1]:
-            world = self._next_world.get(proc.restart, 0)
-            self._next_world[proc.restart] = world + 1
-            opened = self._worlds[key] = (world, set())
-        opened[1].add(proc.rpc_rank)
+        opened = worlds.get(key)
+        if opened is None or (rank in opened[1] and not (stays and opened[1][rank] == proc.proc_id)):
+            world = next_world.get(proc.restart, 0)
+            next_world[proc.restart] = world + 1
+            opened = worlds[key] = (world, {})
+        opened[1][rank] = proc.proc_id
         return opened[0]
 
     def _ev_rref(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
@@ -364,38 +370,51 @@ class StoreWriter:
     def _ev_pgjoin(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         self._x("UPDATE procs SET pg_join_at = coalesce(pg_join_at, ?) WHERE proc_id = ?", (t, proc.proc_id))
 
+    def _ev_pgw(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
+        """Who the process is in the c10d world its init_process_group made (``rank.collectives``:
+        sent before its groups): the collectives rows carry that rank and world from then on."""
+        proc.dist_rank = _int(ev.get("rank"))
+        proc.pg_world = self._world_of(proc, proc.dist_rank, ev, self._pg_worlds, self._next_pg_world, stays=True)
+        self._x("UPDATE procs SET dist_rank = ?, pg_world = ? WHERE proc_id = ?", (proc.dist_rank, proc.pg_world, proc.proc_id))
+
+    def _coll_key(self, proc: ProcInfo, ev: dict[str, Any]) -> tuple[int | None, int, str]:
+        """(rank, world, pg) of a collectives row: the process's rank in its c10d world, where it has one."""
+        rank = proc.dist_rank if proc.dist_rank is not None else proc.rank
+        return rank, proc.pg_world, pg_label(str(ev["pg"]), proc.pg_world)
+
     def _ev_coll(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         done = int(ev["done"])
         self._x(
-            "INSERT INTO coll_groups (restart, proc_id, rank, pg, name, size, entered, completed, completed_at, cur_seq, cur_op,"
-            " cur_sizes, cur_dtypes, cur_bytes, cur_since, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            "INSERT INTO coll_groups (restart, proc_id, rank, world, pg, name, size, entered, completed, completed_at, cur_seq, cur_op,"
+            " cur_sizes, cur_dtypes, cur_bytes, cur_since, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (proc_id, pg) DO UPDATE SET name = coalesce(excluded.name, name), size = coalesce(excluded.size, size),"
             " completed_at = CASE WHEN excluded.completed > completed THEN excluded.completed_at ELSE completed_at END,"
             " entered = excluded.entered, completed = excluded.completed, cur_seq = excluded.cur_seq, cur_op = excluded.cur_op,"
             " cur_sizes = excluded.cur_sizes, cur_dtypes = excluded.cur_dtypes, cur_bytes = excluded.cur_bytes,"
             " cur_since = excluded.cur_since, updated_at = excluded.updated_at",
-            (proc.restart, proc.proc_id, proc.rank, str(ev["pg"]), ev.get("name"), _int(ev.get("size")), int(ev["enq"]), done,
+            (proc.restart, proc.proc_id, *self._coll_key(proc, ev), ev.get("name"), _int(ev.get("size")), int(ev["enq"]), done,
              t if done > 0 else None, _int(ev.get("seq")), ev.get("op"), _json(ev.get("sizes")), _json(ev.get("dtypes")),
              _int(ev.get("bytes")), ev.get("since"), t),
         )
 
     def _ev_cop(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
-        key = (proc.proc_id, str(ev["pg"]), str(ev["op"]))
+        rank, world, pg = self._coll_key(proc, ev)
+        key = (proc.proc_id, pg, str(ev["op"]))
         hist = self._merged_hist("SELECT hist FROM coll_stats WHERE proc_id = ? AND pg = ? AND op = ?", key, ev)
         self._x(
-            "INSERT INTO coll_stats (restart, proc_id, rank, pg, op, count, bytes, total_s, max_s, hist, updated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (proc_id, pg, op) DO UPDATE SET count = count + excluded.count,"
+            "INSERT INTO coll_stats (restart, proc_id, rank, world, pg, op, count, bytes, total_s, max_s, hist, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (proc_id, pg, op) DO UPDATE SET count = count + excluded.count,"
             " bytes = coalesce(bytes, 0) + excluded.bytes, total_s = total_s + excluded.total_s, max_s = max(max_s, excluded.max_s),"
             " hist = excluded.hist, updated_at = excluded.updated_at",
-            (proc.restart, proc.proc_id, proc.rank, *key[1:], max(0, int(ev.get("n") or 0)), max(0, _int(ev.get("bytes")) or 0),
+            (proc.restart, proc.proc_id, rank, world, *key[1:], max(0, int(ev.get("n") or 0)), max(0, _int(ev.get("bytes")) or 0),
              float(ev.get("sum") or 0.0), float(ev.get("max") or 0.0), _json(hist), t),
         )
 
     def _ev_cent(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         self._x(
-            "INSERT OR REPLACE INTO collectives (restart, proc_id, rank, pg, seq, op, sizes, dtypes, bytes, entered_at, completed_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (proc.restart, proc.proc_id, proc.rank, str(ev["pg"]), int(ev["seq"]), ev.get("op"), _json(ev.get("sizes")),
+            "INSERT OR REPLACE INTO collectives (restart, proc_id, rank, world, pg, seq, op, sizes, dtypes, bytes, entered_at,"
+            " completed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (proc.restart, proc.proc_id, *self._coll_key(proc, ev), int(ev["seq"]), ev.get("op"), _json(ev.get("sizes")),
              _json(ev.get("dtypes")), _int(ev.get("bytes")), ev.get("entered"), ev.get("completed")),
         )
 
@@ -428,13 +447,15 @@ class StoreWriter:
 class ProcInfo:
     """What the server remembers of one connected process."""
 
-    __slots__ = ("proc_id", "pid", "rank", "restart", "name", "rpc_rank", "world")
+    __slots__ = ("proc_id", "pid", "rank", "restart", "name", "rpc_rank", "world", "dist_rank", "pg_world")
 
     def __init__(self, proc_id: int, pid: int | None, rank: int | None, restart: int):
         self.proc_id, self.pid, self.rank, self.restart = proc_id, pid, rank, restart
         self.name: str | None = None
         self.rpc_rank: int | None = None
         self.world = 0  # the RPC world it joined (``StoreWriter._world_of``)
+        self.dist_rank: int | None = None  # its rank in its c10d world, and which (``_ev_pgw``)
+        self.pg_world = 0
 
 
 # ---------------------------------------------------------------------------------------------
