@@ -67,7 +67,7 @@ def test_the_last_read_waits_for_gloo_to_mark_what_was_waited_on_completed(tmp_p
                                     nproc_per_node=2, timeout=60, preload=["torch"])
     assert result.returncode == 0, result.stdout + result.stderr
     log = "".join(p.read_text() for p in sorted((run_dir / "logs").glob("rank*.log")))
-    assert re.findall(r"behind (\d+)", log) == ["0", "0"], log
+    assert re.findall(r"behind (\d+) backwards (\d+)", log) == [("0", "0"), ("0", "0")], log
 
 
 def test_the_users_own_recorder_settings_are_left_alone():

@@ -267,6 +267,11 @@ class Poller:
             group = self.groups.setdefault(str(pg), _Group())
             # -1: none yet (torch's initial value)
             entered, completed = max(0, int(st.get("last_enqueued_collective", 0))), max(0, int(st.get("last_completed_collective", 0)))
+            if entered >= group.entered:
+                # Never back: gloo's worker threads (2) each write the status when theirs completes,
+                # so #2's late write can follow #3's, and it stays so while the next one waits
+                # (a hang read as progress every time an entries read said #3 again).
+                completed = max(completed, group.completed)
             if entered > completed:
                 if group.flight_seen != completed + 1:  # a new one in flight: read it only if it is still there next cycle
                     group.flight_seen, group.described = completed + 1, None
