@@ -80,14 +80,16 @@ class Summariser:
         """Count every ``rpc.remote`` call from its handle's record (``hooks._Ref``, kind "r"),
         and watch the handles still alive: one whose creation is still pending after LONG_S is
         listed like a long call (``_watch_remotes``)."""
-        watching, name_of, callee_of = self.watching, self._ref_name, self._callee
+        watching, key_of = self.watching, self._key
         for item in items:
             if type(item) is not _Ref or item.kind != "r":
                 continue
-            name = name_of(item)
-            if name.startswith(calls._TORCH_INTERNAL):
+            if item.target is None:
+                key = key_of("remote", item.to, item.func, None)
+            else:  # rref.remote().method()
+                key = self._resolve_name("remote", item.to, self._ref_name(item))
+            if key is None:
                 continue
-            key = (callee_of(item.to), name, "remote")
             entry = self._entry(key)
             entry[0] += 1
             if item() is not None and len(watching) < MAX_QUEUE:
@@ -267,7 +269,9 @@ class Summariser:
         return key
 
     def _resolve(self, kind: str, to: Any, func: Any, method: Any) -> tuple[str, str, str] | None:
-        name = self._func_or_method(func, method)
+        return self._resolve_name(kind, to, self._func_or_method(func, method))
+
+    def _resolve_name(self, kind: str, to: Any, name: str) -> tuple[str, str, str] | None:
         if name.startswith(calls._TORCH_INTERNAL):
             return None
         return (self._callee(to), name, kind)
