@@ -267,7 +267,7 @@ def test_a_process_group_id_from_a_rank_reaches_the_terminal_escaped(tmp_path):
         assert "\x1b" not in text and "\x07" not in text
 
 
-RPC_ONLY_THEN_A_GROUP = """
+COUNTING_READS = """
 import json, sys, time
 import torch
 import torch.distributed as dist
@@ -279,7 +279,9 @@ collectives._dump = lambda entries: reads.append(entries) or read(entries)  # co
 patch.install()
 patch.activate([])
 poller = collectives.poller()
-idle = [poller.process(time.time()) for _ in range(3)]  # torch.distributed imported, no group yet
+"""
+
+RPC_ONLY_THEN_A_GROUP = COUNTING_READS + """idle = [poller.process(time.time()) for _ in range(3)]  # torch.distributed imported, no group yet
 before = len(reads)
 dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
 dist.all_reduce(torch.ones(4))
@@ -307,3 +309,37 @@ def test_the_sender_reads_no_recorder_before_a_process_group_exists(tmp_path):
     assert result["after"] > 0
     ops = {(e["op"], e["n"]) for e in result["events"] if e["e"] == "cop"}
     assert ("all_reduce", 1) in ops, result["events"]
+
+
+A_GROUP_THEN_IDLE = COUNTING_READS + """dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+dist.all_reduce(torch.ones(4))
+time.sleep(0.2)  # gloo retires it on its own thread
+t = time.time()
+first = poller.process(t)  # the first sample: the all_reduce is counted
+idle = [poller.process(t + (1 + k) * collectives.SAMPLE_EVERY_S) for k in range(3)]  # samples due, nothing new
+idle_reads = reads[2:]
+dist.all_reduce(torch.ones(4))
+time.sleep(0.2)  # gloo retires it on its own thread
+after = poller.process(t + 5 * collectives.SAMPLE_EVERY_S)
+dist.destroy_process_group()
+print(json.dumps({"first": first, "idle": idle, "idle_reads": idle_reads, "after": after}))
+"""
+
+
+def test_the_sender_reads_no_entries_when_no_collective_completed_since_the_last_read(tmp_path):
+    """An idle group (a hybrid job between its collectives, one stuck in RPC): the entries read
+    (~3-6 ms for a full ring: benchmarks/launch_cost.py) is skipped while nothing completed since
+    the last one and nothing is in flight; the status is still read every cycle, and the next
+    collective is counted at the next sample."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, collectives.ENV_BUFFER: "16", "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", A_GROUP_THEN_IDLE, str(tmp_path / "pg")], capture_output=True, text=True,
+                         env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.splitlines()[-1])
+    assert ("all_reduce", 1) in {(e["op"], e["n"]) for e in result["first"] if e["e"] == "cop"}, result["first"]
+    assert result["idle_reads"] == [False, False, False], "the entries were read with nothing new to count"
+    assert not any(e["e"] == "cop" for cycle in result["idle"] for e in cycle)
+    assert ("all_reduce", 1) in {(e["op"], e["n"]) for e in result["after"] if e["e"] == "cop"}, result["after"]

@@ -30,6 +30,8 @@ from rpcctl.telemetry.histogram import bucket
 from rpcctl.telemetry.protocol import MAX_QUEUE
 
 MAX_FRAMES_LOOKED_AT = 256  # per thread and cycle, looking for _run_function
+MAX_KEYS = 10_000  # (kind, callee, function) resolved to a stats key, remembered
+_UNKNOWN = object()
 
 
 class Summariser:
@@ -45,6 +47,11 @@ class Summariser:
         self.remote_listed: dict[int, int] = {}  # id(handle record) → call id, for those listed
         self.watched_listed: dict[int, int] = {}  # id(watched rpc_async) → call id, for those listed
         self.next_id = 1
+        # (kind, to, func, method or None) → its stats key, None for torch's own calls: a call's
+        # names resolved once, not per call (the sender's cost per call, benchmarks/launch_cost.py).
+        # Only where ``method`` is None or a str: a function there would be kept alive here.
+        self.keys: dict[tuple[Any, ...], tuple[str, str, str] | None] = {}
+        self.keys_workers: dict[int, str] = calls._workers  # the worker names the keys were resolved with
 
     def process(self, now: float, final: bool = False, items: list[Any] = ()) -> list[dict[str, Any]]:
         """This cycle's reports; ``items``: what the hooks queued this cycle (the RRef
@@ -73,14 +80,16 @@ class Summariser:
         """Count every ``rpc.remote`` call from its handle's record (``hooks._Ref``, kind "r"),
         and watch the handles still alive: one whose creation is still pending after LONG_S is
         listed like a long call (``_watch_remotes``)."""
-        watching, name_of, callee_of = self.watching, self._ref_name, self._callee
+        watching, key_of = self.watching, self._key
         for item in items:
             if type(item) is not _Ref or item.kind != "r":
                 continue
-            name = name_of(item)
-            if name.startswith(calls._TORCH_INTERNAL):
+            if item.target is None:
+                key = key_of("remote", item.to, item.func, None)
+            else:  # rref.remote().method()
+                key = self._resolve_name("remote", item.to, self._ref_name(item))
+            if key is None:
                 continue
-            key = (callee_of(item.to), name, "remote")
             entry = self._entry(key)
             entry[0] += 1
             if item() is not None and len(watching) < MAX_QUEUE:
@@ -142,14 +151,14 @@ class Summariser:
             self._count_watched(watched, status, seen, out)
 
     def _count_watched(self, watched: tuple[Any, ...], status: str, seen: float, out: list[dict[str, Any]]) -> None:
-        listed = self.watched_listed.pop(id(watched), None)
-        if listed is not None:
-            out.append({"e": "cend", "id": listed, "status": status, "t": seen})
+        if self.watched_listed:
+            listed = self.watched_listed.pop(id(watched), None)
+            if listed is not None:
+                out.append({"e": "cend", "id": listed, "status": status, "t": seen})
         _, to, func, args = watched[:4]
-        name = self._func_or_method(func, calls._proxy_method(func, args))
-        if name.startswith(calls._TORCH_INTERNAL):
+        key = self._key("rpc_async", to, func, calls._proxy_method(func, args))
+        if key is None:
             return
-        key = (self._callee(to), name, "rpc_async")
         entry = self._entry(key)
         entry[0] += 1
         if status == calls.ERROR:
@@ -177,10 +186,9 @@ class Summariser:
         self._count(call, duration)
 
     def _count(self, call: calls._Call, duration: float | None) -> None:
-        name = self._name(call)
-        if name.startswith(calls._TORCH_INTERNAL):  # torch's own protocol (shutdown's barrier, proxies' type lookups)
+        key = self._key(call.kind, call.to, call.func, call.args)
+        if key is None:
             return
-        key = (self._callee(call.to), name, call.kind)
         entry = self._entry(key)
         if call.counted:
             entry[0] += 1
@@ -241,6 +249,32 @@ class Summariser:
             if running.get(tid) is not entry and entry[2] > 0:
                 out.append({"e": "send", "id": entry[2], "t": now})
         self.running = running
+
+    def _key(self, kind: str, to: Any, func: Any, method: Any) -> tuple[str, str, str] | None:
+        """The stats key of a call: (callee, function, kind); None for torch's own protocol
+        (shutdown's barrier, proxies' type lookups), which is not counted."""
+        if method is not None and type(method) is not str:
+            return self._resolve(kind, to, func, method)
+        if self.keys_workers is not calls._workers:  # init_rpc named the workers: an int callee's name changed
+            self.keys, self.keys_workers = {}, calls._workers
+        raw = (kind, to, func, method)
+        try:
+            key = self.keys.get(raw, _UNKNOWN)
+        except TypeError:  # an unhashable callee or function
+            return self._resolve(kind, to, func, method)
+        if key is _UNKNOWN:
+            key = self._resolve(kind, to, func, method)
+            if len(self.keys) < MAX_KEYS:
+                self.keys[raw] = key
+        return key
+
+    def _resolve(self, kind: str, to: Any, func: Any, method: Any) -> tuple[str, str, str] | None:
+        return self._resolve_name(kind, to, self._func_or_method(func, method))
+
+    def _resolve_name(self, kind: str, to: Any, name: str) -> tuple[str, str, str] | None:
+        if name.startswith(calls._TORCH_INTERNAL):
+            return None
+        return (self._callee(to), name, kind)
 
     def _callee(self, to: Any) -> str:
         if type(to) is str:

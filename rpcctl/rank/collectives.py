@@ -10,10 +10,14 @@ call of the user's is wrapped.
 What a read costs decides how it is read (measured, 2 ranks, gloo, torch 2.13 CPU): the
 per-group status alone is ~0.05 ms; the entries ~0.03 ms each (pickle, no stack traces; 2,000
 entries: 250 ms). So the sender reads the status every cycle (``SEND_INTERVAL_S``), and the
-entries only every ``SAMPLE_EVERY_S``, or as soon as a collective has been in flight for a
-cycle (what the watchdog needs: its op and sizes). The buffer is ``BUFFER`` entries; beyond
-``BUFFER`` collectives per ``SAMPLE_EVERY_S`` the counts stay exact (sequence numbers) and the
-ones the ring overwrote are counted as op ``?``.
+entries only every ``SAMPLE_EVERY_S`` (and then only if a collective completed since the last
+read), or as soon as a collective has been in flight for a cycle (what the watchdog needs: its
+op and sizes). The buffer is ``BUFFER`` entries; beyond ``BUFFER`` collectives per
+``SAMPLE_EVERY_S`` the counts stay exact (sequence numbers) and the ones the ring overwrote are
+counted as op ``?``. A read of a full ring costs the same (~4-7 ms: the dump, unpickling, the
+new entries decoded) whatever the rate, so ``SAMPLE_EVERY_S`` sets what the recorder costs a
+busy rank: at 2 s, ~2-3 ms a second (a DDP loop of ~300 steps a second: ~10 us a step, 1% of
+its CPU, benchmarks/launch_cost.py); up to 128 collectives a second none is lost to the ring.
 
 Set up: ``configure_env`` sets ``TORCH_FR_BUFFER_SIZE`` for the rank (and what it spawns) unless
 the user set any ``TORCH_FR_*`` or ``TORCH_NCCL_*`` variable: theirs are left alone (a buffer of
@@ -52,7 +56,7 @@ from rpcctl.telemetry.histogram import bucket
 
 ENV_BUFFER = "TORCH_FR_BUFFER_SIZE"
 BUFFER = 256
-SAMPLE_EVERY_S = 1.0
+SAMPLE_EVERY_S = 2.0
 MAX_LISTED_PER_READ = 16
 SETTLE_S = 0.5
 # Which collectives are listed one by one (``cent``): the first LIST_FIRST of each group, then
@@ -286,6 +290,9 @@ class Poller:
             ranks = config.get("ranks") if isinstance(config, dict) else None
             if isinstance(ranks, str):
                 group.size = ranks.count(",") + 1 if ranks.strip("[] ") else 0
+        if want_entries and not final and not any(group.completed > self.counted.get(pg, 0) or group.described is None
+                                                  and group.entered > group.completed for pg, group in self.groups.items()):
+            want_entries = False  # nothing completed since the last read, nothing in flight to describe: ~3-6 ms saved
         if want_entries:
             self.next_sample = now + SAMPLE_EVERY_S
             full = _dump(entries=True)
@@ -321,19 +328,16 @@ class Poller:
             counted = self.counted.get(pg, 0)
             for index, entry in enumerate(rows):
                 seq = int(entry.get("collective_seq_id") or 0)
-                created = int(entry.get("time_created_ns") or 0) / 1e9
-                op = op_name(str(entry.get("profiling_name") or ""))
-                sizes = [list(s) for s in entry.get("input_sizes") or []]
-                dtypes = [str(d) for d in entry.get("input_dtypes") or []]
-                size = nbytes(sizes, dtypes)
                 if not entry.get("retired"):
                     if seq == group.completed + 1 and group.entered > group.completed:
+                        created, op, sizes, dtypes, size = _decoded(entry)
                         group.described = {"seq": seq, "op": op, "sizes": sizes, "dtypes": dtypes, "bytes": size, "since": created}
                     continue
                 if seq > group.completed:  # retired after the status read (gloo retires asynchronously)
                     group.completed, group.entered = seq, max(group.entered, seq)
-                if seq <= counted:
+                if seq <= counted:  # counted at an earlier read: not decoded again
                     continue
+                created, op, sizes, dtypes, size = _decoded(entry)
                 if seq > counted + 1:  # the ring overwrote these before a read: counted, not described
                     gap = stats.setdefault((pg, "?"), [0, 0, 0.0, 0.0, {}])
                     gap[0] += seq - counted - 1
@@ -357,6 +361,14 @@ class Poller:
         events = [{"e": "cop", "pg": pg, "op": op, "n": s[0], "bytes": s[1], "sum": s[2], "max": s[3], "h": s[4], "t": now}
                   for (pg, op), s in stats.items()]
         return events + listed
+
+
+def _decoded(entry: dict[str, Any]) -> tuple[float, str, list[list[int]], list[str], int]:
+    """A recorder entry's (created, op, sizes, dtypes, bytes)."""
+    sizes = [list(s) for s in entry.get("input_sizes") or []]
+    dtypes = [str(d) for d in entry.get("input_dtypes") or []]
+    return (int(entry.get("time_created_ns") or 0) / 1e9, op_name(str(entry.get("profiling_name") or "")), sizes, dtypes,
+            nbytes(sizes, dtypes))
 
 
 def poller() -> Poller:

@@ -222,13 +222,7 @@ class _Reporter:
                 print(f"rpcctl: telemetry disabled in pid {os.getpid()}: cannot reach {path}: {exc}", file=sys.stderr)
                 return
             self._sock = sock
-            try:
-                import psutil
-
-                self._process = psutil.Process()
-                self._process.cpu_percent(None)  # the first call only sets the baseline
-            except Exception:
-                self._process = None
+            self._process = _ProcStat.open() or _psutil_process()
             self.active = True
             patch.activate(self.queue)
             self._thread = threading.Thread(target=self._run, name="rpcctl-telemetry", daemon=True)
@@ -332,16 +326,70 @@ class _Reporter:
                                  "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
         if self._process is not None:
             try:
-                with self._process.oneshot():
-                    event["cpu_percent"] = self._process.cpu_percent(None)
-                    times = self._process.cpu_times()
-                    event["cpu_s"] = times.user + times.system
-                    event["rss_bytes"] = self._process.memory_info().rss
-                    event["threads"] = self._process.num_threads()
+                event.update(self._process.read())
             except Exception:
                 pass
         event.update(_cuda_probe())
         return event
+
+
+class _ProcStat:
+    """The probe's process figures from one read of ``/proc/self/stat`` (Linux): what psutil's
+    ``oneshot`` gave (cpu_percent as psutil computes it, cpu_s, rss_bytes, threads) for a
+    fraction of its CPU (see ``benchmarks/launch_cost.py``). Opened at each read: a descriptor
+    kept open could be closed, or its number reused, by the job."""
+
+    TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+    PAGE = os.sysconf("SC_PAGE_SIZE")
+
+    def __init__(self) -> None:
+        self.last: tuple[float, float] | None = None  # (cpu_s, monotonic) of the last read: cpu_percent's baseline
+
+    @classmethod
+    def open(cls) -> _ProcStat | None:
+        try:
+            probe = cls()
+            probe.read()  # the first read only sets cpu_percent's baseline
+            return probe
+        except (OSError, ValueError, IndexError, AttributeError):  # no /proc (or no sysconf)
+            return None
+
+    def read(self) -> dict[str, Any]:
+        wall = time.monotonic()
+        with open("/proc/self/stat", "rb") as f:
+            # after the command's ")": state is field 0 here, utime 11, stime 12, num_threads 17, rss (pages) 21
+            fields = f.read().rsplit(b")", 1)[1].split()
+        cpu_s = (int(fields[11]) + int(fields[12])) * self.TICK_S
+        out: dict[str, Any] = {"cpu_s": cpu_s, "rss_bytes": int(fields[21]) * self.PAGE, "threads": int(fields[17])}
+        if self.last is not None:
+            spent, elapsed = cpu_s - self.last[0], wall - self.last[1]
+            out["cpu_percent"] = round(spent / elapsed * 100, 1) if elapsed > 0 else 0.0
+        self.last = (cpu_s, wall)
+        return out
+
+
+class _PsutilProbe:
+    """The probe's process figures from psutil, where there is no /proc."""
+
+    def __init__(self, process: Any) -> None:
+        self.process = process
+
+    def read(self) -> dict[str, Any]:
+        with self.process.oneshot():
+            times = self.process.cpu_times()
+            return {"cpu_percent": self.process.cpu_percent(None), "cpu_s": times.user + times.system,
+                    "rss_bytes": self.process.memory_info().rss, "threads": self.process.num_threads()}
+
+
+def _psutil_process() -> _PsutilProbe | None:
+    try:
+        import psutil
+
+        process = psutil.Process()
+        process.cpu_percent(None)  # the first call only sets the baseline
+        return _PsutilProbe(process)
+    except Exception:
+        return None
 
 
 def send_in_slices(send: Callable[[dict[str, Any]], bool], events: list[dict[str, Any]]) -> bool:
