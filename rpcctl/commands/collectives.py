@@ -15,8 +15,10 @@ HELP = """Collectives of every process group (all_reduce, broadcast, barrier…)
     Recorder: per group and op, count, p50/p99 time and bytes; per rank, the last collective
     entered and completed, and while the run lives, the one it is inside and for how long.
 
-    Times are upper bounds (gloo records no completion time). A rank whose torch has no Flight
-    Recorder (before 2.5) shows none.
+    RANK is the process's rank in its process group's world: in a script that mp.spawns its own
+    workers, each worker's rank, not the rank that spawned them; a script that spawns twice has
+    two worlds, and the second one's groups read w1:ID. Times are upper bounds (gloo records no
+    completion time). A rank whose torch has no Flight Recorder (before 2.5) shows none.
     """
 
 
