@@ -148,18 +148,22 @@ PROLOGUE = textwrap.dedent(
     def timed(loop, seconds, most, chunk, spy=None):
         # loop(chunk) until `seconds` passed or `most` operations were done
         wall0, (work0, mine0, sender0) = time.perf_counter(), cpu_us()
+        WINDOW[0] = time.monotonic()
         n = 0
         while n < most and time.perf_counter() - wall0 < seconds:
             loop(chunk)
             n += chunk
         wall, (work, mine, sender) = time.perf_counter() - wall0, cpu_us()
+        WINDOW[1] = time.monotonic()
         if spy is not None:
             spy.wait()
         return n, wall, work - work0, mine - mine0, sender - sender0
 
+    WINDOW = [0.0, 0.0]  # the timed loop's CLOCK_MONOTONIC span: --perf keeps the samples within it
+
     def result(n, wall, work_us, mine_us, sender_us):
         print(f"RESULT rate={n / wall:.3f} cpu_us={work_us / n:.4f} caller_us={mine_us / n:.4f}"
-              f" sender_us={sender_us / n:.4f} n={n}", flush=True)
+              f" sender_us={sender_us / n:.4f} n={n} window={WINDOW[0]:.6f},{WINDOW[1]:.6f} pid={os.getpid()}", flush=True)
     """
 )
 

@@ -161,7 +161,8 @@ def test_a_live_job_shows_its_calls_in_flight_the_summary_and_the_callee_view(tm
         add = summary[("add", "rpc_sync")]
         assert 0 < add.p50_s <= add.p99_s <= add.max_s and add.errors == 0 and add.pending == 0
         remote_timed = _timed_of(20, tracking.REMOTE_TIMED_FIRST, tracking.REMOTE_SAMPLE)  # its first 20 remote calls
-        assert add.timed == 300 and summary[("add", "remote")].timed == remote_timed
+        add_timed = _timed_of(300, tracking.SYNC_TIMED_FIRST, tracking.SYNC_SAMPLE)  # sampled per function
+        assert add.timed == add_timed and summary[("add", "remote")].timed == remote_timed
         assert summary[("PS.hold", "rpc_sync")].pending == 1  # not ended: not counted yet, named by its owner
         assert not any(s.func.startswith("torch.distributed.rpc.") for s in report.summary)  # torch's own protocol
 
@@ -384,6 +385,28 @@ MANY_ASYNC = textwrap.dedent(
 )
 
 
+def _two_holds_pending(runs_dir, sync, launcher):
+    """Once the job wrote "sent": its run and the two calls of hold listed pending."""
+    run_dir = only_run(runs_dir)
+    wait_until(lambda: (sync / "sent").exists() or launcher.poll() is not None, 120, "the calls", logs=run_dir / "logs")
+
+    def both_pending():
+        mine = [c for c in inspect.calls(run_dir).pending if c.func == "hold"]
+        return mine if len(mine) == 2 else None
+
+    return run_dir, wait_until(both_pending, 30, "the two long calls listed", logs=run_dir / "logs")
+
+
+def _release(sync, launcher):
+    (sync / "release").write_text("1")
+    out, err = launcher.communicate(timeout=90)
+    assert launcher.returncode == 0, (out, err)
+
+
+def _worker0_summary(run_dir, kind):
+    return {s.func: s for s in inspect.calls(run_dir).summary if s.caller == "worker0" and s.kind == kind}
+
+
 def test_rpc_async_calls_past_the_first_are_sampled_for_time_but_all_counted_and_long_ones_listed(tmp_path, runs_dir):
     """In a process, the first ASYNC_TIMED_FIRST rpc_async calls are timed, then one in
     ASYNC_SAMPLE (a done-callback on every future cost the RPC threads a tenth of a call); the
@@ -394,25 +417,16 @@ def test_rpc_async_calls_past_the_first_are_sampled_for_time_but_all_counted_and
     script = MANY_ASYNC.replace("int(sys.argv[2])", str(n))
     sync, launcher = _start_synced(tmp_path, runs_dir, script, name="many")
     try:
-        run_dir = only_run(runs_dir)
-        wait_until(lambda: (sync / "sent").exists() or launcher.poll() is not None, 120, "the calls", logs=run_dir / "logs")
-
-        def both_pending():
-            mine = [c for c in inspect.calls(run_dir).pending if c.func == "hold"]
-            return mine if len(mine) == 2 else None
-
-        pending = wait_until(both_pending, 30, "the two long calls listed", logs=run_dir / "logs")
+        run_dir, pending = _two_holds_pending(runs_dir, sync, launcher)
         line = next(i for i, source in enumerate(script.splitlines(), 1) if "first = rpc.rpc_async" in source)
         assert sorted((c.kind, c.call_site.rsplit("/", 1)[-1], c.nbytes) for c in pending) == [
             ("rpc_async", f"many.py:{line} in <module>", 16), ("rpc_async", f"many.py:{line + 1} in <module>", 32)], pending
         assert all(c.age_s >= tracking.LONG_S and c.state == "pending" and c.thread for c in pending), pending
-        (sync / "release").write_text("1")
-        out, err = launcher.communicate(timeout=90)
-        assert launcher.returncode == 0, (out, err)
+        _release(sync, launcher)
     finally:
         kill_if_running(launcher)
 
-    summary = {s.func: s for s in inspect.calls(run_dir).summary if s.caller == "worker0" and s.kind == "rpc_async"}
+    summary = _worker0_summary(run_dir, "rpc_async")
     add, boom, slow, hold = summary["add"], summary["boom"], summary["slow"], summary["hold"]
     assert (add.count, add.errors, add.pending) == (n, 0, 0), add
     assert (boom.count, boom.errors) == (48, 48), boom
@@ -427,6 +441,89 @@ def test_rpc_async_calls_past_the_first_are_sampled_for_time_but_all_counted_and
     assert 0 < add.p50_s <= add.p99_s <= add.max_s
     history = inspect.calls(run_dir, history=True)
     assert sorted((c.kind, c.state) for c in history.pending if c.func == "hold") == [("rpc_async", "ok")] * 2
+    assert_no_process_left(run_dir)
+
+
+MANY_SYNC = textwrap.dedent(
+    '''
+    import os, sys, threading, time
+    from pathlib import Path
+
+    import torch
+    import torch.distributed.rpc as rpc
+
+    SYNC = Path(sys.argv[1])
+    N = int(sys.argv[2])  # past the rpc_sync calls of a function that are all timed
+
+
+    def add(a, b):
+        return a + b
+
+
+    def boom():
+        raise ValueError("boom")
+
+
+    def hold(t, wait):
+        while wait and not (SYNC / "release").exists():
+            time.sleep(0.02)
+        return t.numel()
+
+
+    rank = int(os.environ["RANK"])
+    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
+    if rank == 0:
+        for i in range(N):
+            rpc.rpc_sync("worker1", add, args=(i, 2))
+        for _ in range(N):
+            try:
+                rpc.rpc_sync("worker1", boom)
+            except ValueError:
+                pass
+        for _ in range(N):
+            rpc.rpc_sync("worker1", hold, args=(torch.zeros(1), False))
+        # Two long calls at once, on two threads, both untimed (one in SYNC_SAMPLE is timed).
+        other = threading.Thread(target=rpc.rpc_sync, args=("worker1", hold, (torch.zeros(8), True)))
+        other.start()
+        (SYNC / "sent").write_text("1")
+        assert rpc.rpc_sync("worker1", hold, args=(torch.zeros(4), True)) == 4
+        other.join()
+    rpc.shutdown()
+    '''
+)
+
+
+def test_rpc_sync_calls_past_a_functions_first_are_sampled_for_time_but_all_counted_and_long_ones_listed(tmp_path, runs_dir):
+    """Of each function, the first SYNC_TIMED_FIRST rpc_sync calls are timed, then one in
+    SYNC_SAMPLE (a timed call cost the caller ~4 µs, an untimed one under 1); the others are
+    counted with their outcome, and one running for LONG_S is found on its thread's stack by the
+    sender: listed with its call site, thread and request bytes, from when it started, and ended
+    with its outcome."""
+    n = tracking.SYNC_TIMED_FIRST + 3 * tracking.SYNC_SAMPLE + 2  # the next two calls of hold: untimed
+    script = MANY_SYNC.replace("int(sys.argv[2])", str(n))
+    sync, launcher = _start_synced(tmp_path, runs_dir, script, name="many_sync")
+    try:
+        run_dir, pending = _two_holds_pending(runs_dir, sync, launcher)
+        line = next(i for i, source in enumerate(script.splitlines(), 1) if "== 4" in source)
+        sites = sorted((c.kind, c.call_site.rsplit("/", 1)[-1], c.nbytes) for c in pending)
+        assert sites[0] == ("rpc_sync", f"many_sync.py:{line} in <module>", 16), pending
+        assert sites[1][0] == "rpc_sync" and sites[1][2] == 32, pending  # the thread's: torch's Thread.run calls it
+        assert all(c.age_s >= tracking.LONG_S and c.state == "pending" for c in pending), pending
+        assert len({c.thread for c in pending}) == 2, pending
+        _release(sync, launcher)
+    finally:
+        kill_if_running(launcher)
+
+    summary = _worker0_summary(run_dir, "rpc_sync")
+    add, boom, hold = summary["add"], summary["boom"], summary["hold"]
+    timed = _timed_of(n, tracking.SYNC_TIMED_FIRST, tracking.SYNC_SAMPLE)
+    assert (add.count, add.errors, add.pending, add.timed) == (n, 0, 0, timed), add
+    assert (boom.count, boom.errors, boom.timed) == (n, n, timed), boom
+    assert (hold.count, hold.pending, hold.timed) == (n + 2, 0, timed), hold
+    assert hold.max_s >= tracking.LONG_S, hold  # the longest call, timed or not
+    assert 0 < add.p50_s <= add.p99_s <= add.max_s
+    history = inspect.calls(run_dir, history=True)
+    assert sorted((c.kind, c.state) for c in history.pending if c.func == "hold") == [("rpc_sync", "ok")] * 2
     assert_no_process_left(run_dir)
 
 

@@ -6,7 +6,8 @@ The callee's side has no hook: the sender looks at every thread's stack each cyc
 function for an incoming call), and lists one running for ``LONG_S`` with its function, from
 when it was first seen (up to a cycle late). A hook there cost the callee's RPC threads 3-12 µs
 of CPU per call (``benchmarks/telemetry_cost.py --threads``); the look costs the sender a few µs
-per thread per cycle, whatever the call rate.
+per thread per cycle, whatever the call rate. The same look finds the caller's untimed rpc_sync
+calls (``calls._untimed_sync``) that run long.
 
 Everything else happens on the telemetry sender thread (``Summariser.process``, every 0.1 s):
 ended calls, and the ``rpc.remote`` handles the RRef hook queued, are counted per (callee, function, kind) into a log-scale histogram (``cstat``
@@ -46,6 +47,8 @@ class Summariser:
         self.watching: list[_Ref] = []  # rpc.remote handles alive when first seen
         self.remote_listed: dict[int, int] = {}  # id(handle record) → call id, for those listed
         self.watched_listed: dict[int, int] = {}  # id(watched rpc_async) → call id, for those listed
+        self.calling: dict[int, list[Any]] = {}  # thread → [its _untimed_sync frame, start, call id or 0]
+        self.untimed_listed: dict[int, tuple[Any, float]] = {}  # call id → (stats key, start) of a listed untimed call
         self.next_id = 1
         # (kind, to, func, method or None) → its stats key, None for torch's own calls: a call's
         # names resolved once, not per call (the sender's cost per call, benchmarks/launch_cost.py).
@@ -62,6 +65,8 @@ class Summariser:
             self.remotes(items)
         if calls._watched or calls._seen_done:
             self._harvest(now, out)
+        if calls._untimed:
+            self._count_untimed()
         for _ in range(len(calls._done)):
             call = calls._done.popleft()
             self._ended(call, out)
@@ -69,11 +74,13 @@ class Summariser:
             if not call.listed and now - call.t0 >= calls.LONG_S and id(call) in calls._pending:
                 self._list(call, out)
         self._watch_remotes(now, out)
+        frames = sys._current_frames()
+        self._calling(now, frames, out)  # before the counts go out: a long call's end sets their longest
         for (callee, func, kind), (n, err, tmo, total, longest, hist, sent) in self.stats.items():
             out.append({"e": "cstat", "callee": callee, "func": func, "kind": kind, "n": n, "err": err, "tmo": tmo,
                         "sum": total, "max": longest, "h": {str(k): v for k, v in hist.items()}, "bytes": sent, "t": now})
         self.stats.clear()
-        self._serving(now, out)
+        self._serving(now, frames, out)
         return out
 
     def remotes(self, items: list[Any]) -> None:
@@ -94,6 +101,26 @@ class Summariser:
             entry[0] += 1
             if item() is not None and len(watching) < MAX_QUEUE:
                 watching.append(item)
+
+    def _count_untimed(self) -> None:
+        """The untimed calls that returned: each (kind, to, func, method) is its own raw key."""
+        if self.keys_workers is not calls._workers:
+            self.keys, self.keys_workers = {}, calls._workers
+        untimed, keys, stats = calls._untimed, self.keys, self.stats
+        for _ in range(len(untimed)):
+            item = untimed.popleft()
+            try:
+                key = keys.get(item, _UNKNOWN)
+            except TypeError:  # an unhashable callee or function
+                key = _UNKNOWN
+            if key is _UNKNOWN:
+                key = self._key(*item)
+            if key is None:  # torch's own
+                continue
+            entry = stats.get(key)
+            if entry is None:
+                entry = self._entry(key)
+            entry[0] += 1
 
     def _watch_remotes(self, now: float, out: list[dict[str, Any]]) -> None:
         """The watched handles: over once gone, or (looked at once a second old: the future
@@ -175,7 +202,7 @@ class Summariser:
         return self._func_name(ref.func)
 
     def _ended(self, call: calls._Call, out: list[dict[str, Any]]) -> None:
-        if call.t1 is None:  # an untimed remote call: counted, not timed
+        if not call.timed:  # an untimed call that failed (``calls._count_failure``): counted, not timed
             self._count(call, None)
             return
         duration = max(0.0, call.t1 - call.t0)
@@ -213,7 +240,61 @@ class Summariser:
         out.append({"e": "call", "id": call.listed, "kind": call.kind, "callee": self._callee(call.to), "func": self._name(call),
                     "site": self._site(call.code, call.lasti), "thread": call.tid, "nbytes": call.nbytes, "t": call.t0})
 
-    def _serving(self, now: float, out: list[dict[str, Any]]) -> None:
+    def _calling(self, now: float, frames: dict[int, Any], out: list[dict[str, Any]]) -> None:
+        """The untimed rpc_sync calls in flight (``calls._untimed_sync``), found on their thread's
+        stack: one running for LONG_S is listed, from when it started, and handed to the hook
+        (``calls._listed_sync``), which tells its end; one whose frame left the stack before the
+        hook saw it listed is ended here, as ok (its failure, if any, is counted all the same)."""
+        me = calls._get_ident()
+        calling: dict[int, list[Any]] = {}
+        for tid, frame in frames.items():
+            frame = _find(frame, _UNTIMED_SYNC) if tid != me else None
+            if frame is None:
+                continue
+            entry = self.calling.get(tid)
+            if entry is None or entry[0] is not frame:
+                t0 = frame.f_locals.get("t0")
+                if t0 is None:  # not started yet: next cycle
+                    continue
+                entry = [frame, t0, 0]  # frame, start, call id (-1: torch's own)
+            calling[tid] = entry
+            if not entry[2] and now - entry[1] >= calls.LONG_S and self.listed < calls.MAX_LISTED:
+                self._list_untimed(tid, entry, out)
+            del frame
+        for tid, entry in self.calling.items():
+            if calling.get(tid) is not entry and entry[2] > 0 and calls._listed_sync.pop(id(entry[0]), None) is not None:
+                calls._listed_ends.append((entry[2], calls.OK, now))
+        for _ in range(len(calls._listed_ends)):
+            listed, status, ended = calls._listed_ends.popleft()
+            self._end_untimed(self.untimed_listed.pop(listed, None), listed, status, ended, out)
+        self.calling = calling
+
+    def _list_untimed(self, tid: int, entry: list[Any], out: list[dict[str, Any]]) -> None:
+        frame = entry[0]
+        found = frame.f_locals
+        to, func, args = found.get("to"), found.get("func"), found.get("args")
+        method = calls._proxy_method(func, args)
+        key = self._key("rpc_sync", to, func, method)
+        if key is None:  # torch's own
+            entry[2] = -1
+            return
+        self.listed += 1
+        entry[2] = self.next_id
+        self.next_id += 1
+        self.untimed_listed[entry[2]] = (key, entry[1])
+        calls._listed_sync[id(frame)] = entry[2]
+        out.append({"e": "call", "id": entry[2], "kind": "rpc_sync", "callee": key[0], "func": key[1],
+                    "site": self._site(*hooks.outside(frame.f_back)), "thread": tid, "nbytes": calls._sent_bytes(args, method),
+                    "t": entry[1]})
+
+    def _end_untimed(self, listed: tuple[Any, float] | None, call_id: int, status: str, ended: float, out: list[dict[str, Any]]) -> None:
+        out.append({"e": "cend", "id": call_id, "status": status, "t": ended})
+        if listed is not None:  # untimed, but the longest call is known
+            key, t0 = listed
+            entry = self._entry(key)
+            entry[4] = max(entry[4], ended - t0)
+
+    def _serving(self, now: float, frames: dict[int, Any], out: list[dict[str, Any]]) -> None:
         """What this process runs for others: a thread whose stack holds a frame of torch's
         ``_run_function`` serves a call; one served for LONG_S is listed (``srv``) until it is
         over (``send``: when this frame is no longer on that thread's stack). The frame is held
@@ -223,14 +304,11 @@ class Summariser:
             return
         me, main = calls._get_ident(), threading.main_thread().ident
         running: dict[int, list[Any]] = {}
-        for tid, frame in sys._current_frames().items():
+        for tid, frame in frames.items():
             if tid == me or tid == main:  # the sender; the main thread serves no call
                 continue
-            for _ in range(MAX_FRAMES_LOOKED_AT):
-                if frame is None or frame.f_code is code:
-                    break
-                frame = frame.f_back
-            if frame is None or frame.f_code is not code:
+            frame = _find(frame, code)
+            if frame is None:
                 continue
             entry = self.running.get(tid)
             if entry is None or entry[0] is not frame:
@@ -308,6 +386,18 @@ class Summariser:
 
 
 _summariser = Summariser()
+
+
+_UNTIMED_SYNC = calls._untimed_sync.__code__
+
+
+def _find(frame: Any, code: Any) -> Any:
+    """The innermost frame of ``code`` on a stack (from its top ``frame``), or None."""
+    for _ in range(MAX_FRAMES_LOOKED_AT):
+        if frame is None or frame.f_code is code:
+            return frame
+        frame = frame.f_back
+    return None
 
 
 def summariser() -> Summariser:

@@ -7,7 +7,11 @@ Hooks (``wrap_rpc_sync``, ``wrap_rpc_async``; ``patch`` puts them on torch, and 
 =================================  ==========================================================
 hook                               hot path
 =================================  ==========================================================
-``rpc_sync``                       a ``_Call`` in ``_pending``; timed inline, then queued
+``rpc_sync``                       of each function, the first ``SYNC_TIMED_FIRST``, then
+                                   one in ``SYNC_SAMPLE``: a ``_Call`` in ``_pending``, timed
+                                   inline, then queued; the others (``_untimed_sync``): one
+                                   tuple in ``_untimed`` when they return, counted; the
+                                   sender finds one running long on its thread's stack
 ``rpc_async``                      the first ``ASYNC_TIMED_FIRST`` calls, then one in
                                    ``ASYNC_SAMPLE``: as rpc_sync, ended by a done-callback on
                                    the call's future; the others: one tuple in ``_watched``
@@ -51,6 +55,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import sys
 import threading
 import time
 import types
@@ -67,6 +72,10 @@ from rpcctl.rank.rrefs.hooks import caller as _caller
 # (its creation future and a done-callback on it) cost the job ~70 µs of CPU here, a timed
 # rpc_async ~20 µs; every call is counted either way (benchmarks/telemetry_cost.py --threads).
 REMOTE_TIMED_FIRST, REMOTE_SAMPLE = 100, 64  # the others are counted from the RRef hook's records
+# An untimed rpc_sync costs the caller ~1.3 µs and the sender ~0.5 µs, a timed one ~4.3 and ~2.7
+# (micro-benchmarks, warm; the CPU of a loopback call is ~300 µs: benchmarks/launch_cost.py).
+SYNC_TIMED_FIRST, SYNC_SAMPLE = 100, 16  # per function; the others are counted (``_untimed``)
+MAX_FUNCS_SAMPLED = 10_000
 ASYNC_TIMED_FIRST, ASYNC_SAMPLE = 100, 16  # the others are watched (``_watched``)
 HARVEST_AT = 1024  # watched rpc_async calls waiting: the caller's thread then counts those done itself
 LONG_S = 1.0  # calls (and served functions) running this long are listed one by one
@@ -86,6 +95,10 @@ _pending: dict[int, _Call] = {}  # id(call) → call, for calls in flight
 _done: deque[_Call] = deque()  # ended calls, for the sender
 _watched: deque[tuple[Any, ...]] = deque()  # untimed rpc_async calls: (future, to, func, args, code, lasti, tid, t0)
 _seen_done: deque[tuple[tuple[Any, ...], str, float]] = deque()  # (watched, status, when seen) for the sender
+_untimed: deque[tuple[str, Any, Any, Any]] = deque()  # untimed calls that returned: (kind, to, func, method)
+_listed_sync: dict[int, int] = {}  # id(frame of _untimed_sync) → call id, for those the sender listed
+_listed_ends: deque[tuple[int, str, float]] = deque()  # (call id, status, when) of those, ended
+_getframe = sys._getframe
 _run_function_code: Any = None  # torch's internal._run_function: a thread in it serves a call
 _sender_tid = 0  # the telemetry thread: its own calls (RRef descriptions) are not the job's
 _local_invokes: tuple[Any, ...] = ()  # rref_proxy's functions behind rref.rpc_sync().method()
@@ -95,7 +108,7 @@ _remotes_timed = 0  # rpc.remote calls timed in this process
 
 
 class _Call:
-    __slots__ = ("kind", "to", "func", "args", "code", "lasti", "tid", "t0", "t1", "status", "listed", "counted", "nbytes")
+    __slots__ = ("kind", "to", "func", "args", "code", "lasti", "tid", "t0", "t1", "status", "listed", "counted", "nbytes", "timed")
 
     def finish(self, fut: Any) -> None:
         """Done-callback of an async call's future (a torch thread)."""
@@ -131,7 +144,7 @@ def _start(kind: str, to: Any, func: Any, args: Any) -> _Call | None:
     if tid == _sender_tid:
         return None
     call = _Call()
-    call.kind, call.to, call.func, call.tid, call.listed, call.counted = kind, to, func, tid, 0, True
+    call.kind, call.to, call.func, call.tid, call.listed, call.counted, call.timed = kind, to, func, tid, 0, True, True
     call.args = _proxy_method(func, args)
     call.code, call.lasti = _caller(3)  # 3: this function, the hook, the hook's caller (or rpcctl's frames, walked past)
     call.nbytes = _sent_bytes(args, call.args)
@@ -206,9 +219,27 @@ def _sent(call: _Call, orig: Any, to: Any, func: Any, args: Any, kwargs: Any, ti
 
 
 def wrap_rpc_sync(orig: Any, unset_timeout: float) -> Any:
+    """rpc_sync: of each function, the first ``SYNC_TIMED_FIRST`` calls, then one in
+    ``SYNC_SAMPLE``, are timed (a ``_Call``); the others run in ``_untimed_sync``: counted once
+    over, and found on their thread's stack by the sender if they run long. Per function, so a
+    function called now and then keeps its latencies beside a hot one."""
+    seen: dict[Any, Any] = {}  # function → itertools.count of its calls
+
     @functools.wraps(orig)
     def rpc_sync(to, func, args=None, kwargs=None, timeout=unset_timeout):  # noqa: ANN001 - torch's signature
-        call = _start("rpc_sync", to, func, args) if _q is not None else None
+        if _q is None:
+            return orig(to, func, args, kwargs, timeout)
+        try:
+            n = next(seen[func])
+        except KeyError:
+            n = 0
+            if len(seen) < MAX_FUNCS_SAMPLED:  # beyond: every call of a new function is timed
+                seen[func] = itertools.count(1)
+        except TypeError:  # an unhashable callable: timed
+            n = 0
+        if n >= SYNC_TIMED_FIRST and (n - SYNC_TIMED_FIRST) % SYNC_SAMPLE and _get_ident() != _sender_tid:
+            return _untimed_sync(orig, to, func, args, kwargs, timeout)
+        call = _start("rpc_sync", to, func, args)
         if call is None:
             return orig(to, func, args, kwargs, timeout)
         try:  # inline, not _sent: a Python call less per call
@@ -223,6 +254,35 @@ def wrap_rpc_sync(orig: Any, unset_timeout: float) -> Any:
 
     rpc_sync._rpcctl_calls = True  # type: ignore[attr-defined]
     return rpc_sync
+
+
+def _untimed_sync(orig: Any, to: Any, func: Any, args: Any, kwargs: Any, timeout: Any) -> Any:
+    """An rpc_sync call not timed: counted when it returns (``_untimed``), or as a failure. The
+    sender finds it by this function's frame on the thread's stack, and lists it if it runs for
+    ``LONG_S`` (``Summariser._calling``), from ``t0`` and the arguments here; ``_listed_sync``
+    then holds it, and its end goes to the sender with its outcome."""
+    t0 = _time()  # noqa: F841 - read from this frame by the sender, for a call that runs long
+    try:
+        result = orig(to, func, args, kwargs, timeout)
+    except BaseException as exc:
+        if _listed_sync:
+            _end_listed(_failure(exc))
+        _count_failure("rpc_sync", to, func, args, exc)
+        raise
+    if _listed_sync:
+        _end_listed(OK)
+    if len(_untimed) < MAX_QUEUE:
+        _untimed.append(("rpc_sync", to, func, _proxy_method(func, args) if args else None))
+    else:
+        _drop()
+    return result
+
+
+def _end_listed(status: str) -> None:
+    """The end of an untimed call the sender listed (its frame is the caller's), for the sender."""
+    listed = _listed_sync.pop(id(_getframe(1)), None)
+    if listed is not None:
+        _listed_ends.append((listed, status, _time()))
 
 
 def wrap_rpc_async(orig: Any, unset_timeout: float) -> Any:
@@ -293,7 +353,7 @@ def _count_failure(kind: str, to: Any, func: Any, args: Any, exc: BaseException)
     """An untracked call that failed before it was sent (no future, no handle): counted here."""
     failed = _start(kind, to, func, args)
     if failed is not None:
-        failed.status = _failure(exc)
+        failed.status, failed.timed = _failure(exc), False  # its time is not the call's
         _end(failed)
 
 
@@ -338,6 +398,9 @@ class CallsObserver(Observer):
         _done.clear()
         _watched.clear()
         _seen_done.clear()
+        _untimed.clear()
+        _listed_sync.clear()
+        _listed_ends.clear()
 
     def dropped(self) -> int:
         return _dropped

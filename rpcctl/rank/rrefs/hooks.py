@@ -113,7 +113,12 @@ def caller(depth: int = 2) -> tuple[Any, int]:
     """The call site of a hook: the innermost frame from ``depth`` up (2: the hook's caller)
     outside torch.distributed.rpc and rpcctl's telemetry, as (code, f_lasti); the line is
     resolved later, off the hot path (``f_lineno`` costs twice as much as ``f_lasti`` here)."""
-    frame = _getframe(depth)
+    return outside(_getframe(depth))
+
+
+def outside(frame: Any) -> tuple[Any, int]:
+    """``frame`` or the innermost caller of it outside torch.distributed.rpc and rpcctl's
+    telemetry, as (code, f_lasti); (None, 0) if none."""
     while frame is not None:
         code = frame.f_code
         known = _skip_codes.get(id(code))
