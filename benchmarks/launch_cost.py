@@ -53,6 +53,26 @@ sender thread's CPU per op, on (base): remote 7.9 (8.7) µs, sync 8.1 (8.6), asy
 per 32 calls, ddp 27.9 (44.2) per rank and step: 1.5-3.5% of a rank's CPU. The caller thread's
 own CPU, on/off: remote 0.885, sync 0.874, async 0.957, ddp 1.029.
 
+Measured again (2026-12-06 13:02-13:14 and 14:31-14:51 UTC, a quiet machine, load average 0.3-2.7,
+``--shapes remote sync async --arms on off --rounds 10 --seconds 2.5``), CPU on/off, median
+(lowest..highest), before and after 15b53a3 (rpc_sync timed per function, first 100 then 1 in 16;
+the sender's share of a sync call 6.2 -> 3.5 µs, the hook's ~4.3 -> ~1.3 µs warm):
+
+======  ===================  ===================
+shape   before (1d89a24)     after (15b53a3)
+======  ===================  ===================
+remote  0.978 (0.747..1.049) 0.989 (0.750..1.161)
+sync    0.956 (0.756..1.288) 0.947 (0.762..1.087)
+async   0.913 (0.799..1.047) 0.983 (0.913..1.054)
+======  ===================  ===================
+
+(async's code was the same in both.) A median of 10 still moves by ±4% from run to run here, more
+than what is left to find: single launches range over ±15% in CPU per op, with TensorPipe's
+busy-polling reactor threads (two per rank pair) sharing 2 cores with the callers.
+``benchmarks/launch_cost_perf.py`` samples both arms with perf instead (native frames; µs per op
+by thread and function, on minus off) and shows what the ratios cannot: for sync, the caller's
+``_PyEval_EvalFrameDefault`` +4.4 -> +2.1 µs and the sender +7.2 -> +3.6 µs per call.
+
 Where the time goes. The sender, its sections timed in situ (one launch each, before the cost2
 branch; ms over a ~4 s launch): sync 20 = summariser 12.4 (ended calls), send 3.6 (~0.09 ms a
 cycle, encoding and the socket), probe 2.2 (psutil), tracker 0.9, the callee-stack look 0.5,

@@ -33,6 +33,7 @@ from rpcctl.telemetry.protocol import MAX_QUEUE
 MAX_FRAMES_LOOKED_AT = 256  # per thread and cycle, looking for _run_function
 MAX_KEYS = 10_000  # (kind, callee, function) resolved to a stats key, remembered
 _UNKNOWN = object()
+OK = calls.OK
 
 
 class Summariser:
@@ -155,15 +156,16 @@ class Summariser:
     def _harvest(self, now: float, out: list[dict[str, Any]]) -> None:
         """The watched rpc_async calls: counted with their outcome once done, listed once running
         for LONG_S (ended when seen done, so their end is known within a cycle)."""
-        for _ in range(len(calls._watched)):
+        watched_q, done, outcome = calls._watched, calls._future_done, calls._outcome
+        for _ in range(len(watched_q)):
             try:
-                watched = calls._watched.popleft()
+                watched = watched_q.popleft()
             except IndexError:  # the caller's thread took the last one
                 break
-            if watched[0].done():
-                self._count_watched(watched, calls._outcome(watched[0]), now, out)
+            if done(watched[0]):
+                self._count_watched(watched, outcome(watched[0]), now, out)
                 continue
-            calls._watched.append(watched)
+            watched_q.append(watched)
             if now - watched[7] >= calls.LONG_S and id(watched) not in self.watched_listed and self.listed < calls.MAX_LISTED:
                 _, to, func, args, code, lasti, tid, t0 = watched
                 method = calls._proxy_method(func, args)
@@ -182,18 +184,19 @@ class Summariser:
             listed = self.watched_listed.pop(id(watched), None)
             if listed is not None:
                 out.append({"e": "cend", "id": listed, "status": status, "t": seen})
-        _, to, func, args = watched[:4]
-        key = self._key("rpc_async", to, func, calls._proxy_method(func, args))
+        _, to, func, args, _, _, _, t0 = watched
+        key = self._key("rpc_async", to, func, calls._proxy_method(func, args) if args else None)
         if key is None:
             return
-        entry = self._entry(key)
+        entry = self.stats.get(key) or self._entry(key)
         entry[0] += 1
-        if status == calls.ERROR:
-            entry[1] += 1
-        elif status == calls.TIMEOUT:
-            entry[2] += 1
-        if seen - watched[7] >= calls.LONG_S:  # untimed, but the longest call is known within a cycle
-            entry[4] = max(entry[4], seen - watched[7])
+        if status is not OK:
+            if status == calls.ERROR:
+                entry[1] += 1
+            elif status == calls.TIMEOUT:
+                entry[2] += 1
+        if seen - t0 >= calls.LONG_S:  # untimed, but the longest call is known within a cycle
+            entry[4] = max(entry[4], seen - t0)
 
     def _ref_name(self, ref: _Ref) -> str:
         target = ref.target

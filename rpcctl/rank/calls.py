@@ -99,6 +99,11 @@ _untimed: deque[tuple[str, Any, Any, Any]] = deque()  # untimed calls that retur
 _listed_sync: dict[int, int] = {}  # id(frame of _untimed_sync) → call id, for those the sender listed
 _listed_ends: deque[tuple[int, str, float]] = deque()  # (call id, status, when) of those, ended
 _getframe = sys._getframe
+# torch._C.Future's own done() and value() once prepared: torch.futures.Future wraps each in a
+# Python method, a frame more per watched call on the sender.
+_future_done: Any = lambda fut: fut.done()  # noqa: E731
+_future_value: Any = lambda fut: fut.value()  # noqa: E731
+_skip_codes = hooks.skip_codes  # id(code) → (code, in torch's rpc or rpcctl's?), shared with the RRef hooks
 _run_function_code: Any = None  # torch's internal._run_function: a thread in it serves a call
 _sender_tid = 0  # the telemetry thread: its own calls (RRef descriptions) are not the job's
 _local_invokes: tuple[Any, ...] = ()  # rref_proxy's functions behind rref.rpc_sync().method()
@@ -176,7 +181,7 @@ def _sent_bytes(args: Any, method: Any) -> int | None:
 
 def _outcome(fut: Any) -> str:
     try:
-        fut.value()
+        _future_value(fut)
     except BaseException as exc:  # noqa: BLE001 - an RPC error of any type ends the call
         return _failure(exc)
     return OK
@@ -301,7 +306,14 @@ def wrap_rpc_async(orig: Any, unset_timeout: float) -> Any:
         tid = _get_ident()
         if tid == _sender_tid:
             return orig(to, func, args, kwargs, timeout)
-        code, lasti = _caller(2)  # 2: the hook's caller
+        # The call site, inline where the hook's caller is known to be the job's (as the RRef hook does)
+        frame = _getframe(1)
+        code = frame.f_code
+        known = _skip_codes.get(id(code))
+        if known is not None and known[0] is code and not known[1]:
+            lasti = frame.f_lasti
+        else:
+            code, lasti = hooks.outside(frame)
         t0 = _time()
         try:  # inline, not in a helper: a Python call more per call shows in this loop
             result = orig(to, func, args, kwargs, timeout)
@@ -371,8 +383,9 @@ class CallsObserver(Observer):
     name = "calls"
 
     def prepare(self, torch_rpc: TorchRpc) -> None:
-        global _local_invokes, _Tensor, _run_function_code
+        global _local_invokes, _Tensor, _run_function_code, _future_done, _future_value
         _run_function_code = getattr(torch_rpc.internal._run_function, "__code__", None)
+        _future_done, _future_value = torch_rpc.torch._C.Future.done, torch_rpc.torch._C.Future.value
         _Tensor = torch_rpc.torch.Tensor
         _local_invokes = (torch_rpc.rref_proxy._local_invoke, torch_rpc.rref_proxy._local_invoke_async_execution)
 

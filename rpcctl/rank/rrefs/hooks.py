@@ -46,6 +46,7 @@ _skip_dirs: tuple[str, ...] = ()
 # id(code) → (code, in torch's rpc or rpcctl's telemetry?). By id: a code object hashes its
 # contents (its constants, names, bytecode) at every lookup; the entry keeps the code alive.
 _skip_codes: dict[int, tuple[Any, bool]] = {}
+skip_codes = _skip_codes  # public: the calls hooks look there too
 MAX_CODES = 10_000  # code objects remembered (beyond: looked at each time)
 _proxy_calls: tuple[Any, ...] = ()  # rref_proxy's _local_invoke functions: rref.remote().method()
 _shutting_down = False
