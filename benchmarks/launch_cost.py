@@ -194,7 +194,10 @@ RPC_SHAPE = textwrap.dedent(
     def main():
         shape, seconds, most = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        rpc.init_rpc(f"worker{rank}", rank=rank, world_size=world)
+        options = None
+        if os.environ.get("LAUNCH_COST_TRANSPORT") == "uv":  # --transport uv: no busy-polling transport threads
+            options = rpc.TensorPipeRpcBackendOptions(_transports=["uv"], _channels=["basic"])
+        rpc.init_rpc(f"worker{rank}", rank=rank, world_size=world, rpc_backend_options=options)
         if rank == 0:
             x = torch.ones(16)
             peers = [f"worker{i}" for i in range(1, world)]
@@ -283,7 +286,7 @@ def command(arm: str, shape: str, folder: Path, args: argparse.Namespace) -> tup
     script = folder / f"{shape}.py"
     if not script.exists():
         script.write_text(PROLOGUE + body)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "LAUNCH_COST_TRANSPORT": getattr(args, "transport", "default")}
     env.pop("RPCCTL_TELEMETRY_DISABLE", None)
     python = args.base if arm == "base" else sys.executable
     if arm == "torchrun":
@@ -292,7 +295,8 @@ def command(arm: str, shape: str, folder: Path, args: argparse.Namespace) -> tup
     config = folder / f"{shape}-{arm}.yaml"
     config.write_text(json.dumps({
         "name": f"cost-{shape}-{arm}", "script": str(script), "args": argv(args), "nproc_per_node": ranks(args),
-        "timeout": 600, "env": {"OMP_NUM_THREADS": "1", **({"RPCCTL_TELEMETRY_DISABLE": "1"} if arm == "off" else {})},
+        "timeout": 600, "env": {"OMP_NUM_THREADS": "1", "LAUNCH_COST_TRANSPORT": env["LAUNCH_COST_TRANSPORT"],
+                                **({"RPCCTL_TELEMETRY_DISABLE": "1"} if arm == "off" else {})},
     }))
     return [python, "-m", "rpcctl", "launch", str(config), "--no-live", "--runs-dir", str(folder / "runs")], env
 
@@ -438,6 +442,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=20_000, help="ddp: at most so many steps")
     parser.add_argument("--numel", type=int, default=1024, help="ddp: floats all-reduced per step")
     parser.add_argument("--nproc", type=int, default=3, help="ddp: ranks")
+    parser.add_argument("--transport", choices=("default", "uv"), default="default",
+                        help="RPC shapes: uv is TensorPipe's TCP transport alone, with no busy-polling reactor thread"
+                        " sharing the cores with the callers (see Measured)")
     parser.add_argument("--base", help="an arm 'base', telemetry on, run by this Python: one whose sys.path finds an older"
                         " rpcctl (see Measured)")
     parser.add_argument("--json", action="store_true")

@@ -74,6 +74,12 @@ def test_valid_event_refuses_each_field_of_another_type_and_takes_the_right_one(
             for wrong_types, wrong in samples.items():
                 if not set(wrong_types) & set(types) and not (isinstance(wrong, bool) and bool in types):
                     assert not protocol.valid_event({**event, key: wrong}), (kind, key, wrong)
+            if int in types:  # an int SQLite cannot store (a 64-bit one it can)
+                assert protocol.valid_event({**event, key: protocol.MAX_INT}), (kind, key)
+                assert not protocol.valid_event({**event, key: protocol.MAX_INT + 1}), (kind, key)
+                assert not protocol.valid_event({**event, key: protocol.MIN_INT - 1}), (kind, key)
+    assert not protocol.valid_event({"e": "loss", "t": 2**64})
+    assert not protocol.valid_event({"e": "desc", "id": "1:1", "t": 1.0, "value": {"nbytes": 2**64}})
     assert not protocol.valid_event({"e": "rref", "t": 1.0})  # the key it is stored under is missing
     assert not protocol.valid_event({"e": "nope", "t": 1.0})
     assert not protocol.valid_event({"e": "probe", "t": "now"})

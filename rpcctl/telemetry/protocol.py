@@ -132,6 +132,7 @@ def valid_hello(message: dict[str, Any]) -> bool:
 # None is allowed everywhere (a field not known); fields not listed here are ignored. Nested
 # values have their own shapes (below). ``t`` is checked on every event.
 _NUM = (int, float)
+MIN_INT, MAX_INT = -(2**63), 2**63 - 1  # SQLite's INTEGER
 _STR = (str,)
 _INT = (int,)
 _BOOL = (bool,)
@@ -183,11 +184,14 @@ MAX_SHAPE = 64  # a tensor has at most 64 dimensions (torch's own limit)
 
 
 def _typed(value: Any, types: tuple[type, ...]) -> bool:
-    # bool is an int to Python; only a field that asks for bool takes one.
+    # bool is an int to Python; only a field that asks for bool takes one. An int is one SQLite
+    # can store (64 bits): a larger one would fail the store's statement half-way through an event.
     if value is None:
         return True
     if isinstance(value, bool):
         return bool in types
+    if isinstance(value, int):
+        return int in types and MIN_INT <= value <= MAX_INT
     return isinstance(value, types)
 
 
