@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from rpcctl.private import private_dir, private_open
+from rpcctl.procstat import START_TIME, stat_fields
 
 _files: list = []  # kept open for faulthandler.register
 _register_lock = threading.Lock()
@@ -32,13 +33,9 @@ _register_lock = threading.Lock()
 def start_ticks(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (/proc/PID/stat, field 22)."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
+        return int(stat_fields(pid)[START_TIME])
     except OSError:
         return None
-    # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    return int(fields[19])
 
 
 def child_stack_file(run_dir: Path, pid: int, ticks: int) -> Path:

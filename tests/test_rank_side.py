@@ -18,7 +18,7 @@ RANK = "rpcctl.rank"
 MAY_IMPORT_RANK = {"rpcctl"}
 # What the rank package may import besides itself: the leaves and the shared wire code.
 RANK_MAY_IMPORT = {
-    "rpcctl.devices", "rpcctl.frames", "rpcctl.lines", "rpcctl.private", "rpcctl.python_cmd", "rpcctl.rpc_settings",
+    "rpcctl.devices", "rpcctl.frames", "rpcctl.lines", "rpcctl.private", "rpcctl.procstat", "rpcctl.python_cmd", "rpcctl.rpc_settings",
     "rpcctl.stacks", "rpcctl.states", "rpcctl.telemetry.histogram", "rpcctl.telemetry.protocol",
 }
 

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rpcctl.devices import parse_visible_devices
+from rpcctl.procstat import NUM_THREADS, RSS_PAGES, STIME, UTIME, stat_fields
 from rpcctl.rank import call_summary, collectives, patch, rrefs
 from rpcctl.telemetry import protocol
 
@@ -356,11 +357,9 @@ class _ProcStat:
 
     def read(self) -> dict[str, Any]:
         wall = time.monotonic()
-        with open("/proc/self/stat", "rb") as f:
-            # after the command's ")": state is field 0 here, utime 11, stime 12, num_threads 17, rss (pages) 21
-            fields = f.read().rsplit(b")", 1)[1].split()
-        cpu_s = (int(fields[11]) + int(fields[12])) * self.TICK_S
-        out: dict[str, Any] = {"cpu_s": cpu_s, "rss_bytes": int(fields[21]) * self.PAGE, "threads": int(fields[17])}
+        fields = stat_fields()
+        cpu_s = (int(fields[UTIME]) + int(fields[STIME])) * self.TICK_S
+        out: dict[str, Any] = {"cpu_s": cpu_s, "rss_bytes": int(fields[RSS_PAGES]) * self.PAGE, "threads": int(fields[NUM_THREADS])}
         if self.last is not None:
             spent, elapsed = cpu_s - self.last[0], wall - self.last[1]
             out["cpu_percent"] = round(spent / elapsed * 100, 1) if elapsed > 0 else 0.0
