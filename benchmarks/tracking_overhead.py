@@ -120,7 +120,7 @@ def _tracked(hooks, handles: list, released=None) -> list:
     callback, which queues a handle again when it dies)."""
     items = []
     for handle in handles:
-        ref = hooks._Ref(handle, released)
+        ref = hooks.Ref(handle, released)
         ref.kind, ref.to, ref.func, ref.target, ref.code, ref.lasti, ref.t, ref.seen = "r", "worker1", echo, None, echo.__code__, 0, 0.0, 0
         items.append(ref)
     return items

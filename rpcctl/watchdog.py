@@ -47,6 +47,7 @@ from rpcctl.inspect.calls import CallsReport, PendingCall, ServingRecord, same_f
 from rpcctl.console import human_seconds, to_jsonable
 from rpcctl.frames import is_user_file, short_path
 from rpcctl.telemetry.protocol import STALE_AFTER_S
+from rpcctl.telemetry.reader import column  # a column a store before schema 7 (or 8) lacks reads as None
 from rpcctl.runs import Failure, RunRecord, now_iso, write_json_atomic
 from rpcctl.states import CallState, RankStatus, ServingState
 
@@ -352,7 +353,7 @@ class HangWatchdog:
         uses no torch.distributed, or not yet)."""
         rows = seen.running
         joins = [r["rpc_join_at"] for r in rows if r["rpc_join_at"] is not None]
-        pg_joins = [v for v in (_get(r, "pg_join_at") for r in rows) if v is not None]
+        pg_joins = [v for v in (column(r, "pg_join_at") for r in rows) if v is not None]
         if not joins and not pg_joins:
             return None
         # A collective completing is progress (rank.collectives: the cycle that saw it).
@@ -483,16 +484,8 @@ def _proc(row: Any, record: RunRecord) -> Proc:
     """A procs row as the watchdog sees it; local: a process of one of this node's ranks."""
     local = row["rank"] in {r.rank for r in record.ranks}
     return Proc(row["proc_id"], row["pid"], row["rank"], row["kind"] or "rank", row["name"], row["rpc_join_at"],
-                host=row["host"], local=local, pg_joined_at=_get(row, "pg_join_at"), dist_rank=_get(row, "dist_rank"),
-                pg_world=_get(row, "pg_world") or 0)
-
-
-def _get(row: Any, key: str) -> Any:
-    """A column a store before schema 7 (or 8) lacks reads as None."""
-    try:
-        return row[key]
-    except (IndexError, KeyError):
-        return None
+                host=row["host"], local=local, pg_joined_at=column(row, "pg_join_at"), dist_rank=column(row, "dist_rank"),
+                pg_world=column(row, "pg_world") or 0)
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 
 from rpcctl.rank import calls
 from rpcctl.rank.rrefs import hooks
-from rpcctl.rank.rrefs.hooks import Ref as _Ref
+from rpcctl.rank.rrefs.hooks import Ref
 from rpcctl.rank.rrefs.sender import Tracker, qualname
 from rpcctl.telemetry.histogram import bucket
 from rpcctl.telemetry.protocol import MAX_QUEUE
@@ -45,7 +45,7 @@ class Summariser:
         self.stats: dict[tuple[str, str, str], list[Any]] = {}  # (callee, func, kind) → [n, err, tmo, sum, max, hist]
         self.listed = 0
         self.running: dict[int, list[Any]] = {}  # thread → [its _run_function frame, first seen, serve id or 0]
-        self.watching: list[_Ref] = []  # rpc.remote handles alive when first seen
+        self.watching: list[Ref] = []  # rpc.remote handles alive when first seen
         self.remote_listed: dict[int, int] = {}  # id(handle record) → call id, for those listed
         self.watched_listed: dict[int, int] = {}  # id(watched rpc_async) → call id, for those listed
         self.calling: dict[int, list[Any]] = {}  # thread → [its _untimed_sync frame, start, call id or 0]
@@ -85,12 +85,12 @@ class Summariser:
         return out
 
     def remotes(self, items: list[Any]) -> None:
-        """Count every ``rpc.remote`` call from its handle's record (``hooks._Ref``, kind "r"),
+        """Count every ``rpc.remote`` call from its handle's record (``hooks.Ref``, kind "r"),
         and watch the handles still alive: one whose creation is still pending after LONG_S is
         listed like a long call (``_watch_remotes``)."""
         watching, key_of = self.watching, self._key
         for item in items:
-            if type(item) is not _Ref or item.kind != "r":
+            if type(item) is not Ref or item.kind != "r":
                 continue
             if item.target is None:
                 key = key_of("remote", item.to, item.func, None)
@@ -198,7 +198,7 @@ class Summariser:
         if seen - t0 >= calls.LONG_S:  # untimed, but the longest call is known within a cycle
             entry[4] = max(entry[4], seen - t0)
 
-    def _ref_name(self, ref: _Ref) -> str:
+    def _ref_name(self, ref: Ref) -> str:
         target = ref.target
         if target is not None:  # rref.remote().method(): the caller knows the method, not the type
             return f"rref.{target[1]}"

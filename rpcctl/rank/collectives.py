@@ -243,6 +243,17 @@ class _Group:
         self.name: str | None = None
         self.size: int | None = None
 
+    def saw(self, entered: int, completed: int, now: float) -> None:
+        """The group's counters as read now: the status, or an entry retired since it."""
+        if entered >= self.entered:
+            # Never back: gloo's worker threads (2) each write the status when theirs completes,
+            # so #2's late write can follow #3's, and it stays so while the next one waits
+            # (a hang read as progress every time an entries read said #3 again).
+            completed = max(completed, self.completed)
+        if completed > self.completed:
+            self.marks.append((completed, now))
+        self.entered, self.completed = entered, completed
+
 
 class Poller:
     """Runs in the sender thread: ``process(now)`` → events."""
@@ -270,22 +281,14 @@ class Poller:
         for pg, st in (status.get("pg_status") or {}).items():
             group = self.groups.setdefault(str(pg), _Group())
             # -1: none yet (torch's initial value)
-            entered, completed = max(0, int(st.get("last_enqueued_collective", 0))), max(0, int(st.get("last_completed_collective", 0)))
-            if entered >= group.entered:
-                # Never back: gloo's worker threads (2) each write the status when theirs completes,
-                # so #2's late write can follow #3's, and it stays so while the next one waits
-                # (a hang read as progress every time an entries read said #3 again).
-                completed = max(completed, group.completed)
-            if entered > completed:
-                if group.flight_seen != completed + 1:  # a new one in flight: read it only if it is still there next cycle
-                    group.flight_seen, group.described = completed + 1, None
+            group.saw(max(0, int(st.get("last_enqueued_collective", 0))), max(0, int(st.get("last_completed_collective", 0))), now)
+            if group.entered > group.completed:
+                if group.flight_seen != group.completed + 1:  # a new one in flight: read it only if it is still there next cycle
+                    group.flight_seen, group.described = group.completed + 1, None
                 elif group.described is None:
                     want_entries = True  # the same collective in flight for a cycle: read what it is
             else:
                 group.flight_seen, group.described = None, None
-            if completed > group.completed:
-                group.marks.append((completed, now))
-            group.entered, group.completed = entered, completed
             config = configs.get(str(pg))
             ranks = config.get("ranks") if isinstance(config, dict) else None
             if isinstance(ranks, str):
@@ -334,7 +337,7 @@ class Poller:
                         group.described = {"seq": seq, "op": op, "sizes": sizes, "dtypes": dtypes, "bytes": size, "since": created}
                     continue
                 if seq > group.completed:  # retired after the status read (gloo retires asynchronously)
-                    group.completed, group.entered = seq, max(group.entered, seq)
+                    group.saw(max(group.entered, seq), seq, now)
                 if seq <= counted:  # counted at an earlier read: not decoded again
                     continue
                 created, op, sizes, dtypes, size = _decoded(entry)

@@ -5,7 +5,7 @@ sender thread turns the queue into events (``sender.Tracker``). With no queue ac
 hooks only call through. What each hook records is listed in the package's docstring; ``patch``
 puts the hooks on torch, and calls ``OBSERVER`` at ``init_rpc`` and ``shutdown``.
 
-What the hooks queue, besides the handles' records (``_Ref``) and events (dicts): tuples whose
+What the hooks queue, besides the handles' records (``Ref``) and events (dicts): tuples whose
 first item names the Tracker's handler (``sender.Tracker.handlers``): ``("released", ref,
 t)``, ``("uses", last_use)``, ``("vw", weakref, rref id)``, ``("vx", weakref, t)``,
 ``("unchurn", rref id)``.
@@ -55,7 +55,7 @@ _shutting_down = False
 local_sites: dict[str, str] = {}
 # id(handle) → when this process last used it (to_here, local_value, a proxy call, sent in a
 # call): whether a reference held to shutdown was still in use. Entries go when the sender sees
-# the handle gone (``_Ref.oid``), so an id reused meanwhile loses at most one use.
+# the handle gone (``Ref.oid``), so an id reused meanwhile loses at most one use.
 last_use: dict[int, float] = {}
 sender_tid = 0  # the telemetry sender's thread: what it does with an RRef is no use of it
 
@@ -79,7 +79,7 @@ def _drop() -> None:
 # Hot path (the user's threads and torch's RPC threads)
 
 
-class _Ref(weakref.ref):
+class Ref(weakref.ref):
     """A weak reference to an RRef handle that carries what the hook saw: one object per event
     (a tuple beside it would double the garbage-collected allocations on the hot path, and
     trigger collections a plain torch RPC loop never does). Queued when the handle is made; its
@@ -90,10 +90,9 @@ class _Ref(weakref.ref):
     __slots__ = ("kind", "to", "func", "target", "code", "lasti", "data", "t", "seen", "tid", "oid")
 
 
-Ref = _Ref  # public: rank.call_summary counts rpc.remote calls from these records
 
 
-def _released(ref: _Ref, _watcher: Any = None) -> None:
+def _released(ref: Ref, _watcher: Any = None) -> None:
     # Only a handle the sender reported (seen == 1) needs its release queued: one it has not
     # reached yet it will find dead (and count as short-lived). Most handles die that young,
     # so the sender watches only those it reported (``Tracker._report``). An item of its own,
@@ -182,7 +181,7 @@ def wrap_remote(orig: Any, unset_timeout: float) -> Any:
         q = _q
         if q is not None:
             if len(q) < MAX_QUEUE:
-                ref = _Ref(rref)
+                ref = Ref(rref)
                 ref.kind, ref.to, ref.func, ref.t, ref.seen, ref.tid, ref.oid = "r", to, func, _time(), 0, _get_ident(), id(rref)
                 # The call site: inline where the caller's frame is known as the job's (the
                 # loop that calls it), as a call to caller() costs more than the look.
@@ -210,7 +209,7 @@ def wrap_rref_init(orig: Any) -> Any:
         q = _q
         if q is not None:
             if len(q) < MAX_QUEUE:
-                ref = _Ref(self)
+                ref = Ref(self)
                 ref.kind, ref.t, ref.seen, ref.oid = "l", _time(), 0, id(self)
                 ref.code, ref.lasti = _caller()
                 # Its id now: an RRef(value) handed out at once (parameter RRefs) is gone by the
@@ -232,7 +231,7 @@ def wrap_receiver(orig: Any) -> Any:
             if len(q) < MAX_QUEUE:
                 # "o": the owner got its own RRef back (no fork: an rpc_async to itself that
                 # returns an RRef(value) it made, DistributedOptimizer's optimizer): it holds it.
-                ref = _Ref(rref)
+                ref = Ref(rref)
                 ref.kind, ref.data, ref.t, ref.seen, ref.oid = "o" if rref.is_owner() else "f", rref_fork_data, _time(), 0, id(rref)
                 q.append(ref)
             else:

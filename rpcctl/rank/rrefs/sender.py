@@ -22,7 +22,7 @@ from typing import Any
 from rpcctl.frames import short_path
 from rpcctl.telemetry.protocol import MIN_AGE_S
 from rpcctl.rank.rrefs import hooks
-from rpcctl.rank.rrefs.hooks import _PLAIN, RREF_ID, _describe_on_owner, _Ref, _value_freed, _weakref
+from rpcctl.rank.rrefs.hooks import _PLAIN, RREF_ID, _describe_on_owner, Ref, _value_freed, _weakref
 from rpcctl.rank.rrefs.values import describe
 
 # The sender thread lets go of the GIL after every GIL_SLICE items. Without it, a cycle with
@@ -66,7 +66,7 @@ class Tracker:
         self.rank: int | None = None
         self.workers: dict[int, str] = {}
         self.ranks_by_name: dict[str, int] = {}
-        self.sent: dict[int, tuple[_Ref, str, str, weakref.ref]] = {}  # id(_Ref) → (it, rref id, fork id, its release watcher)
+        self.sent: dict[int, tuple[Ref, str, str, weakref.ref]] = {}  # id(Ref) → (it, rref id, fork id, its release watcher)
         self.unconfirmed: dict[int, tuple[weakref.ref, str, str | None]] = {}  # … (weakref, rref id, owner)
         self.values: dict[int, tuple[weakref.ref, str]] = {}  # id(weakref of a value we own) → (weakref, rref id)
         self.to_describe: dict[str, collections.deque[weakref.ref]] = {}  # owner → confirmed RRefs to describe
@@ -98,7 +98,7 @@ class Tracker:
             for item in chunk:
                 kind = type(item)
                 try:
-                    if kind is _Ref:
+                    if kind is Ref:
                         if item.seen == 0:  # a new handle: report it if it outlived MIN_AGE_S
                             if item() is None:
                                 last_use.pop(item.oid, None)
@@ -143,8 +143,8 @@ class Tracker:
             self.churn.clear()
         return out
 
-    # -- handles (``_Ref``) and tuples (``vw``, ``vx``) --------------------------------------------
-    def _created(self, ref: _Ref) -> dict | None:
+    # -- handles (``Ref``) and tuples (``vw``, ``vx``) --------------------------------------------
+    def _created(self, ref: Ref) -> dict | None:
         # _r, _l and _f set seen = 1 while they hold the handle: from then on its death is
         # queued (``hooks._released``), and it cannot die unseen in between.
         kind = ref.kind
@@ -153,7 +153,7 @@ class Tracker:
             ref.seen = 2
         return event
 
-    def _churn_key(self, ref: _Ref) -> tuple[str, str, str] | None:
+    def _churn_key(self, ref: Ref) -> tuple[str, str, str] | None:
         """The churn counter of an ``rpc.remote`` handle gone before the sender saw it, from the
         cache of its call site's (owner, callee, site); None where it is not cached yet (the
         first of its site, a callee that is not a plain function, a proxy call): ``_r`` then
@@ -174,7 +174,7 @@ class Tracker:
             if used is not None:
                 self.pending_events.append({"e": "used", "id": rref_id, "fork": fork_id, "t": used})
 
-    def _released(self, ref: _Ref, t: float) -> dict | None:
+    def _released(self, ref: Ref, t: float) -> dict | None:
         """A reported handle died (``hooks._released``)."""
         ref.seen = 3
         hooks.last_use.pop(ref.oid, None)
@@ -184,7 +184,7 @@ class Tracker:
             return None
         return {"e": "rel", "id": entry[1], "fork": entry[2], "t": t}
 
-    def _r(self, ref: _Ref) -> dict | None:
+    def _r(self, ref: Ref) -> dict | None:
         to, func, target, t = ref.to, ref.func, ref.target, ref.t
         method = target[1] if target else None
         # Keyed by the code object's id, not the code object: a code object hashes its contents
@@ -193,7 +193,7 @@ class Tracker:
         meta = self.meta.get(key) if key is not None else None
         if meta is None:
             owner_rank, owner = self._owner(to)
-            meta = (owner_rank, owner, f"?.{method}" if method else _qualname(func), self._site(ref.code, ref.lasti), ref.code)
+            meta = (owner_rank, owner, f"?.{method}" if method else qualname(func), self._site(ref.code, ref.lasti), ref.code)
             if key is not None and len(self.meta) < 10_000:
                 self.meta[key] = meta
         owner_rank, owner, callee, site, _ = meta
@@ -221,7 +221,7 @@ class Tracker:
         del rref
         return event
 
-    def _report(self, ref: _Ref, rref: Any, rref_id: str, fork_id: str) -> None:
+    def _report(self, ref: Ref, rref: Any, rref_id: str, fork_id: str) -> None:
         """A handle reported (``rref``: held by the caller, so it cannot die in between): from
         now on its death is queued (``hooks._released``, by a weak reference with a callback)."""
         self.sent[id(ref)] = (ref, rref_id, fork_id, weakref.ref(rref, functools.partial(hooks._released, ref)))
@@ -280,7 +280,7 @@ class Tracker:
         self.values[id(vwr)] = (vwr, rref_id)
         return True
 
-    def _l(self, ref: _Ref) -> dict | None:
+    def _l(self, ref: Ref) -> dict | None:
         t = ref.t
         site = self._site(ref.code, ref.lasti)
         ids = RREF_ID.findall(ref.data or "")
@@ -310,7 +310,7 @@ class Tracker:
         if churned is not None:
             self.churn[churned] -= 1  # a negative count is sent if the +1 went out last cycle
 
-    def _o(self, ref: _Ref) -> dict | None:
+    def _o(self, ref: Ref) -> dict | None:
         """The owner got back an RRef(value) it made (an ``rpc_async`` to itself returned it): the
         handle it made died at once (counted short-lived, if the sender saw it dead) and this one
         holds the RRef from now on, so it is listed, as a local RRef, and not counted short-lived.
@@ -333,7 +333,7 @@ class Tracker:
         del rref, value
         return event
 
-    def _f(self, ref: _Ref) -> dict | None:
+    def _f(self, ref: Ref) -> dict | None:
         data, t = ref.data, ref.t
         rref = ref()
         if rref is None:
@@ -412,7 +412,7 @@ def _ignore_result(future: Any) -> None:
         pass  # the owner went away, or shut down: nothing to describe
 
 
-def _qualname(func: Any) -> str:
+def qualname(func: Any) -> str:
     name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
     if name is not None and name == getattr(type(func), "__qualname__", None):  # its type's, not its own
         # A TorchScript function answers with its class ("torch.jit.ScriptFunction"); its own
@@ -427,4 +427,3 @@ def _qualname(func: Any) -> str:
     return f"{module}.{name}" if module and module not in ("__main__", "__mp_main__", "builtins") else name
 
 
-qualname = _qualname  # public: rank.call_summary names functions so too
