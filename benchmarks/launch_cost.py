@@ -56,7 +56,7 @@ own CPU, on/off: remote 0.885, sync 0.874, async 0.957, ddp 1.029.
 Measured again (2026-12-06 13:02-13:14 and 14:31-14:51 UTC, a quiet machine, load average 0.3-2.7,
 ``--shapes remote sync async --arms on off --rounds 10 --seconds 2.5``), CPU on/off, median
 (lowest..highest), before and after 15b53a3 (rpc_sync timed per function, first 100 then 1 in 16;
-the sender's share of a sync call 6.2 -> 3.5 µs, the hook's ~4.3 -> ~1.3 µs warm):
+the sender's share of a sync call 6.2 -> 3.5 µs, the hook's ~4.3 -> ~1.3 µs warm, ~2.2 since it keeps its calls in flight in a table):
 
 ======  ===================  ===================
 shape   before (1d89a24)     after (15b53a3)

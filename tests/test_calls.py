@@ -495,10 +495,10 @@ MANY_SYNC = textwrap.dedent(
 
 def test_rpc_sync_calls_past_a_functions_first_are_sampled_for_time_but_all_counted_and_long_ones_listed(tmp_path, runs_dir):
     """Of each function, the first SYNC_TIMED_FIRST rpc_sync calls are timed, then one in
-    SYNC_SAMPLE (a timed call cost the caller ~4 µs, an untimed one under 1); the others are
-    counted with their outcome, and one running for LONG_S is found on its thread's stack by the
-    sender: listed with its call site, thread and request bytes, from when it started, and ended
-    with its outcome."""
+    SYNC_SAMPLE (a timed call cost the caller ~4 µs, an untimed one ~2.2); the others are
+    counted with their outcome, and one running for LONG_S is listed by the sender from the
+    hook's table of calls in flight, with its call site, thread and request bytes, from when it
+    started, and ended with its outcome."""
     n = tracking.SYNC_TIMED_FIRST + 3 * tracking.SYNC_SAMPLE + 2  # the next two calls of hold: untimed
     script = MANY_SYNC.replace("int(sys.argv[2])", str(n))
     sync, launcher = _start_synced(tmp_path, runs_dir, script, name="many_sync")

@@ -1,13 +1,12 @@
 """RPC call tracking, the sender thread's side: ended calls become counts, long ones are listed,
 and what this process runs for others is looked at (the hooks' side, the hot path: ``calls``).
 
-The callee's side has no hook: the sender looks at every thread's stack each cycle
-(``sys._current_frames``) for a frame of torch's ``internal._run_function`` (what runs a Python
-function for an incoming call), and lists one running for ``LONG_S`` with its function, from
-when it was first seen (up to a cycle late). A hook there cost the callee's RPC threads 3-12 µs
-of CPU per call (``benchmarks/telemetry_cost.py --threads``); the look costs the sender a few µs
-per thread per cycle, whatever the call rate. The same look finds the caller's untimed rpc_sync
-calls (``calls._untimed_sync``) that run long.
+The callee's side: the hook on torch's ``internal._run_function`` (what runs a Python function
+for an incoming call) keeps each call in ``calls._serving_now`` while it runs, and the sender
+lists one running for ``LONG_S`` with its function, from when it started. The caller's untimed
+rpc_sync calls in flight likewise (``calls._in_flight``). No thread's stack is walked from
+another: CPython 3.11's ``f_back`` on a frame of a running thread can crash the process (a
+sampling thread's known hazard; it crashed a callee here once, in a CI run).
 
 Everything else happens on the telemetry sender thread (``Summariser.process``, every 0.1 s):
 ended calls, and the ``rpc.remote`` handles the RRef hook queued, are counted per (callee, function, kind) into a log-scale histogram (``cstat``
@@ -20,7 +19,6 @@ with the caller's thread, so the watchdog can tie a waiting thread to what it wa
 from __future__ import annotations
 
 import sys
-import threading
 from typing import Any
 
 from rpcctl.rank import calls
@@ -30,7 +28,6 @@ from rpcctl.rank.rrefs.sender import Tracker, qualname
 from rpcctl.telemetry.histogram import bucket
 from rpcctl.telemetry.protocol import MAX_QUEUE
 
-MAX_FRAMES_LOOKED_AT = 256  # per thread and cycle, looking for _run_function
 MAX_KEYS = 10_000  # (kind, callee, function) resolved to a stats key, remembered
 _UNKNOWN = object()
 OK = calls.OK
@@ -44,11 +41,11 @@ class Summariser:
         self.sites: dict[tuple[Any, int], str] = {}
         self.stats: dict[tuple[str, str, str], list[Any]] = {}  # (callee, func, kind) → [n, err, tmo, sum, max, hist]
         self.listed = 0
-        self.running: dict[int, list[Any]] = {}  # thread → [its _run_function frame, first seen, serve id or 0]
+        self.running: dict[int, list[Any]] = {}  # thread → [what it serves (calls._serving_now), start, serve id or 0]
         self.watching: list[Ref] = []  # rpc.remote handles alive when first seen
         self.remote_listed: dict[int, int] = {}  # id(handle record) → call id, for those listed
         self.watched_listed: dict[int, int] = {}  # id(watched rpc_async) → call id, for those listed
-        self.calling: dict[int, list[Any]] = {}  # thread → [its _untimed_sync frame, start, call id or 0]
+        self.calling: dict[int, list[Any]] = {}  # thread → [its untimed rpc_sync (calls._in_flight), call id or 0]
         self.untimed_listed: dict[int, tuple[Any, float]] = {}  # call id → (stats key, start) of a listed untimed call
         self.next_id = 1
         # (kind, to, func, method or None) → its stats key, None for torch's own calls: a call's
@@ -75,13 +72,12 @@ class Summariser:
             if not call.listed and now - call.t0 >= calls.LONG_S and id(call) in calls._pending:
                 self._list(call, out)
         self._watch_remotes(now, out)
-        frames = sys._current_frames()
-        self._calling(now, frames, out)  # before the counts go out: a long call's end sets their longest
+        self._calling(now, out)  # before the counts go out: a long call's end sets their longest
         for (callee, func, kind), (n, err, tmo, total, longest, hist, sent) in self.stats.items():
             out.append({"e": "cstat", "callee": callee, "func": func, "kind": kind, "n": n, "err": err, "tmo": tmo,
                         "sum": total, "max": longest, "h": {str(k): v for k, v in hist.items()}, "bytes": sent, "t": now})
         self.stats.clear()
-        self._serving(now, frames, out)
+        self._serving(now, out)
         return out
 
     def remotes(self, items: list[Any]) -> None:
@@ -243,52 +239,41 @@ class Summariser:
         out.append({"e": "call", "id": call.listed, "kind": call.kind, "callee": self._callee(call.to), "func": self._name(call),
                     "site": self._site(call.code, call.lasti), "thread": call.tid, "nbytes": call.nbytes, "t": call.t0})
 
-    def _calling(self, now: float, frames: dict[int, Any], out: list[dict[str, Any]]) -> None:
-        """The untimed rpc_sync calls in flight (``calls._untimed_sync``), found on their thread's
-        stack: one running for LONG_S is listed, from when it started, and handed to the hook
-        (``calls._listed_sync``), which tells its end; one whose frame left the stack before the
-        hook saw it listed is ended here, as ok (its failure, if any, is counted all the same)."""
-        me = calls._get_ident()
+    def _calling(self, now: float, out: list[dict[str, Any]]) -> None:
+        """The untimed rpc_sync calls in flight (``calls._in_flight``): one running for LONG_S is
+        listed, from when it started, and handed to the hook (``calls._listed_sync``), which tells
+        its end; one gone before the hook saw it listed is ended here, as ok (a failure is counted
+        all the same)."""
         calling: dict[int, list[Any]] = {}
-        for tid, frame in frames.items():
-            frame = _find(frame, _UNTIMED_SYNC) if tid != me else None
-            if frame is None:
-                continue
+        for tid, call in list(calls._in_flight.items()):  # a copy: the hooks change it meanwhile
             entry = self.calling.get(tid)
-            if entry is None or entry[0] is not frame:
-                t0 = frame.f_locals.get("t0")
-                if t0 is None:  # not started yet: next cycle
-                    continue
-                entry = [frame, t0, 0]  # frame, start, call id (-1: torch's own)
+            if entry is None or entry[0] is not call:
+                entry = [call, 0]  # the call, its id once listed (-1: torch's own)
             calling[tid] = entry
-            if not entry[2] and now - entry[1] >= calls.LONG_S and self.listed < calls.MAX_LISTED:
+            if not entry[1] and now - call[3] >= calls.LONG_S and self.listed < calls.MAX_LISTED:
                 self._list_untimed(tid, entry, out)
-            del frame
         for tid, entry in self.calling.items():
-            if calling.get(tid) is not entry and entry[2] > 0 and calls._listed_sync.pop(id(entry[0]), None) is not None:
-                calls._listed_ends.append((entry[2], calls.OK, now))
+            if calling.get(tid) is not entry and entry[1] > 0 and calls._listed_sync.pop(id(entry[0]), None) is not None:
+                calls._listed_ends.append((entry[1], calls.OK, now))
         for _ in range(len(calls._listed_ends)):
             listed, status, ended = calls._listed_ends.popleft()
             self._end_untimed(self.untimed_listed.pop(listed, None), listed, status, ended, out)
         self.calling = calling
 
     def _list_untimed(self, tid: int, entry: list[Any], out: list[dict[str, Any]]) -> None:
-        frame = entry[0]
-        found = frame.f_locals
-        to, func, args = found.get("to"), found.get("func"), found.get("args")
+        to, func, args, t0, code, lasti = entry[0]
         method = calls._proxy_method(func, args)
         key = self._key("rpc_sync", to, func, method)
         if key is None:  # torch's own
-            entry[2] = -1
+            entry[1] = -1
             return
         self.listed += 1
-        entry[2] = self.next_id
+        entry[1] = self.next_id
         self.next_id += 1
-        self.untimed_listed[entry[2]] = (key, entry[1])
-        calls._listed_sync[id(frame)] = entry[2]
-        out.append({"e": "call", "id": entry[2], "kind": "rpc_sync", "callee": key[0], "func": key[1],
-                    "site": self._site(*hooks.outside(frame.f_back)), "thread": tid, "nbytes": calls._sent_bytes(args, method),
-                    "t": entry[1]})
+        self.untimed_listed[entry[1]] = (key, t0)
+        calls._listed_sync[id(entry[0])] = entry[1]
+        out.append({"e": "call", "id": entry[1], "kind": "rpc_sync", "callee": key[0], "func": key[1],
+                    "site": self._site(code, lasti), "thread": tid, "nbytes": calls._sent_bytes(args, method), "t": t0})
 
     def _end_untimed(self, listed: tuple[Any, float] | None, call_id: int, status: str, ended: float, out: list[dict[str, Any]]) -> None:
         out.append({"e": "cend", "id": call_id, "status": status, "t": ended})
@@ -297,35 +282,25 @@ class Summariser:
             entry = self._entry(key)
             entry[4] = max(entry[4], ended - t0)
 
-    def _serving(self, now: float, frames: dict[int, Any], out: list[dict[str, Any]]) -> None:
-        """What this process runs for others: a thread whose stack holds a frame of torch's
-        ``_run_function`` serves a call; one served for LONG_S is listed (``srv``) until it is
-        over (``send``: when this frame is no longer on that thread's stack). The frame is held
-        from one cycle to the next (so its identity is its own; a call that ended is let go then)."""
-        code = calls._run_function_code
-        if code is None:
-            return
-        me, main = calls._get_ident(), threading.main_thread().ident
+    def _serving(self, now: float, out: list[dict[str, Any]]) -> None:
+        """What this process runs for others (``calls._serving_now``, kept by the hook on torch's
+        ``_run_function``): one served for LONG_S is listed (``srv``) until it is over (``send``:
+        once it is no longer there). The entry is held from one cycle to the next, so its
+        identity is its own (a call that ended is let go then)."""
         running: dict[int, list[Any]] = {}
-        for tid, frame in frames.items():
-            if tid == me or tid == main:  # the sender; the main thread serves no call
-                continue
-            frame = _find(frame, code)
-            if frame is None:
-                continue
+        for tid, serving in list(calls._serving_now.items()):  # a copy: the hooks change it meanwhile
             entry = self.running.get(tid)
-            if entry is None or entry[0] is not frame:
-                entry = [frame, now, 0]
+            if entry is None or entry[0] is not serving:
+                entry = [serving, serving[1], 0]  # the call, its start, its id once listed (-1: rpcctl's own)
             running[tid] = entry
             if not entry[2] and now - entry[1] >= calls.LONG_S and self.listed < calls.MAX_LISTED:
-                udf = frame.f_locals.get("python_udf")  # read once, as it is listed
+                udf = serving[0]
                 name = _udf_name(udf)
                 entry[2] = -1 if name is None else self.next_id  # -1: not the job's (rpcctl's own describe)
                 if name is not None:
                     self.listed += 1
                     self.next_id += 1
                     out.append({"e": "srv", "id": entry[2], "thread": tid, "func": name, "nbytes": _tensor_bytes(udf), "t": entry[1]})
-            del frame
         for tid, entry in self.running.items():
             if running.get(tid) is not entry and entry[2] > 0:
                 out.append({"e": "send", "id": entry[2], "t": now})
@@ -389,18 +364,6 @@ class Summariser:
 
 
 _summariser = Summariser()
-
-
-_UNTIMED_SYNC = calls._untimed_sync.__code__
-
-
-def _find(frame: Any, code: Any) -> Any:
-    """The innermost frame of ``code`` on a stack (from its top ``frame``), or None."""
-    for _ in range(MAX_FRAMES_LOOKED_AT):
-        if frame is None or frame.f_code is code:
-            return frame
-        frame = frame.f_back
-    return None
 
 
 def summariser() -> Summariser:

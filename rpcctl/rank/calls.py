@@ -10,8 +10,9 @@ hook                               hot path
 ``rpc_sync``                       of each function, the first ``SYNC_TIMED_FIRST``, then
                                    one in ``SYNC_SAMPLE``: a ``_Call`` in ``_pending``, timed
                                    inline, then queued; the others (``_untimed_sync``): one
-                                   tuple in ``_untimed`` when they return, counted; the
-                                   sender finds one running long on its thread's stack
+                                   tuple in ``_in_flight`` while they run (the sender lists
+                                   one that runs long), one in ``_untimed`` when they
+                                   return, counted
 ``rpc_async``                      the first ``ASYNC_TIMED_FIRST`` calls, then one in
                                    ``ASYNC_SAMPLE``: as rpc_sync, ended by a done-callback on
                                    the call's future; the others: one tuple in ``_watched``
@@ -72,7 +73,7 @@ from rpcctl.rank.rrefs.hooks import caller as _caller
 # (its creation future and a done-callback on it) cost the job ~70 µs of CPU here, a timed
 # rpc_async ~20 µs; every call is counted either way (benchmarks/telemetry_cost.py --threads).
 REMOTE_TIMED_FIRST, REMOTE_SAMPLE = 100, 64  # the others are counted from the RRef hook's records
-# An untimed rpc_sync costs the caller ~1.3 µs and the sender ~0.5 µs, a timed one ~4.3 and ~2.7
+# An untimed rpc_sync costs the caller ~2.2 µs and the sender ~0.4 µs, a timed one ~4.3 and ~2.7
 # (micro-benchmarks, warm; the CPU of a loopback call is ~300 µs: benchmarks/launch_cost.py).
 SYNC_TIMED_FIRST, SYNC_SAMPLE = 100, 16  # per function; the others are counted (``_untimed``)
 MAX_FUNCS_SAMPLED = 10_000
@@ -96,7 +97,8 @@ _done: deque[_Call] = deque()  # ended calls, for the sender
 _watched: deque[tuple[Any, ...]] = deque()  # untimed rpc_async calls: (future, to, func, args, code, lasti, tid, t0)
 _seen_done: deque[tuple[tuple[Any, ...], str, float]] = deque()  # (watched, status, when seen) for the sender
 _untimed: deque[tuple[str, Any, Any, Any]] = deque()  # untimed calls that returned: (kind, to, func, method)
-_listed_sync: dict[int, int] = {}  # id(frame of _untimed_sync) → call id, for those the sender listed
+_in_flight: dict[int, tuple[Any, ...]] = {}  # thread → (to, func, args, start, code, lasti) of its untimed rpc_sync
+_listed_sync: dict[int, int] = {}  # id(an _in_flight entry) → call id, for those the sender listed (it holds them)
 _listed_ends: deque[tuple[int, str, float]] = deque()  # (call id, status, when) of those, ended
 _getframe = sys._getframe
 # torch._C.Future's own done() and value() once prepared: torch.futures.Future wraps each in a
@@ -104,7 +106,7 @@ _getframe = sys._getframe
 _future_done: Any = lambda fut: fut.done()  # noqa: E731
 _future_value: Any = lambda fut: fut.value()  # noqa: E731
 _skip_codes = hooks.skip_codes  # id(code) → (code, in torch's rpc or rpcctl's?), shared with the RRef hooks
-_run_function_code: Any = None  # torch's internal._run_function: a thread in it serves a call
+_serving_now: dict[int, tuple[Any, float]] = {}  # thread → (python_udf, start) of the call it runs for another worker
 _sender_tid = 0  # the telemetry thread: its own calls (RRef descriptions) are not the job's
 _local_invokes: tuple[Any, ...] = ()  # rref_proxy's functions behind rref.rpc_sync().method()
 _workers: dict[int, str] = {}
@@ -226,7 +228,7 @@ def _sent(call: _Call, orig: Any, to: Any, func: Any, args: Any, kwargs: Any, ti
 def wrap_rpc_sync(orig: Any, unset_timeout: float) -> Any:
     """rpc_sync: of each function, the first ``SYNC_TIMED_FIRST`` calls, then one in
     ``SYNC_SAMPLE``, are timed (a ``_Call``); the others run in ``_untimed_sync``: counted once
-    over, and found on their thread's stack by the sender if they run long. Per function, so a
+    over, and listed by the sender from ``_in_flight`` if they run long. Per function, so a
     function called now and then keeps its latencies beside a hot one."""
     seen: dict[Any, Any] = {}  # function → itertools.count of its calls
 
@@ -262,20 +264,30 @@ def wrap_rpc_sync(orig: Any, unset_timeout: float) -> Any:
 
 
 def _untimed_sync(orig: Any, to: Any, func: Any, args: Any, kwargs: Any, timeout: Any) -> Any:
-    """An rpc_sync call not timed: counted when it returns (``_untimed``), or as a failure. The
-    sender finds it by this function's frame on the thread's stack, and lists it if it runs for
-    ``LONG_S`` (``Summariser._calling``), from ``t0`` and the arguments here; ``_listed_sync``
-    then holds it, and its end goes to the sender with its outcome."""
-    t0 = _time()  # noqa: F841 - read from this frame by the sender, for a call that runs long
+    """An rpc_sync call not timed: in ``_in_flight`` while it runs (the sender lists it there if
+    it runs for ``LONG_S``: ``Summariser._calling``, and ``_listed_sync`` then holds it), then
+    counted when it returns (``_untimed``), or as a failure. Its call site is looked up here, on
+    its own thread: another thread's frames are not walked (CPython 3.11's ``f_back`` of a frame
+    of a running thread can crash: a callee's test did once, walking the caller's stacks)."""
+    frame = _getframe(2)  # the hook's caller
+    code = frame.f_code
+    known = _skip_codes.get(id(code))
+    lasti = frame.f_lasti if known is not None and known[0] is code and not known[1] else -1
+    if lasti < 0:
+        code, lasti = hooks.outside(frame)
+    tid = _get_ident()
+    call = _in_flight[tid] = (to, func, args, _time(), code, lasti)
     try:
         result = orig(to, func, args, kwargs, timeout)
     except BaseException as exc:
+        _in_flight.pop(tid, None)
         if _listed_sync:
-            _end_listed(_failure(exc))
+            _end_listed(call, _failure(exc))
         _count_failure("rpc_sync", to, func, args, exc)
         raise
+    _in_flight.pop(tid, None)
     if _listed_sync:
-        _end_listed(OK)
+        _end_listed(call, OK)
     if len(_untimed) < MAX_QUEUE:
         _untimed.append(("rpc_sync", to, func, _proxy_method(func, args) if args else None))
     else:
@@ -283,11 +295,34 @@ def _untimed_sync(orig: Any, to: Any, func: Any, args: Any, kwargs: Any, timeout
     return result
 
 
-def _end_listed(status: str) -> None:
-    """The end of an untimed call the sender listed (its frame is the caller's), for the sender."""
-    listed = _listed_sync.pop(id(_getframe(1)), None)
+def _end_listed(call: tuple[Any, ...], status: str) -> None:
+    """The end of an untimed call the sender listed, for the sender."""
+    listed = _listed_sync.pop(id(call), None)
     if listed is not None:
         _listed_ends.append((listed, status, _time()))
+
+
+def wrap_run_function(orig: Any) -> Any:
+    """torch's ``internal._run_function``, which its RPC threads call to run a Python function
+    for another worker: the call is in ``_serving_now`` while it runs (~0.5 µs of the serving
+    thread's CPU; torch's handler takes the function when init_rpc starts, after ``patch``)."""
+
+    def _run_function(python_udf: Any) -> Any:
+        if _q is None:
+            return orig(python_udf)
+        tid = _get_ident()
+        outer = _serving_now.get(tid)  # a thread serves one call at a time; an outer one comes back
+        _serving_now[tid] = (python_udf, _time())
+        try:
+            return orig(python_udf)
+        finally:
+            if outer is None:
+                _serving_now.pop(tid, None)
+            else:
+                _serving_now[tid] = outer
+
+    _run_function._rpcctl_wrapped = True  # type: ignore[attr-defined]
+    return _run_function
 
 
 def wrap_rpc_async(orig: Any, unset_timeout: float) -> Any:
@@ -383,8 +418,7 @@ class CallsObserver(Observer):
     name = "calls"
 
     def prepare(self, torch_rpc: TorchRpc) -> None:
-        global _local_invokes, _Tensor, _run_function_code, _future_done, _future_value
-        _run_function_code = getattr(torch_rpc.internal._run_function, "__code__", None)
+        global _local_invokes, _Tensor, _future_done, _future_value
         _future_done, _future_value = torch_rpc.torch._C.Future.done, torch_rpc.torch._C.Future.value
         _Tensor = torch_rpc.torch.Tensor
         _local_invokes = (torch_rpc.rref_proxy._local_invoke, torch_rpc.rref_proxy._local_invoke_async_execution)
@@ -412,6 +446,8 @@ class CallsObserver(Observer):
         _watched.clear()
         _seen_done.clear()
         _untimed.clear()
+        _in_flight.clear()
+        _serving_now.clear()
         _listed_sync.clear()
         _listed_ends.clear()
 

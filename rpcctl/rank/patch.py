@@ -16,6 +16,7 @@ handler captures ``api.rpc_sync`` / ``rpc_async`` / ``remote`` then, so RRef pro
     _InternalRPCPickler._py_rref_receiver   rrefs.hooks.wrap_receiver       rrefs (an RRef received)
     _InternalRPCPickler._py_rref_reducer    rrefs.hooks.wrap_reducer        rrefs (an RRef sent: a use)
     api.PyRRef.to_here, local_value, ...    rrefs.hooks.wrap_use            rrefs (hooks.USES)
+    internal._run_function                  calls.wrap_run_function         calls (what this process serves)
     c10d.init_process_group, new_group      collectives.wrap_join           collectives
 
 The hot-path wrappers stay in their family's module (they read its state as globals: cheaper
@@ -105,6 +106,7 @@ def install() -> bool:
     _set(torch_rpc, "rpc_sync", calls.wrap_rpc_sync(api.rpc_sync, UNSET_RPC_TIMEOUT))
     _set(torch_rpc, "rpc_async", calls.wrap_rpc_async(api.rpc_async, UNSET_RPC_TIMEOUT))
     rref_proxy.rpc_async = api.rpc_async
+    internal._run_function = calls.wrap_run_function(internal._run_function)
     _set(torch_rpc, "shutdown", _wrap_shutdown(api.shutdown))
     rpc.init_rpc = _wrap_init_rpc(rpc.init_rpc)
     api.RRef.__init__ = hooks.wrap_rref_init(api.RRef.__init__)
