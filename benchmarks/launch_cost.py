@@ -68,7 +68,16 @@ async   0.913 (0.799..1.047) 0.983 (0.913..1.054)
 
 (async's code was the same in both.) A median of 10 still moves by ±4% from run to run here, more
 than what is left to find: single launches range over ±15% in CPU per op, with TensorPipe's
-busy-polling reactor threads (two per rank pair) sharing 2 cores with the callers.
+busy-polling reactor threads (two per rank pair) sharing 2 cores with the callers. So
+``--transport uv`` (TensorPipe's TCP transport alone: no thread polls) measures the same hooks and
+sender with a tenth of the spread; CPU on/off with it, 8 rounds (14:13-14:19 UTC, the code of
+6e9532b: untimed rpc_sync calls kept in a table, the callee's served calls too), median
+(lowest..highest): sync 0.968 (0.932..0.989), remote 0.964 (0.943..1.005), async 0.956
+(0.905..0.980); the caller thread's own CPU 0.951, 0.951, 0.967; the sender's per op 2.6 µs, 5.8,
+227 per 32 calls. So rpcctl costs these loopback loops 3-4.5% of the rank's CPU, a point or two
+over the target (≥ 0.97): the caller's thread pays ~8-12 µs a call where its hooks measure
+~2-4 µs warm in a micro-benchmark (``launch_cost_perf.py``: spread over the interpreter, no one
+function), and the sender the rest.
 ``benchmarks/launch_cost_perf.py`` samples both arms with perf instead (native frames; µs per op
 by thread and function, on minus off) and shows what the ratios cannot: for sync, the caller's
 ``_PyEval_EvalFrameDefault`` +4.4 -> +2.1 µs and the sender +7.2 -> +3.6 µs per call.

@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pairs", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--transport", choices=("default", "uv"), default="default", help="as launch_cost.py's")
     args = parser.parse_args(argv)
     if shutil.which("perf") is None:
         raise SystemExit("needs perf (linux-perf)")
