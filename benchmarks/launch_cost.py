@@ -109,7 +109,6 @@ import argparse
 import collections
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -117,6 +116,8 @@ import sys
 import tempfile
 import textwrap
 from pathlib import Path
+
+from rpcctl.linear_re import compile_linear  # RE2: a rank's output is matched in linear time
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -285,7 +286,7 @@ SHAPES = {
     "async": (RPC_SHAPE, lambda a: 3, lambda a: ["async", str(a.seconds), str(a.fanouts)]),
     "ddp": (DDP_SHAPE, lambda a: a.nproc, lambda a: ["ddp", str(a.seconds), str(a.steps), str(a.numel)]),
 }
-RESULT = re.compile(r"RESULT rate=([\d.]+) cpu_us=([\d.]+) caller_us=([\d.]+) sender_us=([\d.]+)")
+RESULT = compile_linear(r"RESULT rate=([\d.]+) cpu_us=([\d.]+) caller_us=([\d.]+) sender_us=([\d.]+)")
 ARMS = ("on", "off", "torchrun")
 RATIOS = (("on", "off"), ("on", "torchrun"), ("off", "torchrun"), ("base", "off"), ("on", "base"))
 
@@ -337,7 +338,7 @@ def measure(args: argparse.Namespace, folder: Path) -> Runs:
     return results
 
 
-LOG_LINE = re.compile(r"round \d+ (\w+) (\w+): ([\d.]+)/s, CPU per op ([\d.]+) µs \(caller ([\d.]+), sender ([\d.]+)\)")
+LOG_LINE = compile_linear(r"round \d+ (\w+) (\w+): ([\d.]+)/s, CPU per op ([\d.]+) µs \(caller ([\d.]+), sender ([\d.]+)\)")
 
 
 def from_log(path: Path) -> Runs:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import re
 import shutil
 import subprocess
 import sys
@@ -33,10 +32,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import launch_cost  # noqa: E402 - the launches, as that benchmark makes them
+from launch_cost import compile_linear  # noqa: E402 - RE2: rank output and perf's lines in linear time
 
 FREQ = 4000  # samples per second per thread
-SAMPLE = re.compile(r"^\s*(\S.*?)\s+(\d+)/(\d+)\s+([\d.]+):\s+[0-9a-f]+\s+(.*?)\s+\((\S+)\)\s*$")
-WINDOW = re.compile(r"RESULT .*? n=(\d+) window=([\d.]+),([\d.]+) pid=(\d+)")
+SAMPLE = compile_linear(r"^\s*(\S.*?)\s+(\d+)/(\d+)\s+([\d.]+):\s+[0-9a-f]+\s+(.*?)\s+\((\S+)\)\s*$")
+WINDOW = compile_linear(r"RESULT .*? n=(\d+) window=([\d.]+),([\d.]+) pid=(\d+)")
 
 
 def one(shape: str, arm: str, args: argparse.Namespace, folder: Path) -> dict[tuple[str, str], float]:
