@@ -41,11 +41,11 @@ class Summariser:
         self.sites: dict[tuple[Any, int], str] = {}
         self.stats: dict[tuple[str, str, str], list[Any]] = {}  # (callee, func, kind) → [n, err, tmo, sum, max, hist]
         self.listed = 0
-        self.running: dict[int, list[Any]] = {}  # thread → [what it serves (calls._serving_now), start, serve id or 0]
+        self.running: dict[int, list[Any]] = {}  # thread → [what it serves (calls._serving_now), start, id or 0] (``_carried``)
         self.watching: list[Ref] = []  # rpc.remote handles alive when first seen
         self.remote_listed: dict[int, int] = {}  # id(handle record) → call id, for those listed
         self.watched_listed: dict[int, int] = {}  # id(watched rpc_async) → call id, for those listed
-        self.calling: dict[int, list[Any]] = {}  # thread → [its untimed rpc_sync (calls._in_flight), call id or 0]
+        self.calling: dict[int, list[Any]] = {}  # thread → [its untimed rpc_sync (calls._in_flight), start, id or 0]
         self.untimed_listed: dict[int, tuple[Any, float]] = {}  # call id → (stats key, start) of a listed untimed call
         self.next_id = 1
         # (kind, to, func, method or None) → its stats key, None for torch's own calls: a call's
@@ -101,9 +101,7 @@ class Summariser:
 
     def _count_untimed(self) -> None:
         """The untimed calls that returned: each (kind, to, func, method) is its own raw key."""
-        if self.keys_workers is not calls._workers:
-            self.keys, self.keys_workers = {}, calls._workers
-        untimed, keys, stats = calls._untimed, self.keys, self.stats
+        untimed, keys, stats = calls._untimed, self._keys(), self.stats
         for _ in range(len(untimed)):
             item = untimed.popleft()
             try:
@@ -135,11 +133,9 @@ class Summariser:
             del rref
             still.append(ref)
             if now - ref.t >= calls.LONG_S and id(ref) not in self.remote_listed and self.listed < calls.MAX_LISTED:
-                self.listed += 1
-                self.remote_listed[id(ref)] = listed = self.next_id
-                self.next_id += 1
-                out.append({"e": "call", "id": listed, "kind": "remote", "callee": self._callee(ref.to), "func": self._ref_name(ref),
-                            "site": self._site(ref.code, ref.lasti), "thread": ref.tid, "t": ref.t})
+                self.remote_listed[id(ref)] = self._listed(out, "call", kind="remote", callee=self._callee(ref.to),
+                                                           func=self._ref_name(ref), site=self._site(ref.code, ref.lasti),
+                                                           thread=ref.tid, t=ref.t)
         self.watching = still
 
     def _entry(self, key: tuple[str, str, str]) -> list[Any]:
@@ -165,12 +161,9 @@ class Summariser:
             if now - watched[7] >= calls.LONG_S and id(watched) not in self.watched_listed and self.listed < calls.MAX_LISTED:
                 _, to, func, args, code, lasti, tid, t0 = watched
                 method = calls._proxy_method(func, args)
-                self.listed += 1
-                self.watched_listed[id(watched)] = self.next_id
-                out.append({"e": "call", "id": self.next_id, "kind": "rpc_async", "callee": self._callee(to),
-                            "func": self._func_or_method(func, method), "site": self._site(code, lasti), "thread": tid,
-                            "nbytes": calls._sent_bytes(args, method), "t": t0})
-                self.next_id += 1
+                self.watched_listed[id(watched)] = self._listed(
+                    out, "call", kind="rpc_async", callee=self._callee(to), func=self._func_or_method(func, method),
+                    site=self._site(code, lasti), thread=tid, nbytes=calls._sent_bytes(args, method), t=t0)
         for _ in range(len(calls._seen_done)):
             watched, status, seen = calls._seen_done.popleft()
             self._count_watched(watched, status, seen, out)
@@ -233,47 +226,43 @@ class Summariser:
     def _list(self, call: calls._Call, out: list[dict[str, Any]]) -> None:
         if self.listed >= calls.MAX_LISTED or not call.counted:  # a sampled remote: its handle is listed
             return
+        call.listed = self._listed(out, "call", kind=call.kind, callee=self._callee(call.to), func=self._name(call),
+                                   site=self._site(call.code, call.lasti), thread=call.tid, nbytes=call.nbytes, t=call.t0)
+
+    def _listed(self, out: list[dict[str, Any]], event: str, **fields: Any) -> int:
+        """One call (or served call) listed: its event, under the next id, which it returns."""
         self.listed += 1
-        call.listed = self.next_id
-        self.next_id += 1
-        out.append({"e": "call", "id": call.listed, "kind": call.kind, "callee": self._callee(call.to), "func": self._name(call),
-                    "site": self._site(call.code, call.lasti), "thread": call.tid, "nbytes": call.nbytes, "t": call.t0})
+        listed, self.next_id = self.next_id, self.next_id + 1
+        out.append({"e": event, "id": listed, **fields})
+        return listed
 
     def _calling(self, now: float, out: list[dict[str, Any]]) -> None:
         """The untimed rpc_sync calls in flight (``calls._in_flight``): one running for LONG_S is
         listed, from when it started, and handed to the hook (``calls._listed_sync``), which tells
         its end; one gone before the hook saw it listed is ended here, as ok (a failure is counted
         all the same)."""
-        calling: dict[int, list[Any]] = {}
-        for tid, call in list(calls._in_flight.items()):  # a copy: the hooks change it meanwhile
-            entry = self.calling.get(tid)
-            if entry is None or entry[0] is not call:
-                entry = [call, 0]  # the call, its id once listed (-1: torch's own)
-            calling[tid] = entry
-            if not entry[1] and now - call[3] >= calls.LONG_S and self.listed < calls.MAX_LISTED:
-                self._list_untimed(tid, entry, out)
+        self.calling, gone = _carried(self.calling, calls._in_flight, 3)
         for tid, entry in self.calling.items():
-            if calling.get(tid) is not entry and entry[1] > 0 and calls._listed_sync.pop(id(entry[0]), None) is not None:
-                calls._listed_ends.append((entry[1], calls.OK, now))
+            if not entry[2] and now - entry[1] >= calls.LONG_S and self.listed < calls.MAX_LISTED:
+                self._list_untimed(tid, entry, out)
+        for entry in gone:
+            if calls._listed_sync.pop(id(entry[0]), None) is not None:
+                calls._listed_ends.append((entry[2], calls.OK, now))
         for _ in range(len(calls._listed_ends)):
             listed, status, ended = calls._listed_ends.popleft()
             self._end_untimed(self.untimed_listed.pop(listed, None), listed, status, ended, out)
-        self.calling = calling
 
     def _list_untimed(self, tid: int, entry: list[Any], out: list[dict[str, Any]]) -> None:
         to, func, args, t0, code, lasti = entry[0]
         method = calls._proxy_method(func, args)
         key = self._key("rpc_sync", to, func, method)
         if key is None:  # torch's own
-            entry[1] = -1
+            entry[2] = -1
             return
-        self.listed += 1
-        entry[1] = self.next_id
-        self.next_id += 1
-        self.untimed_listed[entry[1]] = (key, t0)
-        calls._listed_sync[id(entry[0])] = entry[1]
-        out.append({"e": "call", "id": entry[1], "kind": "rpc_sync", "callee": key[0], "func": key[1],
-                    "site": self._site(code, lasti), "thread": tid, "nbytes": calls._sent_bytes(args, method), "t": t0})
+        entry[2] = self._listed(out, "call", kind="rpc_sync", callee=key[0], func=key[1], site=self._site(code, lasti), thread=tid,
+                                nbytes=calls._sent_bytes(args, method), t=t0)
+        self.untimed_listed[entry[2]] = (key, t0)
+        calls._listed_sync[id(entry[0])] = entry[2]
 
     def _end_untimed(self, listed: tuple[Any, float] | None, call_id: int, status: str, ended: float, out: list[dict[str, Any]]) -> None:
         out.append({"e": "cend", "id": call_id, "status": status, "t": ended})
@@ -285,44 +274,39 @@ class Summariser:
     def _serving(self, now: float, out: list[dict[str, Any]]) -> None:
         """What this process runs for others (``calls._serving_now``, kept by the hook on torch's
         ``_run_function``): one served for LONG_S is listed (``srv``) until it is over (``send``:
-        once it is no longer there). The entry is held from one cycle to the next, so its
-        identity is its own (a call that ended is let go then)."""
-        running: dict[int, list[Any]] = {}
-        for tid, serving in list(calls._serving_now.items()):  # a copy: the hooks change it meanwhile
-            entry = self.running.get(tid)
-            if entry is None or entry[0] is not serving:
-                entry = [serving, serving[1], 0]  # the call, its start, its id once listed (-1: rpcctl's own)
-            running[tid] = entry
-            if not entry[2] and now - entry[1] >= calls.LONG_S and self.listed < calls.MAX_LISTED:
-                udf = serving[0]
-                name = _udf_name(udf)
-                entry[2] = -1 if name is None else self.next_id  # -1: not the job's (rpcctl's own describe)
-                if name is not None:
-                    self.listed += 1
-                    self.next_id += 1
-                    out.append({"e": "srv", "id": entry[2], "thread": tid, "func": name, "nbytes": _tensor_bytes(udf), "t": entry[1]})
+        once it is no longer there)."""
+        self.running, gone = _carried(self.running, calls._serving_now, 1)
         for tid, entry in self.running.items():
-            if running.get(tid) is not entry and entry[2] > 0:
-                out.append({"e": "send", "id": entry[2], "t": now})
-        self.running = running
+            if not entry[2] and now - entry[1] >= calls.LONG_S and self.listed < calls.MAX_LISTED:
+                udf = entry[0][0]
+                name = _udf_name(udf)
+                entry[2] = -1 if name is None else self._listed(out, "srv", thread=tid, func=name, nbytes=_tensor_bytes(udf), t=entry[1])
+        for entry in gone:
+            out.append({"e": "send", "id": entry[2], "t": now})
 
     def _key(self, kind: str, to: Any, func: Any, method: Any) -> tuple[str, str, str] | None:
         """The stats key of a call: (callee, function, kind); None for torch's own protocol
         (shutdown's barrier, proxies' type lookups), which is not counted."""
         if method is not None and type(method) is not str:
             return self._resolve(kind, to, func, method)
-        if self.keys_workers is not calls._workers:  # init_rpc named the workers: an int callee's name changed
-            self.keys, self.keys_workers = {}, calls._workers
+        keys = self._keys()
         raw = (kind, to, func, method)
         try:
-            key = self.keys.get(raw, _UNKNOWN)
+            key = keys.get(raw, _UNKNOWN)
         except TypeError:  # an unhashable callee or function
             return self._resolve(kind, to, func, method)
         if key is _UNKNOWN:
             key = self._resolve(kind, to, func, method)
-            if len(self.keys) < MAX_KEYS:
-                self.keys[raw] = key
+            if len(keys) < MAX_KEYS:
+                keys[raw] = key
         return key
+
+    def _keys(self) -> dict[tuple[Any, ...], tuple[str, str, str] | None]:
+        """The stats keys resolved so far, forgotten once init_rpc named the workers (an int
+        callee's name changed)."""
+        if self.keys_workers is not calls._workers:
+            self.keys, self.keys_workers = {}, calls._workers
+        return self.keys
 
     def _resolve(self, kind: str, to: Any, func: Any, method: Any) -> tuple[str, str, str] | None:
         return self._resolve_name(kind, to, self._func_or_method(func, method))
@@ -364,6 +348,19 @@ class Summariser:
 
 
 _summariser = Summariser()
+
+
+def _carried(previous: dict[int, list[Any]], table: dict[int, tuple[Any, ...]], start: int) -> tuple[dict[int, list[Any]], list[list[Any]]]:
+    """A hook's table of what each thread runs now (``calls._in_flight``, ``calls._serving_now``),
+    carried from the last cycle: thread → [the entry, its start (the entry's item ``start``),
+    its id once listed, -1 if it is not to be], each kept while the same entry is there (its
+    identity is its own; the last cycle's is let go then); and the listed ones gone since."""
+    current: dict[int, list[Any]] = {}
+    for tid, item in list(table.items()):  # a copy: the hooks change it meanwhile
+        entry = previous.get(tid)
+        current[tid] = entry if entry is not None and entry[0] is item else [item, item[start], 0]
+    gone = [entry for tid, entry in previous.items() if current.get(tid) is not entry and entry[2] > 0]
+    return current, gone
 
 
 def summariser() -> Summariser:

@@ -244,8 +244,10 @@ def wrap_rpc_sync(orig: Any, unset_timeout: float) -> Any:
                 seen[func] = itertools.count(1)
         except TypeError:  # an unhashable callable: timed
             n = 0
-        if n >= SYNC_TIMED_FIRST and (n - SYNC_TIMED_FIRST) % SYNC_SAMPLE and _get_ident() != _sender_tid:
-            return _untimed_sync(orig, to, func, args, kwargs, timeout)
+        if n >= SYNC_TIMED_FIRST and (n - SYNC_TIMED_FIRST) % SYNC_SAMPLE:
+            tid = _get_ident()
+            if tid != _sender_tid:
+                return _untimed_sync(orig, tid, to, func, args, kwargs, timeout)
         call = _start("rpc_sync", to, func, args)
         if call is None:
             return orig(to, func, args, kwargs, timeout)
@@ -263,7 +265,7 @@ def wrap_rpc_sync(orig: Any, unset_timeout: float) -> Any:
     return rpc_sync
 
 
-def _untimed_sync(orig: Any, to: Any, func: Any, args: Any, kwargs: Any, timeout: Any) -> Any:
+def _untimed_sync(orig: Any, tid: int, to: Any, func: Any, args: Any, kwargs: Any, timeout: Any) -> Any:
     """An rpc_sync call not timed: in ``_in_flight`` while it runs (the sender lists it there if
     it runs for ``LONG_S``: ``Summariser._calling``, and ``_listed_sync`` then holds it), then
     counted when it returns (``_untimed``), or as a failure. Its call site is looked up here, on
@@ -275,7 +277,6 @@ def _untimed_sync(orig: Any, to: Any, func: Any, args: Any, kwargs: Any, timeout
     lasti = frame.f_lasti if known is not None and known[0] is code and not known[1] else -1
     if lasti < 0:
         code, lasti = hooks.outside(frame)
-    tid = _get_ident()
     call = _in_flight[tid] = (to, func, args, _time(), code, lasti)
     try:
         result = orig(to, func, args, kwargs, timeout)

@@ -45,8 +45,7 @@ _PLAIN = (types.FunctionType, types.MethodType, type)  # callees whose type is h
 _skip_dirs: tuple[str, ...] = ()
 # id(code) → (code, in torch's rpc or rpcctl's telemetry?). By id: a code object hashes its
 # contents (its constants, names, bytecode) at every lookup; the entry keeps the code alive.
-_skip_codes: dict[int, tuple[Any, bool]] = {}
-skip_codes = _skip_codes  # public: the calls hooks look there too
+skip_codes: dict[int, tuple[Any, bool]] = {}  # public: the calls hooks look there too
 MAX_CODES = 10_000  # code objects remembered (beyond: looked at each time)
 _proxy_calls: tuple[Any, ...] = ()  # rref_proxy's _local_invoke functions: rref.remote().method()
 _shutting_down = False
@@ -121,13 +120,13 @@ def outside(frame: Any) -> tuple[Any, int]:
     telemetry, as (code, f_lasti); (None, 0) if none."""
     while frame is not None:
         code = frame.f_code
-        known = _skip_codes.get(id(code))
+        known = skip_codes.get(id(code))
         if known is not None and known[0] is code:
             skip = known[1]
         else:
             skip = code.co_filename.startswith(_skip_dirs)
-            if len(_skip_codes) < MAX_CODES:
-                _skip_codes[id(code)] = (code, skip)
+            if len(skip_codes) < MAX_CODES:
+                skip_codes[id(code)] = (code, skip)
         if not skip:
             return code, frame.f_lasti
         frame = frame.f_back
@@ -187,7 +186,7 @@ def wrap_remote(orig: Any, unset_timeout: float) -> Any:
                 # loop that calls it), as a call to caller() costs more than the look.
                 frame = _getframe(1)
                 code = frame.f_code
-                known = _skip_codes.get(id(code))
+                known = skip_codes.get(id(code))
                 if known is not None and known[0] is code and not known[1]:
                     ref.code, ref.lasti = code, frame.f_lasti
                 else:  # not seen yet, or torch's or rpcctl's: walk on up
