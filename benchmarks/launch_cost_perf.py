@@ -72,6 +72,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--transport", choices=("default", "uv"), default="default", help="as launch_cost.py's")
+    parser.add_argument("--threads", nargs="+", default=["main"], metavar="THREAD",
+                        help="whose functions to list (main, python: rpcctl's sender among others, pt_thread_pool, TP_*)")
     args = parser.parse_args(argv)
     if shutil.which("perf") is None:
         raise SystemExit("needs perf (linux-perf)")
@@ -93,11 +95,12 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{args.shape}: µs per op by thread, on / off / on - off")
     for thread, (on, off) in sorted(threads.items(), key=lambda kv: -sum(kv[1]))[:10]:
         print(f"  {thread:20s} {on:9.2f} {off:9.2f} {on - off:+9.2f}")
-    keys = {key for arm in mean.values() for key in arm if key[0] == "main"}
-    diff = sorted(((mean["on"][k] - mean["off"][k], k[1]) for k in keys), reverse=True)
-    print("the calling thread by function, on - off (µs per op), most added first:")
-    for d, sym in diff[: args.top]:
-        print(f"  {d:+7.2f}  {sym[:110]}")
+    for thread in args.threads:
+        keys = {key for arm in mean.values() for key in arm if key[0] == thread}
+        diff = sorted(((mean["on"][k] - mean["off"][k], k[1]) for k in keys), reverse=True)
+        print(f"thread {thread} by function, on - off (µs per op), most added first:")
+        for d, sym in diff[: args.top]:
+            print(f"  {d:+7.2f}  {sym[:110]}")
 
 
 if __name__ == "__main__":

@@ -340,6 +340,7 @@ MANY_ASYNC = textwrap.dedent(
 
     SYNC = Path(sys.argv[1])
     N = int(sys.argv[2])  # past the rpc_async calls that are all timed
+    QUICK = int(sys.argv[3])  # quick calls of hold: the next two are untimed
 
 
     def add(a, b):
@@ -354,8 +355,8 @@ MANY_ASYNC = textwrap.dedent(
         time.sleep(1.0)
 
 
-    def hold(t):
-        while not (SYNC / "release").exists():
+    def hold(t, wait):
+        while wait and not (SYNC / "release").exists():
             time.sleep(0.02)
         return t.numel()
 
@@ -374,9 +375,10 @@ MANY_ASYNC = textwrap.dedent(
                 future.wait()
             except RuntimeError:
                 pass
-        # Two long calls back to back: at most one of them is timed (one in ASYNC_SAMPLE).
-        first = rpc.rpc_async("worker1", hold, args=(torch.zeros(4),))
-        second = rpc.rpc_async("worker1", hold, args=(torch.zeros(8),))
+        torch.futures.wait_all([rpc.rpc_async("worker1", hold, args=(torch.zeros(1), False)) for _ in range(QUICK)])
+        # Two long calls back to back, both untimed (one in ASYNC_SAMPLE is timed).
+        first = rpc.rpc_async("worker1", hold, args=(torch.zeros(4), True))
+        second = rpc.rpc_async("worker1", hold, args=(torch.zeros(8), True))
         (SYNC / "sent").write_text("1")
         assert first.wait() + second.wait() == 12
         time.sleep(1.0)  # the callee's slow() calls, long timed out here, end before shutdown
@@ -408,13 +410,14 @@ def _worker0_summary(run_dir, kind):
 
 
 def test_rpc_async_calls_past_the_first_are_sampled_for_time_but_all_counted_and_long_ones_listed(tmp_path, runs_dir):
-    """In a process, the first ASYNC_TIMED_FIRST rpc_async calls are timed, then one in
+    """Of each function, the first ASYNC_TIMED_FIRST rpc_async calls are timed, then one in
     ASYNC_SAMPLE (a done-callback on every future cost the RPC threads a tenth of a call); the
     others are still counted with their outcome, errors and timeouts too, even when the job
     drops the future right after waiting on it, and one running for LONG_S is listed with its
     call site, thread and request bytes, and ended, whether timed or not."""
     n = tracking.ASYNC_TIMED_FIRST + 10 * tracking.ASYNC_SAMPLE
-    script = MANY_ASYNC.replace("int(sys.argv[2])", str(n))
+    quick = tracking.ASYNC_TIMED_FIRST + 1  # hold's calls 0 to ASYNC_TIMED_FIRST are timed, the next two not
+    script = MANY_ASYNC.replace("int(sys.argv[2])", str(n)).replace("int(sys.argv[3])", str(quick))
     sync, launcher = _start_synced(tmp_path, runs_dir, script, name="many")
     try:
         run_dir, pending = _two_holds_pending(runs_dir, sync, launcher)
@@ -431,13 +434,12 @@ def test_rpc_async_calls_past_the_first_are_sampled_for_time_but_all_counted_and
     assert (add.count, add.errors, add.pending) == (n, 0, 0), add
     assert (boom.count, boom.errors) == (48, 48), boom
     assert (slow.count, slow.timeouts, slow.errors) == (16, 16, 0), slow
-    assert (hold.count, hold.pending) == (2, 0), hold
+    assert (hold.count, hold.pending) == (quick + 2, 0), hold
     assert hold.max_s >= tracking.LONG_S, hold  # the longest call, timed or not
-    # Every call of the first ASYNC_TIMED_FIRST is timed, then one in ASYNC_SAMPLE (torch's own calls
-    # among them, so a few more or less here).
-    timed = add.timed + boom.timed + slow.timed + hold.timed
-    expected = tracking.ASYNC_TIMED_FIRST + (n + 48 + 16 + 2 - tracking.ASYNC_TIMED_FIRST) // tracking.ASYNC_SAMPLE
-    assert expected - 3 <= timed <= expected + 3, (timed, expected, add, boom, slow, hold)
+    # Of each function, the first ASYNC_TIMED_FIRST calls are timed, then one in ASYNC_SAMPLE: all
+    # of the few calls of boom, slow and hold, a sample of add's.
+    assert add.timed == _timed_of(n, tracking.ASYNC_TIMED_FIRST, tracking.ASYNC_SAMPLE), add
+    assert (boom.timed, slow.timed, hold.timed) == (48, 16, quick), (boom, slow, hold)
     assert 0 < add.p50_s <= add.p99_s <= add.max_s
     history = inspect.calls(run_dir, history=True)
     assert sorted((c.kind, c.state) for c in history.pending if c.func == "hold") == [("rpc_async", "ok")] * 2
@@ -551,6 +553,49 @@ def test_a_caller_far_ahead_of_the_sender_counts_the_watched_calls_done_itself()
     finally:
         tracking._watched.clear()
         tracking._seen_done.clear()
+
+
+class _Unhashable:
+    name = "worker2"
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _method_run_by_a_helper():
+    pass
+
+
+def test_the_sender_counts_each_watched_call_by_callee_and_function_a_helpers_by_its_method():
+    """The sender's side of untimed rpc_async calls: each done future counted once with its
+    outcome, under (callee, function); a helper's call under "helper → method", an unhashable
+    callee the slow way; one still running stays watched. Real torch futures, completed by hand."""
+    torch = pytest.importorskip("torch")
+
+    def done(value=None, error=None):
+        future = torch.futures.Future()
+        future.set_exception(error) if error else future.set_result(value)
+        return future
+
+    def watched(future, to, func, args=()):
+        return (future, to, func, args, None, 0, 1, 0.0)
+
+    me = test_the_sender_counts_each_watched_call_by_callee_and_function_a_helpers_by_its_method
+    running = watched(torch.futures.Future(), "worker1", me)
+    entries = ([watched(done(i), "worker1", me, (i,)) for i in range(5)] + [watched(done(error=ValueError("boom")), "worker1", me)] * 2
+               + [watched(done(), "worker1", _call_helper, (_method_run_by_a_helper, 1))] * 3
+               + [watched(done(), _Unhashable(), me)] + [running])
+    tracking._watched.extend(entries)
+    try:
+        out = call_summary.Summariser().process(1.0)
+        counts = {(e["callee"], e["func"].replace(f"{__name__}.", "")): (e["n"], e["err"]) for e in out if e["e"] == "cstat"}
+        helper = "_call_helper → _method_run_by_a_helper"
+        assert counts == {("worker1", me.__name__): (7, 2), ("worker1", helper): (3, 0), ("worker2", me.__name__): (1, 0)}, counts
+        assert list(tracking._watched) == [running]
+    finally:
+        tracking._watched.clear()
+
+
+def _call_helper(method, *args):
+    return method(*args)
 
 
 BACK_TO_BACK = textwrap.dedent(

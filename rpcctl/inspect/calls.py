@@ -11,7 +11,7 @@
 Calls that end within ``calls.LONG_S`` are only counted (``call_stats``: a log-scale histogram
 per caller, callee, function and kind, so p50/p99 come from bucket middles, within ±9%; of the
 timed calls, ``timed``: of each function's rpc_sync calls, the first ``SYNC_TIMED_FIRST``, then one in
-``SYNC_SAMPLE``; the first ``ASYNC_TIMED_FIRST`` rpc_async calls of a process,
+``SYNC_SAMPLE``; of each function's rpc_async calls, the first ``ASYNC_TIMED_FIRST``,
 then one in ``ASYNC_SAMPLE``; rpc.remote likewise, ``REMOTE_TIMED_FIRST`` then one in ``REMOTE_SAMPLE``;
 every call is counted). The
 callee does not know who asked: ``serving`` rows get their caller by matching the callers'

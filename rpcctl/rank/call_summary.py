@@ -83,20 +83,37 @@ class Summariser:
     def remotes(self, items: list[Any]) -> None:
         """Count every ``rpc.remote`` call from its handle's record (``hooks.Ref``, kind "r"),
         and watch the handles still alive: one whose creation is still pending after LONG_S is
-        listed like a long call (``_watch_remotes``)."""
-        watching, key_of = self.watching, self._key
+        listed like a long call (``_watch_remotes``). Plain calls are tallied by (callee,
+        function) and resolved once per cycle (most handles: the sender's cost per call)."""
+        tally: dict[tuple[Any, Any], int] = {}
+        alive: list[tuple[tuple[str, str, str] | None, Ref]] = []
         for item in items:
             if type(item) is not Ref or item.kind != "r":
                 continue
+            key: Any = _UNKNOWN
             if item.target is None:
-                key = key_of("remote", item.to, item.func, None)
+                raw = (item.to, item.func)
+                try:
+                    tally[raw] = tally.get(raw, 0) + 1
+                except TypeError:  # an unhashable callee or function
+                    key = self._key("remote", item.to, item.func, None)
+                    if key is not None:
+                        self._entry(key)[0] += 1
             else:  # rref.remote().method()
                 key = self._resolve_name("remote", item.to, self._ref_name(item))
-            if key is None:
-                continue
-            entry = self._entry(key)
-            entry[0] += 1
-            if item() is not None and len(watching) < MAX_QUEUE:
+                if key is not None:
+                    self._entry(key)[0] += 1
+            if item() is not None:
+                alive.append((key, item))
+        for (to, func), n in tally.items():
+            key = self._key("remote", to, func, None)
+            if key is not None:
+                self._entry(key)[0] += n
+        watching = self.watching
+        for key, item in alive:
+            if key is _UNKNOWN:
+                key = self._key("remote", item.to, item.func, None)
+            if key is not None and len(watching) < MAX_QUEUE:
                 watching.append(item)
 
     def _count_untimed(self) -> None:
@@ -147,26 +164,55 @@ class Summariser:
 
     def _harvest(self, now: float, out: list[dict[str, Any]]) -> None:
         """The watched rpc_async calls: counted with their outcome once done, listed once running
-        for LONG_S (ended when seen done, so their end is known within a cycle)."""
-        watched_q, done, outcome = calls._watched, calls._future_done, calls._outcome
+        for LONG_S (ended when seen done, so their end is known within a cycle). A plain call
+        that ended well (no method in its arguments, not listed, short) is tallied by (callee,
+        function) and resolved once per cycle: the sender's cost per call (launch_cost.py async)."""
+        watched_q, done, value, helped_types, invokes = calls._watched, calls._future_done, calls._future_value, calls._HELPED, calls._local_invokes
+        tally: dict[tuple[Any, Any], int] = {}
+        long_s = calls.LONG_S
         for _ in range(len(watched_q)):
             try:
                 watched = watched_q.popleft()
             except IndexError:  # the caller's thread took the last one
                 break
-            if done(watched[0]):
-                self._count_watched(watched, outcome(watched[0]), now, out)
+            fut, to, func, args, _, _, _, t0 = watched
+            if not done(fut):
+                watched_q.append(watched)
+                if now - t0 >= long_s and id(watched) not in self.watched_listed and self.listed < calls.MAX_LISTED:
+                    self._list_watched(watched, out)
                 continue
-            watched_q.append(watched)
-            if now - watched[7] >= calls.LONG_S and id(watched) not in self.watched_listed and self.listed < calls.MAX_LISTED:
-                _, to, func, args, code, lasti, tid, t0 = watched
-                method = calls._proxy_method(func, args)
-                self.watched_listed[id(watched)] = self._listed(
-                    out, "call", kind="rpc_async", callee=self._callee(to), func=self._func_or_method(func, method),
-                    site=self._site(code, lasti), thread=tid, nbytes=calls._sent_bytes(args, method), t=t0)
+            try:
+                value(fut)
+            except BaseException as exc:  # noqa: BLE001 - an RPC error of any type ends the call
+                self._count_watched(watched, calls._failure(exc), now, out)
+                continue
+            plain = not self.watched_listed and now - t0 < long_s
+            if plain and args:
+                try:
+                    plain = func not in invokes and type(args[0]) not in helped_types
+                except Exception:  # odd args (torch sends them as they are): the slow way
+                    plain = False
+            if plain:
+                try:
+                    tally[to, func] = tally.get((to, func), 0) + 1
+                    continue
+                except TypeError:  # an unhashable callee or function
+                    pass
+            self._count_watched(watched, OK, now, out)
+        for (to, func), n in tally.items():
+            key = self._key("rpc_async", to, func, None)
+            if key is not None:
+                self._entry(key)[0] += n
         for _ in range(len(calls._seen_done)):
             watched, status, seen = calls._seen_done.popleft()
             self._count_watched(watched, status, seen, out)
+
+    def _list_watched(self, watched: tuple[Any, ...], out: list[dict[str, Any]]) -> None:
+        _, to, func, args, code, lasti, tid, t0 = watched
+        method = calls._proxy_method(func, args)
+        self.watched_listed[id(watched)] = self._listed(
+            out, "call", kind="rpc_async", callee=self._callee(to), func=self._func_or_method(func, method),
+            site=self._site(code, lasti), thread=tid, nbytes=calls._sent_bytes(args, method), t=t0)
 
     def _count_watched(self, watched: tuple[Any, ...], status: str, seen: float, out: list[dict[str, Any]]) -> None:
         if self.watched_listed:

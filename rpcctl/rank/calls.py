@@ -13,8 +13,8 @@ hook                               hot path
                                    tuple in ``_in_flight`` while they run (the sender lists
                                    one that runs long), one in ``_untimed`` when they
                                    return, counted
-``rpc_async``                      the first ``ASYNC_TIMED_FIRST`` calls, then one in
-                                   ``ASYNC_SAMPLE``: as rpc_sync, ended by a done-callback on
+``rpc_async``                      of each function, the first ``ASYNC_TIMED_FIRST``, then one
+                                   in ``ASYNC_SAMPLE``: as rpc_sync, ended by a done-callback on
                                    the call's future; the others: one tuple in ``_watched``
                                    (future, callee, function, site, start), counted with their
                                    outcome once seen done, not timed
@@ -61,6 +61,7 @@ import threading
 import time
 import types
 from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 from rpcctl.states import CallState
@@ -69,15 +70,16 @@ from rpcctl.rank.observer import Observer, TorchRpc
 from rpcctl.rank.rrefs import hooks
 from rpcctl.rank.rrefs.hooks import caller as _caller
 
-# The first calls of a kind in a process are timed, then one in SAMPLE: a timed rpc.remote
-# (its creation future and a done-callback on it) cost the job ~70 µs of CPU here, a timed
-# rpc_async ~20 µs; every call is counted either way (benchmarks/telemetry_cost.py --threads).
+# The first calls of a function are timed, then one in SAMPLE (rpc.remote: of a process): a timed
+# rpc.remote (its creation future and a done-callback on it) cost the job ~70 µs of CPU here, a
+# timed rpc_async ~20 µs, on torch's RPC threads and in the GIL they take for the callback; every
+# call is counted either way (benchmarks/telemetry_cost.py --threads, benchmarks/launch_cost.py).
 REMOTE_TIMED_FIRST, REMOTE_SAMPLE = 100, 64  # the others are counted from the RRef hook's records
 # An untimed rpc_sync costs the caller ~2.2 µs and the sender ~0.4 µs, a timed one ~4.3 and ~2.7
 # (micro-benchmarks, warm; the CPU of a loopback call is ~300 µs: benchmarks/launch_cost.py).
-SYNC_TIMED_FIRST, SYNC_SAMPLE = 100, 16  # per function; the others are counted (``_untimed``)
-MAX_FUNCS_SAMPLED = 10_000
-ASYNC_TIMED_FIRST, ASYNC_SAMPLE = 100, 16  # the others are watched (``_watched``)
+SYNC_TIMED_FIRST, SYNC_SAMPLE = 100, 16  # the others are counted (``_untimed``)
+MAX_FUNCS_SAMPLED = 10_000  # functions with a schedule of their own (rpc_sync, rpc_async)
+ASYNC_TIMED_FIRST, ASYNC_SAMPLE = 100, 64  # the others are watched (``_watched``)
 HARVEST_AT = 1024  # watched rpc_async calls waiting: the caller's thread then counts those done itself
 LONG_S = 1.0  # calls (and served functions) running this long are listed one by one
 MAX_LISTED = 100_000  # per process: beyond this, long calls are only counted
@@ -189,6 +191,15 @@ def _outcome(fut: Any) -> str:
     return OK
 
 
+def _watch_behind(watched: tuple[Any, ...]) -> None:
+    """A call to watch while ``HARVEST_AT`` wait already: those done are counted first."""
+    _harvest_done()
+    if len(_watched) < MAX_QUEUE:
+        _watched.append(watched)
+    else:  # the sender is far behind: the call goes unrecorded rather than the list unbounded
+        _drop()
+
+
 def _harvest_done() -> None:
     """The caller's thread, when HARVEST_AT calls are watched: those done, from the oldest up to
     the first still running, go to the sender, so the futures the job dropped are let go."""
@@ -230,21 +241,19 @@ def wrap_rpc_sync(orig: Any, unset_timeout: float) -> Any:
     ``SYNC_SAMPLE``, are timed (a ``_Call``); the others run in ``_untimed_sync``: counted once
     over, and listed by the sender from ``_in_flight`` if they run long. Per function, so a
     function called now and then keeps its latencies beside a hot one."""
-    seen: dict[Any, Any] = {}  # function → itertools.count of its calls
+    schedules: dict[Any, Iterator[bool]] = {}  # function → whether its next calls are timed
 
     @functools.wraps(orig)
     def rpc_sync(to, func, args=None, kwargs=None, timeout=unset_timeout):  # noqa: ANN001 - torch's signature
         if _q is None:
             return orig(to, func, args, kwargs, timeout)
         try:
-            n = next(seen[func])
+            timed = next(schedules[func])
         except KeyError:
-            n = 0
-            if len(seen) < MAX_FUNCS_SAMPLED:  # beyond: every call of a new function is timed
-                seen[func] = itertools.count(1)
+            timed = _first_call(schedules, func, SYNC_TIMED_FIRST, SYNC_SAMPLE)
         except TypeError:  # an unhashable callable: timed
-            n = 0
-        if n >= SYNC_TIMED_FIRST and (n - SYNC_TIMED_FIRST) % SYNC_SAMPLE:
+            timed = True
+        if not timed:
             tid = _get_ident()
             if tid != _sender_tid:
                 return _untimed_sync(orig, tid, to, func, args, kwargs, timeout)
@@ -263,6 +272,20 @@ def wrap_rpc_sync(orig: Any, unset_timeout: float) -> Any:
 
     rpc_sync._rpcctl_calls = True  # type: ignore[attr-defined]
     return rpc_sync
+
+
+def _schedule(first: int, every: int) -> Iterator[bool]:
+    """Whether each call of a function is timed, in turn: the first ``first``, then one in
+    ``every`` (a C iterator: one ``next`` per call, no arithmetic in Python)."""
+    return itertools.chain(itertools.repeat(True, first), itertools.cycle((True,) + (False,) * (every - 1)))
+
+
+def _first_call(schedules: dict[Any, Iterator[bool]], func: Any, first: int, every: int) -> bool:
+    """A function's first call (timed): its schedule from the next call on. Beyond
+    ``MAX_FUNCS_SAMPLED`` functions, every call of a new one is timed."""
+    if len(schedules) < MAX_FUNCS_SAMPLED:
+        schedules[func] = _schedule(first - 1, every)
+    return True
 
 
 def _untimed_sync(orig: Any, tid: int, to: Any, func: Any, args: Any, kwargs: Any, timeout: Any) -> Any:
@@ -327,17 +350,22 @@ def wrap_run_function(orig: Any) -> Any:
 
 
 def wrap_rpc_async(orig: Any, unset_timeout: float) -> Any:
-    """rpc_async: the first ``ASYNC_TIMED_FIRST`` calls, then one in ``ASYNC_SAMPLE``, are timed
-    (``_timed_async``); the others' futures are kept in ``_watched`` until seen done, so they
-    are counted with their outcome, listed if long, but not timed."""
-    seen = itertools.count()
+    """rpc_async: of each function, the first ``ASYNC_TIMED_FIRST`` calls, then one in
+    ``ASYNC_SAMPLE``, are timed (``_timed_async``); the others' futures are kept in ``_watched``
+    until seen done, so they are counted with their outcome, listed if long, but not timed."""
+    schedules: dict[Any, Iterator[bool]] = {}  # function → whether its next calls are timed
 
     @functools.wraps(orig)
     def rpc_async(to, func, args=None, kwargs=None, timeout=unset_timeout):  # noqa: ANN001 - torch's signature
         if _q is None:
             return orig(to, func, args, kwargs, timeout)
-        n = next(seen)
-        if n < ASYNC_TIMED_FIRST or not (n - ASYNC_TIMED_FIRST) % ASYNC_SAMPLE:
+        try:  # as in rpc_sync, inline: a helper's call would cost each call more than it saves
+            timed = next(schedules[func])
+        except KeyError:
+            timed = _first_call(schedules, func, ASYNC_TIMED_FIRST, ASYNC_SAMPLE)
+        except TypeError:  # an unhashable callable: timed
+            timed = True
+        if timed:
             return _timed_async("rpc_async", _future, orig, to, func, args, kwargs, timeout)
         tid = _get_ident()
         if tid == _sender_tid:
@@ -356,12 +384,10 @@ def wrap_rpc_async(orig: Any, unset_timeout: float) -> Any:
         except BaseException as exc:
             _count_failure("rpc_async", to, func, args, exc)
             raise
-        if len(_watched) >= HARVEST_AT:
-            _harvest_done()
-        if len(_watched) < MAX_QUEUE:
+        if len(_watched) < HARVEST_AT:
             _watched.append((result, to, func, args, code, lasti, tid, t0))
-        else:  # the sender is far behind: the call goes unrecorded rather than the list unbounded
-            _drop()
+        else:
+            _watch_behind((result, to, func, args, code, lasti, tid, t0))
         return result
 
     rpc_async._rpcctl_calls = True  # type: ignore[attr-defined]

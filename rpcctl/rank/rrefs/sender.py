@@ -93,7 +93,7 @@ class Tracker:
             hooks.last_use.clear()
         out: list[dict[str, Any]] = []
         todo, self.deferred = self.deferred + items, []
-        deferred, churn, young, last_use, handlers = self.deferred, self.churn, now - MIN_AGE_S, hooks.last_use, self.HANDLERS
+        deferred, churn, young, last_use, handlers, meta = self.deferred, self.churn, now - MIN_AGE_S, hooks.last_use, self.HANDLERS, self.meta
         for chunk in slices(todo):
             for item in chunk:
                 kind = type(item)
@@ -102,12 +102,15 @@ class Tracker:
                         if item.seen == 0:  # a new handle: report it if it outlived MIN_AGE_S
                             if item() is None:
                                 last_use.pop(item.oid, None)
-                                # Gone already (most are): counted per call site, nothing sent.
-                                churned = self._churn_key(item)
-                                if churned is not None:
-                                    churn[churned] += 1
-                                    item.seen = 2
-                                    continue
+                                # Gone already (most are): counted per call site, nothing sent, by
+                                # the site's cached churn key where it is known (``_r``: inline, the
+                                # sender's cost per rpc.remote call); else ``_r`` resolves it.
+                                if item.kind == "r" and item.target is None and type(item.to) is str and type(item.func) in _PLAIN:
+                                    known = meta.get((item.to, item.func, None, id(item.code), item.lasti))
+                                    if known is not None:
+                                        churn[known[5]] += 1
+                                        item.seen = 2
+                                        continue
                             elif not final and item.t > young:
                                 deferred.append(item)
                                 continue
@@ -153,16 +156,6 @@ class Tracker:
             ref.seen = 2
         return event
 
-    def _churn_key(self, ref: Ref) -> tuple[str, str, str] | None:
-        """The churn counter of an ``rpc.remote`` handle gone before the sender saw it, from the
-        cache of its call site's (owner, callee, site); None where it is not cached yet (the
-        first of its site, a callee that is not a plain function, a proxy call): ``_r`` then
-        resolves it the long way."""
-        if ref.kind != "r" or ref.target is not None:
-            return None
-        meta = self.meta.get((ref.to, ref.func, None, id(ref.code), ref.lasti)) if type(ref.to) is str and type(ref.func) in _PLAIN else None
-        return None if meta is None else (meta[1] or "?", meta[2], meta[3])
-
     def _uses(self, uses: dict[int, float]) -> None:
         """rpc.shutdown() began (``uses``: ``hooks.last_use`` then): when this process last used
         each reference it still held (``used``), so one kept to the end unused can be told from
@@ -193,10 +186,11 @@ class Tracker:
         meta = self.meta.get(key) if key is not None else None
         if meta is None:
             owner_rank, owner = self._owner(to)
-            meta = (owner_rank, owner, f"?.{method}" if method else qualname(func), self._site(ref.code, ref.lasti), ref.code)
+            callee, site = f"?.{method}" if method else qualname(func), self._site(ref.code, ref.lasti)
+            meta = (owner_rank, owner, callee, site, ref.code, (owner or "?", callee, site))  # the last: its churn key
             if key is not None and len(self.meta) < 10_000:
                 self.meta[key] = meta
-        owner_rank, owner, callee, site, _ = meta
+        owner_rank, owner, callee, site, _, _ = meta
         rref = ref()
         if rref is None:
             self.churn[(owner or "?", callee, site)] += 1
