@@ -260,6 +260,7 @@ DDP_SHAPE = textwrap.dedent(
         steps(200)
         dist.barrier()
         wall0, (work0, _, sender0) = time.perf_counter(), cpu_us()
+        WINDOW[0] = time.monotonic()
         deadline = wall0 + seconds if dist.get_rank() == 0 else None
         n = 0
         while n < most:
@@ -267,6 +268,7 @@ DDP_SHAPE = textwrap.dedent(
             if steps(10, deadline):
                 break
         wall, (work, _, sender) = time.perf_counter() - wall0, cpu_us()
+        WINDOW[1] = time.monotonic()
         mine = torch.tensor([wall, work - work0, sender - sender0], dtype=torch.float64)
         slowest = mine.clone(); dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
         total = mine.clone(); dist.all_reduce(total)
@@ -442,7 +444,7 @@ def top(raw: Path, n: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=list(SHAPES))
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))

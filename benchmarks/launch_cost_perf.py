@@ -5,7 +5,8 @@ samples of the driving rank within its timed loop turned into µs per operation,
 for the calling thread, by native function, on minus off.
 
     python benchmarks/launch_cost_perf.py sync --pairs 2 --seconds 8
-    python benchmarks/launch_cost_perf.py async --top 20
+    python benchmarks/launch_cost_perf.py async --top 20 --threads main python
+    python benchmarks/launch_cost_perf.py ddp --pairs 2        # rank 0's samples (one rank of 3), per step
 
 Python 3.11 shows no Python function to perf: the Python code rpcctl adds shows as
 ``_PyEval_EvalFrameDefault`` and the C functions it calls (``time_time``, dict lookups, pybind's
@@ -66,7 +67,7 @@ def one(shape: str, arm: str, args: argparse.Namespace, folder: Path) -> dict[tu
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("shape", choices=sorted(launch_cost.SHAPES))
     parser.add_argument("--pairs", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=8.0)
