@@ -78,6 +78,23 @@ sender with a tenth of the spread; CPU on/off with it, 8 rounds (14:13-14:19 UTC
 over the target (≥ 0.97): the caller's thread pays ~8-12 µs a call where its hooks measure
 ~2-4 µs warm in a micro-benchmark (``launch_cost_perf.py``: spread over the interpreter, no one
 function), and the sender the rest.
+
+Measured again (2026-12-06 16:10-17:20 UTC, a quiet machine, ``--transport uv``), after 6f78a98:
+rpc_async timed per function, the first 100 then one in 64 (was one in 16 per process); the
+sender tallies watched calls that ended well, and rpc.remote handles, by (callee, function).
+CPU on/off, median (lowest..highest): 10 rounds, sync 0.977 (0.918..1.043), remote 0.965
+(0.942..0.991), async 0.936 (0.899..1.020); 8 rounds an hour before, 0.980, 0.973, 0.960; async
+in six runs of 5 rounds beside variants, 0.960-0.971. Before (1 run of 6 rounds, 64245de): 0.975,
+0.970, 0.942. A median of 5-10 rounds still moves by ±2% from run to run for async, and a point
+for the others. What the async fan-out's ~15 µs a call is made of, from variants of the hook run
+as ``--base`` against ``on`` and ``off`` (5-8 rounds each; in situ, so ±1%): the hook calling
+through at once costs nothing (base/off 1.012); its per-function schedule alone nothing (1.005);
+its call site (``sys._getframe`` and the code lookup) 1-2% of the caller thread's CPU; thread,
+start and tuple about as much; holding every future until the sender reads it with torch's
+``done()`` and ``value()`` and frees it, ~5 µs a call of the sender's (~2.7 warm), 1.5-1.7%.
+``value()`` lets go of the GIL, as every method of torch's Future but ``done()`` does; reading
+no outcome at all saved the sender only ~0.6 µs a call, and freeing the futures on the caller's
+thread instead cost the caller more than the sender saved.
 ``benchmarks/launch_cost_perf.py`` samples both arms with perf instead (native frames; µs per op
 by thread and function, on minus off) and shows what the ratios cannot: for sync, the caller's
 ``_PyEval_EvalFrameDefault`` +4.4 -> +2.1 µs and the sender +7.2 -> +3.6 µs per call.
