@@ -89,9 +89,10 @@ in six runs of 5 rounds beside variants, 0.960-0.971. Before (1 run of 6 rounds,
 for the others. What the async fan-out's ~15 µs a call is made of, from variants of the hook run
 as ``--base`` against ``on`` and ``off`` (5-8 rounds each; in situ, so ±1%): the hook calling
 through at once costs nothing (base/off 1.012); its per-function schedule alone nothing (1.005);
-its call site (``sys._getframe`` and the code lookup) 1-2% of the caller thread's CPU; thread,
-start and tuple about as much; holding every future until the sender reads it with torch's
-``done()`` and ``value()`` and frees it, ~5 µs a call of the sender's (~2.7 warm), 1.5-1.7%.
+its call site (``sys._getframe`` and the code lookup) 2-3% of the caller thread's CPU (2.1% in
+8 interleaved rounds), under a point of the rank's; thread, start and the tuple, within the
+noise; holding every future until the sender reads it with torch's ``done()`` and ``value()``
+and frees it, ~5 µs a call of the sender's (~2.7 warm), 1.5-1.7% of the rank's.
 ``value()`` lets go of the GIL, as every method of torch's Future but ``done()`` does; reading
 no outcome at all saved the sender only ~0.6 µs a call, and freeing the futures on the caller's
 thread instead cost the caller more than the sender saved. Watching them by weak reference (the
