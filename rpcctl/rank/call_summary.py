@@ -105,10 +105,7 @@ class Summariser:
                     self._entry(key)[0] += 1
             if item() is not None:
                 alive.append((key, item))
-        for (to, func), n in tally.items():
-            key = self._key("remote", to, func, None)
-            if key is not None:
-                self._entry(key)[0] += n
+        self._add_tally("remote", tally)
         watching = self.watching
         for key, item in alive:
             if key is _UNKNOWN:
@@ -181,7 +178,7 @@ class Summariser:
                 if now - t0 >= long_s and id(watched) not in self.watched_listed and self.listed < calls.MAX_LISTED:
                     self._list_watched(watched, out)
                 continue
-            try:
+            try:  # calls._outcome, inline: a call less per watched call
                 value(fut)
             except BaseException as exc:  # noqa: BLE001 - an RPC error of any type ends the call
                 self._count_watched(watched, calls._failure(exc), now, out)
@@ -199,13 +196,17 @@ class Summariser:
                 except TypeError:  # an unhashable callee or function
                     pass
             self._count_watched(watched, OK, now, out)
-        for (to, func), n in tally.items():
-            key = self._key("rpc_async", to, func, None)
-            if key is not None:
-                self._entry(key)[0] += n
+        self._add_tally("rpc_async", tally)
         for _ in range(len(calls._seen_done)):
             watched, status, seen = calls._seen_done.popleft()
             self._count_watched(watched, status, seen, out)
+
+    def _add_tally(self, kind: str, tally: dict[tuple[Any, Any], int]) -> None:
+        """Calls of ``kind`` counted by (callee, function) this cycle: each pair named once."""
+        for (to, func), n in tally.items():
+            key = self._key(kind, to, func, None)
+            if key is not None:
+                self._entry(key)[0] += n
 
     def _list_watched(self, watched: tuple[Any, ...], out: list[dict[str, Any]]) -> None:
         _, to, func, args, code, lasti, tid, t0 = watched
