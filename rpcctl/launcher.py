@@ -16,7 +16,9 @@ import contextlib
 import errno
 import os
 import shutil
+import signal
 import socket
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -26,7 +28,7 @@ import psutil
 from rpcctl.cluster import NodeRendezvous, secret_from_env
 from rpcctl.config import JobSpec, dump_spec
 from rpcctl.console import Console, get_console
-from rpcctl.errors import ConfigError, RpcctlError, UsageError
+from rpcctl.errors import ConfigError, JobCancelledError, RpcctlError, UsageError
 from rpcctl.events import Events
 from rpcctl import listeners
 from rpcctl.plan import LaunchPlan, NodeFacts, build_plan, free_port, probe_node
@@ -34,7 +36,7 @@ from rpcctl.preflight import check_before_spawn
 from rpcctl.private import private_dir, private_open
 from rpcctl.runs import RankState, RunRecord, check_runs_dir, default_runs_dir, hostname, new_run_id, now_iso, save_record
 from rpcctl.states import RunStatus
-from rpcctl.supervisor import Supervisor
+from rpcctl.supervisor import CANCEL_SIGNALS, Supervisor
 
 DEFAULT_MASTER_PORT = 29500  # torchrun's
 
@@ -97,6 +99,46 @@ def launch(
     before anything is created or spawned.
     """
     console = console or get_console()
+    with _cancels_raise():
+        try:
+            return _launch(spec, runs_dir, console, echo, live, ranks_shown, config_path, telemetry, on_start)
+        except _Cancel as cancel:  # before the run directory was made: nothing of the job exists
+            name = signal.Signals(cancel.signum).name
+            raise JobCancelledError(f"cancelled by {name} before the job started", 128 + cancel.signum) from None
+
+
+class _Cancel(BaseException):
+    """A cancel signal before the supervisor's own handling took over (a BaseException, as
+    KeyboardInterrupt is: no ``except Exception`` on the way swallows it)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _cancels_raise():
+    """Until ``Supervisor.run`` installs its handlers (and after it restores these), a cancel
+    signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT) raises ``_Cancel`` wherever the launch is: in the
+    checks, the node rendezvous, the planning or the making of the run directory. Without it,
+    SIGINT there was a bare KeyboardInterrupt, and SIGTERM left a record saying running."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+
+    def cancel(signum: int, frame) -> None:
+        raise _Cancel(signum)
+
+    previous = {s: signal.signal(s, cancel) for s in CANCEL_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _launch(spec: JobSpec, runs_dir: Path | None, console: Console, echo: bool, live: bool, ranks_shown: set[int] | None,
+            config_path: Path | None, telemetry: bool, on_start: Callable[[RunRecord], None] | None) -> RunRecord:
     check_before_spawn(spec)  # before meeting other nodes: a mistake here is the same on every node
     cluster = join_cluster(spec, console.info)
     if cluster is not None:
@@ -145,8 +187,29 @@ def launch(
             raise RpcctlError(f"cannot set up the run directory {run_dir}: {exc.strerror or exc}") from None
         raise
     with console.logging_to(run_dir / "launcher.log"):  # the launcher's own story, beside the rank server's output
-        server = _telemetry_server(run_dir, spec, plan.world_size, cluster, telemetry_listener, console) if telemetry else None
-        return _supervise(spec, plan, facts, record, console, server, cluster, live, ranks_shown if echo else set())
+        server = None
+        try:
+            server = _telemetry_server(run_dir, spec, plan.world_size, cluster, telemetry_listener, console) if telemetry else None
+            return _supervise(spec, plan, facts, record, console, server, cluster, live, ranks_shown if echo else set())
+        except _Cancel as cancel:  # before the supervisor's handlers: no rank started
+            if server is not None:
+                server.close()
+            elif telemetry_listener is not None:
+                telemetry_listener.close()
+            return _cancelled_before_start(record, cancel.signum, cluster)
+
+
+def _cancelled_before_start(record: RunRecord, signum: int, cluster: NodeRendezvous | None) -> RunRecord:
+    """The run ends cancelled, as the supervisor ends one, and the other nodes hear of it."""
+    name = signal.Signals(signum).name
+    record.status, record.ended_at = RunStatus.CANCELLED, now_iso()
+    record.reason, record.exit_code = f"cancelled by {name} before any rank started", 128 + signum
+    save_record(record)
+    if cluster is not None:
+        with contextlib.suppress(Exception):  # a node that cannot tell the others still ends its own run
+            cluster.report_cancelled(f"{name} on node {record.node_rank}")
+            cluster.finish(RunStatus.CANCELLED, wait=10)
+    return record
 
 
 def _supervise(spec: JobSpec, plan: LaunchPlan, facts: NodeFacts, record: RunRecord, console: Console, server,

@@ -10,6 +10,7 @@ import errno
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -27,6 +28,7 @@ from conftest import (
     pids_gone,
     record,
     rpcctl,
+    start_rpcctl,
     wait_until,
     write_config,
 )
@@ -54,6 +56,30 @@ def test_sighup_and_sigquit_cancel_like_sigterm(tmp_path, runs_dir, sig):
     assert_no_process_left(run_dir)
     listed = json.loads(rpcctl("runs", "--runs-dir", str(runs_dir), "--json").stdout)
     assert listed[0]["status"] == "cancelled"  # not "lost"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_before_the_ranks_start_ends_the_launch_in_one_line(tmp_path, runs_dir, monkeypatch, sig):
+    """A node of a two-node job waits at the rendezvous for a node 0 that never comes: a cancel
+    signal then, before the supervisor's own handling, ends it with one line and the signal's
+    code (SIGINT was a bare KeyboardInterrupt there; SIGTERM ended it unannounced)."""
+    with socket.socket() as placeholder:  # a port no one listens on: node 0 never comes
+        placeholder.bind(("127.0.0.1", 0))
+        port = placeholder.getsockname()[1]
+    monkeypatch.setenv("RPCCTL_SECRET", "s" * 32)
+    config = write_config(tmp_path, nnodes=2, node_rank=1, master_addr="127.0.0.1", master_port=port, rdzv_timeout=60)
+    launcher = start_rpcctl("launch", str(config), "--runs-dir", str(runs_dir), "--no-live")
+    try:
+        waiting = launcher.stderr.readline()
+        assert "for node 0's rendezvous" in waiting, waiting
+        time.sleep(0.5)
+        launcher.send_signal(sig)
+        _, err = launcher.communicate(timeout=30)
+    finally:
+        kill_if_running(launcher)
+    assert launcher.returncode == 128 + sig, err
+    assert "Traceback" not in err and f"cancelled by {sig.name} before the job started" in err, err
+    assert not runs_dir.exists() or not any(runs_dir.iterdir()), list(runs_dir.iterdir())  # nothing of the job was made
 
 
 # -- a full disk -------------------------------------------------------------------------------

@@ -285,7 +285,8 @@ def render_outcome(console: Console, record: RunRecord) -> None:
         console.info(f"rpcctl: job '{record.name}' succeeded in {took}{restarts} ({where}, logs in {record.run_dir}/logs)")
         return
     if record.status == RunStatus.CANCELLED:
-        console.info(f"rpcctl: job '{record.name}' {record.reason} after {took}; ranks stopped ({where})")
+        stopped = "; ranks stopped" if any(s.pid for s in record.ranks) else ""
+        console.info(f"rpcctl: job '{record.name}' {record.reason} after {took}{stopped} ({where})")
         return
     cause = record.root_cause
     console.error(f"job '{record.name}' failed after {took} ({where})")
