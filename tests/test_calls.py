@@ -88,8 +88,10 @@ def _timed_of(n: int, first: int, every: int) -> int:
     return min(n, first) + len(range(first, n, every))
 
 
-# In a job script: a process's first rpc.remote calls, all timed, so the next are sampled.
-WARM_UP = f"[rpc.remote('worker1', warm).to_here() for _ in range({tracking.REMOTE_TIMED_FIRST})]"
+def warm_up(call: str) -> str:
+    """In a job script: a function's first rpc.remote calls (``call``: its arguments), all timed,
+    so its next ones are sampled (per function, as rpc_sync's and rpc_async's)."""
+    return f"[rpc.remote('worker1', {call}).to_here() for _ in range({tracking.REMOTE_TIMED_FIRST})]"
 
 
 def _launch_to_end(tmp_path, runs_dir, script: str, name: str) -> None:
@@ -199,10 +201,6 @@ HELD_TO_THE_END = textwrap.dedent(
         return a + b
 
 
-    def warm():
-        return 0
-
-
     def one():
         return 1
 
@@ -212,25 +210,32 @@ HELD_TO_THE_END = textwrap.dedent(
     if rank == 0:
         WARM_UP
         held = [rpc.remote("worker1", add, args=(i, 1)) for i in range(20)]
-        alone = rpc.remote("worker1", one)  # untimed: the only call of its function
+        [rpc.remote("worker1", one).to_here() for _ in range(3)]  # after add's hot loop: timed, as its own first calls
+        try:
+            rpc.remote("nobody", add, args=(0, 0))  # untimed, and refused at once: no duration at all
+        except Exception:
+            pass
         rpc.rpc_sync("worker1", add, args=(0, 0))  # the owner has run them all: their creation is done
     rpc.shutdown()
     '''
-).replace("WARM_UP", WARM_UP)
+).replace("WARM_UP", warm_up("add, args=(0, 0)"))
 
 
 def test_remote_calls_held_to_a_quick_end_are_all_counted(tmp_path, runs_dir):
-    """Past a process's first REMOTE_TIMED_FIRST, only one rpc.remote in REMOTE_SAMPLE is timed;
-    the others are counted when their RRef goes or, after a second, when it is created. RRefs
+    """Past a function's first REMOTE_TIMED_FIRST, only one rpc.remote of it in REMOTE_SAMPLE is
+    timed (another function's first calls are); the others are counted when their RRef goes or, after a second, when it is created. RRefs
     still held at a sub-second shutdown are counted by the last report."""
     _launch_to_end(tmp_path, runs_dir, HELD_TO_THE_END, "held")
     document = json.loads(rpcctl("inspect", "calls", "--json", "--runs-dir", str(runs_dir)).stdout)
-    remote = next(s for s in document["summary"] if s["kind"] == "remote" and s["func"] == "add")
-    assert remote["count"] == 20 and remote["pending"] == 0, remote
-    assert remote["timed"] == len(range(0, 20, tracking.REMOTE_SAMPLE)), remote  # what p50/p99 are of
-    alone = next(s for s in document["summary"] if s["func"] == "one")
+    remote = next(s for s in document["summary"] if s["kind"] == "remote" and s["func"] == "add" and s["callee"] == "worker1")
+    first = tracking.REMOTE_TIMED_FIRST
+    assert remote["count"] == first + 20 and remote["pending"] == 0, remote
+    assert remote["timed"] == first + len(range(0, 20, tracking.REMOTE_SAMPLE)), remote  # what p50/p99 are of
+    rare = next(s for s in document["summary"] if s["func"] == "one")
+    assert (rare["count"], rare["timed"]) == (3, 3), rare  # sampled per function: a process's count would time none
+    alone = next(s for s in document["summary"] if s["func"] == "add" and s["callee"] == "nobody")
     # No duration known: none is shown (it read MAX 0.00 ms)
-    assert (alone["count"], alone["timed"], alone["p50_s"], alone["max_s"], alone["mean_s"]) == (1, 0, None, None, None), alone
+    assert (alone["count"], alone["errors"], alone["timed"], alone["p50_s"], alone["max_s"], alone["mean_s"]) == (1, 1, 0, None, None, None), alone
     assert_no_process_left(only_run(runs_dir))
 
 
@@ -244,14 +249,10 @@ SLOW_REMOTES = textwrap.dedent(
     SYNC = Path(sys.argv[1])
 
 
-    def slow_make():
-        while not (SYNC / "release").exists():
+    def slow_make(wait=True):
+        while wait and not (SYNC / "release").exists():
             time.sleep(0.02)
         return 7
-
-
-    def warm():
-        return 0
 
 
     rank = int(os.environ["RANK"])
@@ -268,7 +269,7 @@ SLOW_REMOTES = textwrap.dedent(
             pass
     rpc.shutdown()
     '''
-).replace("WARM_UP", WARM_UP)
+).replace("WARM_UP", warm_up("slow_make, args=(False,)"))
 
 
 def test_remote_calls_still_being_created_are_listed_pending_timed_or_not(tmp_path, runs_dir):
@@ -300,7 +301,7 @@ def test_remote_calls_still_being_created_are_listed_pending_timed_or_not(tmp_pa
     document = json.loads(rpcctl("inspect", "calls", "--json", "--runs-dir", str(runs_dir)).stdout)
     assert document["pending"] == []
     made = next(s for s in document["summary"] if s["func"] == "slow_make" and s["callee"] == "worker1")
-    assert made["count"] == 2 and made["errors"] == 0 and made["max_s"] >= tracking.LONG_S, made
+    assert made["count"] == tracking.REMOTE_TIMED_FIRST + 2 and made["errors"] == 0 and made["max_s"] >= tracking.LONG_S, made
     refused = next(s for s in document["summary"] if s["func"] == "slow_make" and s["callee"] == "nobody")
     assert (refused["count"], refused["errors"]) == (1, 1), refused
     history = inspect.calls(run_dir, history=True)

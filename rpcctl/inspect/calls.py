@@ -12,7 +12,7 @@ Calls that end within ``calls.LONG_S`` are only counted (``call_stats``: a log-s
 per caller, callee, function and kind, so p50/p99 come from bucket middles, within ±9%; of the
 timed calls, ``timed``: of each function's rpc_sync calls, the first ``SYNC_TIMED_FIRST``, then one in
 ``SYNC_SAMPLE``; of each function's rpc_async calls, the first ``ASYNC_TIMED_FIRST``,
-then one in ``ASYNC_SAMPLE``; rpc.remote likewise, ``REMOTE_TIMED_FIRST`` then one in ``REMOTE_SAMPLE``;
+then one in ``ASYNC_SAMPLE``; of each function's rpc.remote calls, ``REMOTE_TIMED_FIRST`` then one in ``REMOTE_SAMPLE``;
 every call is counted). The
 callee does not know who asked: ``serving`` rows get their caller by matching the callers'
 pending calls to the same worker and function, the latest one that started before.

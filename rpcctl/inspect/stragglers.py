@@ -93,7 +93,7 @@ def _slow_steps(rows: list, now: float) -> list[Straggler]:
 
 def _slow_callees(stats: list, names: dict[str, int]) -> list[Straggler]:
     # The mean of the timed calls: total_s sums the durations of those only (one rpc.remote in
-    # REMOTE_SAMPLE is timed past the first REMOTE_TIMED_FIRST; every call is counted), and the
+    # REMOTE_SAMPLE is timed past a function's first REMOTE_TIMED_FIRST; every call is counted), and the
     # histogram counts them.
     timed: dict[tuple[str, str], list[float]] = {}
     for row in stats:

@@ -19,8 +19,8 @@ hook                               hot path
                                    (future, callee, function, site, start), counted with their
                                    outcome once seen done, not timed
 ``remote``                         the RRef hook (``rrefs.hooks``: one hook for both) lets
-                                   ``_time_remote`` time the first ``REMOTE_TIMED_FIRST``,
-                                   then one in ``REMOTE_SAMPLE``, the same (ended by the RRef's
+                                   ``_time_remote`` time, of each function, the first
+                                   ``REMOTE_TIMED_FIRST``, then one in ``REMOTE_SAMPLE`` (ended by the RRef's
                                    creation future, complete once the owner ran the function);
                                    the others only call through: the hook's record of the
                                    handle counts them, on the sender
@@ -70,7 +70,7 @@ from rpcctl.rank.observer import Observer, TorchRpc
 from rpcctl.rank.rrefs import hooks
 from rpcctl.rank.rrefs.hooks import caller as _caller
 
-# The first calls of a function are timed, then one in SAMPLE (rpc.remote: of a process): a timed
+# The first calls of a function are timed, then one in SAMPLE: a timed
 # rpc.remote (its creation future and a done-callback on it) cost the job ~70 µs of CPU here, a
 # timed rpc_async ~20 µs, on torch's RPC threads and in the GIL they take for the callback; every
 # call is counted either way (benchmarks/telemetry_cost.py --threads, benchmarks/launch_cost.py).
@@ -113,7 +113,7 @@ _sender_tid = 0  # the telemetry thread: its own calls (RRef descriptions) are n
 _local_invokes: tuple[Any, ...] = ()  # rref_proxy's functions behind rref.rpc_sync().method()
 _workers: dict[int, str] = {}
 _dropped = 0
-_remotes_timed = 0  # rpc.remote calls timed in this process
+_remote_schedules: dict[Any, Iterator[bool]] = {}  # rpc.remote: function → whether its next calls are timed
 
 
 class _Call:
@@ -411,16 +411,21 @@ def _timed_async(kind: str, future_of: Any, orig: Any, to: Any, func: Any, args:
     return result
 
 
-def _time_remote(orig: Any, to: Any, func: Any, args: Any, kwargs: Any, timeout: Any) -> tuple[Any, int]:
-    """The RRef hook's timer (``hooks.set_remote_timer``): one timed rpc.remote, and how many
-    to let by untimed before the next (none among a process's first ``REMOTE_TIMED_FIRST``).
-    The schedule of the rpc_async hook: the calls numbered REMOTE_TIMED_FIRST + k * REMOTE_SAMPLE.
-    The others the RRef hook's record of their handle counts, on the sender."""
-    global _remotes_timed
-    rref = _timed_async("remote", _creation_future, orig, to, func, args, kwargs, timeout)
-    _remotes_timed += 1
-    # Calls 0 to REMOTE_TIMED_FIRST - 1 are timed, then REMOTE_TIMED_FIRST, and one in REMOTE_SAMPLE on
-    return rref, 0 if _remotes_timed <= REMOTE_TIMED_FIRST else REMOTE_SAMPLE - 1
+def _time_remote(orig: Any, to: Any, func: Any, args: Any, kwargs: Any, timeout: Any) -> Any:
+    """The RRef hook's timer (``hooks.set_remote_timer``): one timed rpc.remote. The others the
+    RRef hook's record of their handle counts, on the sender."""
+    return _timed_async("remote", _creation_future, orig, to, func, args, kwargs, timeout)
+
+
+def _remote_timed(func: Any) -> bool:
+    """The RRef hook's question: is this rpc.remote of ``func`` timed? Its schedule, as the
+    rpc_async hook's: of each function, the first ``REMOTE_TIMED_FIRST``, then one in ``REMOTE_SAMPLE``."""
+    try:
+        return next(_remote_schedules[func])
+    except KeyError:
+        return _first_call(_remote_schedules, func, REMOTE_TIMED_FIRST, REMOTE_SAMPLE)
+    except TypeError:  # an unhashable callable: timed
+        return True
 
 
 def _count_failure(kind: str, to: Any, func: Any, args: Any, exc: BaseException) -> None:
@@ -453,20 +458,20 @@ class CallsObserver(Observer):
     def activate(self, queue: Any) -> None:
         global _q
         _q = queue
-        hooks.set_remote_timer(_time_remote, functools.partial(_count_failure, "remote"))  # its part of the rpc.remote hook
+        hooks.set_remote_timer(_time_remote, functools.partial(_count_failure, "remote"), _remote_timed)  # its part of the rpc.remote hook
 
     def deactivate(self) -> None:
         global _q
         _q = None
-        hooks.set_remote_timer(None, None)
+        hooks.set_remote_timer(None, None, None)
 
     def after_fork_in_child(self) -> None:
         """A forked child starts with nothing in flight and serves nothing."""
-        global _q, _dropped, _sender_tid, _remotes_timed
+        global _q, _dropped, _sender_tid
         _q = None
         _dropped = 0
-        _remotes_timed = 0
-        hooks.set_remote_timer(None, None)
+        _remote_schedules.clear()
+        hooks.set_remote_timer(None, None, None)
         _sender_tid = 0
         _pending.clear()
         _done.clear()

@@ -143,40 +143,40 @@ def skip_frames_of(rpc: Any) -> None:
     _skip_dirs = (os.path.dirname(rpc.__file__) + os.sep, telemetry_dir + os.sep)
 
 
-def set_remote_timer(timer: Callable[..., tuple[Any, int]] | None, count_failure: Callable[..., None] | None) -> None:
+def set_remote_timer(timer: Callable[..., Any] | None, count_failure: Callable[..., None] | None,
+                     timed: Callable[[Any], bool] | None) -> None:
     """The calls family's part of the ``rpc.remote`` hook (``calls.OBSERVER.activate``; None: off).
-    ``timer(orig, to, func, args, kwargs, timeout)`` makes one timed call and returns (its
-    handle, how many calls to let by untimed before the next); ``count_failure(to, func, args,
-    exc)`` counts an untimed one that raised (no handle, so no record of it counts it).
+    ``timed(func)`` says whether this call of ``func`` is timed (its per-function schedule, as for
+    rpc_sync and rpc_async); ``timer(orig, to, func, args, kwargs, timeout)`` makes one timed call
+    and returns its handle; ``count_failure(to, func, args, exc)`` counts an untimed one that
+    raised (no handle, so no record of it counts it).
 
     One hook for both families: a second wrapper in the chain (calls' own, until this) cost
     each call ~2 µs of the caller's time in situ, cold caches and all: a third of what the
     hooks cost a sequential ``rpc.remote`` loop (benchmarks/telemetry_cost.py)."""
-    global _time_remote, _count_failed_remote
-    _time_remote, _count_failed_remote = timer, count_failure
+    global _time_remote, _count_failed_remote, _remote_timed
+    _time_remote, _count_failed_remote, _remote_timed = timer, count_failure, timed
 
 
-_time_remote: Callable[..., tuple[Any, int]] | None = None
+_time_remote: Callable[..., Any] | None = None
 _count_failed_remote: Callable[..., None] | None = None
-_untimed_left = 0  # rpc.remote calls to let by before the calls family times one (a race only moves a sample)
+_remote_timed: Callable[[Any], bool] | None = None
 
 
 def wrap_remote(orig: Any, unset_timeout: float) -> Any:
     @functools.wraps(orig)
     def remote(to, func, args=None, kwargs=None, timeout=unset_timeout):  # noqa: ANN001 - torch's signature
-        global _untimed_left
         timer = _time_remote
         if timer is None:
             rref = orig(to, func, args, kwargs, timeout)
-        elif _untimed_left > 0:
-            _untimed_left -= 1
+        elif _remote_timed(func):
+            rref = timer(orig, to, func, args, kwargs, timeout)
+        else:
             try:
                 rref = orig(to, func, args, kwargs, timeout)
             except BaseException as exc:
                 _count_failed_remote(to, func, args, exc)
                 raise
-        else:
-            rref, _untimed_left = timer(orig, to, func, args, kwargs, timeout)
         q = _q
         if q is not None:
             if len(q) < MAX_QUEUE:
@@ -303,10 +303,9 @@ class RRefsObserver(Observer):
 
     def after_fork_in_child(self) -> None:
         """A forked child starts with no queue and no state."""
-        global _q, _dropped, _shutting_down, identity, _untimed_left
+        global _q, _dropped, _shutting_down, identity
         _q = None
         _dropped = 0
-        _untimed_left = 0
         _shutting_down = False
         identity = None
         local_sites.clear()
