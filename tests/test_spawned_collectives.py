@@ -66,6 +66,19 @@ def test_the_spawned_straggler_is_its_dist_rank_and_flagged_on_its_own_process(t
     assert len({w.pid for w in flagged}) == 2, flagged
 
 
+def test_inspect_workers_gives_each_spawned_worker_its_dist_rank_and_world(twice_run):
+    """What the program calls each worker (its dist rank; mp.spawn's share their parent's launcher
+    rank), and which round of mp.spawn made it: in the JSON, and beside the parent in the table."""
+    shown = rpcctl("inspect", "workers", str(twice_run), "--json")
+    assert shown.returncode == 0, shown.stderr
+    workers = json.loads(shown.stdout)
+    children = sorted((w["pg_world"], w["dist_rank"]) for w in workers if w["kind"] == "child")
+    assert children == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)], workers
+    assert [(w["rank"], w["dist_rank"]) for w in workers if w["kind"] == "rank"] == [(0, None)]  # it spawned them, in no group itself
+    table = rpcctl("inspect", "workers", str(twice_run)).stdout
+    assert "(child of rank 0, dist rank 1)" in table and "(child of rank 0, dist rank 1 of world w1)" in table, table
+
+
 def test_the_trace_links_each_round_s_collectives_across_its_spawned_workers(twice_run, tmp_path):
     out = tmp_path / "trace.json"
     assert rpcctl("trace", str(twice_run), "-o", str(out)).returncode == 0

@@ -59,6 +59,8 @@ class WorkerRecord:
     cpu_s: float | None  # CPU time the process used, all threads (at its last probe)
     telemetry_cpu_s: float | None  # of which rpcctl's telemetry sender thread
     straggler: str | None = None  # far slower than the others, with the figure (``stragglers``)
+    dist_rank: int | None = None  # its rank in its c10d world (a spawned child's is not the launcher rank), once init_process_group returned
+    pg_world: int | None = None  # which c10d world (0, then 1, 2... for each new one: a round of mp.spawn)
 
     @property
     def rank_shown(self) -> str:
@@ -69,15 +71,20 @@ class WorkerRecord:
 
     @property
     def name_shown(self) -> str | None:
-        """NAME in the table: a child's RPC name, and whose child it is."""
+        """NAME in the table: a child's RPC name, whose child it is, and its dist rank (what
+        its program calls it: mp.spawn's workers share their parent's launcher rank)."""
         if self.kind == "child" and self.rank is not None:
-            return f"{self.name or '-'} (child of rank {self.rank})"
+            world = f" of world w{self.pg_world}" if self.pg_world else ""
+            dist = f", dist rank {self.dist_rank}{world}" if self.dist_rank is not None else ""
+            return f"{self.name or '-'} (child of rank {self.rank}{dist})"
         return self.name
 
     COLUMNS = (
         Column("rank_shown", "RANK", justify="right", priority=KEY, shows="rank"),
         Column("name_shown", "NAME", priority=KEY, shows="name"),
         Column("kind", detail=True, priority=LOW),
+        Column("dist_rank", "DIST RANK", detail=True, justify="right", priority=LOW),
+        Column("pg_world", "DIST WORLD", detail=True, justify="right", priority=LOW),
         Column("host", detail=True, priority=LOW),
         Column("pid", justify="right", priority=HIGH),
         Column("state", priority=KEY),
@@ -219,4 +226,6 @@ def _worker(s: StoreReader, proc: sqlite3.Row | None, rank: sqlite3.Row | None, 
         ended_at=iso_time(finished),
         cpu_s=column(proc, "cpu_s"),
         telemetry_cpu_s=column(proc, "telemetry_cpu_s"),
+        dist_rank=column(proc, "dist_rank"),
+        pg_world=column(proc, "pg_world"),
     )
