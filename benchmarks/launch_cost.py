@@ -103,6 +103,17 @@ sender's CPU per op (214 -> 92 µs per 32 calls) and raised the caller's by as m
 by thread and function, on minus off) and shows what the ratios cannot: for sync, the caller's
 ``_PyEval_EvalFrameDefault`` +4.4 -> +2.1 µs and the sender +7.2 -> +3.6 µs per call.
 
+Measured again (2026-12-06 19:30-19:43 UTC, a quiet machine, the code of 0a6aa6e, ``--shapes sync
+remote async --arms on off --rounds 20 --seconds 3 --transport uv``), CPU on/off, median
+(lowest..highest): sync 0.976 (0.852..1.057), remote 0.953 (0.813..1.074), async 0.968
+(0.834..1.098); the caller thread's own CPU 0.954, 0.953, 0.966; the sender's per op 2.8 µs, 5.6,
+223 per 32 calls. The same code has read, in medians of 5-10 rounds, remote 0.965 and 0.973, async
+0.936-0.991 (0.991 beside a variant whose sender reads no outcome: 1.001, within the noise of it).
+``launch_cost_perf.py remote``, 3 pairs then 2: the caller thread on - off -7.9 µs per call, then
++10.7; the sender +11.1, then +3.6. So the cost is 2-5% of a rank's CPU in these loopback loops,
+and no one piece of it stands above a run's noise any more: what is left is what rpcctl records
+per call (a call site, a start, an outcome; a record per RRef and per use of one).
+
 Where the time goes. The sender, its sections timed in situ (one launch each, before the cost2
 branch; ms over a ~4 s launch): sync 20 = summariser 12.4 (ended calls), send 3.6 (~0.09 ms a
 cycle, encoding and the socket), probe 2.2 (psutil), tracker 0.9, the callee-stack look 0.5,
