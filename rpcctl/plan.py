@@ -25,14 +25,16 @@ import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from rpcctl.config import JobSpec
 from rpcctl.console import KEY, Column
 from rpcctl.devices import parse_visible_devices
 from rpcctl.errors import ConfigError, UsageError
 from rpcctl.python_cmd import RUNTIME, module_command
 from rpcctl.runs import rank_error_file, rank_log, rank_stack_file
+
+if TYPE_CHECKING:  # a type only: `rpcctl inspect` imports this module and need not load pydantic
+    from rpcctl.config import JobSpec
 
 LOOPBACK = "127.0.0.1"
 

@@ -114,7 +114,7 @@ def test_o_is_the_output_file_everywhere():
     from rpcctl.cli import app
 
     root = get_command(app)
-    writers = {"bench": root.commands["bench"], "report": root.commands["report"], "trace": root.commands["trace"], "k8s": root.commands["k8s"]}
+    writers = {name: root.get_command(None, name) for name in ("bench", "report", "trace", "k8s")}
     for name, command in writers.items():
         [option] = [p for p in command.params if "-o" in p.opts]
         assert option.opts[:2] == ["--output", "-o"], (name, option.opts)

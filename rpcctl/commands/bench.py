@@ -60,6 +60,7 @@ def _is_value(token: str, subcommands: set[str]) -> bool:
 
 
 bench_app = typer.Typer(
+    add_completion=False,  # a sub-app (rpcctl.cli builds it on its own when it is called)
     cls=BenchGroup,
     help="Benchmark torch RPC against its alternatives (Gloo, raw TCP, memcpy, Ray, Horovod, TensorFlow), or tune it.",
     no_args_is_help=False,

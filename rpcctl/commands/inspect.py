@@ -42,6 +42,7 @@ from rpcctl.stacks import stopped_message
 from rpcctl.states import RankStatus, RunStatus
 
 inspect_app = typer.Typer(
+    add_completion=False,  # a sub-app (rpcctl.cli builds it on its own when it is called)
     help="Look inside a run, live or after it ended.",  # + the views' names, from VIEWS below
     epilog="Example: rpcctl inspect rrefs (the latest run), rpcctl inspect workers RUN --wide",
     rich_markup_mode=None,
