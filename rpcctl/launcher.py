@@ -103,8 +103,10 @@ def launch(
         try:
             return _launch(spec, runs_dir, console, echo, live, ranks_shown, config_path, telemetry, on_start)
         except _Cancel as cancel:  # before the run directory was made: nothing of the job exists
-            name = signal.Signals(cancel.signum).name
-            raise JobCancelledError(f"cancelled by {name} before the job started", 128 + cancel.signum) from None
+            said = f"cancelled by {signal.Signals(cancel.signum).name} before the job started"
+            with contextlib.suppress(OSError):  # the terminal went away (SIGHUP): the exit code still says it
+                console.info(f"rpcctl: {said}")  # a cancel, as the supervisor's: not an error
+            raise JobCancelledError(said, 128 + cancel.signum, reported=True) from None
 
 
 class _Cancel(BaseException):
