@@ -166,16 +166,16 @@ _remote_timed: Callable[[Any], bool] | None = None
 def wrap_remote(orig: Any, unset_timeout: float) -> Any:
     @functools.wraps(orig)
     def remote(to, func, args=None, kwargs=None, timeout=unset_timeout):  # noqa: ANN001 - torch's signature
-        timer = _time_remote
-        if timer is None:
+        timer, timed, count_failure = _time_remote, _remote_timed, _count_failed_remote  # set together, read together
+        if timer is None or timed is None or count_failure is None:
             rref = orig(to, func, args, kwargs, timeout)
-        elif _remote_timed(func):
+        elif timed(func):
             rref = timer(orig, to, func, args, kwargs, timeout)
         else:
             try:
                 rref = orig(to, func, args, kwargs, timeout)
             except BaseException as exc:
-                _count_failed_remote(to, func, args, exc)
+                count_failure(to, func, args, exc)
                 raise
         q = _q
         if q is not None:
