@@ -11,6 +11,12 @@ Lifecycle (the launcher calls these; all but ``start``/``close`` may come from a
 
 The server thread waits on the listening socket, the worker connections and a wake-up pipe,
 and commits at most every ``COMMIT_INTERVAL_S``, so a reader sees a change within ~0.1 s.
+
+``health()`` says whether what the store holds can be trusted as the job's story right now (the
+hang watchdog asks before it reads silence as a stall): not when the store can no longer be
+written, the thread is gone or has not gone round its loop for ``LOOP_STALE_S``, or a fault of its
+own (an accept that failed, an error in the loop) is recent; ``healthy_since`` is when it last
+became trustworthy, so a silence that began while it was not counts from then.
 Connections are accepted only from the same user (SO_PEERCRED), on top of the socket's 0600
 mode, and other nodes only after the HMAC challenge: both in ``channel``. The store is SQLite
 in WAL mode while the run lives and a single plain file after.
@@ -27,6 +33,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,8 +46,17 @@ if TYPE_CHECKING:
     from rpcctl.config import JobSpec
 
 COMMIT_INTERVAL_S = 0.1
+LOOP_STALE_S = 5.0  # the thread has not gone round its loop for this long: it is not reading
 # What an event with a missing or ill-typed field raises in the store: the event is dropped.
 BAD_EVENT_ERRORS = (KeyError, TypeError, ValueError, OverflowError, sqlite3.InterfaceError, sqlite3.ProgrammingError)
+
+
+@dataclass(frozen=True)
+class TelemetryHealth:
+    """Whether the store is the job's story now (``impaired``: None) and since when without a break."""
+
+    impaired: str | None  # why not: what a person reads ("the telemetry store cannot be written: disk is full")
+    healthy_since: float  # wall-clock time since which nothing impaired it
 
 
 class TelemetryServer:
@@ -73,6 +89,12 @@ class TelemetryServer:
         self.refused = Refusals("telemetry server")  # local connections from another user
         self._tcp_listener: socket.socket | None = None
         self._secret = b""
+        # What health() reads, written by the server thread (plain assignments: no lock needed).
+        self._loop_at = 0.0  # monotonic time the thread last went round its loop
+        self._fault: str | None = None  # a fault of the server's own that still holds (accept failing)
+        self._fault_at = 0.0  # wall time of the last fault seen (0: none)
+        self._stopped: str | None = None  # why the thread ended, if it did without being closed
+        self._started_at = 0.0
 
     @property
     def socket_path(self) -> Path | None:
@@ -90,9 +112,29 @@ class TelemetryServer:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
+        self._started_at = time.time()
+        self._loop_at = time.monotonic()
         self._thread = threading.Thread(target=self._serve, name="rpcctl-telemetry", daemon=True)
         self._thread.start()
         return self.env()
+
+    def health(self) -> TelemetryHealth:
+        """Whether the store tells the job's story now; cheap, from any thread."""
+        store, thread = self._store, self._thread
+        if store is None or thread is None:
+            reason = "the telemetry server is not running"
+        elif self._stopped is not None or not thread.is_alive():
+            reason = f"the telemetry server stopped ({self._stopped or 'its thread ended'})"
+        elif store.failed is not None:
+            reason = f"the telemetry store cannot be written ({store.failed})"
+        elif time.monotonic() - self._loop_at > LOOP_STALE_S:
+            reason = f"the telemetry server has read nothing for {time.monotonic() - self._loop_at:.0f} s"
+        else:
+            reason = self._fault
+        if reason is not None:
+            self._fault_at = time.time()
+            return TelemetryHealth(reason, self._fault_at)
+        return TelemetryHealth(None, max(self._started_at, self._fault_at))
 
     def env(self) -> dict[str, str]:
         assert self._socket_path is not None, "start() first"
@@ -172,6 +214,7 @@ class TelemetryServer:
         last_commit = last_cpu_note = time.monotonic()
         try:
             while not self._stopping.is_set():
+                self._loop_at = time.monotonic()
                 for key, _ in selector.select(timeout=COMMIT_INTERVAL_S):
                     if key.data == "accept":
                         self._accept(selector)
@@ -204,6 +247,7 @@ class TelemetryServer:
             self._store.set_meta(server_cpu_s=time.thread_time(), refused_messages=self.bad_messages)
             self._store.commit()
         except Exception as exc:  # never take the launcher down; say why telemetry stopped
+            self._stopped = repr(exc)
             print(f"rpcctl: telemetry server stopped: {exc!r}", file=sys.stderr)
         finally:
             selector.close()
