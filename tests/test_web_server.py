@@ -1,7 +1,8 @@
 """The live page's server against neighbours without the token, over real sockets to
 127.0.0.1: a connection reset mid-request prints nothing on the console; slow clients hold at
-most ``MAX_CONNECTIONS`` threads and never keep the page from being served; a request head
-that dribbles in is cut at its deadline; ``rpcctl web --port`` in use or out of range is one
+most ``MAX_CONNECTIONS`` threads and never keep the page from being served; idle ones hold no
+thread, a bounded head each and a bounded count; a request head that dribbles in is cut at its
+deadline; ``rpcctl web --port`` in use or out of range is one
 message (exit 2)."""
 
 from __future__ import annotations
@@ -142,3 +143,77 @@ def test_web_port_in_use_or_out_of_range_is_one_message_and_exit_2(a_run):
         out_of_range = rpcctl("web", str(a_run), "--port", bad, timeout=30)
         assert out_of_range.returncode == 2, out_of_range.stderr
         assert "--port" in out_of_range.stderr and "Traceback" not in out_of_range.stderr, out_of_range.stderr
+
+
+def _idle(port: int, count: int, sent: bytes = b"") -> list[socket.socket]:
+    """``count`` connections that send ``sent`` (nothing by default) and never finish a head."""
+    socks = []
+    for _ in range(count):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        if sent:
+            sock.sendall(sent)
+        socks.append(sock)
+    return socks
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    """The server closed ``sock`` (a FIN, or a reset: it left bytes unread), within 5 s."""
+    sock.settimeout(5)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_idle_connections_hold_no_thread_and_the_token_request_is_answered_at_once(web):
+    """200 connections opened and silent (a neighbour's cheap flood): the request with the
+    token is answered within the promise (5 s; it took 7 s when a thread read each head in
+    turn), no idle one holds a thread, and each holds at most MAX_HEAD_BYTES of what it sent."""
+    from rpcctl.web.server import MAX_CONNECTIONS
+
+    proc, port, token = web
+    server = psutil.Process(proc.pid)
+    before_threads, before_rss = server.num_threads(), server.memory_info().rss
+    idle = _idle(port, 150) + _idle(port, 50, f"GET /?token=x HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Pad: ".encode() + b"p" * 30_000)
+    try:
+        time.sleep(1.0)  # every one of them accepted and read, none finished
+        started = time.monotonic()
+        assert _get(port, token) == 200
+        took = time.monotonic() - started
+        threads, rss = server.num_threads(), server.memory_info().rss
+        assert all(sock.fileno() >= 0 for sock in idle)
+    finally:
+        for sock in idle:
+            sock.close()
+    assert took < 5, took
+    assert threads <= before_threads + MAX_CONNECTIONS, (before_threads, threads)
+    assert rss - before_rss < 32 * 2**20, (before_rss, rss)  # 50 x 30 KB of heads, and the page's work
+
+
+def test_a_head_over_the_cap_or_past_the_waiting_limit_is_closed_and_the_page_still_served(a_run, monkeypatch):
+    """A head longer than MAX_HEAD_BYTES is cut; beyond MAX_WAITING waiting connections, a new
+    one closes the one that has waited longest: memory and descriptors stay bounded, and the
+    request with the token still gets in."""
+    from rpcctl.web import server as web_server
+
+    monkeypatch.setattr(web_server, "MAX_WAITING", 40)
+    live = web_server.LiveServer(a_run).start()
+    idle: list[socket.socket] = []
+    try:
+        [big] = _idle(live.port, 1, b"GET / HTTP/1.1\r\nX-Big: " + b"b" * (web_server.MAX_HEAD_BYTES + 10))
+        assert _closed_by_server(big)
+        big.close()
+        idle = _idle(live.port, 60)
+        deadline = time.monotonic() + 10
+        while live.dropped["closed: too many connections waiting, a newer one took its place"] < 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert live.dropped["closed: too many connections waiting, a newer one took its place"] == 20, dict(live.dropped)
+        assert live.dropped["closed: request head over 32 KiB"] == 1, dict(live.dropped)
+        started = time.monotonic()
+        assert _get(live.port, live.token) == 200
+        assert time.monotonic() - started < 5
+        assert _closed_by_server(idle[0])  # the first of them made room
+    finally:
+        for sock in idle:
+            sock.close()
+        live.stop()

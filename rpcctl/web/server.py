@@ -15,33 +15,46 @@ Who can read it (a run's page shows its config, errors and log text):
 - responses are ``no-store``, never framed, and the page's Content-Security-Policy lets it
   run only its own scripts and connect only to this server.
 
-What a local neighbour without the token can do to it is bounded:
+What a local neighbour without the token can do to it is bounded. Two stages::
 
-- at most ``MAX_CONNECTIONS`` connections are served at once, one thread each. A connection
-  beyond them waits up to ``SLOT_WAIT_S`` for a thread, and takes the place of a slow client
-  (one still without its whole request head after ``SLOW_HEAD_S``, the one that has waited
-  longest), which is closed; if no thread frees in time, it is closed unanswered. A browser sends
-  its request head at once, so slow clients never keep it out;
-- a request line and its headers must arrive within ``REQUEST_HEAD_S`` (a deadline over all
-  the reads, not a timeout per read), or the connection is closed;
-- a connection reset, refused or timed out is counted (``LiveServer.dropped``), never
+    accept ──▶ the front (one thread, a selector): reads every connection's request head,
+               at most MAX_HEAD_BYTES, within REQUEST_HEAD_S of its accept
+                 │ a whole head
+                 ▼
+               MAX_CONNECTIONS threads: one request each (parse, check, answer), then close
+
+- a connection that sends nothing, or dribbles, holds no thread: only its socket and what it
+  sent (at most ``MAX_HEAD_BYTES``), and for at most ``REQUEST_HEAD_S`` (a deadline over all its
+  reads, not a timeout per read); a request whose head is whole is answered at once, however
+  many such connections there are (200 idle ones delayed the token's request by 7 s when a
+  thread read each head);
+- at most ``MAX_WAITING`` connections (fewer under a low open-files limit) wait for their
+  head: a new one beyond them closes the one that has waited longest; an ``accept`` that finds
+  no descriptor left does the same, so the server never stops on EMFILE;
+- at most ``MAX_CONNECTIONS`` threads answer, each at most ``REQUEST_HEAD_S`` per answer to a
+  client that does not read it; the connection is closed after one request (HTTP/1.0);
+- a connection reset, refused, cut or timed out is counted (``LiveServer.dropped``), never
   printed: the console is the job's. ``RPCCTL_DEBUG=1`` prints one line for each.
 """
 
 from __future__ import annotations
 
 import collections
+import errno
 import hmac
 import io
 import json
 import os
+import queue
+import resource
 import secrets
+import selectors
 import socket
-import sys
 import threading
 import time
+import traceback
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -53,14 +66,15 @@ from rpcctl.web.page import render, require_plotly, run_view, view_json
 VIEW_PATH = "/api/view"
 # The page polls once a second; several tabs (or a fast poller) share one read of the store.
 VIEW_MAX_AGE_S = 0.5
-# Connections served at once (a thread each): a few tabs polling need a handful.
+# Threads that answer requests (each a whole request head): a few tabs polling need a handful.
 MAX_CONNECTIONS = 16
-# The request line and headers of a request must have arrived this long after it began.
+# The request line and headers of a request must have arrived this long after its accept.
 REQUEST_HEAD_S = 10.0
-# A connection beyond MAX_CONNECTIONS waits this long for a thread before it is closed...
-SLOT_WAIT_S = 5.0
-# ...and may take the thread of one still without its request head after this long.
-SLOW_HEAD_S = 1.0
+# A request head is at most this long (a browser's is under 8 KiB).
+MAX_HEAD_BYTES = 32 * 1024
+# Connections waiting for their head, at most (and at most a quarter of the open-files limit):
+# their memory is bounded by MAX_WAITING * MAX_HEAD_BYTES (16 MiB).
+MAX_WAITING = 512
 
 
 class LiveServer:
@@ -75,7 +89,7 @@ class LiveServer:
         self._thread: threading.Thread | None = None
         self.dropped: collections.Counter[str] = collections.Counter()  # connections refused, reset, timed out
         self._drop_lock = threading.Lock()
-        self.httpd = _BoundedServer(("127.0.0.1", port), self)
+        self.httpd = _Front(("127.0.0.1", port), self)
         self.port = self.httpd.server_address[1]
         self.allowed_hosts = frozenset({f"127.0.0.1:{self.port}", f"localhost:{self.port}"})
         self.allowed_origins = frozenset(f"http://{host}" for host in self.allowed_hosts)
@@ -99,9 +113,9 @@ class LiveServer:
 
     def stop(self) -> None:
         self.httpd.shutdown()
-        self.httpd.server_close()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        self.httpd.server_close()
 
     def token_ok(self, query: str) -> bool:
         given = parse_qs(query).get("token", [""])[0]
@@ -124,143 +138,286 @@ class LiveServer:
             return self._view[1]
 
 
-class _BoundedServer(ThreadingHTTPServer):
-    """``ThreadingHTTPServer`` with at most ``MAX_CONNECTIONS`` threads, quiet about clients
-    that go away (see the module's docstring)."""
+class _Waiting:
+    """A connection whose request head is still coming: what it sent, and until when it may."""
 
-    daemon_threads = True
-    block_on_close = False  # closing does not wait for a slow client's thread
-    request_queue_size = 128  # connections wait in the backlog while the threads are taken, not in SYN retries
+    __slots__ = ("connection", "client", "data", "deadline")
+
+    def __init__(self, connection: socket.socket, client: Any):
+        self.connection, self.client = connection, client
+        self.data = bytearray()
+        self.deadline = time.monotonic() + REQUEST_HEAD_S  # read now: tests shorten it
+
+
+def _end_of_head(data: bytearray, start: int) -> int:
+    """Where the request head ends (just past its blank line), or -1; the search begins near
+    ``start``, where the last one left off (a head dribbled byte by byte is scanned once)."""
+    ends = [at + len(mark) for mark in (b"\r\n\r\n", b"\n\n") if (at := data.find(mark, max(0, start - 3))) >= 0]
+    return min(ends) if ends else -1
+
+
+def _close(connection: socket.socket) -> None:
+    try:
+        connection.close()
+    except OSError:
+        pass
+
+
+class _Front:
+    """The listening socket and every connection still sending its request head, on one thread
+    (a selector); whole heads go to at most ``MAX_CONNECTIONS`` answering threads (see the
+    module's docstring). ``serve_forever``, ``shutdown``, ``server_close`` as socketserver's."""
 
     def __init__(self, address: tuple[str, int], live: LiveServer):
         self.live = live
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        self._lock = threading.Lock()
-        self._waiting: dict[socket.socket, float] = {}  # connections reading a request head: since when
-        super().__init__(address, _Handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        given_up = time.monotonic() + SLOT_WAIT_S
-        while not self._slots.acquire(timeout=0.05):
-            self._close_a_slow_one()
-            if time.monotonic() >= given_up:
-                self.live.drop("refused: every connection busy", client_address)
-                self.shutdown_request(request)
-                return
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
-            super().process_request(request, client_address)
-        except BaseException:  # no thread: the slot is free again
-            self._slots.release()
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.socket.bind(address)
+            self.socket.listen(128)
+        except BaseException:
+            self.socket.close()
             raise
+        self.socket.setblocking(False)
+        self.server_address = self.socket.getsockname()
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self.max_waiting = MAX_WAITING if soft == resource.RLIM_INFINITY else max(8, min(MAX_WAITING, soft // 4))
+        self._waiting: dict[int, _Waiting] = {}  # by file descriptor, oldest first
+        self._selector = selectors.DefaultSelector()
+        self._wake_read, self._wake = socket.socketpair()
+        self._wake_read.setblocking(False)
+        self._heads: queue.SimpleQueue[tuple[socket.socket, Any, bytes] | None] = queue.SimpleQueue()
+        self._answering = 0  # heads handed on and not yet answered
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._stopped = threading.Event()
+        self._stopped.set()
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+    # -- the front's thread
+
+    def serve_forever(self) -> None:
+        self._stopped.clear()
+        selector = self._selector
+        selector.register(self.socket, selectors.EVENT_READ, "accept")
+        selector.register(self._wake_read, selectors.EVENT_READ, "wake")
+        resting_until = 0.0  # out of descriptors, with none of ours to close: accept again after a moment
         try:
-            super().process_request_thread(request, client_address)
+            while not self._stopping.is_set():
+                now = time.monotonic()
+                timeout = 0.05 if resting_until else 0.5
+                if self._waiting:
+                    timeout = max(0.0, min(timeout, next(iter(self._waiting.values())).deadline - now))
+                for key, _ in selector.select(timeout):
+                    if key.data == "accept":
+                        if not self._accept():
+                            selector.unregister(self.socket)
+                            resting_until = time.monotonic() + 0.05
+                    elif key.data == "wake":
+                        self._drain_wake()
+                    else:
+                        self._read(key.data)
+                now = time.monotonic()
+                if resting_until and now >= resting_until:
+                    selector.register(self.socket, selectors.EVENT_READ, "accept")
+                    resting_until = 0.0
+                self._expire(now)
         finally:
-            self.reading_head(request, False)
-            self._slots.release()
+            for data in ("accept", "wake"):
+                try:
+                    selector.unregister(self.socket if data == "accept" else self._wake_read)
+                except (KeyError, ValueError):
+                    pass
+            for waiting in list(self._waiting.values()):
+                self._forget(waiting)
+            self._stopped.set()
 
-    def reading_head(self, connection: socket.socket, reading: bool) -> None:
-        """``connection``'s thread waits for its request head (since its first read: a thread not
-        yet run on a busy machine is not a slow client), or has it."""
-        with self._lock:
-            if reading:
-                self._waiting[connection] = time.monotonic()
-            else:
-                self._waiting.pop(connection, None)
+    def _accept(self) -> bool:
+        """Accept every connection that is there; False when out of descriptors and none of
+        ours could be closed to make room (the listening socket then rests a moment)."""
+        while True:
+            try:
+                connection, client = self.socket.accept()
+            except (BlockingIOError, InterruptedError):
+                return True
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    if self._waiting:
+                        self._make_room("closed: out of file descriptors, a newer connection took its place")
+                        continue
+                    self.live.drop("refused: out of file descriptors", None)
+                    return False
+                if exc.errno in (errno.ECONNABORTED, errno.EPROTO, errno.EPERM):
+                    continue  # gone before it was accepted
+                raise
+            with self._lock:
+                answering = self._answering
+            if answering >= self.max_waiting:  # the answering threads are that far behind: no more now
+                self.live.drop("refused: every connection busy", client)
+                _close(connection)
+                continue
+            if len(self._waiting) >= self.max_waiting:
+                self._make_room("closed: too many connections waiting, a newer one took its place")
+            connection.setblocking(False)
+            waiting = _Waiting(connection, client)
+            self._waiting[connection.fileno()] = waiting
+            self._selector.register(connection, selectors.EVENT_READ, waiting)
 
-    def _close_a_slow_one(self) -> None:
-        """Close the connection that has waited longest for its request head, if that is over
-        ``SLOW_HEAD_S``: its thread's read ends, and the thread frees its slot."""
-        with self._lock:
-            slow = time.monotonic() - SLOW_HEAD_S
-            if not self._waiting:
-                return
-            connection = min(self._waiting, key=self._waiting.__getitem__)
-            if self._waiting[connection] > slow:
-                return
-            del self._waiting[connection]
+    def _make_room(self, why: str) -> None:
+        oldest = next(iter(self._waiting.values()))
+        self._forget(oldest)
+        self.live.drop(why, oldest.client)
+
+    def _read(self, waiting: _Waiting) -> None:
         try:
-            connection.shutdown(socket.SHUT_RDWR)
+            chunk = waiting.connection.recv(MAX_HEAD_BYTES + 1 - len(waiting.data))
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._forget(waiting)
+            self.live.drop(f"lost: {type(exc).__name__}", waiting.client)
+            return
+        if not chunk:  # the client closed before its head was whole
+            self._forget(waiting)
+            return
+        scanned = len(waiting.data)
+        waiting.data += chunk
+        end = _end_of_head(waiting.data, scanned)
+        if end < 0:
+            if len(waiting.data) > MAX_HEAD_BYTES:
+                self._forget(waiting)
+                self.live.drop(f"closed: request head over {MAX_HEAD_BYTES // 1024} KiB", waiting.client)
+            return
+        self._unwatch(waiting)
+        self._hand_on(waiting.connection, waiting.client, bytes(waiting.data[:end]))
+
+    def _expire(self, now: float) -> None:
+        while self._waiting:
+            oldest = next(iter(self._waiting.values()))
+            if oldest.deadline > now:
+                return
+            self._forget(oldest)
+            self.live.drop("timed out", oldest.client)
+
+    def _unwatch(self, waiting: _Waiting) -> None:
+        self._waiting.pop(waiting.connection.fileno(), None)
+        try:
+            self._selector.unregister(waiting.connection)
+        except (KeyError, ValueError):
+            pass
+
+    def _forget(self, waiting: _Waiting) -> None:
+        self._unwatch(waiting)
+        _close(waiting.connection)
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_read.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    # -- the answering threads
+
+    def _hand_on(self, connection: socket.socket, client: Any, head: bytes) -> None:
+        with self._lock:
+            self._answering += 1
+            idle = len(self._threads) - (self._answering - 1)
+            if idle <= 0 and len(self._threads) < MAX_CONNECTIONS:
+                thread = threading.Thread(target=self._answer_heads, name=f"rpcctl-web-{len(self._threads)}", daemon=True)
+                self._threads.append(thread)
+                thread.start()
+        self._heads.put((connection, client, head))
+
+    def _answer_heads(self) -> None:
+        while True:
+            item = self._heads.get()
+            if item is None:
+                return
+            connection, client, head = item
+            try:
+                connection.setblocking(True)
+                connection.settimeout(REQUEST_HEAD_S)  # a client that does not read its answer holds a thread this long at most
+                _Handler(connection, client, self, head)
+            except OSError as exc:
+                self.live.drop(f"lost: {type(exc).__name__}", client)
+            except Exception:  # a bug of ours: its traceback, and the server goes on
+                traceback.print_exc()
+            finally:
+                _close(connection)
+                with self._lock:
+                    self._answering -= 1
+
+    # -- socketserver's names
+
+    def shutdown(self) -> None:
+        """Stop ``serve_forever`` (from another thread) and wait for it."""
+        self._stopping.set()
+        try:
+            self._wake.send(b"x")
         except OSError:
-            pass  # closed by its thread meanwhile
-        self.live.drop("closed: too slow, a newer connection took its place", connection_peer(connection))
+            pass
+        self._stopped.wait(timeout=5)
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that reset or closed mid-request: counted, no traceback on the job's console."""
-        exc = sys.exc_info()[1]
-        if isinstance(exc, OSError):
-            self.live.drop(f"lost: {type(exc).__name__}", client_address)
-        else:
-            super().handle_error(request, client_address)  # a bug of ours: keep its traceback
-
-
-def connection_peer(connection: socket.socket) -> Any:
-    try:
-        return connection.getpeername()
-    except OSError:
-        return None
+    def server_close(self) -> None:
+        self._stopping.set()
+        for _ in self._threads:
+            self._heads.put(None)
+        for closing in (self.socket, self._wake, self._wake_read):
+            _close(closing)
+        try:
+            self._selector.close()
+        except (OSError, RuntimeError):
+            pass
 
 
-class _HeadDeadline(io.RawIOBase):
-    """The connection's reads, each given only what is left of the request head's deadline."""
+class _SendAll(io.RawIOBase):
+    """The handler's ``wfile``: every write whole (``sendall``), within the socket's timeout."""
 
-    def __init__(self, connection: socket.socket, server: _BoundedServer):
-        self.connection, self.server = connection, server
-        self.deadline = time.monotonic() + REQUEST_HEAD_S
-        self.reading = False
+    def __init__(self, connection: socket.socket):
+        self.connection = connection
 
-    def start(self) -> None:
-        """A request begins: its head is due within ``REQUEST_HEAD_S``."""
-        self.deadline = time.monotonic() + REQUEST_HEAD_S
-        self.reading = False
-
-    def readable(self) -> bool:
+    def writable(self) -> bool:
         return True
 
-    def readinto(self, buffer: Any) -> int:
-        if not self.reading:
-            self.reading = True
-            self.server.reading_head(self.connection, True)
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError(f"request head not received within {REQUEST_HEAD_S:g}s")
-        self.connection.settimeout(left)
-        return self.connection.recv_into(buffer)
+    def write(self, data: Any) -> int:
+        self.connection.sendall(data)
+        return len(data)
 
 
 class _Handler(BaseHTTPRequestHandler):
+    """One request, whose head the front has read whole (``head``); the answer is written to
+    the connection, which is then closed."""
+
     server_version = "rpcctl"
     sys_version = ""
-    timeout = REQUEST_HEAD_S  # for writes: a client that does not read its answer does not hold a thread
-    server: _BoundedServer
+    server: _Front
+
+    def __init__(self, connection: socket.socket, client: Any, front: _Front, head: bytes):
+        self._whole_head = head
+        super().__init__(connection, client, front)
 
     @property
     def live(self) -> LiveServer:
         return self.server.live
 
     def setup(self) -> None:
-        super().setup()
-        self.rfile.close()
-        self._head = _HeadDeadline(self.connection, self.server)
-        self.rfile = io.BufferedReader(self._head)
+        self.connection = self.request
+        self.rfile = io.BytesIO(self._whole_head)  # nothing more is read from the client
+        self.wfile = _SendAll(self.connection)
 
-    def handle_one_request(self) -> None:
-        self._head.start()
-        super().handle_one_request()
+    def handle(self) -> None:
+        self.close_connection = True
+        self.handle_one_request()
 
-    def parse_request(self) -> bool:
-        parsed = super().parse_request()  # reads the headers
-        self.server.reading_head(self.connection, False)
-        self.connection.settimeout(self.timeout)
-        return parsed
+    def finish(self) -> None:
+        pass  # the answering thread closes the connection (_Front._answer_heads)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         pass  # the launcher's console is the job's; requests are not news
 
     def log_error(self, format: str, *args: Any) -> None:  # noqa: A002
-        if format.startswith("Request timed out"):
-            self.live.drop("timed out", self.client_address)
+        pass  # a malformed request has its answer (400, 431...); the console is not told
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         refusal = self._refusal()
