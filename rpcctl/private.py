@@ -74,20 +74,22 @@ def private_file(path: Path) -> None:
         os.close(fd)
 
 
-def write_private_atomic(path: Path, text: str, *, encoding: str = "utf-8") -> None:
-    """Write ``text`` to ``path`` whole or not at all, 0600: into a new temporary file beside it,
-    then renamed over it. An old file of that name stays intact until the rename (a full disk
-    leaves it as it was), and nothing that was there has its mode changed. A target that is not
-    a regular file (a device such as /dev/null, a FIFO, a directory, a symbolic link) is refused
-    with ``OSError`` (its ``strerror`` says why), before anything is written."""
+def write_private_atomic(path: Path, data: str | bytes, *, encoding: str = "utf-8") -> None:
+    """Write ``data`` (text or bytes) to ``path`` whole or not at all, 0600: into a new temporary
+    file beside it, then renamed over it. An old file of that name stays intact until the rename
+    (a full disk leaves it as it was, and no temporary file behind), another hard link to it
+    keeps its content, and nothing that was there has its mode changed. A target that is not a
+    regular file (a device such as /dev/null, a FIFO, a directory, a symbolic link) is refused
+    with ``OSError`` (its ``strerror`` says why), before anything is opened: a FIFO never blocks.
+    This is the one writer of every file a user names (``-o``, ``--plot``, ``--write-config``)."""
     import tempfile
 
     path = Path(path)
     refuse_non_regular(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # 0600, whatever the umask
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temporary_prefix(path), suffix=".tmp")  # 0600, whatever the umask
     try:
-        with os.fdopen(fd, "w", encoding=encoding) as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode(encoding) if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -97,6 +99,28 @@ def write_private_atomic(path: Path, text: str, *, encoding: str = "utf-8") -> N
         except FileNotFoundError:
             pass
         raise
+
+
+def check_writable(path: Path) -> None:
+    """Raise ``OSError`` now if ``write_private_atomic(path, ...)`` is bound to fail: ``path`` is
+    not a regular file (``refuse_non_regular``), or its folder takes no new file, or not one byte
+    (a full disk, a read-only one, no such folder). For a command that works for minutes before
+    it writes (``bench -o``, ``report -o``): what it finds is said before the work, not after.
+    Leaves nothing behind; a disk that fills up meanwhile is the writer's to report."""
+    import tempfile
+
+    path = Path(path)
+    refuse_non_regular(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temporary_prefix(path), suffix=".tmp")
+    try:
+        os.write(fd, b"\n")  # a full disk refuses even one byte: its first block
+    finally:
+        os.close(fd)
+        os.unlink(tmp)
+
+
+def _temporary_prefix(path: Path) -> str:
+    return f".{path.name[:200]}."  # the temporary file's name fits NAME_MAX (255) whatever the target's
 
 
 def refuse_non_regular(path: Path) -> None:
@@ -110,5 +134,6 @@ def refuse_non_regular(path: Path) -> None:
     except FileNotFoundError:
         return
     if not stat.S_ISREG(mode):
-        kind = "a symbolic link" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        kind = ("a symbolic link" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
         raise OSError(errno.EINVAL, f"it is {kind}; rpcctl writes only regular files (name a new file or a regular one)", str(path))

@@ -5,12 +5,15 @@ placeholder into plotly; outputs are bounded. Real runs, the real CLI."""
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import json
 import os
 import re
 import stat
 import subprocess
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -119,6 +122,186 @@ def test_o_is_the_output_file_everywhere():
         [option] = [p for p in command.params if "-o" in p.opts]
         assert option.opts[:2] == ["--output", "-o"], (name, option.opts)
     assert "--out" in writers["bench"].params[[p.name for p in writers["bench"].params].index("out")].opts
+
+
+# -- every file a command writes, through the one writer ---------------------------------------
+#
+# Every option of every command (cli.COMMANDS, their subcommands too) that takes a path names a
+# file rpcctl writes, but for these inputs. Each has a recipe: how to run its command cheaply.
+# A new command's -o (or any new path option) has none, and test_every_file_option_has_a_recipe
+# says so: add one here, and every case below runs on it.
+
+INPUT_PATHS = {"--runs-dir"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    argv: Callable[[dict[str, Path], Path], list[str]]  # (the fixtures' files, the target) -> the command line
+    completes: str | None = None  # why it cannot write for real in a test (else None: it does, in seconds)
+    big: bool = False  # its output is over 100 KiB: a disk with a little room fails it at the write itself
+
+
+RECIPES: dict[tuple[str, str], Recipe] = {
+    ("k8s", "--output"): Recipe(lambda f, t: ["k8s", str(f["k8s_config"]), "--nodes", "2", "--image", "train:1.0", "-o", str(t)], big=True),
+    ("report", "--output"): Recipe(lambda f, t: ["report", str(f["run"]), "-o", str(t)], big=True),
+    ("trace", "--output"): Recipe(lambda f, t: ["trace", str(f["run"]), "-o", str(t)]),
+    ("inspect losses", "--plot"): Recipe(lambda f, t: ["inspect", "losses", str(f["run"]), "--plot", str(t)]),
+    ("bench", "--output"): Recipe(lambda f, t: ["bench", "--suite", "latency", "--transport", "memcpy", "--quick", "--repeats", "2",
+                                                "--runs-dir", str(f["tmp"] / "bench-runs"), "-o", str(t)]),
+    ("bench", "--write-config"): Recipe(lambda f, t: ["bench", "--tune", "--runs-dir", str(f["tmp"] / "bench-runs"), "--write-config", str(t)],
+                                        completes="--tune measures for minutes (its writer: test_write_config_replaces_a_hard_linked_config)"),
+}
+
+
+def _file_options() -> set[tuple[str, str]]:
+    from typer.main import get_command
+
+    from rpcctl.cli import COMMANDS, app
+
+    root = get_command(app)
+    found = set()
+
+    def walk(command, name: str) -> None:
+        if hasattr(command, "list_commands"):  # a group: bench, inspect
+            for sub in command.list_commands(None):
+                walk(command.get_command(None, sub), f"{name} {sub}")
+        for param in command.params:
+            annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+            if param.param_type_name == "option" and annotation is Path and param.opts[0] not in INPUT_PATHS:
+                found.add((name, param.opts[0]))
+
+    for name in COMMANDS:
+        walk(root.get_command(None, name), name)
+    return found
+
+
+def test_every_file_option_has_a_recipe():
+    found = _file_options()
+    assert ("k8s", "--output") in found and ("inspect losses", "--plot") in found  # the walk reads typer's commands
+    assert found == set(RECIPES), f"options that write a file without a recipe in RECIPES: {sorted(found - set(RECIPES))}"
+
+
+@pytest.fixture(scope="module")
+def output_inputs(finished_run, tmp_path_factory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("inputs")
+    script = tmp / "train.py"
+    script.write_text("print('train')\n" + "# padding the ConfigMap\n" * 12_000)  # 300 KB: the manifests are big
+    config = tmp / "train.yaml"
+    config.write_text("script: train.py\nnproc_per_node: 2\n")
+    return {"run": finished_run, "k8s_config": config, "tmp": tmp}
+
+
+CASES = ["fifo", "device", "symlink", "directory", "hard-link", "full-disk", "disk-fills"]
+
+
+def _fill(where: Path, leave: int = 0) -> None:
+    """Fill the file system at ``where`` to the last block, then free ``leave`` bytes."""
+    filler = where / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+    finally:
+        os.close(fd)
+    if leave:
+        os.truncate(filler, max(0, filler.stat().st_size - leave))
+
+
+def _run_output(argv: list[str]) -> subprocess.CompletedProcess:
+    try:
+        return rpcctl(*argv, timeout=90)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"rpcctl {' '.join(argv[:2])} ... hung (90 s) on its output")
+
+
+def _refused(result: subprocess.CompletedProcess, target: Path, flag: str, why: str) -> None:
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1] == f"error: {flag} cannot write {target}: {why}" or (why in lines[-1] and f"{flag} cannot write {target}" in lines[-1]), lines
+    assert "Traceback" not in result.stderr and len([line for line in lines if line.startswith("error:")]) == 1, result.stderr
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("key", sorted(RECIPES), ids=lambda k: f"{k[0]} {k[1]}".replace(" ", "-"))
+def test_every_file_option_refuses_what_is_not_a_regular_file_and_survives_a_full_disk(output_inputs, tmp_path, key, case):
+    """FIFO: refused at once, never opened (k8s -o blocked forever on one). /dev/null: refused,
+    its mode unchanged (k8s -o made it 0600). A symlink, a directory: refused, left as they
+    were. A hard link: replaced by a new 0600 file, the other name keeps its content and mode
+    (k8s -o rewrote it in place). A full disk (a real 1 MiB tmpfs): refused before the work; a
+    disk that fills at the write: one message, and the old file and no temporary one left."""
+    from test_faults import tmpfs
+
+    recipe = RECIPES[key]
+    flag = key[1]
+    other = tmp_path / "someone-elses.txt"
+    other.write_text("keep me")
+    other.chmod(0o644)
+    if case == "fifo":
+        target = tmp_path / "out.fifo"
+        os.mkfifo(target)
+        _refused(_run_output(recipe.argv(output_inputs, target)), target, flag, "it is a FIFO")
+        assert stat.S_ISFIFO(target.lstat().st_mode)
+    elif case == "device":
+        target = Path("/dev/null")
+        before = os.stat(target)
+        _refused(_run_output(recipe.argv(output_inputs, target)), target, flag, "it is a device")
+        after = os.stat(target)
+        assert (stat.S_IMODE(after.st_mode), after.st_uid, after.st_rdev) == (stat.S_IMODE(before.st_mode), before.st_uid, before.st_rdev)
+    elif case == "symlink":
+        target = tmp_path / "out.link"
+        target.symlink_to(other)
+        _refused(_run_output(recipe.argv(output_inputs, target)), target, flag, "it is a symbolic link")
+        assert target.is_symlink() and other.read_text() == "keep me" and stat.S_IMODE(other.stat().st_mode) == 0o644
+    elif case == "directory":
+        target = tmp_path / "out.dir"
+        target.mkdir()
+        _refused(_run_output(recipe.argv(output_inputs, target)), target, flag, "it is a directory")
+        assert target.is_dir() and list(target.iterdir()) == []
+    elif case == "hard-link":
+        if recipe.completes is not None:
+            pytest.skip(recipe.completes)
+        if key == ("inspect losses", "--plot"):
+            pytest.importorskip("matplotlib", reason="--plot needs matplotlib: pip install 'rpcctl[plot]'")
+        target = tmp_path / "out.file"
+        os.link(other, target)
+        result = _run_output(recipe.argv(output_inputs, target))
+        assert result.returncode == 0, result.stderr
+        assert other.read_text() == "keep me" and stat.S_IMODE(other.stat().st_mode) == 0o644
+        assert target.stat().st_ino != other.stat().st_ino and stat.S_IMODE(target.stat().st_mode) == 0o600 and target.stat().st_size > 0
+    else:
+        if case == "disk-fills" and not recipe.big:
+            pytest.skip("its output fits in the block the check before the work takes: a full disk is that case")
+        with tmpfs(tmp_path / "tiny", "size=1m,mode=0700") as disk:
+            target = disk / "out.file"
+            target.write_text("the old one")
+            _fill(disk, leave=64 * 1024 if case == "disk-fills" else 0)
+            result = _run_output(recipe.argv(output_inputs, target))
+            _refused(result, target, flag, "No space left on device")
+            assert target.read_text() == "the old one"
+            assert sorted(p.name for p in disk.iterdir()) == ["filler", "out.file"]  # no temporary file left
+
+
+def test_write_config_replaces_a_hard_linked_config(tmp_path):
+    """``bench --tune --write-config``'s writer (the tuning takes minutes): the config and its
+    .bak are new 0600 files; another name of the old config keeps it (it was rewritten in place)."""
+    from rpcctl.bench import tuning
+
+    shared = tmp_path / "shared.yaml"
+    shared.write_text("script: train.py\n")
+    shared.chmod(0o644)
+    config = tmp_path / "job.yaml"
+    os.link(shared, config)
+    tuning.write_config(config, {"env": {"THP_MEM_ALLOC_ENABLE": "1"}})
+    assert shared.read_text() == "script: train.py\n" and stat.S_IMODE(shared.stat().st_mode) == 0o644
+    assert "THP_MEM_ALLOC_ENABLE" in config.read_text() and config.stat().st_ino != shared.stat().st_ino
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600 and (tmp_path / "job.yaml.bak").read_text() == "script: train.py\n"
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="FIFO"):
+        tuning.write_config(fifo, {"env": {"A": "1"}})  # never opened: reading it would block
 
 
 # -- non-finite values -----------------------------------------------------------------------------

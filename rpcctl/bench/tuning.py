@@ -261,27 +261,31 @@ def write_config(path, settings: Mapping[str, Any]) -> list[str]:
     """Merge ``settings`` (as environment) into the launch config at ``path``; returns notes.
 
     The file is rewritten through YAML (comments are not kept), so a copy of the old one is
-    left beside it as ``PATH.bak``.
+    left beside it as ``PATH.bak``; both are written whole, 0600, and renamed into place
+    (``private.write_private_atomic``: a FIFO, a device or a link there is refused, OSError).
     """
-    import shutil
     from pathlib import Path
 
     import yaml
 
+    from rpcctl.private import refuse_non_regular, write_private_atomic
+
     path = Path(path)
     notes: list[str] = []
     data: dict[str, Any] = {}
+    refuse_non_regular(path)  # never read from a FIFO (it blocks) nor written through a link or into a device
     if path.exists():
-        loaded = yaml.safe_load(path.read_text())
+        old = path.read_text()
+        loaded = yaml.safe_load(old)
         if loaded is not None and not isinstance(loaded, dict):
             from rpcctl.errors import UsageError
 
             raise UsageError(f"{path} is not a launch config (its top level is not a mapping)")
         data = loaded or {}
-        shutil.copy2(path, path.with_name(path.name + ".bak"))
+        write_private_atomic(path.with_name(path.name + ".bak"), old)
         notes.append(f"the previous version is in {path.name}.bak (comments are not carried over)")
     env = dict(data.get("env") or {})
     env.update(settings_to_env(settings))
     data["env"] = env
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    write_private_atomic(path, yaml.safe_dump(data, sort_keys=False))  # renamed into place: another link to it keeps the old one
     return notes

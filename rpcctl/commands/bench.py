@@ -124,7 +124,9 @@ def bench(
         raise UsageError("--write-config goes with --tune")
     runs_dir = runs_dir or default_runs_dir()
     if out is not None:
-        check_output(out, "--output")  # before minutes of measuring: /dev/null or a link is refused now
+        check_output(out, "--output")  # before minutes of measuring: /dev/null, a link or a full disk is refused now
+    if write_config is not None:
+        check_output(write_config, "--write-config")
     if tune:
         if suite or transport:
             raise UsageError("--tune picks its own cases and RPC variants: drop --suite/--transport")
@@ -196,7 +198,9 @@ def _tune(console, quick: bool, runs_dir: Path, repeats: int | None, json_: bool
             console.print(views["snippet"], markup=False)
     if write_config is not None:
         if result.chosen:
-            for note in api.write_tuned_config(write_config, result.chosen):
+            notes: list[str] = []
+            output_to(write_config, lambda path: notes.extend(api.write_tuned_config(path, result.chosen)), "--write-config")
+            for note in notes:
                 console.note(note)
             console.info(f"bench: wrote the settings into {write_config}")
         else:

@@ -179,21 +179,24 @@ def filtered_empty(things: str, filters: Sequence[Filter]) -> str | None:
 
 
 def check_output(path: Path, flag: str = "") -> None:
-    """Exit 2 before any work if an output target exists and is not a regular file."""
-    from rpcctl.private import refuse_non_regular
+    """Exit 2 before any work if an output target cannot be written: it is not a regular file
+    (a device, a FIFO, a directory, a link), or its folder takes not one byte (a full disk)
+    (``private.check_writable``)."""
+    from rpcctl.private import check_writable
 
-    output_to(path, refuse_non_regular, flag)
+    output_to(path, check_writable, flag)
 
 
-def write_output(path: Path, text: str, flag: str = "") -> None:
-    """An output file (-o): a new 0600 file renamed into place (``private.write_private_atomic``);
-    a failure is one message, exit 2 (``flag`` names the option in it)."""
+def write_output(path: Path, data: str | bytes, flag: str = "") -> None:
+    """An output file (-o): a new 0600 file renamed into place (``private.write_private_atomic``,
+    the one writer of every file a user names); a failure is one message, exit 2 (``flag``
+    names the option in it), and leaves the old file as it was."""
     from rpcctl.private import write_private_atomic
 
-    output_to(path, lambda p: write_private_atomic(p, text), flag)
+    output_to(path, lambda p: write_private_atomic(p, data), flag)
 
 
-def output_to(path: Path, write: Callable[[Path], None], flag: str = "") -> None:
+def output_to(path: Path, write: Callable[[Path], Any], flag: str = "") -> None:
     """``write(path)``; an ``OSError`` becomes one message naming the path (and flag), exit 2."""
     try:
         write(path)

@@ -30,8 +30,8 @@ from rpcctl.control import ended, follow
 from rpcctl.commands import calls as calls_view
 from rpcctl.commands import collectives as collectives_view
 from rpcctl.commands.common import (
-    Filter, FilterOption, JsonOption, RunArgument, RunsDirOption, WatchOption, WideOption, filtered_empty, keep, no_match, parse_filters,
-    RankOption, rank_option, scalar_fields,
+    Filter, FilterOption, JsonOption, RunArgument, RunsDirOption, WatchOption, WideOption, check_output, filtered_empty, keep, no_match,
+    parse_filters, RankOption, rank_option, scalar_fields,
 )
 from rpcctl.console import KEY, Column, fmt_loss, get_console, render_table, sanitize
 from rpcctl.errors import RpcctlError, RunNotFoundError, UsageError
@@ -267,6 +267,7 @@ def _losses(call: Call) -> None:
         return found
 
     if plot is not None:
+        check_output(plot, "--plot")  # a device, a FIFO, a link or a full disk: refused before drawing
         sdk.plot_losses(records(), plot, title=_plot_title(run_dir, ranks), metric=metric, log_scale=o["log_scale"])
         get_console().note(f"wrote {plot}")
     if call.json:

@@ -12,12 +12,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from rpcctl.commands.common import output_option
+from rpcctl.commands.common import check_output, output_option, write_output
 from rpcctl.config import load_config
 from rpcctl.console import get_console
 from rpcctl.errors import RpcctlError, UsageError
 from rpcctl.k8s import K8sSpec, dump, manifests
-from rpcctl.private import private_open
 
 
 class Kind(str, Enum):
@@ -53,6 +52,8 @@ def k8s(
     for a bad config, flag or name.
     """
     console = get_console()
+    if output is not None and not dry_run:
+        check_output(output, "--output")  # a device, a FIFO, a link, a full disk: refused before the work
     spec = load_config(config, set_ or [])
     wanted = K8sSpec(
         name=name if name is not None else spec.name, nodes=nodes, image=image, secret=secrets.token_hex(16), kind=kind.value,
@@ -65,11 +66,7 @@ def k8s(
         console.raw(text)
         return
     if output is not None:
-        try:
-            with private_open(output, "w") as f:
-                f.write(text)
-        except OSError as exc:
-            raise UsageError(f"--output {output}: {exc.strerror or exc}") from None
+        write_output(output, text, "--output")  # 0600, renamed into place: another link to an old file keeps it
         console.info(f"rpcctl: wrote the {kind.value} '{wanted.name}' ({nodes} pod(s)) to {output}; apply it with `kubectl apply -f {output}`")
         return
     apply(text, wanted)

@@ -33,7 +33,7 @@ def report(
     from rpcctl.web import page
 
     page.require_plotly()
-    check_output(output)  # before the work: /dev/null or a link is refused at once
+    check_output(output, "--output")  # before the work: /dev/null, a FIFO, a link or a full disk is refused at once
     if target is not None and Path(target).is_file():
         from rpcctl.web.bench import bench_view
 
@@ -41,7 +41,7 @@ def report(
         html = page.render(view, sections)
     else:
         html = page.render(page.run_view(resolve_run(target, runs_dir), complete=all_))
-    write_output(output, html)  # the run owner's alone (0600), as the run's files
+    write_output(output, html, "--output")  # the run owner's alone (0600), as the run's files
     get_console().info(f"rpcctl: wrote {output}")
 
 

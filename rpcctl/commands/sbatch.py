@@ -8,10 +8,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from rpcctl.commands.common import RunsDirOption
+from rpcctl.commands.common import RunsDirOption, write_output
 from rpcctl.config import load_config
 from rpcctl.console import get_console
-from rpcctl.private import make_parents, private_open
+from rpcctl.private import make_parents
 from rpcctl.runs import check_runs_dir, default_runs_dir, write_json_atomic
 from rpcctl.slurm import batch_script, submit
 
@@ -41,8 +41,7 @@ def sbatch(
         console.warn(warning)
     make_parents(runs / "script")
     path = runs / f"sbatch-{spec.name}-{datetime.now():%Y%m%d-%H%M%S}.sh"
-    with private_open(path, "w") as f:  # 0600: a --set value can be a secret
-        f.write(script)
+    write_output(path, script, "--runs-dir")  # 0600 (a --set value can be a secret), renamed into place
     job_id = submit(path)
     write_json_atomic(path.with_suffix(".json"), {"slurm_job_id": job_id, "script": str(path), "config": str(config.resolve()), "nodes": nodes})
     console.print(job_id)

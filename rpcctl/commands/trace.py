@@ -35,12 +35,12 @@ def trace(
         raise UsageError(f"run {run_dir.name} has no telemetry store: nothing to trace")
     path = None if output is not None and str(output) == "-" else output or Path(f"{run_dir.name}.trace.json")
     if path is not None:
-        check_output(path)  # before the work: /dev/null or a link is refused at once
+        check_output(path, "--output")  # before the work: /dev/null, a FIFO, a link or a full disk is refused at once
     document = build_trace(run_dir, max_events)
     text = json.dumps(document, separators=(",", ":"), allow_nan=False)
     if path is None:
         get_console().raw(text + "\n")
         return
-    write_output(path, text)  # 0600, as the report; an old file is replaced, never re-moded
+    write_output(path, text, "--output")  # 0600, as the report; an old file is replaced, never re-moded
     get_console().note(f"wrote {path} ({len(document['traceEvents'])} events, {human_bytes(len(text))}): open it in ui.perfetto.dev or chrome://tracing")
 

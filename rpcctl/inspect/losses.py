@@ -11,6 +11,7 @@ record that arrived, so LAST in the summary is the value the grid ends on.
 
 from __future__ import annotations
 
+import io
 import math
 from collections import defaultdict
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from rpcctl.console import HIGH, KEY, LOW, Column, fmt_loss, human_time, iso_time
 from rpcctl.errors import RpcctlError, UsageError
+from rpcctl.private import write_private_atomic
 from rpcctl.telemetry.protocol import LOSS_SOURCES
 from rpcctl.telemetry.reader import StoreReader, column, loads
 
@@ -284,12 +286,15 @@ def plot_losses(records: list[LossRecord], path: Path, *, title: str | None = No
     axes.legend()
     axes.grid(alpha=0.3)
     figure.tight_layout()
+    png = io.BytesIO()
     try:
-        figure.savefig(path, format="png")
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+        figure.savefig(png, format="png")
     finally:
         plt.close(figure)
+    try:  # the one writer of a file a user names: 0600, renamed into place, never into a FIFO, a device or a link
+        write_private_atomic(path, png.getvalue())
+    except OSError as exc:
+        raise UsageError(f"--plot cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _number(value):
