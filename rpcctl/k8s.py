@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 import yaml
 
-from rpcctl.config import JobSpec
+from rpcctl.config import JobSpec, host_problem
 from rpcctl.errors import UsageError
 
 DEFAULT_PORT = 29500  # torchrun's, and the Trainer's ContainerTrainerPort
@@ -78,6 +78,9 @@ def pod_flags(env: Mapping[str, str], gpus: int = 0) -> dict[str, tuple[Any, str
             break
     if env.get("PET_MASTER_ADDR"):
         addr = env["PET_MASTER_ADDR"].strip()
+        problem = host_problem(addr)
+        if problem is not None:
+            raise UsageError(f"$PET_MASTER_ADDR={_shown(env['PET_MASTER_ADDR'])} is not an IP address or a host name: {problem}")
         flags["master_addr"] = (addr, f"PET_MASTER_ADDR={addr}")
     if env.get("PET_MASTER_PORT"):
         port = _count(env, "PET_MASTER_PORT", 1)

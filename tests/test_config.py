@@ -1023,3 +1023,53 @@ def test_parse_ranks_reversed_range():
     except UsageError:
         return
     assert shown == {1, 2, 3}
+
+
+BAD_HOSTS = {
+    "label-over-63": ("a" * 64 + ".example", "a label of 64 characters"),
+    "empty-label": ("node-0..svc", "an empty label"),
+    "name-over-253": (".".join(["abcdefgh"] * 30), "269 characters; a host name has at most 253"),
+    "newline": ("node-0\nsvc", "it holds "),  # '\n' (YAML folds it to ' ' in --set)
+}
+
+
+@pytest.mark.parametrize("source", ["file", "set", "flag", "env"])
+@pytest.mark.parametrize("host", list(BAD_HOSTS), ids=list(BAD_HOSTS))
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "launch"])
+def test_a_master_addr_no_resolver_takes_is_one_message_naming_its_source(cli, tmp_path, script, monkeypatch, source, host, dry_run):
+    """A DNS label over 63 characters, an empty label, a name over 253 or a control character,
+    from the file, --set, --master-addr or $PET_MASTER_ADDR: exit 2 naming where it came from,
+    before anything starts (the resolver raised UnicodeError: a traceback, in --dry-run too)."""
+    value, phrase = BAD_HOSTS[host]
+    monkeypatch.setenv("RPCCTL_SECRET", "0123456789abcdef0123")
+    cfg = tmp_path / "job.yaml"
+    text = "script: train.py\nnproc_per_node: 1\nnnodes: 2\nnode_rank: 1\n"
+    args: list[str] = []
+    if source == "file":
+        text += f"master_addr: {json.dumps(value)}\n"
+        where = f"{cfg}:5: key 'master_addr': not an IP address or a host name"
+    elif source == "set":
+        args = ["--set", f"master_addr={value}"]
+        where = f"--set master_addr={value}: key 'master_addr': not an IP address or a host name"
+    elif source == "flag":
+        args = ["--master-addr", value]
+        where = f"--master-addr {value}: key 'master_addr': not an IP address or a host name"
+    else:
+        monkeypatch.setenv("PET_MASTER_ADDR", value)
+        where = f"$PET_MASTER_ADDR={value!r}" if len(value) <= 80 else "$PET_MASTER_ADDR="
+        where += " is not an IP address or a host name" if len(value) <= 80 else ""
+    cfg.write_text(text)
+    runs = tmp_path / "runs"
+    result = cli.invoke(app, ["launch", str(cfg), "--runs-dir", str(runs), *args, *(["--dry-run"] if dry_run else [])])
+    if "\n" in value and source in ("set", "flag"):  # the message quotes it with repr in its "(got ...)"; its first line is checked
+        assert result.exit_code == 2 and "Traceback" not in result.output and not runs.exists(), result.output
+        assert result.stderr.startswith(f"error: {where.splitlines()[0]}") and phrase in result.stderr, result.stderr
+        return
+    error = _assert_config_error(result, runs, phrase)
+    assert error.startswith(f"error: {where}"), error
+
+
+@pytest.mark.parametrize("host", ["10.0.0.1", "node-0.train.default.svc.cluster.local", "a" * 63 + ".b", "fqdn.example."])
+def test_a_master_addr_that_is_a_host_name_or_an_address_is_taken(write, host):
+    spec = load_config(write(f"script: train.py\nnnodes: 2\nmaster_addr: {json.dumps(host)}\n"))
+    assert spec.master_addr == host

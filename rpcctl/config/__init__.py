@@ -38,13 +38,13 @@ from pydantic import ValidationError
 from rpcctl.config.bounded_yaml import MAX_CONFIG_BYTES, MAX_DEPTH, MAX_EXPANDED_CHARS, MAX_VALUES, parse_yaml, read_config_text
 from rpcctl.config.locations import locate, origin_of, validation_error
 from rpcctl.config.overrides import apply_override, parse_override
-from rpcctl.config.schema import DEFAULT_PRELOAD, JobSpec, LossesSpec, RpcSpec
+from rpcctl.config.schema import DEFAULT_PRELOAD, JobSpec, LossesSpec, RpcSpec, host_problem
 from rpcctl.config.variables import MAX_VAR_NESTING, expand_vars
 from rpcctl.errors import ConfigError
 
 __all__ = [
     "DEFAULT_PRELOAD", "MAX_CONFIG_BYTES", "MAX_DEPTH", "MAX_EXPANDED_CHARS", "MAX_VALUES", "MAX_VAR_NESTING",
-    "JobSpec", "LossesSpec", "RpcSpec", "dump_spec", "expand_vars", "load_config", "locate", "read_config_text",
+    "JobSpec", "LossesSpec", "RpcSpec", "dump_spec", "expand_vars", "host_problem", "load_config", "locate", "read_config_text",
 ]
 
 

@@ -105,6 +105,44 @@ class LossesSpec(_Spec):
 Scalar = str | int | float | bool
 
 
+# A host name as resolvers take it (RFC 1123, RFC 1035 2.3.4): labels of 1 to 63 characters
+# joined by dots (one trailing dot: the root), 253 in all; letters, digits, '-' and '_' (which
+# some site names hold), or non-ASCII letters (IDNA). Python's resolver raised UnicodeError (a
+# traceback, not an error) on an empty label or one over 63.
+_HOST_LABEL = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def host_problem(value: str) -> str | None:
+    """Why ``value`` is neither an IP address nor a host name a resolver can be asked about
+    (``master_addr``, ``--master-addr``, ``$PET_MASTER_ADDR``), or None."""
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(value)
+        return None
+    except ValueError:
+        pass
+    name = value[:-1] if value.endswith(".") and value != "." else value
+    if not name:
+        return "it is empty"
+    if len(name) > 253:
+        return f"it is {len(name)} characters; a host name has at most 253"
+    for label in name.split("."):
+        if not label:
+            return "it has an empty label (two dots in a row, or a dot at its start): a host name is labels joined by single dots"
+        if not _HOST_LABEL.fullmatch(label):
+            odd = next((c for c in label if not c.isalnum() and c not in "-_"), None)
+            if odd is not None:
+                return f"it holds {odd!r}, which no host name does (letters, digits, '-', '_' and '.')"
+            try:
+                label = label.encode("idna").decode("ascii")
+            except UnicodeError:
+                return f"its label {label!r} is not a host name's"
+        if len(label) > 63:
+            return f"it has a label of {len(label)} characters ({label[:16]}...); a DNS label has at most 63"
+    return None
+
+
 class EntryError(ValueError):
     """A validator's error about one entry of a list or mapping: ``entry`` extends the key path."""
 
@@ -172,6 +210,9 @@ class JobSpec(_Spec):
     def _master_addr_needed(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None and not value.strip():
             raise ValueError("master_addr is empty")
+        problem = host_problem(value) if value is not None else None
+        if problem is not None:
+            raise ValueError(f"not an IP address or a host name: {problem}")
         return value
 
     @property
