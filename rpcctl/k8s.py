@@ -34,6 +34,7 @@ subdomains, RFC 1035 for the Service and the TrainJob) before anything is writte
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,6 +144,26 @@ def check_image(value: str) -> str:
     return value
 
 
+# Characters no path in an image may hold here: control characters (a newline, a tab, an escape),
+# formatting ones (a right-to-left override shows one path and is another), line and paragraph
+# separators, and lone surrogates (bytes that are not UTF-8, which the ConfigMap cannot carry).
+_NOT_IN_A_PATH = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+def check_image_path(value: str, flag: str) -> str:
+    """``value`` if it is an absolute path of a file, in printable text, that Linux can hold (a
+    name of at most 255 bytes each, 4095 in all); else a UsageError (exit 2) naming ``flag``."""
+    odd = next((c for c in value if unicodedata.category(c) in _NOT_IN_A_PATH), None)
+    if odd is not None:
+        raise UsageError(f"{flag}: {_shown(value)} holds U+{ord(odd):04X} ({unicodedata.name(odd, 'a control character')}): "
+                         "a path in the image is printable text")
+    if not value.startswith("/") or value.endswith("/"):
+        raise UsageError(f"{flag}: {_shown(value)} is not an absolute path in the image (of a file, like /app/train.py)")
+    if len(value.encode()) > 4095 or any(len(part.encode()) > 255 for part in value.split("/")):
+        raise UsageError(f"{flag}: {_shown(value)} is longer than Linux allows (255 bytes a name, 4095 in all)")
+    return value
+
+
 def check_quantity(value: str, flag: str) -> str:
     if not _QUANTITY.fullmatch(value):
         raise UsageError(f"{flag}: {_shown(value)} is not a Kubernetes quantity like 4, 500m, 16Gi")
@@ -186,8 +207,8 @@ class K8sSpec:
         for value, flag in ((self.cpus_per_node, "--cpus-per-node"), (self.memory_per_node, "--memory-per-node")):
             if value is not None:
                 check_quantity(value, flag)
-        if self.script_in_image is not None and (not self.script_in_image.startswith("/") or "\0" in self.script_in_image):
-            raise UsageError(f"--script-in-image: {_shown(self.script_in_image)} is not an absolute path in the image")
+        if self.script_in_image is not None:
+            check_image_path(self.script_in_image, "--script-in-image")
 
 
 def pod_config(spec: JobSpec, k8s: K8sSpec) -> tuple[str, dict[str, str]]:

@@ -159,6 +159,12 @@ def test_the_validators_refuse_what_kubernetes_would(tmp_path):
         (["--image", "train:1.0\n  command: [sh]"], "--image: 'train:1.0\\n  command: [sh]' is not an image reference"),
         (["--memory-per-node", "16 GB"], "--memory-per-node: '16 GB' is not a Kubernetes quantity"),
         (["--script-in-image", "train.py"], "--script-in-image: 'train.py' is not an absolute path in the image"),
+        (["--script-in-image", "/app/train.py\nkind: Pod"], "--script-in-image: '/app/train.py\\nkind: Pod' holds U+000A"),
+        (["--script-in-image", "/app/train\t.py"], "--script-in-image: '/app/train\\t.py' holds U+0009"),
+        (["--script-in-image", "/app/\x1b]0;x\x07train.py"], "holds U+001B"),
+        (["--script-in-image", "/app/\u202eyp.niart"], "holds U+202E (RIGHT-TO-LEFT OVERRIDE)"),
+        (["--script-in-image", "/app/"], "--script-in-image: '/app/' is not an absolute path in the image (of a file"),
+        (["--script-in-image", "/app/" + "x" * 256], "is longer than Linux allows (255 bytes a name, 4095 in all)"),
         (["--set", "name=My.Job"], "the job's name (key 'name' of"),  # the config's own name, when no --name is given
         (["--gpus-per-node", "2", "--set", "devices=cpu"], "--gpus-per-node 2, but the config's devices is 'cpu': drop one of them"),
     ],
