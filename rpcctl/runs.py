@@ -347,16 +347,30 @@ class DamagedRun:
 
 
 def scan_runs(runs_dir: Path) -> tuple[list[RunRecord], list[DamagedRun]]:
-    """Every run under ``runs_dir``, newest first, and the damaged ones apart."""
+    """Every run under ``runs_dir``, newest first, and the damaged ones apart; each run once,
+    by its real directory. A symbolic link in the runs directory (``ln -s RUN latest``) is
+    another name for the run it points to, not a run: that run is listed once, from its own
+    directory when it is in the runs directory too, else from the link's target (resolved);
+    a link to nothing, or to no run, is not listed."""
     records: list[RunRecord] = []
     damaged: list[DamagedRun] = []
     try:
-        children = sorted(runs_dir.iterdir()) if runs_dir.is_dir() else []
+        children = sorted(runs_dir.iterdir(), key=lambda c: (c.is_symlink(), c.name)) if runs_dir.is_dir() else []
     except OSError:
         children = []
+    seen: set[tuple[int, int]] = set()  # the real directories listed: (device, inode)
     for child in children:
         if not (child / "run.json").is_file():
             continue
+        try:
+            real = os.stat(child)  # through a link: its target's identity
+        except OSError:  # removed meanwhile
+            continue
+        if (real.st_dev, real.st_ino) in seen:
+            continue
+        seen.add((real.st_dev, real.st_ino))
+        if child.is_symlink():
+            child = child.resolve()
         try:
             records.append(load_record(child))
         except DamagedRunError as exc:

@@ -81,6 +81,32 @@ def test_damaged_records_are_listed_as_damaged_and_the_other_runs_still_work(tmp
         assert f"{runs_dir / 'not-utf8' / 'run.json'} is damaged" in named.stderr and "Traceback" not in named.stderr
 
 
+def test_a_link_to_a_run_is_listed_once_by_its_real_directory(tmp_path, runs_dir):
+    """`ln -s RUN latest` in the runs directory: `runs` lists the run once (it listed it twice,
+    and a prefix of its id was then "ambiguous" between it and itself); a link to a run kept
+    elsewhere lists that run once, from its real directory; a link to nothing is not a run."""
+    result, run_dir, _ = launch(tmp_path, runs_dir, nproc_per_node=1)
+    assert result.returncode == 0, result.stderr
+    (runs_dir / "latest").symlink_to(run_dir.name)
+    (runs_dir / "also-latest").symlink_to(run_dir.resolve())
+    (runs_dir / "dangling").symlink_to(tmp_path / "nowhere")
+    elsewhere = tmp_path / "archive" / "old-run"
+    elsewhere.parent.mkdir()
+    (elsewhere / "logs").mkdir(parents=True)
+    old = json.loads((run_dir / "run.json").read_text())
+    old.update(run_id="old-run", run_dir=str(elsewhere), started_at="2020-01-01T00:00:00+00:00", ended_at="2020-01-01T00:00:01+00:00")
+    (elsewhere / "run.json").write_text(json.dumps(old))
+    (runs_dir / "archived").symlink_to(elsewhere)
+
+    documents = json.loads(rpcctl("runs", "--runs-dir", str(runs_dir), "--json").stdout)
+    assert [d["run_id"] for d in documents] == [run_dir.name, "old-run"]
+    table = rpcctl("runs", "--runs-dir", str(runs_dir))
+    assert table.returncode == 0 and table.stdout.count(run_dir.name) == 1, table.stdout
+    logs = rpcctl("logs", run_dir.name[:-3], "--runs-dir", str(runs_dir))  # a unique prefix of its id
+    assert logs.returncode == 0 and "[rank0]: rank 0 done" in logs.stdout, logs.stderr
+    assert rpcctl("logs", "latest", "--runs-dir", str(runs_dir)).returncode == 0  # a link is still a name for its run
+
+
 def test_a_stamp_without_an_offset_reads_as_utc_in_every_view(runs_dir):
     """rpcctl writes its stamps in UTC with an offset; a hand-edited record may drop the offset.
     It is read as UTC everywhere: before, a naive start beside an aware end crashed ``rpcctl runs``

@@ -33,7 +33,8 @@ def runs(
     limit: Annotated[int, typer.Option("--limit", help="Show at most this many runs (0: all; default: 20).", show_default=False)] = 20,
     filter_: FilterOption = None,
 ) -> None:
-    """List runs, newest first (damaged records last, with their path)."""
+    """List runs, newest first (damaged records last, with their path). Each run once, by its
+    real directory: a symbolic link in the runs directory is another name for its run."""
     console = get_console()
     filters = parse_filters(filter_, RunRecord.COLUMNS, scalar_fields(RunRecord))
     records, damaged = scan_runs(runs_dir or default_runs_dir())
