@@ -13,8 +13,16 @@ For each process group with ranks inside collective #k (entered k, completed k -
 - ranks inside #k with different ops, or sizes, are a *mismatch* (``rank 1 called broadcast #4
   where ranks 0, 2 called all_reduce #4``).
 
-Which ranks a group has: the ranks that reported it, and for the default group every rank that
-entered ``init_process_group`` (a rank reports a group only after its first collective in it).
+Which ranks a group has: its members as c10d gave them to the ranks that reported it (the rows'
+``ranks``), so a member that never entered the group's first collective, or never reached it,
+is named too, and a rank of no such group is never said to be missing from it; and for the
+default group every rank that entered ``init_process_group``. Groups are matched across ranks
+by their name (``rank.collectives``), never by the recorder's per-process id. A store before
+schema 9 has no members: the ranks that reported the group.
+
+When several groups have a rank that has not entered their collective (rank 2 sleeps; rank 1
+waits for it in their pair's all_reduce, rank 0 for both in the default group's barrier), the
+verdict names the one whose missing rank waits in no collective: the others wait on it.
 
 A rank here is the process's rank in its c10d world (``dist.get_rank()``): in a job whose
 script ``mp.spawn``s its workers, a process the launcher rank spawned, named with its pid and
@@ -29,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rpcctl.console import human_seconds
-from rpcctl.inspect.collectives import in_flight
+from rpcctl.inspect.collectives import in_flight, members
 from rpcctl.telemetry.schema import pg_id
 
 DEFAULT_PG = "0"  # the recorder's pg_id of the default group (init_process_group's)
@@ -58,6 +66,24 @@ def _what(row: Any) -> tuple[Any, ...]:
     return (row["cur_op"], row["cur_sizes"], row["cur_dtypes"])
 
 
+def _absent(pg: str, rows: list[Any], procs: list[Any], by_proc: dict[Any, Any]) -> list[dict[str, Any]]:
+    """Processes of group ``pg`` with no row for it: its members (the ranks c10d gave the group)
+    that reported nothing of it, and for the default group every rank that entered
+    init_process_group (it is in it even before its first collective)."""
+    present = {r["proc_id"] for r in rows}
+    world = {getattr(by_proc.get(r["proc_id"]), "pg_world", 0) for r in rows}
+    ranks = next((m for m in map(members, rows) if m is not None), None)
+    default = pg_id(pg) == DEFAULT_PG
+    absent = []
+    for p in procs:
+        rank = p.dist_rank if p.dist_rank is not None else p.rank if p.kind == "rank" else None
+        if p.proc_id in present or p.pg_world not in world or rank is None or p.dist_rank is None and p.pg_joined_at is None:
+            continue  # a process that has not entered init_process_group is absent_from_groups' to name
+        if (ranks is not None and rank in ranks) or (default and (p.kind == "rank" or p.dist_rank is not None)):
+            absent.append({"proc_id": p.proc_id, "rank": rank, "entered": 0})
+    return absent
+
+
 def verdict(rows: list[Any], procs: list[Any], now: float, where: Any) -> CollectiveVerdict | None:
     """The collective hang among ``rows`` (coll_groups of live ranks), or None if no rank waits in
     a collective. ``where(proc)``: the text for where a process's main thread is."""
@@ -65,10 +91,11 @@ def verdict(rows: list[Any], procs: list[Any], now: float, where: Any) -> Collec
     groups: dict[str, list[Any]] = defaultdict(list)
     for row in rows:
         groups[row["pg"]].append(row)
+    waiting_somewhere = {r["proc_id"] for r in rows if r["entered"] > r["completed"]}
     details: list[str] = []
-    found: CollectiveVerdict | None = None
-    for pg, members in sorted(groups.items(), key=lambda kv: -max(r["entered"] - r["completed"] for r in kv[1])):
-        inside = [r for r in members if r["entered"] > r["completed"]]
+    found: list[tuple[int, int, CollectiveVerdict]] = []  # (how much of it other collectives explain, order, verdict)
+    for order, (pg, rows_of) in enumerate(sorted(groups.items(), key=lambda kv: -max(r["entered"] - r["completed"] for r in kv[1]))):
+        inside = [r for r in rows_of if r["entered"] > r["completed"]]
         if not inside:
             continue
         k = max(r["entered"] for r in inside)
@@ -89,22 +116,17 @@ def verdict(rows: list[Any], procs: list[Any], now: float, where: Any) -> Collec
                         + (f" with other sizes ({in_flight(odd[0])})" if same_op else "")
                         + f" where {_ranks([r['rank'] for r in usual])} called {usual[0]['cur_op']} #{k}"
                         + (f" ({in_flight(usual[0])})" if same_op else ""))
-            found = found or CollectiveVerdict(headline, details, by_proc.get(odd[0]["proc_id"]))
+            found.append((0, order, CollectiveVerdict(headline, details, by_proc.get(odd[0]["proc_id"]))))
             continue
-        behind = [r for r in members if r["entered"] < k]
-        if pg_id(pg) == DEFAULT_PG:  # every rank that entered init_process_group is in it, even before its first collective
-            present = {r["proc_id"] for r in members}
-            world = {getattr(by_proc.get(r["proc_id"]), "pg_world", 0) for r in members}
-            behind += [{"proc_id": p.proc_id, "rank": p.rank if p.dist_rank is None else p.dist_rank, "entered": 0} for p in procs
-                       if (p.kind == "rank" or p.dist_rank is not None) and p.pg_joined_at is not None and p.proc_id not in present
-                       and p.pg_world in world]
+        behind = [r for r in rows_of if r["entered"] < k] + _absent(pg, rows_of, procs, by_proc)
         if not behind:
             continue
         first = described[0] if described else waiting[0]
         op = in_flight(first) or f"collective #{k}"
         label = op.replace(f" #{k} (", f" #{k} (pg {pg}, ") if " (" in op else f"{op} (pg {pg})"
         waited = f" for {human_seconds(now - first['cur_since'])}" if first["cur_since"] else ""
-        suspect_row = min(behind, key=lambda r: r["entered"])
+        # The missing rank to follow: one that waits in no collective of its own (the others wait on it), the furthest behind.
+        suspect_row = min(behind, key=lambda r: (r["proc_id"] in waiting_somewhere, r["entered"]))
         suspect = by_proc.get(suspect_row["proc_id"])
         at = where(suspect) if suspect is not None else None
         if suspect is not None and suspect.stopped:
@@ -114,8 +136,11 @@ def verdict(rows: list[Any], procs: list[Any], now: float, where: Any) -> Collec
         headline = (f"{_ranks([r['rank'] for r in waiting])} {'waits' if len(waiting) == 1 else 'wait'} in {label}{waited}; "
                     f"{_who(behind, by_proc)} {'has' if len(behind) == 1 else 'have'} not entered it"
                     + (f" (last entered #{suspect_row['entered']})" if suspect_row["entered"] else "") + f": {state}")
-        found = found or CollectiveVerdict(headline, details, suspect)
-    return found
+        # 0: none of the missing waits elsewhere (this group's wait is the root); 1: some do; 2: even the suspect does.
+        elsewhere = [r["proc_id"] in waiting_somewhere for r in behind]
+        found.append((2 if suspect_row["proc_id"] in waiting_somewhere else int(any(elsewhere)), order,
+                      CollectiveVerdict(headline, details, suspect)))
+    return min(found, key=lambda f: f[:2])[2] if found else None
 
 
 def absent_from_groups(procs: list[Any]) -> list[Any]:

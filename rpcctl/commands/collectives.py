@@ -15,10 +15,13 @@ HELP = """Collectives of every process group (all_reduce, broadcast, barrier…)
     Recorder: per group and op, count, p50/p99 time and bytes; per rank, the last collective
     entered and completed, and while the run lives, the one it is inside and for how long.
 
-    RANK is the process's rank in its process group's world: in a script that mp.spawns its own
-    workers, each worker's rank, not the rank that spawned them; a script that spawns twice has
-    two worlds, and the second one's groups read w1:ID. Times are upper bounds (gloo records no
-    completion time). A rank whose torch has no Flight Recorder (before 2.5) shows none.
+    PG names a group the same way on every rank: its c10d name (the default group is 0,
+    new_group's 1, 2... in the order the script makes them), rpc for RPC's own gloo group;
+    --wide adds its MEMBERS. RANK is the process's rank in its process group's world: in a
+    script that mp.spawns its own workers, each worker's rank, not the rank that spawned them;
+    a script that spawns twice has two worlds, and the second one's groups read w1:NAME. Times
+    are upper bounds (gloo records no completion time). A rank whose torch has no Flight
+    Recorder (before 2.5) shows none.
     """
 
 

@@ -3,7 +3,9 @@
 From the store's ``coll_groups`` (per rank and group: the last collective entered and completed,
 and the one in flight), ``coll_stats`` (per rank, group and op: count, input bytes, a duration
 histogram) and ``collectives`` (sampled collectives), which ``rank.collectives`` fills from
-torch's Flight Recorder. Durations are upper bounds (gloo records no completion time: see that
+torch's Flight Recorder. A group's ``pg`` is its name on every rank (c10d's, ``rpc`` for RPC's own
+group: ``rank.collectives``; the recorder's per-process id in stores before schema 9), with its
+members. Durations are upper bounds (gloo records no completion time: see that
 module); p50/p99 come from histogram bucket middles, as the calls view's do.
 
 Stragglers (arrival skew): for each sampled collective that every rank of its group listed, the
@@ -45,6 +47,22 @@ MIN_SKEW_S = 0.01
 RATIO = 5.0
 
 
+def _members(ranks: list[int] | None) -> str:
+    """A group's ranks, runs of three or more as ranges: ``0-63``, ``1,2``, ``0,2-5``."""
+    if not ranks:
+        return "-"
+    parts: list[str] = []
+    start = prev = ranks[0]
+    for rank in [*ranks[1:], None]:
+        if rank is not None and rank == prev + 1:
+            prev = rank
+            continue
+        parts.append(str(start) if prev == start else f"{start},{prev}" if prev == start + 1 else f"{start}-{prev}")
+        if rank is not None:
+            start = prev = rank
+    return ",".join(parts)
+
+
 def _duration(value: float | None) -> str:
     if value is None:
         return "-"
@@ -81,7 +99,9 @@ class CollectiveSummary:
 @dataclass
 class RankCollectives:
     """One rank's view of one process group: the last collective entered and completed, and
-    the one it is inside now (while the run lives)."""
+    the one it is inside now (while the run lives). ``pg`` names the group on every rank (its
+    c10d name; ``rpc``: RPC's own gloo group); ``members``, its global ranks as c10d gave them to
+    the process (None: RPC's group, or a store before schema 9)."""
 
     rank: int | None
     pg: str
@@ -90,11 +110,13 @@ class RankCollectives:
     completed: int  # … and of the last one completed
     inside: str | None  # "all_reduce #5 (4 KiB float32)": the collective in flight, once read
     inside_s: float | None  # for how long
+    members: list[int] | None = None
 
     COLUMNS = (
         Column("rank", priority=KEY),
         Column("pg", "PG", priority=KEY),
         Column("group", detail=True),
+        Column("members", fmt=_members, detail=True),
         Column("entered", "LAST ENTERED", justify="right"),
         Column("completed", "LAST COMPLETED", justify="right"),
         Column("inside", "INSIDE NOW", fmt=lambda v: v or "-", wrap=True),
@@ -189,6 +211,13 @@ _DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16
            "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool", "ComplexFloat": "complex64", "ComplexDouble": "complex128"}
 
 
+def members(row: Any) -> list[int] | None:
+    """A coll_groups row's group members (global ranks), or None where unknown (RPC's group, a
+    store before schema 9)."""
+    ranks = loads(column(row, "ranks"))
+    return sorted(r for r in ranks if type(r) is int) if isinstance(ranks, list) else None
+
+
 def in_flight(row: Any) -> str | None:
     """``all_reduce #5 (4.0 KiB float32)`` for a coll_groups row with a collective in flight."""
     if row["cur_seq"] is None or row["entered"] is None or row["entered"] <= row["completed"]:
@@ -263,5 +292,5 @@ def collectives(run_dir: Path, *, restart: int | None = None) -> CollectivesRepo
     for row in groups:
         inside = in_flight(row) if live and row["proc_ended"] is None else None
         ranks.append(RankCollectives(row["rank"], row["pg"], row["name"], row["entered"] or 0, row["completed"] or 0, inside,
-                                     max(0.0, now - row["cur_since"]) if inside and row["cur_since"] else None))
+                                     max(0.0, now - row["cur_since"]) if inside and row["cur_since"] else None, members(row)))
     return CollectivesReport(summary, ranks, _stragglers(sampled))

@@ -35,8 +35,23 @@ as at ``init_rpc``; every process then says who it is in the c10d world it joine
 ``dist.get_rank()``, the world size, where it met the others), before any of its groups, so its
 collectives are keyed by that rank, not by the launched rank all of a script's workers share.
 
+A group is reported under what names it on every rank, never the recorder's id (issue 38): the
+recorder numbers a process's groups in the order their backends were made, so RPC's own gloo
+group (made by ``init_rpc``, not through c10d's API) shifts them: in a DDP + RPC job id 1 is
+RPC's group on the parameter server and the trainers' group on the trainers. What is the same on
+every rank is the group's c10d name (an entry's ``process_group``: ``("1", "undefined")``; the
+default group's is ``"0"``), so the sender learns id → name from the entries (a group the status
+shows with no name known yet makes the sender read them at once, and is reported from then on);
+RPC's own group has no name (``("", "")``) and is ``rpc`` (``rpc2``… for a later ``init_rpc`` of the
+process): the groups that appeared in the status while ``init_rpc`` ran (``rpc_starting`` /
+``rpc_started``). A group made outside c10d's API that is not RPC's reads ``unnamed:ID`` (its local
+id: it may differ across ranks). A torch whose entries have no ``process_group`` is reported by id,
+as before. A group's members are the global ranks c10d gives it (``_world.pg_group_ranks``, from
+the moment ``new_group`` returns; else the recorder's ``pg_config``), sent with its first state
+(``ranks``), so the watchdog knows a member that never reported the group.
+
 Events (``protocol``): ``pgw`` (above), ``coll`` (a group's state: last entered and completed sequence number,
-the one in flight with its op and sizes), ``cop`` (per group and op: count, bytes, durations
+the one in flight with its op and sizes; ``ranks`` once), ``cop`` (per group and op: count, bytes, durations
 as ``calls``' histogram), ``cent`` (a sampled collective: the first ``LIST_FIRST`` of a group and
 every ``LIST_EVERY``-th after, at most ``MAX_LISTED_PER_READ`` per read). Its hook (``wrap_join``) ``patch`` puts on torch; ``OBSERVER`` is what
 ``patch`` and the reporter drive (``observer.Observer``).
@@ -64,6 +79,8 @@ SETTLE_S = 0.5
 # arrival times can be compared (stragglers), whenever each rank happens to read.
 LIST_FIRST = 64
 LIST_EVERY = 16
+MAX_NAME_CHARS = 256  # of a group's name (new_group's hashed names are 40)
+MAX_MEMBERS = 100_000  # ranks of a group sent
 USER_PREFIXES = ("TORCH_FR_", "TORCH_NCCL_")
 
 _DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1, "Byte": 1,
@@ -77,6 +94,11 @@ _joined = False  # init_process_group or new_group began in this process (the ho
 # init_process_group runs, ``_pending``: the sender reports no group until it knows.
 _identity: dict[str, Any] | None = None
 _pending = False
+# RPC's own gloo groups: recorder id → ``rpc`` (``rpc2``… for a later init_rpc of the process), the ids
+# that appeared in the status while init_rpc ran; ``_before_rpc``: the ids there when it began.
+_rpc_groups: dict[str, str] = {}
+_before_rpc: set[str] | None = None
+RPC_GROUP = "rpc"
 
 
 def configure_env(environ: MutableMapping[str, str] = os.environ) -> bool:
@@ -163,9 +185,28 @@ class CollectivesObserver(Observer):
 
     def after_fork_in_child(self) -> None:
         """A forked child starts with no group of its own (the parent's are not usable there)."""
-        global _joined, _identity, _pending
-        _joined, _identity, _pending = False, None, False
+        global _joined, _identity, _pending, _before_rpc
+        _joined, _identity, _pending, _before_rpc = False, None, False, None
+        _rpc_groups.clear()
         self.deactivate()
+
+    def rpc_starting(self) -> None:
+        """The groups the recorder knows before init_rpc makes its own (~0.05 ms, once)."""
+        global _before_rpc
+        _before_rpc = _status_ids() if _active and _imported() else None
+
+    def rpc_started(self, info: dict[str, Any]) -> None:
+        """The groups that appeared while init_rpc ran are RPC's own (its agent's gloo group ran
+        its all_gathers and barrier there)."""
+        global _before_rpc
+        before, _before_rpc = _before_rpc, None
+        after = _status_ids() if before is not None else None
+        if after is None:
+            return
+        labels = set(_rpc_groups.values())
+        label = RPC_GROUP if not labels else f"{RPC_GROUP}{len(labels) + 1}"
+        for pg in after - before:
+            _rpc_groups.setdefault(pg, label)
 
 
 OBSERVER = CollectivesObserver()
@@ -194,6 +235,55 @@ def _dump(entries: bool) -> dict[str, Any] | None:
     try:
         return pickle.loads(dump(includeCollectives=entries, includeStackTraces=False))
     except Exception:  # noqa: BLE001 - a recorder that cannot answer is a recorder that is absent
+        return None
+
+
+def _status_ids() -> set[str] | None:
+    status = _dump(entries=False)
+    return None if status is None else {str(pg) for pg in status.get("pg_status") or {}}
+
+
+def identity_of(pg: str, process_group: Any) -> str | None:
+    """What names recorder group ``pg`` on every rank, from an entry's ``process_group`` ((name,
+    desc)); None when that does not say (the sender reads the entries again later)."""
+    if not (isinstance(process_group, (list, tuple)) and len(process_group) == 2):
+        return None
+    name = str(process_group[0])[:MAX_NAME_CHARS]
+    if name:
+        return name
+    if _rpc_pending(pg):
+        return None  # made while init_rpc runs: RPC's own, once init_rpc returned (``rpc_started``)
+    return _rpc_groups.get(pg) or f"unnamed:{pg}"
+
+
+def _rpc_pending(pg: str) -> bool:
+    """Group ``pg`` appeared while init_rpc runs (RPC's own, told once it returned)."""
+    before = _before_rpc
+    return pg not in _rpc_groups and before is not None and pg not in before
+
+
+def c10d_members() -> dict[str, list[int]]:
+    """Each group this process is a member of, by c10d name: its global ranks (c10d's own
+    bookkeeping, there from the moment new_group returns; a group the process is not in is not
+    listed)."""
+    world = getattr(sys.modules.get("torch.distributed.distributed_c10d"), "_world", None)
+    names, ranks = getattr(world, "pg_names", None), getattr(world, "pg_group_ranks", None)
+    if not names or not ranks:
+        return {}
+    try:
+        return {str(name): sorted(int(r) for r in ranks[pg])[:MAX_MEMBERS] for pg, name in list(names.items()) if pg in ranks}
+    except Exception:  # noqa: BLE001 - torch's private bookkeeping changed shape: members unknown, as before
+        return {}
+
+
+def _config_members(config: Any) -> list[int] | None:
+    """The ranks of a group's ``pg_config`` entry (a string: ``"[0, 1]"``; NCCL fills it)."""
+    ranks = config.get("ranks") if isinstance(config, dict) else None
+    if not isinstance(ranks, str) or not ranks.strip("[] "):
+        return None
+    try:
+        return sorted(int(r) for r in ranks.strip("[] ").split(","))[:MAX_MEMBERS]
+    except ValueError:
         return None
 
 
@@ -232,7 +322,7 @@ def _settled_status() -> dict[str, Any] | None:
 
 
 class _Group:
-    __slots__ = ("entered", "completed", "sent", "flight_seen", "described", "marks", "name", "size")
+    __slots__ = ("entered", "completed", "sent", "flight_seen", "described", "marks", "desc", "size", "members", "members_sent")
 
     def __init__(self) -> None:
         self.entered = self.completed = 0
@@ -240,8 +330,10 @@ class _Group:
         self.flight_seen: int | None = None  # the sequence number the last cycle saw in flight
         self.described: dict[str, Any] | None = None  # the entry in flight, once read
         self.marks: list[tuple[int, float]] = []  # (completed, the cycle that saw it): bounds completion times
-        self.name: str | None = None
+        self.desc: str | None = None  # c10d's description of the group (default_pg, undefined, the user's group_desc)
         self.size: int | None = None
+        self.members: list[int] | None = None  # its global ranks (``c10d_members``)
+        self.members_sent = False
 
     def saw(self, entered: int, completed: int, now: float) -> None:
         """The group's counters as read now: the status, or an entry retired since it."""
@@ -265,6 +357,9 @@ class Poller:
         self.next_sample = 0.0
         self.prev_cycle = 0.0
         self.identity: dict[str, Any] | None = None  # the last ``pgw`` sent
+        self.names: dict[str, str] = {}  # recorder id → what names the group on every rank (``identity_of``)
+        self.configs: dict[str, Any] = {}  # the recorder's pg_config, by group name
+        self.asked: set[str] = set()  # ids an entries read was made for, to learn their names
 
     def process(self, now: float, final: bool = False) -> list[dict[str, Any]]:
         if not _active or not _imported() or not (self.groups or _groups_exist()) or _pending:
@@ -277,7 +372,8 @@ class Poller:
             self.identity = _identity
             out.append(_identity)
         want_entries = final or now >= self.next_sample
-        configs = status.get("pg_config") or {}
+        self.configs = status.get("pg_config") or {}
+        unnamed = False  # a group whose name the entries have not told yet: read them now
         for pg, st in (status.get("pg_status") or {}).items():
             group = self.groups.setdefault(str(pg), _Group())
             # -1: none yet (torch's initial value)
@@ -289,12 +385,15 @@ class Poller:
                     want_entries = True  # the same collective in flight for a cycle: read what it is
             else:
                 group.flight_seen, group.described = None, None
-            config = configs.get(str(pg))
-            ranks = config.get("ranks") if isinstance(config, dict) else None
-            if isinstance(ranks, str):
-                group.size = ranks.count(",") + 1 if ranks.strip("[] ") else 0
-        if want_entries and not final and not any(group.completed > self.counted.get(pg, 0) or group.described is None
-                                                  and group.entered > group.completed for pg, group in self.groups.items()):
+            if str(pg) not in self.names:
+                if str(pg) in _rpc_groups:
+                    self._name(str(pg), _rpc_groups[str(pg)])
+                elif str(pg) not in self.asked:  # once: a ring that overwrote its entries names it at its next collective
+                    self.asked.add(str(pg))
+                    unnamed = want_entries = True
+        if want_entries and not final and not unnamed and not any(
+                group.completed > self.counted.get(pg, 0) or group.described is None and group.entered > group.completed
+                for pg, group in self.groups.items()):
             want_entries = False  # nothing completed since the last read, nothing in flight to describe: ~3-6 ms saved
         if want_entries:
             self.next_sample = now + SAMPLE_EVERY_S
@@ -302,12 +401,17 @@ class Poller:
             if full is not None:
                 out.extend(self._entries(full.get("entries") or [], now))
         for pg, group in self.groups.items():
+            label = self.names.get(pg)
+            if label is None:  # not named yet (its entries were overwritten): reported once a collective of it names it
+                continue
             state = (group.entered, group.completed, group.described["seq"] if group.described else None)
             if state == group.sent and not final:
                 continue
             group.sent = state
-            event: dict[str, Any] = {"e": "coll", "pg": pg, "name": group.name, "size": group.size, "enq": group.entered,
+            event: dict[str, Any] = {"e": "coll", "pg": label, "name": group.desc, "size": group.size, "enq": group.entered,
                                      "done": group.completed, "t": now}
+            if group.members is not None and (final or not group.members_sent):
+                event["ranks"], group.members_sent = group.members, True
             if group.described is not None:
                 event.update({k: group.described[k] for k in ("seq", "op", "sizes", "dtypes", "bytes", "since")})
             out.append(event)
@@ -327,7 +431,17 @@ class Poller:
             group = self.groups.setdefault(pg, _Group())
             process_group = rows[-1].get("process_group")
             if isinstance(process_group, (list, tuple)) and len(process_group) == 2:
-                group.name = str(process_group[1])
+                group.desc = str(process_group[1])[:MAX_NAME_CHARS] or None
+            if pg not in self.names:
+                label = identity_of(pg, process_group)
+                if label is None and "process_group" not in rows[-1]:
+                    label = pg  # a torch whose entries have no process_group: by id, as before
+                elif label is None and not _rpc_pending(pg):
+                    label = f"unnamed:{pg}"
+                if label is None:  # RPC's own group, while init_rpc runs: counted at the next read
+                    continue
+                self._name(pg, label)
+            label = self.names[pg]
             counted = self.counted.get(pg, 0)
             for index, entry in enumerate(rows):
                 seq = int(entry.get("collective_seq_id") or 0)
@@ -342,13 +456,13 @@ class Poller:
                     continue
                 created, op, sizes, dtypes, size = _decoded(entry)
                 if seq > counted + 1:  # the ring overwrote these before a read: counted, not described
-                    gap = stats.setdefault((pg, "?"), [0, 0, 0.0, 0.0, {}])
+                    gap = stats.setdefault((label, "?"), [0, 0, 0.0, 0.0, {}])
                     gap[0] += seq - counted - 1
                 nxt = rows[index + 1] if index + 1 < len(rows) else None
                 seen = next((at for done, at in group.marks if done >= seq), now)
                 bound = seen if nxt is None else min(seen, int(nxt.get("time_created_ns") or 0) / 1e9)
                 duration = max(0.0, bound - created)
-                stat = stats.setdefault((pg, op), [0, 0, 0.0, 0.0, {}])
+                stat = stats.setdefault((label, op), [0, 0, 0.0, 0.0, {}])
                 stat[0] += 1
                 stat[1] += size
                 stat[2] += duration
@@ -356,7 +470,7 @@ class Poller:
                 b = str(bucket(duration)) if duration > 0 else "0"
                 stat[4][b] = stat[4].get(b, 0) + 1
                 if len(listed) < MAX_LISTED_PER_READ and (seq <= LIST_FIRST or seq % LIST_EVERY == 0):
-                    listed.append({"e": "cent", "pg": pg, "seq": seq, "op": op, "sizes": sizes, "dtypes": dtypes, "bytes": size,
+                    listed.append({"e": "cent", "pg": label, "seq": seq, "op": op, "sizes": sizes, "dtypes": dtypes, "bytes": size,
                                    "entered": created, "completed": bound, "t": now})
                 counted = seq
             self.counted[pg] = counted
@@ -364,6 +478,16 @@ class Poller:
         events = [{"e": "cop", "pg": pg, "op": op, "n": s[0], "bytes": s[1], "sum": s[2], "max": s[3], "h": s[4], "t": now}
                   for (pg, op), s in stats.items()]
         return events + listed
+
+
+    def _name(self, pg: str, label: str) -> None:
+        """Recorder group ``pg`` is ``label`` on every rank; its members, from c10d's bookkeeping
+        (else the recorder's config of the group)."""
+        self.names[pg] = label
+        group = self.groups.setdefault(pg, _Group())
+        members = c10d_members().get(label)
+        group.members = members if members is not None else _config_members(self.configs.get(label))
+        group.size = len(group.members) if group.members is not None else None
 
 
 def _decoded(entry: dict[str, Any]) -> tuple[float, str, list[list[int]], list[str], int]:

@@ -159,7 +159,7 @@ EVENT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "srv": {"id": _INT, "thread": _INT, "func": _STR, "nbytes": _INT},
     "send": {"id": _INT},
     "coll": {"pg": _STR, "name": _STR, "size": _INT, "enq": _INT, "done": _INT, "seq": _INT, "op": _STR, "sizes": (list,),
-             "dtypes": (list,), "bytes": _INT, "since": _NUM},
+             "dtypes": (list,), "bytes": _INT, "since": _NUM, "ranks": (list,)},
     "cop": {"pg": _STR, "op": _STR, "n": _INT, "bytes": _INT, "sum": _NUM, "max": _NUM, "h": (dict,)},
     "cent": {"pg": _STR, "seq": _INT, "op": _STR, "sizes": (list,), "dtypes": (list,), "bytes": _INT, "entered": _NUM, "completed": _NUM},
     "pgjoin": {"call": _STR},
@@ -227,6 +227,9 @@ def _nested_ok(kind: str, event: dict[str, Any]) -> bool:
         if sizes and not all(isinstance(s, list) and len(s) <= MAX_SHAPE and all(_typed(d, _INT) and d is not None for d in s) for s in sizes):
             return False
         if dtypes and not all(isinstance(d, str) for d in dtypes):
+            return False
+        ranks = event.get("ranks") if kind == "coll" else None
+        if ranks and (len(ranks) > 1 << 20 or not all(_typed(r, _INT) and r is not None and 0 <= r < 2**31 for r in ranks)):
             return False
     elif kind in ("cstat", "cop"):
         hist = event.get("h")

@@ -31,9 +31,12 @@ there, which opens the next one.
 
 A c10d *world* is the same for collectives (one ``init_process_group`` rendezvous: address and
 world size), numbered apart from RPC's: the collectives tables' ``rank`` is the process's rank in
-it (``dist.get_rank()``; the launcher rank for a process that has none), and their ``pg`` is the
-recorder's group id, ``wN:ID`` from a restart's second world on (``pg_label``), so that a script
-that ``mp.spawn``s a DDP job twice keeps its rounds apart in every view. A process that calls
+it (``dist.get_rank()``; the launcher rank for a process that has none), and their ``pg`` is what
+names the group on every rank (``rank.collectives``: its c10d name, ``rpc`` for RPC's own gloo
+group; the recorder's per-process id in stores before version 9), ``wN:NAME`` from a restart's
+second world on (``pg_label``), so that a script that ``mp.spawn``s a DDP job twice keeps its
+rounds apart in every view. ``coll_groups.ranks`` is the group's members (global ranks, JSON), as
+c10d gave them to the process. A process that calls
 ``init_process_group`` again (after ``destroy_process_group``) with the same rank and rendezvous
 stays in its world.
 
@@ -44,7 +47,7 @@ where steps repeat (epoch-local steps, no step at all). Stores before version 4 
 index: readers take ``seq`` from the row order there (``rpcctl.inspect``).
 """
 
-SCHEMA_VERSION = 8  # 2: procs.cpu_s, procs.telemetry_cpu_s; meta server_cpu_s. 3: calls, call_stats, serving, procs.rpc_join_at
+SCHEMA_VERSION = 9  # 2: procs.cpu_s, procs.telemetry_cpu_s; meta server_cpu_s. 3: calls, call_stats, serving, procs.rpc_join_at
 # 4: losses.seq, losses.rule, log_lines. 5: rrefs.value_watched (1: the owner watches the value, so value_freed_at NULL means still alive)
 # 6: handles.last_used_at (the holder's last use of a reference it still held at rpc.shutdown()),
 #    call_stats.request_bytes, calls.nbytes (bytes of the tensor arguments)
@@ -54,6 +57,8 @@ SCHEMA_VERSION = 8  # 2: procs.cpu_s, procs.telemetry_cpu_s; meta server_cpu_s. 
 #    (issue 27: collectives from torch's Flight Recorder), procs.pg_join_at
 # 8: procs.dist_rank, procs.pg_world (the process's rank in its c10d world, and which world: a process
 #    a rank spawned, issue 27); world in coll_groups, coll_stats, collectives (their rank: the dist rank)
+# 9: pg in coll_groups, coll_stats, collectives is the group's cross-rank name (was the recorder's per-process
+#    id, which RPC's own group shifts: issue 38); coll_groups.ranks (the group's members)
 
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -109,7 +114,7 @@ CREATE TABLE IF NOT EXISTS serving (
 CREATE TABLE IF NOT EXISTS coll_groups (
     restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, rank INTEGER, world INTEGER NOT NULL DEFAULT 0, pg TEXT NOT NULL, name TEXT, size INTEGER,
     entered INTEGER, completed INTEGER, completed_at REAL, cur_seq INTEGER, cur_op TEXT, cur_sizes TEXT, cur_dtypes TEXT,
-    cur_bytes INTEGER, cur_since REAL, updated_at REAL,
+    cur_bytes INTEGER, cur_since REAL, updated_at REAL, ranks TEXT,
     PRIMARY KEY (proc_id, pg));
 CREATE TABLE IF NOT EXISTS coll_stats (
     restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, rank INTEGER, world INTEGER NOT NULL DEFAULT 0, pg TEXT NOT NULL, op TEXT NOT NULL,
@@ -126,10 +131,10 @@ CREATE TABLE IF NOT EXISTS log_lines (
 
 
 def pg_label(pg: str, world: int | None) -> str:
-    """A process group as the views name it: the recorder's id, in c10d world ``world``."""
+    """A process group as the views name it: its name (``rank.collectives``), in c10d world ``world``."""
     return str(pg) if not world else f"w{world}:{pg}"
 
 
 def pg_id(label: str) -> str:
-    """The recorder's id of a ``pg_label`` (``w1:0`` → ``0``)."""
+    """The group's name in a ``pg_label`` (``w1:0`` → ``0``)."""
     return label.split(":", 1)[1] if label.startswith("w") and ":" in label else label

@@ -386,15 +386,16 @@ class StoreWriter:
         done = int(ev["done"])
         self._x(
             "INSERT INTO coll_groups (restart, proc_id, rank, world, pg, name, size, entered, completed, completed_at, cur_seq, cur_op,"
-            " cur_sizes, cur_dtypes, cur_bytes, cur_since, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " cur_sizes, cur_dtypes, cur_bytes, cur_since, updated_at, ranks) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (proc_id, pg) DO UPDATE SET name = coalesce(excluded.name, name), size = coalesce(excluded.size, size),"
+            " ranks = coalesce(excluded.ranks, ranks),"
             " completed_at = CASE WHEN excluded.completed > completed THEN excluded.completed_at ELSE completed_at END,"
             " entered = excluded.entered, completed = excluded.completed, cur_seq = excluded.cur_seq, cur_op = excluded.cur_op,"
             " cur_sizes = excluded.cur_sizes, cur_dtypes = excluded.cur_dtypes, cur_bytes = excluded.cur_bytes,"
             " cur_since = excluded.cur_since, updated_at = excluded.updated_at",
             (proc.restart, proc.proc_id, *self._coll_key(proc, ev), ev.get("name"), _int(ev.get("size")), int(ev["enq"]), done,
              t if done > 0 else None, _int(ev.get("seq")), ev.get("op"), _json(ev.get("sizes")), _json(ev.get("dtypes")),
-             _int(ev.get("bytes")), ev.get("since"), t),
+             _int(ev.get("bytes")), ev.get("since"), t, _json(ev.get("ranks"))),
         )
 
     def _ev_cop(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
