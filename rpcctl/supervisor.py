@@ -37,7 +37,7 @@ from rpcctl.events import (
 from rpcctl.lines import Piece
 from rpcctl.plan import LaunchPlan, NodeFacts, build_plan, free_port
 from rpcctl.procs import ExitStatus, LogPump, RankProcesses, RankServerLost
-from rpcctl import stacks
+from rpcctl import backend_abort, stacks
 from rpcctl.runs import Failure, RankState, RunRecord, now_iso, rank_stack_file, save_record
 from rpcctl.states import RankStatus, RunStatus
 
@@ -367,10 +367,14 @@ class Supervisor:
         rank = status.rank
         plan = next(r for r in self.plan.ranks if r.rank == rank)
         error = _read_error_file(Path(plan.error_file))
+        aborted = _backend_abort(Path(plan.log)) if not error and status.signal == "SIGABRT" else None
         if error and error.get("child"):
             message = self._spawned_message(rank, error["child"], error["message"])
         elif error:
             message = error["message"]
+        elif aborted is not None:  # a backend's C++ exception aborted it: its own words, and where the rank was
+            message = aborted.describe()
+            error = {"traceback": aborted.traceback(), "type": aborted.error_type}
         else:
             message = f"rank {rank} (pid {status.pid}) {status.describe()}"
         return Failure(
@@ -418,6 +422,22 @@ class Supervisor:
         self._save()
         if self.cluster is not None:
             self.cluster.finish(outcome)
+
+
+def _backend_abort(log: Path) -> backend_abort.Abort | None:
+    """What a backend threw as the rank aborted, from its log's last lines (the log pump writes
+    them there before it hands them on: a moment after the rank's death, so it is given 0.5 s to
+    bring the fatal-error dump in)."""
+    deadline = time.monotonic() + 0.5
+    while not any(line.startswith("Fatal Python error") for line in backend_abort.tail_lines(log)[-200:]):
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    time.sleep(0.05)  # the rest of the dump, in the pipe with its first line
+    try:
+        return backend_abort.read(backend_abort.tail_lines(log))
+    except Exception:  # noqa: BLE001 - a fault of rpcctl's reading: the plain "killed by SIGABRT" stands
+        return None
 
 
 def _read_error_file(path: Path) -> dict | None:
