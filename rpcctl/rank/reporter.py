@@ -9,9 +9,20 @@
       ├ hooks on torch.distributed.rpc      rpc.init_rpc() → joining(): connect, sender
       └ connect + sender thread             report() also joins
     reporter.stop()  ── after the script    atexit → stop()
+                                            os._exit → stop() (see below)
 
     forked child (DataLoader worker, mp fork): inherits the hooks, drops the parent's
     connection and queue, and joins only if it calls init_rpc(), init_process_group() or report().
+
+A process that joined sends its last cycle (the queue, the final collectives read, ``bye``)
+however it exits: ``atexit`` where the interpreter ends normally (a rank, a spawn-method worker:
+``sys.exit``), and ``os._exit`` (wrapped once a process joins: ``flush_at_os_exit``), which is how
+multiprocessing's fork and forkserver workers end (popen_fork: ``os._exit(process._bootstrap())``,
+whether the target returned, raised or called ``sys.exit``; a fork Pool's workers too), and how a
+user's own code may end one. Both are bounded by ``EXIT_FLUSH_S``: a launcher that stopped
+reading never holds an exit longer. The wrapper flushes only in the process that joined (a
+forked child that did not join has no reporter of its own), and a process killed by a signal
+says nothing.
 
 The sender thread wakes every ``SEND_INTERVAL_S``: it drains the queue the hooks append to,
 turns it into events (``rrefs.Tracker``), adds a probe (cpu, rss, threads, CUDA memory — never
@@ -33,7 +44,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from rpcctl.devices import parse_visible_devices
 from rpcctl.procstat import NUM_THREADS, RSS_PAGES, STIME, UTIME, stat_fields
@@ -43,6 +54,7 @@ from rpcctl.telemetry import protocol
 _reporter: _Reporter | None = None
 _lock = threading.Lock()
 _fork_hook_registered = False
+EXIT_FLUSH_S = 2.0  # the most a process's last cycle holds its exit (atexit and os._exit alike)
 
 
 def start() -> None:
@@ -58,11 +70,33 @@ def start() -> None:
     reporter.activate()
 
 
-def stop(timeout: float = 2.0) -> None:
+def stop(timeout: float = EXIT_FLUSH_S) -> None:
     """Flush and stop; bounded by ``timeout``. Safe to call twice, or without ``start()``."""
     reporter = _reporter
     if reporter is not None and reporter.pid == os.getpid():
         reporter.stop(timeout)
+
+
+def flush_at_os_exit() -> None:
+    """Make ``os._exit`` send this process's last cycle first (``stop``, at most ``EXIT_FLUSH_S``),
+    once per interpreter (a forked child inherits the wrapper; it flushes only a reporter of its
+    own). No atexit runs at ``os._exit``: without this a fork worker's last cycle, its last
+    collectives read and anything queued since the previous one (its RPC name, a loss) is lost."""
+    original = os._exit
+    if getattr(original, "_rpcctl_flushes", False):
+        return
+
+    def _exit(status: int) -> NoReturn:
+        try:
+            stop(EXIT_FLUSH_S)
+        except BaseException:  # noqa: BLE001 - nothing may keep the process from exiting
+            pass
+        original(status)
+
+    _exit._rpcctl_flushes = True  # type: ignore[attr-defined]
+    _exit.__wrapped__ = original  # type: ignore[attr-defined]
+    _exit.__doc__ = original.__doc__
+    os._exit = _exit
 
 
 def report(step: int | None = None, loss: float | None = None, **metrics: float) -> None:
@@ -229,6 +263,7 @@ class _Reporter:
             self._thread = threading.Thread(target=self._run, name="rpcctl-telemetry", daemon=True)
             self._thread.start()
         atexit.register(stop)
+        flush_at_os_exit()
 
     def _hello(self) -> dict[str, Any]:
         rank_text = os.environ.get(protocol.ENV_RANK) or os.environ.get("RANK")
