@@ -391,7 +391,8 @@ class Supervisor:
         )
 
     def _spawned_message(self, rank: int, child: dict, message: str) -> str:
-        """A process the rank started with mp.spawn failed: named by its RPC name too, if it
+        """A process the rank started with mp.spawn failed (or one that process mp.spawned, its
+        ``chain`` the pids from the rank's child down to it): named by its RPC name too, if it
         joined RPC (the store has it: it reported long before its parent saw it end)."""
         from rpcctl.inspect import spawned_name
 
@@ -401,7 +402,10 @@ class Supervisor:
             name = None
         if not name:
             return message
-        return f"{name} (mp.spawn process {child.get('index')}, pid {child['pid']}) {child.get('how', 'failed')}"
+        chain = child.get("chain")
+        nested = isinstance(chain, list) and len(chain) > 1 and all(type(pid) is int for pid in chain)
+        where = "".join([f", rank {rank}", *(f" › pid {pid}" for pid in chain)]) if nested else ""
+        return f"{name} (mp.spawn process {child.get('index')}, pid {child['pid']}{where}) {child.get('how', 'failed')}"
 
     def _finish(self, outcome: RunStatus) -> None:
         self.record.status = outcome

@@ -1,7 +1,11 @@
 """The workers view: every rank of the latest restart (the launcher's view, with its probes),
 each followed by the processes it spawned itself (mp.spawn trainers: ``kind`` "child", ``rank``
 the rank that spawned them; the table shows them as that rank's children, with their RPC names
-and pids).
+and pids). They come as a tree: each process right under its own parent (``parent_pid``, the
+ppid its hello gave), so a worker that a rank's trainer mp.spawned is listed under that trainer,
+named with the chain above it (``(child of rank 0 › pid A)``; ``parents``: those pids). A parent
+that never joined telemetry is not listed: the chain says what is not known (``rank 0 › … ›
+pid X``).
 
 A rank's state is the run record's word for it (``RankStatus``: pending, running, succeeded,
 failed, killed), as ``rpcctl runs`` says it. A spawned child is running, then, by the exit status
@@ -12,7 +16,7 @@ or ``exited`` where its parent did not tell (a process started with ``subprocess
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +65,8 @@ class WorkerRecord:
     straggler: str | None = None  # far slower than the others, with the figure (``stragglers``)
     dist_rank: int | None = None  # its rank in its c10d world (a spawned child's is not the launcher rank), once init_process_group returned
     pg_world: int | None = None  # which c10d world (0, then 1, 2... for each new one: a round of mp.spawn)
+    parents: list[int] = field(default_factory=list)  # pids between its rank and it, its parent last ([]: a rank, or a rank's own child)
+    lineage: str | None = field(default=None, metadata={"json": False})  # whose child it is: "rank 0", "rank 0 › pid A"
 
     @property
     def rank_shown(self) -> str:
@@ -76,7 +82,7 @@ class WorkerRecord:
         if self.kind == "child" and self.rank is not None:
             world = f" of world w{self.pg_world}" if self.pg_world else ""
             dist = f", dist rank {self.dist_rank}{world}" if self.dist_rank is not None else ""
-            return f"{self.name or '-'} (child of rank {self.rank}{dist})"
+            return f"{self.name or '-'} (child of {self.lineage or f'rank {self.rank}'}{dist})"
         return self.name
 
     COLUMNS = (
@@ -125,6 +131,7 @@ def workers(run_dir: Path) -> list[WorkerRecord]:
                 records.append(_worker(s, proc, None, restart))
                 of_proc[proc["proc_id"]] = records[-1]
     records.sort(key=lambda w: (w.rank if w.rank is not None else 1 << 30, w.kind != "rank", w.rpc_rank or 0, w.pid or 0))
+    records = _as_tree(records)
     from rpcctl.inspect.stragglers import stragglers
 
     for slow in stragglers(run_dir):
@@ -135,6 +142,47 @@ def workers(run_dir: Path) -> list[WorkerRecord]:
         for record in flagged:
             record.straggler = "; ".join(filter(None, [record.straggler, slow.describe()]))
     return records
+
+
+def _as_tree(records: list[WorkerRecord]) -> list[WorkerRecord]:
+    """``records`` (ranks, then their children, sorted) as a tree, depth first: each process right
+    under its own parent, with the chain above it (``parents``, ``lineage``). A child whose parent
+    is not listed (it never joined telemetry) goes under its rank; one that no listed rank has,
+    and any loop that reused pids could make, keep their place at the end."""
+    ranks = {r.rank: r for r in reversed(records) if r.kind == "rank" and r.rank is not None}
+    by_pid: dict[int, list[WorkerRecord]] = {}
+    for r in records:
+        if r.pid is not None:
+            by_pid.setdefault(r.pid, []).append(r)
+    below: dict[int, list[WorkerRecord]] = {}
+    tops: list[WorkerRecord] = []
+    for r in records:
+        parent = None
+        if r.kind != "rank":  # pid and host together: on a multi-node run pids repeat across hosts
+            same_host = [p for p in by_pid.get(r.parent_pid, []) if p is not r and (None in (p.host, r.host) or p.host == r.host)]
+            parent = same_host[0] if same_host else ranks.get(r.rank)
+        if parent is None:
+            tops.append(r)
+        else:
+            below.setdefault(id(parent), []).append(r)
+    out: list[WorkerRecord] = []
+    seen: set[int] = set()
+
+    def visit(node: WorkerRecord) -> None:
+        seen.add(id(node))
+        out.append(node)
+        for child in below.get(id(node), []):
+            if id(child) in seen:
+                continue
+            if node.kind != "rank":
+                child.parents, child.lineage = [*node.parents, node.pid], f"{node.lineage or f'rank {node.rank}'} › pid {node.pid}"
+            elif child.parent_pid is not None and node.pid is not None and child.parent_pid != node.pid:
+                child.parents, child.lineage = [child.parent_pid], f"rank {node.rank} › … › pid {child.parent_pid}"
+            visit(child)
+
+    for top in tops:
+        visit(top)
+    return out + [r for r in records if id(r) not in seen]
 
 
 def spawned_name(run_dir: Path, rank: int, pid: int) -> str | None:

@@ -81,7 +81,7 @@ def _torch_imported() -> None:
             patch.set_join(_join)
         patch.install()
 
-        children.install()  # mp.spawn's workers' exit codes (torch has imported multiprocessing)
+        children.install(join=_join)  # mp.spawn's workers: exit codes, their place (torch has imported multiprocessing)
     except Exception as exc:
         print(f"rpcctl: RRef hooks not installed: {exc!r}", file=sys.stderr)
     from rpcctl.rpc_settings import silence_torch_internal_warnings

@@ -60,6 +60,7 @@ from rpcctl.frames import ALL_FRAMES_ENV, drop_own_frames
 from rpcctl.lines import MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS, cap_text, write_whole_lines
 from rpcctl.private import private_dir, private_open
 from rpcctl.python_cmd import working_dir_on_path
+from rpcctl.rank import children
 from rpcctl.rpc_settings import apply_malloc_env, silence_torch_internal_warnings
 
 _stack_file = None  # kept open for faulthandler.register
@@ -149,26 +150,64 @@ def _install_stack_dumps() -> None:
         faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True, chain=False)
 
 
+_RAISED_HEADER = " terminated with the following error:\n"  # torch's ProcessRaisedException text
+_EXITED_LINE = "ProcessExitedException: process "
+
+
 def spawned_failure(exc: BaseException) -> dict[str, Any] | None:
     """torch.multiprocessing's exception for a process that ``mp.spawn`` started and that failed
-    (raised from ``join``): that process's index, pid, how it ended in one line, and its own
-    traceback once. ``ProcessRaisedException`` carries the child's traceback after a header
-    line (its ``str`` starts with blank lines: its first line says nothing);
-    ``ProcessExitedException`` an exit code or a signal. None for any other exception."""
+    (raised from ``join``): the process that failed (its index in its mp.spawn, its pid), how it
+    ended in one line, its own traceback once, and ``chain``: the pids from this rank's child down
+    to it. ``ProcessRaisedException`` carries the child's traceback after a header line (its
+    ``str`` starts with blank lines: its first line says nothing); ``ProcessExitedException`` an
+    exit code or a signal. A child that failed because its own mp.spawn did (a nested mp.spawn,
+    its exception not caught) ends its traceback with that exception and the note
+    ``children.note`` added there, naming the pid of its worker that failed: followed down to the
+    process whose own failure it was. None for any other exception."""
     if not type(exc).__module__.startswith("torch.multiprocessing") or not hasattr(exc, "error_pid"):
         return None
-    found: dict[str, Any] = {"index": getattr(exc, "error_index", None), "pid": exc.error_pid, "traceback": None, "type": None}
+    found: dict[str, Any] = {"index": getattr(exc, "error_index", None), "pid": exc.error_pid, "traceback": None, "type": None,
+                             "chain": [exc.error_pid]}
     if hasattr(exc, "exit_code"):
         signal_name = getattr(exc, "signal_name", None)
         found["how"] = f"was killed by {signal_name}" if signal_name else f"exited with code {exc.exit_code}"
         return found
     text = str(getattr(exc, "msg", None) or exc)
-    trace = text.partition(" terminated with the following error:\n")[2].strip("\n")
-    last = next((line.strip() for line in reversed(trace.splitlines()) if line.strip()), "")
-    found["how"] = f"raised {last}" if last else "raised an exception"
+    trace = text.partition(_RAISED_HEADER)[2].strip("\n")
+    while True:
+        lines = trace.splitlines()
+        last = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].strip()), None)
+        inner = children.noted(lines[last]) if last is not None else None
+        if inner is None:
+            break
+        found["index"], found["pid"] = inner
+        found["chain"].append(inner[1])
+        trace = "\n".join(lines[:last]).rstrip("\n")
+        exited = _exited(trace.rsplit("\n", 1)[-1])
+        if exited is not None:  # it did not raise: its exit code or signal, and no traceback of its own
+            found["how"] = exited
+            return found
+        trace = trace.partition(_RAISED_HEADER)[2].strip("\n")
+    last_line = next((line.strip() for line in reversed(trace.splitlines()) if line.strip()), "")
+    found["how"] = f"raised {last_line}" if last_line else "raised an exception"
     found["traceback"] = f"{trace}\n" if trace else None
-    found["type"] = last.split(":", 1)[0] if last else None
+    found["type"] = last_line.split(":", 1)[0] if last_line else None
     return found
+
+
+def _exited(line: str) -> str | None:
+    """How a process ended, from the line of a ``ProcessExitedException`` its parent raised."""
+    detail = line.partition(_EXITED_LINE)[2].partition(" terminated with ")[2].strip()
+    if detail.startswith("signal "):
+        return f"was killed by {detail[len('signal '):]}"
+    if detail.startswith("exit code "):
+        return f"exited with code {detail[len('exit code '):]}"
+    return None
+
+
+def lineage(rank: Any, chain: list[int]) -> str:
+    """``rank 0 › pid A › pid B``: where a process sits under the rank that started it."""
+    return " › ".join([f"rank {rank}", *(f"pid {pid}" for pid in chain)])
 
 
 def _write_error_file(exc: BaseException) -> None:
@@ -180,7 +219,8 @@ def _write_error_file(exc: BaseException) -> None:
     whole = f"; the whole is in logs/rank-{os.environ.get('RANK')}.log"  # Python prints it there too
     child = spawned_failure(exc)
     if child is not None:  # the process that failed is the root cause, not this rank's mp.spawn
-        message = f"mp.spawn process {child['index']} (pid {child['pid']}) {child['how']}"
+        where = f", {lineage(os.environ.get('RANK'), child['chain'])}" if len(child["chain"]) > 1 else ""
+        message = f"mp.spawn process {child['index']} (pid {child['pid']}{where}) {child['how']}"
         callstack, kind = child["traceback"] or callstack, child["type"] or kind
         # Its text is a rank's too: capped as the message is (the whole is in the log).
         ours["child"] = {**child, "traceback": None, "how": cap_text(child["how"], MAX_MESSAGE_CHARS, whole),
