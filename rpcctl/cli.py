@@ -77,6 +77,7 @@ def _load(name: str):
         single.command(name, epilog=f"Example: {example}")(target)
         command = typer.main.get_command(single)
     command.name = name
+    _starts_the_command(command)
     return command
 
 
@@ -98,8 +99,32 @@ class _Boundary(TyperGroup):
             if not exc.reported:
                 get_console().error(str(exc))
             raise typer.Exit(exc.exit_code) from None
-        except KeyboardInterrupt:
-            raise typer.Exit(130) from None
+        except KeyboardInterrupt:  # while the command runs (before, the entry point has SIGINT: rpcctl.__main__)
+            from rpcctl.__main__ import cancelled
+
+            cancelled(entry=_entry)
+
+
+def _starts_the_command(command) -> None:
+    """Wrap the callback of ``command`` (and of every subcommand) so that the entry point's
+    early SIGINT handling ends where the command's own code begins (``__main__.command_starts``)."""
+    import functools
+
+    for sub in getattr(command, "commands", {}).values():
+        _starts_the_command(sub)
+    callback = command.callback
+    if callback is None or getattr(callback, "_rpcctl_starts", False):
+        return
+
+    @functools.wraps(callback)
+    def starts(*args, **kwargs):
+        from rpcctl.__main__ import command_starts
+
+        command_starts()
+        return callback(*args, **kwargs)
+
+    starts._rpcctl_starts = True
+    command.callback = starts
 
 
 app = typer.Typer(
@@ -128,5 +153,10 @@ def _root(
     """Launch, inspect and benchmark torch.distributed.rpc jobs."""
 
 
-def main() -> None:
+_entry = False  # run by the command line's entry point (rpcctl.__main__), not typer's test runner
+
+
+def main(*, entry: bool = False) -> None:
+    global _entry
+    _entry = entry
     app()

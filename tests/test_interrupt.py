@@ -1,0 +1,110 @@
+"""Ctrl-C at any early moment of the command line (``python -m rpcctl`` and the ``rpcctl``
+script): once rpcctl's own code runs, a SIGINT ends the command with one line and exit code
+130, never a traceback, while typer, rich and the command's module load, while it parses, and
+while it runs. Real processes, each sent one real SIGINT at a later moment than the one before.
+
+A signal that comes before rpcctl's code runs (the interpreter's start, ``site``, the
+script's own ``from rpcctl.__main__ import main``) is Python's: its traceback has no frame of
+rpcctl's, and that try tells nothing."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from test_web_server import a_run  # noqa: F401 - the fixture: a finished run
+
+pytestmark = pytest.mark.timeout(300)
+
+LINE = "rpcctl: cancelled by SIGINT"
+FRAME = re.compile(r'File "([^"]+)", line \d+, in (\S+)')
+
+
+def _our_frames(stderr: str) -> list[str]:
+    """The traceback's frames in rpcctl's code: any module of the package but its light
+    ``__init__`` and the top of ``__main__`` (both run before anything can catch a signal)."""
+    ours = []
+    for path, function in FRAME.findall(stderr):
+        if "/rpcctl/" not in path or path.endswith("/rpcctl/__init__.py"):
+            continue
+        if path.endswith("/rpcctl/__main__.py") and function == "<module>":
+            continue
+        ours.append(f"{path} in {function}")
+    return ours
+
+
+def _interrupt_at(argv: list[str], delay: float) -> subprocess.CompletedProcess:
+    """Start ``argv``, SIGINT it after ``delay``; a process still there 30 s later is killed and
+    comes back with returncode None (it ignored the Ctrl-C) and what it printed."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        code = proc.returncode
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        code = None
+    return subprocess.CompletedProcess(argv, code, out, err)
+
+
+def _entry_points() -> dict[str, list[str]]:
+    script = Path(sys.executable).parent / "rpcctl"
+    entries = {"python -m rpcctl": [sys.executable, "-m", "rpcctl"]}
+    if script.is_file():
+        entries["rpcctl script"] = [str(script)]
+    return entries
+
+
+@pytest.mark.parametrize("entry", list(_entry_points()))
+@pytest.mark.parametrize("command", ["--help", "web"])
+def test_ctrl_c_at_any_early_moment_is_one_line_and_exit_130(a_run, entry, command):
+    """40 tries, 0 to 0.8 s after the start: `--help` imports every command's module (about a
+    second here), `web` loads the page's modules and then serves until Ctrl-C. Each try ends in
+    the one line and 130, or (for --help, late) in its own success, or before our code ran."""
+    argv = _entry_points()[entry] + (["--help"] if command == "--help" else ["web", str(a_run)])
+    ours, before, bad = 0, 0, []
+    for i in range(40):
+        delay = 0.02 * i
+        result = _interrupt_at(argv, delay)
+        frames = _our_frames(result.stderr)
+        if result.returncode == 130 and result.stderr.strip().splitlines()[-1:] == [LINE] and "Traceback" not in result.stderr:
+            ours += 1
+            if command == "--help":
+                assert result.stderr.strip() == LINE, result.stderr
+        elif command == "--help" and result.returncode == 0 and "Usage:" in result.stdout:
+            continue  # it had finished
+        elif result.returncode in (1, -signal.SIGINT) and not frames and LINE not in result.stderr:
+            before += 1  # the interpreter's, before rpcctl's code ran
+        else:
+            bad.append((delay, result.returncode, frames[-3:] or result.stderr[-300:]))
+    assert not bad, bad
+    assert ours >= 20, (ours, before)  # most tries came while our code ran
+
+
+@pytest.mark.parametrize("argv", [["runs", "--limit", "1"], ["inspect", "workers"], ["bench", "compare", "no-old.json", "no-new.json"]],
+                         ids=["runs", "inspect-workers", "bench-compare"])
+def test_the_early_handling_ends_where_the_commands_own_code_begins(tmp_path, argv):
+    """From the command's first line, SIGINT is Python's KeyboardInterrupt again (``launch``,
+    ``--watch`` and ``web`` handle it as their own), in a command, a view of a sub-app and a
+    subcommand of a group with its own callback alike."""
+    import _signal
+
+    from typer.testing import CliRunner
+
+    import rpcctl.__main__ as entry
+    from rpcctl.cli import app
+
+    previous = _signal.signal(_signal.SIGINT, entry._early_interrupt)  # as rpcctl.__main__.main leaves it
+    try:
+        CliRunner().invoke(app, [*argv, "--runs-dir", str(tmp_path)] if argv[0] != "bench" else argv)
+        assert _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler
+    finally:
+        _signal.signal(_signal.SIGINT, previous)
