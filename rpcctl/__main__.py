@@ -22,7 +22,7 @@ def main() -> None:
         _signal.signal(_signal.SIGINT, _early_interrupt)
         from rpcctl.cli import main as cli_main
 
-        cli_main(entry=True)
+        cli_main(cancelled=cancelled, command_starts=command_starts)
     except KeyboardInterrupt:  # before the handler was in place
         cancelled()
 
@@ -31,29 +31,27 @@ def _early_interrupt(signum, frame) -> None:
     cancelled()
 
 
-_early_interrupt.rpcctl_early = True  # how command_starts knows it (this module may be loaded twice: as __main__ and by name)
+_early_interrupt.rpcctl_early = True  # how command_starts knows it
 
 
 def command_starts() -> None:
-    """The command's own code begins: SIGINT raises KeyboardInterrupt again (where the entry
-    point took it; elsewhere, as in typer's test runner, nothing changes)."""
+    """The command's own code begins (the CLI calls it, handed it by ``main``): SIGINT raises
+    KeyboardInterrupt again, where the entry point took it."""
     if getattr(_signal.getsignal(_signal.SIGINT), "rpcctl_early", False):
         _signal.signal(_signal.SIGINT, _signal.default_int_handler)
 
 
-def cancelled(*, entry: bool = True) -> None:
-    """End the command for a Ctrl-C: one line on stderr, exit code 130; a second Ctrl-C while
-    it ends is ignored. ``entry``: this is the command-line process (not typer's test runner
-    or a program calling the app), which then exits at once (``exit_now``); else SystemExit."""
+def cancelled() -> None:
+    """End the command-line process for a Ctrl-C: one line on stderr, exit code 130, at once
+    (``exit_now``); a second Ctrl-C while it ends is ignored. The CLI's boundary calls it too,
+    handed it by ``main`` (typer's test runner, or a program calling the app, has its own)."""
     _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
     try:
         sys.stderr.write("rpcctl: cancelled by SIGINT\n")
         sys.stderr.flush()
     except (OSError, ValueError):  # the terminal went away, or stderr is closed
         pass
-    if entry:
-        exit_now(130)
-    raise SystemExit(130)
+    exit_now(130)
 
 
 def exit_now(code: int) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import traceback
+from collections.abc import Callable
 
 import typer
 from typer.core import TyperGroup
@@ -100,9 +101,8 @@ class _Boundary(TyperGroup):
                 get_console().error(str(exc))
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:  # while the command runs (before, the entry point has SIGINT: rpcctl.__main__)
-            from rpcctl.__main__ import cancelled
-
-            cancelled(entry=_entry)
+            _hooks["cancelled"]()
+            raise typer.Exit(130) from None  # typer's test runner, or a program calling the app
 
 
 def _starts_the_command(command) -> None:
@@ -118,9 +118,7 @@ def _starts_the_command(command) -> None:
 
     @functools.wraps(callback)
     def starts(*args, **kwargs):
-        from rpcctl.__main__ import command_starts
-
-        command_starts()
+        _hooks["command_starts"]()
         return callback(*args, **kwargs)
 
     starts._rpcctl_starts = True
@@ -153,10 +151,14 @@ def _root(
     """Launch, inspect and benchmark torch.distributed.rpc jobs."""
 
 
-_entry = False  # run by the command line's entry point (rpcctl.__main__), not typer's test runner
+# What the command line's entry point (rpcctl.__main__, which hands them to main) does for a Ctrl-C
+# while a command runs, and as the command's own code begins; nothing under typer's test runner.
+_hooks: dict[str, Callable[[], None]] = {"cancelled": lambda: None, "command_starts": lambda: None}
 
 
-def main(*, entry: bool = False) -> None:
-    global _entry
-    _entry = entry
+def main(*, cancelled: Callable[[], None] | None = None, command_starts: Callable[[], None] | None = None) -> None:
+    if cancelled is not None:
+        _hooks["cancelled"] = cancelled
+    if command_starts is not None:
+        _hooks["command_starts"] = command_starts
     app()

@@ -222,7 +222,8 @@ def _supervise(spec: JobSpec, plan: LaunchPlan, facts: NodeFacts, record: RunRec
     if server is not None and spec.hang_timeout and spec.node_rank == 0:
         from rpcctl.watchdog import HangWatchdog
 
-        watchdog = HangWatchdog(Path(record.run_dir), spec.hang_timeout, spec.on_hang == "keep", console)
+        # It asks the server whether the store can be trusted before it reads a silence as a stall.
+        watchdog = HangWatchdog(Path(record.run_dir), spec.hang_timeout, spec.on_hang == "keep", console, health=server.health)
     view = None
     if live:
         from rpcctl.live import LiveView

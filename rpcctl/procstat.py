@@ -15,3 +15,22 @@ def stat_fields(pid: int | str = "self") -> list[bytes]:
     with open(f"/proc/{pid}/stat", "rb") as f:
         stat = f.read()
     return stat[stat.rindex(b")") + 2 :].split()
+
+
+_TICK_S = None
+
+
+def cpu_seconds(pid: int, tid: int | None = None) -> float | None:
+    """CPU time (user + system, seconds) of a process, or of one of its threads (``tid``: the
+    main thread's is the pid); None where it cannot be read (gone, not Linux)."""
+    global _TICK_S
+    import os
+
+    try:
+        if _TICK_S is None:
+            _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+        path = f"{pid}/task/{tid}" if tid is not None else str(pid)
+        fields = stat_fields(path)
+        return (int(fields[UTIME]) + int(fields[STIME])) * _TICK_S
+    except (OSError, ValueError, IndexError):
+        return None

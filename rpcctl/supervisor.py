@@ -255,7 +255,7 @@ class Supervisor:
             if failure is None and self.cluster is not None:
                 failure = self._cluster_news()
             if failure is None and self.watchdog is not None:
-                failure = self.watchdog.check(self.record)
+                failure = self._watch()
             if failure is not None:
                 self.record.root_cause = failure
                 self.events.publish(Failed(failure, final=self.record.restarts >= self.spec.max_restarts))
@@ -279,6 +279,16 @@ class Supervisor:
                 return RunStatus.CANCELLED
             if changed:
                 self._save()
+
+    def _watch(self) -> Failure | None:
+        """The watchdog's verdict. A fault of the watchdog's own never changes the job's outcome:
+        it is said once, and the job goes on unwatched."""
+        try:
+            return self.watchdog.check(self.record)
+        except Exception as exc:  # noqa: BLE001 - rpcctl's fault, not the job's
+            self._warn(f"the hang watchdog failed ({exc!r}): the job goes on without it")
+            self.watchdog = None
+            return None
 
     def _cluster_news(self) -> Failure | None:
         """Poll the other nodes (twice a second): a failure there is this node's root cause too."""

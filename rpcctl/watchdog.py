@@ -5,22 +5,33 @@ Progress, precisely: a line of output from any rank, a loss or metrics record (p
 rank spawned, or a process that starts (connects to telemetry) or enters ``init_rpc``. Not progress: heartbeats and probes (a hung process still sends them), RRef
 bookkeeping, torch's own calls (shutdown's barrier), a call that is still running.
 
-The supervisor calls ``check()`` from its loop (at most once a second does work). When no
-progress was seen for ``hang_timeout`` seconds in a job that uses RPC (a process entered
-``init_rpc``), it:
+The supervisor calls ``check()`` from its loop (at most once a second does work). A silence is
+only a suspicion: telemetry's silence is not the job's. So, in a job that uses RPC or a process
+group (a process entered ``init_rpc`` or ``init_process_group``):
 
-1. dumps the Python stacks of every running rank and of the processes they spawned (what
-   ``rpcctl stack`` does; a stopped process cannot answer and is said to be stopped),
-2. snapshots the calls in flight and the callees' view (``rpcctl.inspect.calls``),
-3. writes ``stacks.txt``, ``calls.json`` and ``diagnosis.txt`` into ``<run_dir>/hang/``
-   (``hang-2/``… for later reports), owner-only,
-4. makes the diagnosis: the wait chain from the oldest call in flight to the process at its
+- While telemetry is impaired (``TelemetryServer.health()``: the store cannot be written, the
+  server stopped or stopped reading, a fault of its own), the watchdog says so once, declares
+  nothing, and counts silence only from when it is healthy again.
+- When no progress was seen for ``hang_timeout`` (less ``confirm_s``), it looks at the processes
+  (``hang_evidence.Look``: their stacks and main threads' CPU), and again ``confirm_s`` later. A
+  process that moved in between (its stack changed, or it computed with nothing in flight) is
+  progress: no verdict, said once. Only with evidence that nothing moves (processes seen still
+  twice, stopped ones, or another node's with a call or collective in flight for the whole
+  timeout) does it:
+
+1. keep the second look's stacks (the ranks and the processes they spawned; a stopped process
+   cannot answer and is said to be stopped),
+2. snapshot the calls in flight and the callees' view (``rpcctl.inspect.calls``),
+3. write ``stacks.txt``, ``calls.json`` and ``diagnosis.txt`` into ``<run_dir>/hang/``
+   (``hang-2/``… for later reports), owner-only, as far as the disk lets it (the verdict does not
+   wait on the evidence: a full disk costs one warning),
+4. make the diagnosis: the wait chain from the oldest call in flight to the process at its
    end, what that process is running and where (file, line, the source line: the lock it
    waits on), a cycle of workers if the chain comes back (a deadlock); else the rank that
-   never joined RPC, else where the ranks' main threads are,
-5. returns the failure (root cause: hang, the diagnosis its message and details; the job is
-   torn down, exit 1, and the verdict prints it) or, with ``on_hang: keep``, prints the
-   diagnosis, keeps the job and reports again only after progress resumed and stopped.
+   never joined RPC (or ended without), else where the ranks' main threads are,
+5. return the failure (root cause: hang, the diagnosis its message and details; the job is
+   torn down, exit 1, and the verdict prints it) or, with ``on_hang: keep``, print the
+   diagnosis, keep the job and report again only after progress resumed and stopped.
 
 Earlier, within ``JOIN_WARN_S`` (or half ``hang_timeout`` if shorter) of the first process
 entering ``init_rpc``, a rank that has not entered it yet is named with where it is, once. A
@@ -34,236 +45,27 @@ silence (again only after it beat again). Nothing ends on that alone: the hang t
 
 from __future__ import annotations
 
-import linecache
 import os
-import re
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rpcctl import collective_hangs, inspect, stacks
-from rpcctl.inspect.calls import CallsReport, PendingCall, ServingRecord, same_function
-from rpcctl.console import human_seconds, to_jsonable
-from rpcctl.frames import is_user_file, short_path
+from rpcctl import inspect, stacks
+from rpcctl.console import epoch_of, human_seconds, to_jsonable
+from rpcctl.hang_diagnosis import Diagnosis, Proc, diagnose  # noqa: F401 - diagnose: the diagnosis, in hang_diagnosis
+from rpcctl.hang_evidence import Look, motion, parse_stacks, still, where
+from rpcctl.hang_evidence import ThreadStack as ThreadStack  # noqa: F401 - the parsed stacks, where tests and benchmarks read them
+from rpcctl.inspect.calls import CallsReport
+from rpcctl.runs import Failure, RunRecord, now_iso, write_json_atomic
+from rpcctl.states import CallState, RankStatus
 from rpcctl.telemetry.protocol import STALE_AFTER_S
 from rpcctl.telemetry.reader import column  # a column a store before schema 7 (or 8) lacks reads as None
-from rpcctl.runs import Failure, RunRecord, now_iso, write_json_atomic
-from rpcctl.states import CallState, RankStatus, ServingState
 
 JOIN_WARN_S = 20.0
 CHECK_EVERY_S = 1.0
 DUMP_TIMEOUT_S = 2.0
-
-
-# ---------------------------------------------------------------------------------------------
-# Stacks: faulthandler's text, parsed
-
-
-@dataclass
-class Frame:
-    file: str
-    line: int
-    func: str
-
-    @property
-    def site(self) -> str:
-        return f"{short_path(self.file)}:{self.line} in {self.func}"
-
-    @property
-    def source(self) -> str:
-        return linecache.getline(self.file, self.line).strip()
-
-
-@dataclass
-class ThreadStack:
-    ident: int
-    current: bool  # the thread that took the signal (the main thread, for a process signal)
-    frames: list[Frame]  # innermost first
-
-    def user_frame(self) -> Frame | None:
-        return next((f for f in self.frames if is_user_file(f.file)), None)
-
-    @property
-    def is_main(self) -> bool:
-        return any(f.func == "_run_script" and f.file.endswith(os.path.join("rpcctl", "runtime.py")) for f in self.frames)
-
-
-_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+) \(most recent call first\):")
-_FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
-
-
-def parse_stacks(text: str) -> list[ThreadStack]:
-    """Threads of one faulthandler dump (``Thread 0x… (most recent call first):`` blocks)."""
-    threads: list[ThreadStack] = []
-    for line in text.splitlines():
-        header = _THREAD.match(line)
-        if header:
-            threads.append(ThreadStack(int(header.group(2), 16), header.group(1) == "Current thread", []))
-            continue
-        frame = _FRAME.match(line)
-        if frame and threads:
-            threads[-1].frames.append(Frame(frame.group(1), int(frame.group(2)), frame.group(3)))
-    return threads
-
-
-def where(thread: ThreadStack | None) -> str | None:
-    """``train.py:12 in load_data (`time.sleep(600)`)``: the innermost frame of the user's code."""
-    frame = thread.user_frame() if thread is not None else None
-    if frame is None:
-        return None
-    source = frame.source
-    return f"{frame.site} (`{source}`)" if source else frame.site
-
-
-# ---------------------------------------------------------------------------------------------
-# The evidence, and the diagnosis
-
-
-@dataclass
-class Proc:
-    """A process of the attempt as the watchdog sees it."""
-
-    proc_id: int | None
-    pid: int
-    rank: int | None
-    kind: str  # rank | child
-    name: str | None  # RPC name
-    joined_at: float | None  # entered init_rpc
-    stopped: bool = False
-    pg_joined_at: float | None = None  # entered init_process_group (or new_group)
-    dist_rank: int | None = None  # its rank in its c10d world (a process a rank spawned: not the launcher rank)
-    pg_world: int | None = 0  # which c10d world (the store's numbering)
-    threads: list[ThreadStack] = field(default_factory=list)
-    dumped: bool = False
-    host: str | None = None
-    local: bool = True  # one of this node's: a multi-node run's other nodes are not signalled from here
-
-    def describe(self) -> str:
-        on = "" if self.local else f" on {self.host or 'another node'}"
-        if self.kind == "rank":
-            named = f"{self.name}, " if self.name else ""
-            return f"rank {self.rank} ({named}pid {self.pid}{on})"
-        return f"{self.name or 'process'} (pid {self.pid}{on}, started by rank {self.rank})"
-
-    @property
-    def elsewhere(self) -> str:
-        """For a process of another node: where its stack can be had."""
-        return "" if self.local else f"; its stack: `rpcctl stack` on {self.host or 'its node'}"
-
-    def thread(self, ident: int | None) -> ThreadStack | None:
-        return next((t for t in self.threads if t.ident == ident), None)
-
-    def main_thread(self) -> ThreadStack | None:
-        return next((t for t in self.threads if t.is_main), None) or next((t for t in self.threads if t.current), None)
-
-
-@dataclass
-class Diagnosis:
-    headline: str
-    details: list[str]
-    suspect: Proc | None
-
-    def text(self) -> str:
-        return "\n".join([self.headline, *(f"  {line}" for line in self.details)]) + "\n"
-
-
-def diagnose(procs: list[Proc], report: CallsReport, stalled_s: float, groups: list[Any] = ()) -> Diagnosis:
-    by_name = {p.name: p for p in procs if p.name}
-    by_proc_id = {p.proc_id: p for p in procs if p.proc_id is not None}
-    details = [f"no progress for {human_seconds(stalled_s)}: no call ended, no collective completed, no loss, no output line"]
-    for proc in procs:
-        if proc.stopped:
-            details.append(f"{proc.describe()} is stopped (SIGSTOP or SIGTSTP): it cannot run or answer until SIGCONT")
-    waiting = [c for c in report.pending if c.state == CallState.PENDING]
-    for call in waiting:
-        details.append(f"{call.caller} → {call.callee}: {call.kind} {call.func} at {call.call_site}, for {human_seconds(call.age_s)}")
-    for served in report.serving:
-        if served.state == ServingState.RUNNING:
-            details.append(served.describe())
-    collective = collective_hangs.verdict(list(groups), procs, time.time(), lambda p: where(p.main_thread()))
-    if collective is not None:
-        details.extend(collective.details)
-    if waiting:
-        headline, suspect = _chain(waiting[0], waiting, report.serving, by_name, by_proc_id)
-        if collective is not None:
-            headline += f"; {collective.headline}"
-            if collective.suspect is not None and collective.suspect.proc_id == waiting[0].caller_proc:
-                headline += (f" — a deadlock across RPC and a collective: {collective.suspect.describe()} waits on its RPC call,"
-                             " whose callee waits in the collective for it")
-        return Diagnosis(headline, details, suspect)
-    if collective is not None:
-        return Diagnosis(collective.headline, details, collective.suspect)
-    missing = collective_hangs.absent_from_groups(procs)
-    if missing:
-        proc = missing[0]
-        at = where(proc.main_thread())
-        others = [p.describe() for p in procs if p.kind == "rank" and p.pg_joined_at is not None]
-        headline = f"{proc.describe()} has not entered init_process_group" + (
-            ": it is stopped (SIGSTOP)" if proc.stopped else (f"; it is at {at}" if at else "")) + \
-            f"; {', '.join(others)} {'waits' if len(others) == 1 else 'wait'} in it"
-        return Diagnosis(headline, details, proc)
-    joined = [p for p in procs if p.joined_at is not None]
-    absent = [p for p in procs if p.kind == "rank" and p.joined_at is None]
-    if joined and absent:
-        proc = absent[0]
-        at = where(proc.main_thread())
-        others = [p.describe() for p in joined if p.kind == "rank"] or [p.describe() for p in joined]
-        headline = f"{proc.describe()} has not joined RPC" + (f"; it is at {at}" if at else "") + \
-            f"; {', '.join(others)} {'waits' if len(others) == 1 else 'wait'} in init_rpc"
-        if proc.stopped:
-            headline = f"{proc.describe()} has not joined RPC: it is stopped (SIGSTOP)"
-        return Diagnosis(headline, details, proc)
-    stopped = next((p for p in procs if p.stopped), None)
-    if stopped is not None:
-        return Diagnosis(f"{stopped.describe()} is stopped (SIGSTOP or SIGTSTP)", details, stopped)
-    places = [f"{p.describe()} at {where(p.main_thread())}" for p in procs if where(p.main_thread())]
-    headline = "no call in flight; " + ("; ".join(places) if places else "see the stacks")
-    return Diagnosis(headline, details, None)
-
-
-def _chain(first: PendingCall, waiting: list[PendingCall], serving: list[ServingRecord],
-           by_name: dict[str, Proc], by_proc_id: dict[int, Proc]) -> tuple[str, Proc | None]:
-    """Follow the oldest call: its callee runs something for it; if that thread itself waits
-    on a call, follow that one; stop at a process that waits on nothing (the suspect)."""
-    caller = by_proc_id.get(first.caller_proc)
-    who = caller.describe() if caller is not None else (first.caller or "a process")
-    parts = [f"{who} has waited {human_seconds(first.age_s)} on {first.kind} → {first.callee} ({first.func}, {first.call_site})"]
-    path = [first.caller or who]
-    call, suspect = first, None
-    for _ in range(16):
-        path.append(call.callee)
-        callee = by_name.get(call.callee)
-        served = next((s for s in serving if s.call == (call.caller_proc, call.call_id) and s.state == ServingState.RUNNING), None) or next(
-            (s for s in serving if s.worker == call.callee and s.state == ServingState.RUNNING and same_function(call.func, s.func)), None)
-        if callee is not None and callee.stopped:
-            parts.append(f"{callee.describe()} is stopped (SIGSTOP or SIGTSTP): it cannot answer")
-            suspect = callee
-            break
-        if served is None:
-            suspect = callee
-            at = where(callee.main_thread()) if callee is not None else None
-            parts.append(f"{call.callee} shows nothing running for it" + (f"; its main thread is at {at}" if at else "")
-                         + (callee.elsewhere if callee is not None else ""))
-            break
-        thread = callee.thread(served.thread) if callee is not None else None
-        onward = next((c for c in waiting if callee is not None and c.caller_proc == callee.proc_id and c.thread == served.thread), None)
-        if onward is None:
-            suspect = callee
-            at = where(thread)
-            parts.append(f"{served.worker} is running {served.func} for {served.caller or '?'} ({human_seconds(served.age_s)})"
-                         + (f", blocked at {at}" if at else "") + (callee.elsewhere if callee is not None else ""))
-            break
-        parts.append(f"{served.worker} runs {served.func}, which waits on {onward.kind} → {onward.callee} ({onward.func}, {onward.call_site})")
-        call = onward
-    headline = "; ".join(parts)
-    repeated = [name for index, name in enumerate(path) if name in path[:index]]
-    if repeated:  # name the cycle itself, and who waits on it from outside
-        start = path.index(repeated[0])
-        outside = path[:start]
-        headline += f" — a deadlock: {' → '.join(path[start:])} wait on each other" + (
-            f"; {', '.join(outside)} {'waits' if len(outside) == 1 else 'wait'} on the cycle" if outside else "")
-    return headline, suspect
+CONFIRM_MAX_S = 15.0  # the two looks before a verdict are a quarter of hang_timeout apart, 1 s to this
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,23 +76,32 @@ class HangWatchdog:
     """The supervisor's hang watchdog. On a multi-node run it runs on node 0, whose store has
     every node's telemetry: it detects and diagnoses the hang for the whole job, and dumps the
     stacks of this node's processes only (a pid of another node means nothing here; those are
-    named with their host, and a failure it declares tears every node down as any failure does)."""
+    named with their host, and a failure it declares tears every node down as any failure does).
+    ``health``: the telemetry server's ``health`` (None: trusted as is)."""
 
-    def __init__(self, run_dir: Path, timeout: float, keep: bool, console: Any):
+    def __init__(self, run_dir: Path, timeout: float, keep: bool, console: Any, health: Callable[[], Any] | None = None):
         self.run_dir = Path(run_dir)
         self.timeout = timeout
         self.keep = keep
         self.console = console
+        self.health = health
         self.join_warn_s = min(JOIN_WARN_S, timeout / 2)  # named before the hang is declared
+        self.confirm_s = min(max(timeout / 4, 1.0), CONFIRM_MAX_S)  # the time between the two looks
         self._output_at = time.time()
         self._next_check = 0.0
         self._restart = 0
         self._warned_join: set[int] = set()
         self._warned_pg: set[int] = set()
         self._groups: list[Any] = []  # coll_groups rows of the live processes, as of the last check
+        self._ended: list[Proc] = []  # the attempt's ranks that have ended, as of the last check
         self._pg_through: dict[int, float] = {}  # rank → when a process it spawned entered init_process_group
         self._silent: set[int] = set()  # proc ids whose stale heartbeat was reported (until it beats again)
         self._reported_at: float | None = None
+        self._impaired: str | None = None  # why telemetry cannot be trusted, as last said
+        self._first: tuple[float, Look] | None = None  # (the progress it saw, the first look) of a silence
+        self._moved_at = 0.0  # when a look last saw a process move (progress the store did not see)
+        self._said: set[str] = set()  # notes said once a run
+        self._unwritten = False  # the evidence could not be written (said once)
         self.reports = 0
 
     def output_line(self) -> None:
@@ -304,17 +115,25 @@ class HangWatchdog:
         self._warned_pg.clear()
         self._silent.clear()
         self._reported_at = None
+        self._first = None
 
     def check(self, record: RunRecord) -> Failure | None:
         now = time.monotonic()
         if now < self._next_check:
             return None
         self._next_check = now + CHECK_EVERY_S
-        seen = inspect.progress(self.run_dir, self._restart)  # one read a check; the dumps wait until it is closed
-        rows = seen.running
+        healthy_since = self._trusted()
+        if healthy_since is None:
+            return None
+        try:
+            seen = inspect.progress(self.run_dir, self._restart)  # one read a check; the dumps wait until it is closed
+        except Exception as exc:  # noqa: BLE001 - a store that cannot be read is telemetry impaired, not a hang
+            self._impair(f"the telemetry store cannot be read ({exc})")
+            return None
         facts = self._facts(seen, record)
-        self._dump_silent_ranks(rows, record)
+        self._dump_silent_ranks(seen.running, record, healthy_since)
         if facts is None:
+            self._say_unwatched(record)
             return None
         procs, progress_at, first_join, first_pg_join = facts
         wall = time.time()
@@ -322,21 +141,34 @@ class HangWatchdog:
             self._warn_absent(procs, record, first_join, wall)
         if first_pg_join is not None:
             self._warn_absent(procs, record, first_pg_join, wall, group=True)
-        progress_at = max(progress_at, self._output_at)
+        progress_at = max(progress_at, self._output_at, healthy_since, self._moved_at)
         if self._reported_at is not None:
             if progress_at <= self._reported_at:
                 return None
             self._reported_at = None  # it moved again: a new stall will be reported
         stalled = wall - progress_at
-        if stalled < self.timeout:
+        if stalled < self.timeout - self.confirm_s:
+            self._first = None
             return None
-        diagnosis, folder = self.report(procs, record, stalled)
+        if self._first is None or self._first[0] != progress_at:
+            self._first = (progress_at, self._look(procs, record))
+            return None
+        first = self._first[1]
+        if stalled < self.timeout or time.monotonic() - first.at < self.confirm_s:
+            return None
+        self._first = None
+        second = self._look(procs, record)
+        calls = inspect.calls(self.run_dir, restart=self._restart)
+        if not self._nothing_moves(procs, first, second, calls, stalled):
+            return None
+        diagnosis, folder = self.report(procs, record, stalled, second, calls)
         self._reported_at = wall
+        evidence = f"{folder}" if folder is not None else "not written (see the warning above)"
         if self.keep:
             self.console.warn(f"hang: {diagnosis.headline}")
             for line in diagnosis.details:
                 self.console.info(f"  {line}")
-            self.console.info(f"  stacks, calls and this diagnosis: {folder}")
+            self.console.info(f"  stacks, calls and this diagnosis: {evidence}")
             self.console.info("  on_hang: keep — the job keeps running")
             return None
         # The verdict, once the job is down, gives the diagnosis (its root cause): said once.
@@ -344,7 +176,75 @@ class HangWatchdog:
         suspect = diagnosis.suspect
         details = "".join(f"  {line}\n" for line in diagnosis.details)  # the message is the headline
         return Failure(rank=-1, pid=suspect.pid if suspect is not None else None, exit_code=None, signal=None, reason="hang",
-                       message=f"hang: {diagnosis.headline}", timestamp=now_iso(), traceback=f"{details}evidence: {folder}\n")
+                       message=f"hang: {diagnosis.headline}", timestamp=now_iso(), traceback=f"{details}evidence: {evidence}\n")
+
+    # -- is the silence the job's? ----------------------------------------------------------------
+    def _trusted(self) -> float | None:
+        """Since when telemetry has been trustworthy without a break (None: it is not now)."""
+        if self.health is None:
+            return 0.0
+        try:
+            health = self.health()
+        except Exception as exc:  # noqa: BLE001 - a health check that fails says telemetry is not known good
+            self._impair(f"its health could not be read ({exc!r})")
+            return None
+        if health.impaired is not None:
+            self._impair(health.impaired)
+            return None
+        if self._impaired is not None:
+            self.console.info("rpcctl: telemetry is back: the hang watchdog watches again, counting silence from now")
+            self._impaired = None
+        return health.healthy_since
+
+    def _impair(self, why: str) -> None:
+        """Telemetry cannot be trusted now: no verdict, no look, said once an episode."""
+        self._first = None
+        if self._impaired is None:
+            self.console.warn(f"{why}: the hang watchdog declares no hang while telemetry is impaired; the job goes on")
+        self._impaired = why
+
+    def _look(self, procs: list[Proc], record: RunRecord) -> Look:
+        """This node's running ranks and their processes, now (stacks and CPU)."""
+        ranks = [(p.rank, p.pid) for p in procs if p.kind == "rank" and p.local and p.rank is not None]
+        running = {s.rank for s in record.ranks if s.state == RankStatus.RUNNING}
+        return Look.take(self.run_dir, [(rank, pid) for rank, pid in ranks if rank in running])
+
+    def _nothing_moves(self, procs: list[Proc], first: Look, second: Look, calls: CallsReport, stalled: float) -> bool:
+        """Whether the two looks (and, for processes no look reaches, the store) show that nothing
+        moves. If a process moved, that is progress: said once a run, and the silence starts again."""
+        by_id = {p.proc_id: p for p in procs}
+        in_flight = {c.caller_proc for c in calls.pending if c.state == CallState.PENDING}
+        in_flight |= {g["proc_id"] for g in self._groups if (g["entered"] or 0) > (g["completed"] or 0)}
+        waiting = {by_id[i].pid for i in in_flight if i in by_id}
+        moved = motion(first, second, waiting)
+        if moved:
+            self._moved_at = time.time()
+            self._say_once("moved", f"rpcctl: no progress reached telemetry for {human_seconds(stalled)}, but the job moves "
+                           f"({'; '.join(moved[:3])}): no hang")
+            return False
+        elsewhere = [p for p in procs if not p.local and p.proc_id in in_flight]  # another node's, waiting the whole time
+        if still(first, second) or elsewhere or any(p.stopped for p in procs):
+            return True
+        self._moved_at = time.time()  # nothing to show either way: look again after another timeout
+        missed = "; ".join(second.missed[:3]) or "no process of this node could be looked at"
+        self._say_once("blind", f"rpcctl: no progress reached telemetry for {human_seconds(stalled)}, and nothing shows the job "
+                       f"is stuck ({missed}): no hang declared")
+        return False
+
+    def _say_once(self, key: str, message: str) -> None:
+        if key not in self._said:
+            self._said.add(key)
+            self.console.info(message)
+
+    def _say_unwatched(self, record: RunRecord) -> None:
+        """A job in which no process entered init_rpc or init_process_group once the timeout is up:
+        said once, so that a hang_timeout set for it (a Monarch job, a plain script) is not
+        thought to watch it."""
+        started = epoch_of(record.started_at)
+        if started is not None and time.time() - started >= self.timeout and "unwatched" not in self._said:
+            self._say_once("unwatched", f"rpcctl: hang_timeout ({human_seconds(self.timeout)}): no process of this job has entered "
+                           "init_rpc or init_process_group, so the hang watchdog has nothing to judge it by (it reads torch RPC "
+                           "calls and collectives; a Monarch job's actors are not watched)")
 
     # -- evidence ------------------------------------------------------------------------------
     def _facts(self, seen: inspect.Progress, record: RunRecord) -> tuple[list[Proc], float, float | None, float | None] | None:
@@ -364,6 +264,7 @@ class HangWatchdog:
         starts = [r["connected_at"] for r in rows] + joins + pg_joins + completed
         progress = max([m for m in (*seen.marks, *starts) if m is not None] or [0.0])
         procs = [_proc(r, record) for r in rows]
+        self._ended = _ended(seen.ended, record)
         # A rank whose spawned processes joined RPC (an mp.spawn program: the rank waits in
         # mp.spawn, its children are the workers) has joined, through them; those may have ended.
         # So for init_process_group, but the rank is not in their groups (``_warn_absent`` only).
@@ -374,14 +275,15 @@ class HangWatchdog:
                 proc.joined_at = through[proc.rank]
         return procs, progress, min(joins) if joins else None, min(pg_joins) if pg_joins else None
 
-    def _dump_silent_ranks(self, rows: list, record: RunRecord) -> None:
+    def _dump_silent_ranks(self, rows: list, record: RunRecord, healthy_since: float) -> None:
         """A rank whose telemetry heartbeat went stale: its sender thread cannot run (the GIL held
         by a long C call, a starved or stopped process). Dump its stack then, once per silence,
-        while the evidence is live: the hang timeout may be minutes away, or never come."""
+        while the evidence is live: the hang timeout may be minutes away, or never come. A beat
+        the server could not have read (it was impaired) is not missed."""
         wall = time.time()
         for row in rows:
             beating = row["stopped_at"] is None and row["last_seen"] is not None  # stopped_at: it said goodbye
-            silent = beating and wall - row["last_seen"] > STALE_AFTER_S
+            silent = beating and wall - max(row["last_seen"], healthy_since) > STALE_AFTER_S
             if not silent:
                 self._silent.discard(row["proc_id"])
                 continue
@@ -443,40 +345,34 @@ class HangWatchdog:
         proc.threads = parse_stacks(dumps[0].text or "")
         return dumps
 
-    def report(self, procs: list[Proc], record: RunRecord, stalled: float) -> tuple[Diagnosis, Path]:
-        by_pid = {p.pid: p for p in procs}
-        texts = []
+    def report(self, procs: list[Proc], record: RunRecord, stalled: float, look: Look, calls: CallsReport) -> tuple[Diagnosis, Path | None]:
+        """The diagnosis from ``look`` (the processes' stacks) and ``calls``, and the evidence written
+        as far as the disk lets it (the folder, or None if none of it could be written)."""
         for proc in procs:
-            if proc.kind != "rank":
-                continue
-            dumps = self._dump(proc, record)
-            if not proc.local:
-                texts.append(f"── {proc.describe()} ──\n(not dumped from this node{proc.elsewhere})\n")
-            if proc.stopped:
-                texts.append(f"── {proc.describe()} ──\n(stopped: no stack until SIGCONT)\n")
-            for dump in dumps:
-                child = by_pid.get(dump.pid)
-                if dump.kind == "child" and child is not None:
-                    child.threads = parse_stacks(dump.text or "")
-                    child.stopped = stacks.stopped(dump.pid)
-                header = f"── rank {dump.rank} (pid {dump.pid}) ──" if dump.kind == "rank" else f"── rank {dump.rank} › pid {dump.pid}: {' '.join(dump.cmdline)} ──"
-                texts.append(f"{header}\n{dump.text or '(wrote no stack in time)'}\n")
-        for proc in procs:  # spawned processes the dumps did not reach (stopped ones)
-            if proc.kind != "rank" and not proc.threads and proc.local:
-                proc.stopped = stacks.stopped(proc.pid)
-        calls = inspect.calls(self.run_dir, restart=self._restart)
-        diagnosis = diagnose(procs, calls, stalled, self._groups)
-        folder = self._folder()
-        _write_private(folder / "stacks.txt", "\n".join(texts))
-        write_json_atomic(folder / "calls.json", to_jsonable(calls))
-        _write_private(folder / "diagnosis.txt", diagnosis.text())
+            seen = look.seen.get(proc.pid) if proc.local else None
+            if seen is not None:
+                proc.threads, proc.stopped, proc.dumped = seen.threads, seen.stopped, seen.text is not None
+        texts = [f"── {p.describe()} ──\n(not dumped from this node{p.elsewhere})\n" for p in procs if p.kind == "rank" and not p.local]
+        by_pid = {p.pid: p for p in procs}
+        texts += look.texts(lambda seen: by_pid[seen.pid].describe() if seen.pid in by_pid else f"rank {seen.rank} (pid {seen.pid})")
+        diagnosis = diagnose(procs, calls, stalled, self._groups, self._ended)
         self.reports += 1
-        return diagnosis, folder
+        return diagnosis, self._write_evidence(texts, calls, diagnosis)
 
-    def _folder(self) -> Path:
-        name = "hang" if self.reports == 0 else f"hang-{self.reports + 1}"
+    def _write_evidence(self, texts: list[str], calls: CallsReport, diagnosis: Diagnosis) -> Path | None:
+        """Best effort: a full disk or a removed run directory costs one warning, never the verdict."""
+        name = "hang" if self.reports <= 1 else f"hang-{self.reports}"
         folder = self.run_dir / name
-        folder.mkdir(mode=0o700, exist_ok=True)
+        try:
+            folder.mkdir(mode=0o700, exist_ok=True)
+            _write_private(folder / "diagnosis.txt", diagnosis.text())  # the smallest and most wanted first
+            _write_private(folder / "stacks.txt", "\n".join(texts))
+            write_json_atomic(folder / "calls.json", to_jsonable(calls))
+        except OSError as exc:
+            if not self._unwritten:
+                self._unwritten = True
+                self.console.warn(f"could not write the hang evidence into {folder}: {exc.strerror or exc} (the verdict stands)")
+            return folder if (folder / "diagnosis.txt").is_file() else None
         return folder
 
 
@@ -486,6 +382,20 @@ def _proc(row: Any, record: RunRecord) -> Proc:
     return Proc(row["proc_id"], row["pid"], row["rank"], row["kind"] or "rank", row["name"], row["rpc_join_at"],
                 host=row["host"], local=local, pg_joined_at=column(row, "pg_join_at"), dist_rank=column(row, "dist_rank"),
                 pg_world=column(row, "pg_world") or 0)
+
+
+def _ended(rows: list[Any], record: RunRecord) -> list[Proc]:
+    """The attempt's ranks that ended (the record says how), as the diagnosis names them."""
+    states = {s.rank: s for s in record.ranks if s.state.is_terminal}
+    ended = []
+    for row in rows:
+        state = states.get(row["rank"])
+        if state is None or state.pid != row["pid"]:
+            continue
+        proc = _proc(row, record)
+        proc.ended = f"exited with code {state.exit_code}" if state.signal is None else f"was killed by {state.signal}"
+        ended.append(proc)
+    return ended
 
 
 def _write_private(path: Path, text: str) -> None:

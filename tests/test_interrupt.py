@@ -100,11 +100,14 @@ def test_the_early_handling_ends_where_the_commands_own_code_begins(tmp_path, ar
     from typer.testing import CliRunner
 
     import rpcctl.__main__ as entry
-    from rpcctl.cli import app
+    from rpcctl import cli
 
-    previous = _signal.signal(_signal.SIGINT, entry._early_interrupt)  # as rpcctl.__main__.main leaves it
+    hooks = dict(cli._hooks)
+    cli._hooks["command_starts"] = entry.command_starts  # as rpcctl.__main__.main hands it on
+    previous = _signal.signal(_signal.SIGINT, entry._early_interrupt)  # and leaves SIGINT
     try:
-        CliRunner().invoke(app, [*argv, "--runs-dir", str(tmp_path)] if argv[0] != "bench" else argv)
+        CliRunner().invoke(cli.app, [*argv, "--runs-dir", str(tmp_path)] if argv[0] != "bench" else argv)
         assert _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler
     finally:
         _signal.signal(_signal.SIGINT, previous)
+        cli._hooks.update(hooks)

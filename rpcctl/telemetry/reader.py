@@ -135,6 +135,10 @@ class StoreReader:
     def running_procs(self, restart: int) -> list[sqlite3.Row]:
         return self._rows("SELECT * FROM procs WHERE restart = ? AND ended_at IS NULL", (restart,))
 
+    def ended_ranks(self, restart: int) -> list[sqlite3.Row]:
+        """The restart's rank processes (not the ones they spawned) whose telemetry has ended."""
+        return self._rows("SELECT * FROM procs WHERE restart = ? AND ended_at IS NOT NULL AND kind = 'rank'", (restart,))
+
     def spawned_name(self, rank: int, pid: int) -> str | None:
         rows = self._rows("SELECT name FROM procs WHERE rank = ? AND pid = ? AND kind = 'child' AND name IS NOT NULL"
                           " ORDER BY proc_id DESC LIMIT 1", (rank, pid))
