@@ -65,6 +65,7 @@ from rpcctl.telemetry.reader import column  # a column a store before schema 7 (
 JOIN_WARN_S = 20.0
 CHECK_EVERY_S = 1.0
 DUMP_TIMEOUT_S = 2.0
+RELAY_QUIET_S = 3.0  # every process of another node unheard for this long (3 probes): its relay is suspect
 CONFIRM_MAX_S = 15.0  # the two looks before a verdict are a quarter of hang_timeout apart, 1 s to this
 
 
@@ -98,6 +99,7 @@ class HangWatchdog:
         self._silent: set[int] = set()  # proc ids whose stale heartbeat was reported (until it beats again)
         self._reported_at: float | None = None
         self._impaired: str | None = None  # why telemetry cannot be trusted, as last said
+        self._back_at = 0.0  # when telemetry was last trusted again after an impairment
         self._first: tuple[float, Look] | None = None  # (the progress it saw, the first look) of a silence
         self._moved_at = 0.0  # when a look last saw a process move (progress the store did not see)
         self._said: set[str] = set()  # notes said once a run
@@ -122,14 +124,22 @@ class HangWatchdog:
         if now < self._next_check:
             return None
         self._next_check = now + CHECK_EVERY_S
-        healthy_since = self._trusted()
-        if healthy_since is None:
+        healthy_since, why = self._server_health()
+        seen = None
+        if why is None:
+            try:
+                seen = inspect.progress(self.run_dir, self._restart)  # one read a check; the dumps wait until it is closed
+            except Exception as exc:  # noqa: BLE001 - a store that cannot be read is telemetry impaired, not a hang
+                why = f"the telemetry store cannot be read ({exc})"
+        if why is None:
+            why = _relay_silent(seen.running, record, max(healthy_since, self._back_at))
+        if why is not None:
+            self._impair(why)
             return None
-        try:
-            seen = inspect.progress(self.run_dir, self._restart)  # one read a check; the dumps wait until it is closed
-        except Exception as exc:  # noqa: BLE001 - a store that cannot be read is telemetry impaired, not a hang
-            self._impair(f"the telemetry store cannot be read ({exc})")
-            return None
+        if self._impaired is not None:  # back: a silence counts from now, whatever the store last saw
+            self.console.info("rpcctl: telemetry is back: the hang watchdog watches again, counting silence from now")
+            self._impaired, self._back_at = None, time.time()
+        healthy_since = max(healthy_since, self._back_at)
         facts = self._facts(seen, record)
         self._dump_silent_ranks(seen.running, record, healthy_since)
         if facts is None:
@@ -179,22 +189,16 @@ class HangWatchdog:
                        message=f"hang: {diagnosis.headline}", timestamp=now_iso(), traceback=f"{details}evidence: {evidence}\n")
 
     # -- is the silence the job's? ----------------------------------------------------------------
-    def _trusted(self) -> float | None:
-        """Since when telemetry has been trustworthy without a break (None: it is not now)."""
+    def _server_health(self) -> tuple[float, str | None]:
+        """Since when the telemetry server has been trustworthy without a break, and why it is not
+        now (None: it is)."""
         if self.health is None:
-            return 0.0
+            return 0.0, None
         try:
             health = self.health()
         except Exception as exc:  # noqa: BLE001 - a health check that fails says telemetry is not known good
-            self._impair(f"its health could not be read ({exc!r})")
-            return None
-        if health.impaired is not None:
-            self._impair(health.impaired)
-            return None
-        if self._impaired is not None:
-            self.console.info("rpcctl: telemetry is back: the hang watchdog watches again, counting silence from now")
-            self._impaired = None
-        return health.healthy_since
+            return 0.0, f"its health could not be read ({exc!r})"
+        return health.healthy_since, health.impaired
 
     def _impair(self, why: str) -> None:
         """Telemetry cannot be trusted now: no verdict, no look, said once an episode."""
@@ -382,6 +386,24 @@ def _proc(row: Any, record: RunRecord) -> Proc:
     return Proc(row["proc_id"], row["pid"], row["rank"], row["kind"] or "rank", row["name"], row["rpc_join_at"],
                 host=row["host"], local=local, pg_joined_at=column(row, "pg_join_at"), dist_rank=column(row, "dist_rank"),
                 pg_world=column(row, "pg_world") or 0)
+
+
+def _relay_silent(rows: list[Any], record: RunRecord, since: float) -> str | None:
+    """Another node whose every process went quiet at once: what stopped is more likely its
+    launcher's relay (or the way to node 0) than all of its ranks together; its silence is not
+    the job's. None when every other node is heard from."""
+    here = {s.rank for s in record.ranks}
+    hosts: dict[str, list[Any]] = {}
+    for row in rows:
+        if row["rank"] not in here and row["stopped_at"] is None and row["last_seen"] is not None:
+            hosts.setdefault(row["host"] or "another node", []).append(row)
+    wall = time.time()
+    for host, beating in sorted(hosts.items()):
+        quiet = min(wall - max(r["last_seen"], since) for r in beating)
+        if quiet > RELAY_QUIET_S:
+            return (f"telemetry from {host} has stopped (none of its {len(beating)} processes heard from for "
+                    f"{human_seconds(quiet)}: its launcher's relay?)")
+    return None
 
 
 def _ended(rows: list[Any], record: RunRecord) -> list[Proc]:

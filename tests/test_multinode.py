@@ -263,6 +263,56 @@ def test_a_hang_across_nodes_is_diagnosed_on_node_0_and_ends_every_node(hosts, t
     assert_no_process_left(only_run(tmp_path / "n1"))
 
 
+RELAYED_ONLY = """
+import os, time
+import torch.distributed.rpc as rpc
+
+rank = int(os.environ["RANK"])
+
+
+def echo(x):
+    return x
+
+
+rpc.init_rpc(f"worker{rank}", rank=rank, world_size=4)
+if rank == 2:  # node 1's ranks work; node 0's hear of it only through node 1's relay
+    print("calling", flush=True)
+    calls, started = 0, time.time()
+    while time.time() - started < 14:
+        rpc.rpc_sync("worker3", echo, args=(calls,))
+        calls += 1
+    print("calls", calls, flush=True)
+rpc.shutdown()
+"""
+
+
+def test_a_node_whose_relay_stops_is_telemetry_impaired_not_a_hang(hosts, tmp_path, secret):
+    """Node 1's launcher (its telemetry relay) is stopped for 8 s while its ranks work: node 0's
+    store hears nothing of them, but every process of that node falling silent at once is the
+    relay's silence, not the job's. No hang is declared (the old watchdog stopped the job after
+    4 s), it is said once, and the job ends well on both nodes."""
+    (tmp_path / "relayed.py").write_text(RELAYED_ONLY)
+    config = write_config(tmp_path, script=str(tmp_path / "relayed.py"), nproc_per_node=2, hang_timeout=4, preload=["torch"])
+    node0, node1 = start_both(hosts, config, tmp_path)
+    try:
+        run1 = only_run(tmp_path / "n1", timeout=60)
+        log = run1 / "logs" / "rank-2.log"
+        wait_until(lambda: log.exists() and "calling" in log.read_text(), 90, "rank 2 calling", run1 / "logs")
+        os.kill(node1.pid, signal.SIGSTOP)
+        time.sleep(8)
+    finally:
+        os.kill(node1.pid, signal.SIGCONT)
+    (_, err0), (out1, err1) = finish(node0, node1, timeout=120)
+    assert node0.returncode == 0, err0
+    assert node1.returncode == 0, err1
+    impaired = [line for line in err0.splitlines() if "declares no hang while telemetry is impaired" in line]
+    assert len(impaired) == 1 and f"telemetry from {hosts[1].hostname} has stopped" in impaired[0], err0
+    assert "the hang watchdog watches again" in err0
+    assert "[rank2]: calls " in out1
+    assert_no_process_left(only_run(tmp_path / "n0"))
+    assert_no_process_left(run1)
+
+
 # --- pods: no flags, the environment a Kubernetes pod has -------------------------------------
 
 
