@@ -63,29 +63,67 @@ def _well_typed(kind: str) -> dict:
     return {"e": kind, "t": time.time(), **{key: None for key in protocol.EVENT_FIELDS[kind]}}
 
 
-def test_valid_event_refuses_each_field_of_another_type_and_takes_the_right_one():
-    samples = {(int,): 3, (int, float): 2.5, (str,): "s", (bool,): True, (dict,): {}, (list,): []}
+def _sample(kind: protocol.Field):
+    """A value of ``kind``: its lower bound, a short string, one item."""
+    if isinstance(kind, (protocol.Int, protocol.Real)):
+        return kind.lo
+    if isinstance(kind, protocol.IntText):
+        return str(kind.number.lo)
+    if isinstance(kind, protocol.Shape):
+        return [2, 3]
+    if isinstance(kind, protocol.ListOf):
+        return [_sample(kind.item)]
+    if isinstance(kind, protocol.MapOf):
+        return {_sample(kind.key): _sample(kind.value)}
+    return {protocol.Measure: 1.5, protocol.Flag: True, protocol.Text: "s", protocol.Record: {}}[type(kind)]
+
+
+_TAKES = {protocol.Int: (int,), protocol.Real: (int, float), protocol.Measure: (int, float), protocol.Flag: (bool,),
+          protocol.Text: (str,), protocol.ListOf: (list,), protocol.Shape: (list,), protocol.MapOf: (dict,), protocol.Record: (dict,)}
+
+
+def test_valid_event_refuses_each_field_of_another_type_or_beyond_its_bounds_and_takes_the_right_one():
+    wrongs = [3, 2.5, "s", True, {}, []]
     for kind, fields in protocol.EVENT_FIELDS.items():
-        for key, types in fields.items():
+        for key, field in fields.items():
             event = _well_typed(kind)
             for required in protocol.EVENT_REQUIRED.get(kind, ()):
-                event[required] = samples[fields[required]]
-            assert protocol.valid_event({**event, key: samples[types]}), (kind, key)
-            for wrong_types, wrong in samples.items():
-                if not set(wrong_types) & set(types) and not (isinstance(wrong, bool) and bool in types):
+                event[required] = _sample(fields[required])
+            assert protocol.valid_event({**event, key: _sample(field)}), (kind, key)
+            takes = _TAKES[type(field)]
+            for wrong in wrongs:
+                if type(wrong) not in takes:
                     assert not protocol.valid_event({**event, key: wrong}), (kind, key, wrong)
-            if int in types:  # an int SQLite cannot store (a 64-bit one it can)
-                assert protocol.valid_event({**event, key: protocol.MAX_INT}), (kind, key)
-                assert not protocol.valid_event({**event, key: protocol.MAX_INT + 1}), (kind, key)
-                assert not protocol.valid_event({**event, key: protocol.MIN_INT - 1}), (kind, key)
+            if isinstance(field, (protocol.Int, protocol.Real)):  # its bounds, and just beyond them
+                assert protocol.valid_event({**event, key: field.hi}), (kind, key)
+                assert not protocol.valid_event({**event, key: field.hi + 1 if isinstance(field.hi, int) else field.hi * 2}), (kind, key)
+                assert not protocol.valid_event({**event, key: field.lo - 1}), (kind, key)
+                assert not protocol.valid_event({**event, key: 2**64}), (kind, key)  # no 64-bit integer holds it
+            if isinstance(field, protocol.Real):
+                for odd in (float("nan"), float("inf"), float("-inf"), 1e308):
+                    assert not protocol.valid_event({**event, key: odd}), (kind, key, odd)
+            if isinstance(field, protocol.Text):
+                assert not protocol.valid_event({**event, key: "x" * (field.most + 1)}), (kind, key)
+                assert not protocol.valid_event({**event, key: "lone \ud800 surrogate"}), (kind, key)  # not UTF-8: SQLite refuses it
+            if isinstance(field, protocol.ListOf):
+                assert not protocol.valid_event({**event, key: [_sample(field.item)] * (field.most + 1)}), (kind, key)
+    assert protocol.valid_event({"e": "loss", "t": 1.0, "loss": float("nan"), "metrics": {"acc": float("inf")}})  # the news: kept
+    assert not protocol.valid_event({"e": "loss", "t": 1.0, "loss": 2**64})
     assert not protocol.valid_event({"e": "loss", "t": 2**64})
+    assert not protocol.valid_event({"e": "loss", "t": float("nan")})
+    assert not protocol.valid_event({"e": "loss", "t": -1.0})
     assert not protocol.valid_event({"e": "desc", "id": "1:1", "t": 1.0, "value": {"nbytes": 2**64}})
     assert not protocol.valid_event({"e": "rref", "t": 1.0})  # the key it is stored under is missing
     assert not protocol.valid_event({"e": "nope", "t": 1.0})
     assert not protocol.valid_event({"e": "probe", "t": "now"})
     assert not protocol.valid_event({"e": "desc", "id": "1:1", "t": 1.0, "value": {"shape": [2, "x"]}})
     assert not protocol.valid_event({"e": "desc", "id": "1:1", "t": 1.0, "value": {"shape": [1] * 65}})
+    assert not protocol.valid_event({"e": "desc", "id": "1:1", "t": 1.0, "value": {"shape": [2**40, 2**40]}})  # 2^80 elements
     assert not protocol.valid_event({"e": "loss", "t": 1.0, "metrics": {"acc": "high"}})
     assert not protocol.valid_event({"e": "rpc", "t": 1.0, "workers": {"zero": "worker0"}})
+    assert not protocol.valid_event({"e": "rpc", "t": 1.0, "workers": {"1" * 40: "worker0"}})
     assert not protocol.valid_event({"e": "cstat", "callee": "w", "func": "f", "kind": "remote", "t": 1.0, "h": {"3": "many"}})
+    assert not protocol.valid_event({"e": "cstat", "callee": "w", "func": "f", "kind": "remote", "t": 1.0, "h": {"99999": 1}})  # no such bucket
     assert not protocol.valid_event({"e": "probe", "t": 1.0, "gpus": [{"index": "0"}]})
+    assert protocol.refusal({"e": "probe", "t": 1.0, "cpu_s": 1e308}) == "cpu_s: 1e+308 is not a finite number in [0, 1e+10]"
+    assert protocol.refusal({"e": "loss", "t": 1.0, "step": 10**30}).startswith("step: 1000000000000000000000000000000 is not")

@@ -26,6 +26,11 @@ the whole run) is not a step's loss and is skipped. A ``losses.pattern`` regex i
 replaces every rule: its named group ``loss`` is required, ``step`` and ``epoch`` are optional,
 and any other named group becomes a metric.
 
+Every record passes the bounds every ``loss`` event passes (``protocol.loss_refusal``): a line
+whose step or epoch no training has (beyond ±2^53: a hash, a counter of a C++ log, so its "loss"
+is no loss either) makes no record, and a metric whose name is too long is left out;
+``--explain`` says so. No line makes the parser raise.
+
 One ``LossParser`` per rank (it remembers the last epoch header). Cost: a line without ``loss``
 or ``epoch`` in it is rejected by one precompiled search.
 """
@@ -40,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rpcctl.linear_re import Hit as _Hit, Rule as _Rule, compile_linear, re2
+from rpcctl.telemetry import protocol
 
 # Every rule runs on RE2 (``rpcctl.linear_re``): time linear in the line, whatever it holds. Python's
 # ``\w``, ``\s`` and ``\d`` are Unicode, RE2's ASCII: the classes below spell out Python's.
@@ -138,7 +144,7 @@ class LossParser:
             parsed = self._parse_custom(line)
             if parsed is None:
                 return Explanation(line, None, "the config's losses.pattern does not match (it replaces every built-in rule)")
-            return Explanation(line, "pattern", "the config's losses.pattern matched", parsed)
+            return _storable(Explanation(line, "pattern", "the config's losses.pattern matched", parsed))
         if _PREFILTER.search(line) is None:
             return Explanation(line, None, "no 'loss' or 'epoch' in the line")
         explanation = self._dict(line) or self._bar(line) or self._text(line) or self._epoch_value(line) or self._header(line)
@@ -148,6 +154,7 @@ class LossParser:
             parsed = explanation.parsed
             parsed = ParsedLoss(parsed.loss, parsed.step, self.epoch, parsed.metrics, parsed.rule)
             explanation = Explanation(line, explanation.rule, explanation.reason + f"; epoch {self.epoch} from the last epoch header", parsed)
+        explanation = _storable(explanation)
         if explanation.parsed is not None:
             self.last_loss = explanation.parsed.loss
         return explanation
@@ -189,12 +196,12 @@ class LossParser:
             return None
         epoch = _EPOCH.search(line)
         counter = next((c for c in _COUNTER.finditer(line) if epoch is None or c.start() >= epoch.end()), None)
-        step = int(counter["n"]) if counter else None
+        step = _count(counter["n"]) if counter else None
         if step == 0 and _float(loss["loss"]) == self.last_loss:
             # Lightning starts each epoch's bar at 0/N with the last epoch's postfix still on it.
             return Explanation(line, "bar", f"a bar reset to {counter[0]!r} still showing the previous loss: not a new step")
         metrics = _metrics(line, loss, start=counter.end() if counter else 0)  # not the bar's "desc: 30%"
-        parsed = ParsedLoss(_float(loss["loss"]), step, int(epoch["epoch"]) if epoch else None, metrics, "bar")
+        parsed = ParsedLoss(_float(loss["loss"]), step, _count(epoch["epoch"]) if epoch else None, metrics, "bar")
         where = f", step {step} from the counter {counter[0]!r}" if counter else ""
         return Explanation(line, "bar", f"a progress bar: loss from {loss[0]!r}{where}", parsed)
 
@@ -204,13 +211,13 @@ class LossParser:
             return None
         step = _STEP.search(line)
         epoch = _EPOCH.search(line)
-        step_value = int(step["step"]) if step else None
+        step_value = _count(step["step"]) if step else None
         how = f", step from {step[0]!r}" if step else ""
         if step is None:
             counter = next((c for c in _COUNTER.finditer(line) if (epoch is None or c.start() >= epoch.end()) and c.end() <= loss.start()), None)
             if counter is not None:
-                step_value, how = int(counter["n"]), f", step from the counter {counter[0]!r}"
-        parsed = ParsedLoss(_float(loss["loss"]), step_value, int(epoch["epoch"]) if epoch else None, _metrics(line, loss), "text")
+                step_value, how = _count(counter["n"]), f", step from the counter {counter[0]!r}"
+        parsed = ParsedLoss(_float(loss["loss"]), step_value, _count(epoch["epoch"]) if epoch else None, _metrics(line, loss), "text")
         if step_value is None and parsed.epoch is None:
             how = ", no step or epoch: keyed by arrival order"
         return Explanation(line, "text", f"loss from {loss[0]!r}{how}", parsed)
@@ -219,14 +226,17 @@ class LossParser:
         whole = _EPOCH_VALUE.match(line)
         if whole is None:
             return None
-        parsed = ParsedLoss(loss=_float(whole["loss"]), epoch=int(whole["epoch"]), rule="epoch")
+        parsed = ParsedLoss(loss=_float(whole["loss"]), epoch=_count(whole["epoch"]), rule="epoch")
         return Explanation(line, "epoch", "'Epoch N: VALUE': the value is the epoch's loss", parsed)
 
     def _header(self, line: str) -> Explanation | None:
         header = _EPOCH_HEADER.match(line)
         if header is None:
             return None
-        self.epoch = int(header["epoch"])
+        epoch = _count(header["epoch"])
+        if not protocol.STEP.ok(epoch):  # a hash or a counter, not an epoch: the later lines keep theirs
+            return Explanation(line, "header", f"an epoch header whose epoch is not {protocol.STEP.what}: not taken")
+        self.epoch = epoch
         return Explanation(line, "header", f"an epoch header: this rank's later lines without an epoch get epoch {self.epoch}",
                            epoch_context=self.epoch)
 
@@ -278,6 +288,8 @@ def _load_mapping(text: str) -> tuple[dict[str, Any], str] | None:
     try:
         value = json.loads(text)
         kind = "json"
+    except RecursionError:  # '{"loss": [[[[...' thousands deep
+        return None
     except ValueError:
         try:
             with warnings.catch_warnings():  # '{1abc}' warns on the launcher's stderr: rank text is data
@@ -293,13 +305,13 @@ def _number(value: Any) -> float | None:
     """A number, or a string that spells one (transformers 5 prints ``'loss': '1.0'``)."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
+    try:
+        if isinstance(value, (int, float)):
             return float(value)
-        except ValueError:
-            return None
+        if isinstance(value, str):
+            return float(value)
+    except (ValueError, OverflowError):  # not a number; an integer of 400 digits, beyond any float
+        return None
     return None
 
 
@@ -311,13 +323,39 @@ def _float(text: str) -> float:
     return float(text)
 
 
+def _count(digits: str) -> int:
+    """A step or an epoch as printed. Python refuses to read an integer of more than 4,300 digits:
+    one of more than 30 reads as 10^30, which no step is (``_storable`` refuses the record)."""
+    return int(digits) if len(digits) <= 30 else 10**30
+
+
 def _int(text: str | None) -> int | None:
     if text is None:
         return None
+    text = text.strip()
+    if text.lstrip("+-").isdigit():
+        return _count(text.lstrip("+")) if not text.startswith("-") else -_count(text[1:])
     try:
-        return int(text)
+        value = float(text)
     except ValueError:
-        try:
-            return int(float(text))
-        except ValueError:
-            return None
+        return None
+    return int(value) if math.isfinite(value) else None
+
+
+def _storable(explanation: Explanation) -> Explanation:
+    """The explanation, but without its record when the store could not take one so (a step or an
+    epoch that no training has: a hash, a counter of a C++ log, so its 'loss' is no loss either;
+    the checker is the one every loss event passes, ``protocol.loss_refusal``)."""
+    parsed = explanation.parsed
+    if parsed is None:
+        return explanation
+    metrics = parsed.metrics
+    kept = {k: v for k, v in metrics.items() if protocol.NAME.ok(k) and protocol.MEASURE.ok(v)}  # a metric is extra: only it goes
+    if len(kept) != len(metrics):
+        parsed = ParsedLoss(parsed.loss, parsed.step, parsed.epoch, kept, parsed.rule)
+        explanation = Explanation(explanation.line, explanation.rule, f"{explanation.reason}; {len(metrics) - len(kept)} metric(s)"
+                                  f" left out (a name longer than {protocol.NAME.most:,} characters)", parsed)
+    refused = protocol.loss_refusal(parsed.step, parsed.epoch, parsed.loss, parsed.metrics)
+    if refused is None:
+        return explanation
+    return Explanation(explanation.line, explanation.rule, f"{explanation.reason}; not a record: {refused}")
