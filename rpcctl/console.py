@@ -392,24 +392,47 @@ def to_jsonable(value: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
-# Humanising formatters (tables only; JSON keeps raw units)
+# Humanising formatters (tables only; JSON keeps raw units). Each is total over numbers: NaN, ±inf,
+# 1e308 and an integer of 400 digits read as a few characters ("inf s", "7.9e+289 EiB"), never a
+# traceback, never a 180-digit figure.
+
+
+def _real(n: float) -> float:
+    """``n`` as a float: an integer beyond a float's range is ±inf (float() raises)."""
+    try:
+        return float(n)
+    except OverflowError:
+        return math.inf if n > 0 else -math.inf
 
 
 def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+    n = _real(n)
+    if not math.isfinite(n):
+        return f"{n} B"
+    sign, n = ("-" if n < 0 else ""), abs(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if n < 1024 or unit == "EiB":
+            break
         n /= 1024
-    raise AssertionError("unreachable")
+    if unit == "B":
+        return f"{sign}{n:.0f} B"
+    return f"{sign}{n:.1f} {unit}" if n < 1e4 else f"{sign}{n:.2g} {unit}"
 
 
 def human_seconds(s: float) -> str:
+    s = _real(s)
+    if not math.isfinite(s):
+        return f"{s} s"
+    if s < 0:
+        return "-" + human_seconds(-s)
     if s < 1e-3:
         return f"{s * 1e6:.0f} µs"
     if s < 1:
         return f"{s * 1e3:.1f} ms"
     if s < 120:
         return f"{s:.1f} s"
+    if s >= 1e5 * 3600:  # 11 years and more: in years, a few digits
+        return f"{s / 31_557_600:.3g} y"
     minutes, seconds = divmod(int(s), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"
@@ -428,20 +451,40 @@ def epoch_of(stamp: str | None) -> float | None:
     return None if stamp is None else parse_iso(stamp).timestamp()
 
 
+def _moment(ts: float) -> datetime | None:
+    """Epoch seconds as an aware datetime; None for a time no calendar has (NaN, ±inf, year 33658)."""
+    try:
+        return datetime.fromtimestamp(ts, timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+NO_TIME = "invalid time"  # what human_time shows for a time no calendar has
+NO_STAMP = "????-??-??T??:??:??.???Z"  # utc_stamp's, as wide as a stamp: lines stay aligned
+
+
 def human_time(ts: float | str) -> str:
     """A wall-clock time (epoch seconds or ISO-8601) as local HH:MM:SS, with the date if not today."""
-    moment = parse_iso(ts) if isinstance(ts, str) else datetime.fromtimestamp(ts, timezone.utc)
-    local = moment.astimezone()
+    moment = parse_iso(ts) if isinstance(ts, str) else _moment(ts)
+    if moment is None:
+        return NO_TIME
+    try:
+        local = moment.astimezone()
+    except (OverflowError, OSError, ValueError):  # year 1 or 9999 in UTC, beyond the calendar in local time
+        return NO_TIME
     return local.strftime("%H:%M:%S" if local.date() == datetime.now().date() else "%Y-%m-%d %H:%M")
 
 
 def iso_time(ts: float | None) -> str | None:
-    return None if ts is None else datetime.fromtimestamp(ts, timezone.utc).isoformat()
+    """Epoch seconds as ISO-8601 (JSON's times); None for None, and for a time no calendar has."""
+    moment = None if ts is None else _moment(ts)
+    return None if moment is None else moment.isoformat()
 
 
 def utc_stamp(ts: float) -> str:
     """``2026-12-03T23:18:21.123Z``: the stamp of launcher.log lines and ``logs --timestamps``."""
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    moment = _moment(ts)
+    return NO_STAMP if moment is None else moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def join(values: Iterable[Any]) -> str:
@@ -449,10 +492,14 @@ def join(values: Iterable[Any]) -> str:
 
 
 def significant(value: float, digits: int = 3) -> str:
-    """``value`` with ``digits`` significant figures in fixed notation (1234 → "1234", 0.0031 → "0.00310")."""
+    """``value`` with ``digits`` significant figures in fixed notation (1234 → "1234", 0.0031 → "0.00310");
+    beyond 10^15 or below 10^-9, in exponent notation ("1.00e+308"), never a 309-digit figure."""
+    value = _real(value)
     if value == 0 or not math.isfinite(value):
         return f"{value:.{max(digits - 1, 0)}f}" if value == 0 else str(value)
     exponent = math.floor(math.log10(abs(value)))
+    if exponent >= 15 or exponent < -9:
+        return f"{value:.{max(digits - 1, 0)}e}"
     decimals = max(digits - 1 - exponent, 0)
     shown = f"{value:.{decimals}f}"
     if decimals and len(shown.replace("-", "").replace(".", "").lstrip("0")) > digits:  # 9.996 → 10.00
@@ -462,6 +509,7 @@ def significant(value: float, digits: int = 3) -> str:
 
 def fmt_loss(value: float) -> str:
     """A loss or metric: 4 significant figures (0.001234, 12.35, 1235), the exponent only past 10^4."""
+    value = _real(value)
     if not math.isfinite(value):
         return "nan" if math.isnan(value) else str(value)
     return f"{value:.4g}"
@@ -479,16 +527,16 @@ class ColumnScale:
 
 
 def _rate_for(values: Sequence[float]) -> Callable[[Any], str]:
-    top = max((abs(v) for v in values), default=0.0)
+    top = max((abs(_real(v)) for v in values), default=0.0)
     divisor, suffix = (1e6, " M") if top >= 1e6 else (1e3, " k") if top >= 1e4 else (1.0, "")
-    return lambda v: significant(v / divisor, 3) + suffix
+    return lambda v: significant(_real(v) / divisor, 3) + suffix
 
 
 def _bandwidth_for(values: Sequence[float]) -> Callable[[Any], str]:
     """GB/s values; MB/s for the whole column when its largest would read 0.xx GB/s or less."""
-    top = max((abs(v) for v in values), default=0.0)
+    top = max((abs(_real(v)) for v in values), default=0.0)
     factor, unit = (1.0, "GB/s") if top >= 1 else (1e3, "MB/s")
-    return lambda v: f"{significant(v * factor, 3)} {unit}"
+    return lambda v: f"{significant(_real(v) * factor, 3)} {unit}"
 
 
 rate_scale = ColumnScale(_rate_for)  # calls or steps per second: 2269 and 13000 read "2.27 k", "13.0 k"

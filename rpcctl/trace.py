@@ -74,7 +74,7 @@ def build_trace(run_dir: Path, max_events: int = MAX_EVENTS) -> dict[str, Any]:
     history = inspect.store_history(run_dir)
     ranks, procs, calls, serving = history.ranks, history.procs, history.calls, history.serving
     rrefs, handles, losses, end = history.rrefs, history.handles, history.losses, history.end
-    times = [t for t in [*(r["started_at"] for r in ranks), *(p["connected_at"] for p in procs)] if t is not None]
+    times = [t for t in [*(r["started_at"] for r in ranks), *(p["connected_at"] for p in procs)] if _a_time(t)]
     start = min(times) if times else end
     builder = _Builder(start, end, max_events)
     builder.processes(ranks, procs)
@@ -85,6 +85,7 @@ def build_trace(run_dir: Path, max_events: int = MAX_EVENTS) -> dict[str, Any]:
     builder.exits(ranks)
     builder.spawned_ends(procs)
     report = inspect.calls(run_dir)
+    builder.finite()
     return {
         "traceEvents": builder.events,
         "displayTimeUnit": "ms",
@@ -105,6 +106,20 @@ class _Builder:
 
     def ts(self, t: float) -> float:
         return round((t - self.start) * 1e6, 3)
+
+    def finite(self) -> None:
+        """Leave out the events whose time is none a trace can hold (a store written before every
+        time was checked at the socket: a wait in flight since -inf, a completion at 1e308), and
+        spell a non-finite argument as text: the document is strict JSON, whatever the store holds."""
+        kept = []
+        for event in self.events:
+            if all(_a_span(event[key]) for key in ("ts", "dur") if key in event):
+                if "args" in event:
+                    event["args"] = _spelled(event["args"])
+                kept.append(event)
+        if len(kept) != len(self.events):
+            self.left_out["events_at_impossible_times"] = len(self.events) - len(kept)
+        self.events = kept
 
     def span(self, pid: int, tid: int, name: str, begin: float, finish: float | None, cat: str, args: dict[str, Any]) -> None:
         finish = self.end if finish is None else finish
@@ -137,7 +152,7 @@ class _Builder:
         track, in order of first appearance; 0 and 1 are the process and its RRefs). Perfetto
         drops a tid above 2^32, which a Python thread ident is, and puts the event on the pid's
         own track; the real ident is in the thread's name and args."""
-        ident = ident or 0
+        ident = ident if type(ident) is int else 0  # (a damaged row: a REAL, a string)
         return self.lane(pid, ident, f"{kind} {ident:#x}", {"ident": ident})
 
     # -- tracks --------------------------------------------------------------------------------
@@ -342,3 +357,24 @@ class _Builder:
             self.events.append({"ph": "i", "s": "p", "pid": track, "tid": PROCESS_THREAD, "ts": self.ts(end),
                                 "name": f"{proc['name'] or 'pid ' + str(proc['pid'])} ended" + (f" (exit {code})" if code is not None else ""),
                                 "args": {"exit_code": code, "pid": proc["pid"]}})
+
+
+def _a_time(t: Any) -> bool:
+    """An epoch time the trace can start from (a number, finite, between 1970 and 2242)."""
+    return isinstance(t, (int, float)) and 0 <= t <= 2**33
+
+
+def _a_span(value: Any) -> bool:
+    """A trace time or duration (µs) a viewer can place: finite, within ±30,000 years."""
+    return isinstance(value, (int, float)) and math.isfinite(value) and abs(value) < 1e18
+
+
+def _spelled(value: Any) -> Any:
+    """Arguments as strict JSON: a non-finite float as its word ("inf", "nan")."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _spelled(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_spelled(v) for v in value]
+    return value

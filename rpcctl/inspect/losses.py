@@ -183,8 +183,8 @@ def sparkline(values: list[float | None], width: int = 24) -> str:
         step = len(values) / width
         values = [values[min(len(values) - 1, int(round((i + 1) * step)) - 1)] for i in range(width)]
     low, high = min(finite), max(finite)
-    span = high - low or 1.0
-    return "".join(" " if v is None or not math.isfinite(v) else _SPARKS[int((v - low) / span * (len(_SPARKS) - 1))] for v in values)
+    span = high / 2 - low / 2 or 1.0  # halves: 1e308 - -1e308 is inf, and inf / inf is NaN
+    return "".join(" " if v is None or not math.isfinite(v) else _SPARKS[int((v / 2 - low / 2) / span * (len(_SPARKS) - 1))] for v in values)
 
 
 def loss_summaries(records: list[LossRecord], counts: dict[int, tuple[int, int]] | None = None) -> list[LossSummary]:
