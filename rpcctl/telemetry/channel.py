@@ -22,10 +22,16 @@ Two ways in::
 
 Framing is one JSON object per line (``protocol.encode``/``decode``); ``LineBuffer`` splits a
 stream into lines and refuses a line longer than ``protocol.MAX_LINE``.
+
+Descriptors are the launcher's too: a door takes at most ``connection_cap`` connections (refused
+beyond, counted), and keeps a ``Reserve`` descriptor to shed a connection when accept() fails for
+want of one (EMFILE), so that a rank's processes connecting in a loop can neither spin its thread
+nor take the descriptors its run record and logs need.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import os
@@ -47,20 +53,107 @@ SITE_DIR = Path(__file__).resolve().parents[1] / "rank" / "_site"  # the rank pa
 
 
 class LineBuffer:
-    """Bytes from a stream → complete lines; what follows the last newline waits for more."""
+    """Bytes from a stream → complete lines. What follows the last newline waits for more in a
+    bytearray, which grows in place (``pending += data`` on bytes copied the whole line at every
+    chunk: quadratic in the line, and twice its size at each step), and is copied out once, when
+    its line ends. One chunk per read, however small the reads: no per-chunk object either."""
 
-    __slots__ = ("pending",)
+    __slots__ = ("_tail",)
 
     def __init__(self) -> None:
-        self.pending = b""
+        self._tail = bytearray()
+
+    @property
+    def size(self) -> int:
+        """Bytes waiting for the end of their line."""
+        return len(self._tail)
 
     def feed(self, data: bytes) -> list[bytes] | None:
         """The lines ``data`` completes ([] if none yet); None when a line grew past MAX_LINE."""
-        self.pending += data
-        if b"\n" not in data:
-            return None if len(self.pending) > protocol.MAX_LINE else []
-        *lines, self.pending = self.pending.split(b"\n")
-        return lines
+        end = data.find(b"\n")
+        if len(self._tail) + (len(data) if end < 0 else end) > protocol.MAX_LINE:
+            return None
+        if end < 0:
+            self._tail += data
+            return []
+        self._tail += memoryview(data)[:end]
+        first = bytes(self._tail)
+        *lines, tail = data[end + 1 :].split(b"\n")
+        self._tail = bytearray(tail)
+        return None if len(tail) > protocol.MAX_LINE else [first, *lines]
+
+
+# -- descriptors ---------------------------------------------------------------------------------
+
+# accept() fails so when the process (EMFILE), the system (ENFILE) or the kernel's memory
+# (ENOBUFS, ENOMEM) has no room for one more connection: the listener stays readable.
+OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+FD_HEADROOM = 64  # descriptors a launcher keeps for itself beyond its telemetry: run record, logs, pipes
+FD_PER_RANK = 8  # and for each rank: its pipes, its log and its times file, a stack dump
+
+
+def connection_cap(world_size: int) -> int:
+    """How many telemetry connections a launcher holds at once: 16 per rank (a rank and the
+    processes it starts), at least 1,024, but never so many that they would take the descriptors
+    the launcher needs itself (``FD_HEADROOM`` and ``FD_PER_RANK``) under its RLIMIT_NOFILE;
+    at least one per rank all the same."""
+    wanted = max(1024, 16 * world_size)
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return wanted
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    room = soft - _open_descriptors() - FD_HEADROOM - FD_PER_RANK * world_size
+    return max(world_size, min(wanted, room))
+
+
+def _open_descriptors() -> int:
+    for folder in ("/proc/self/fd", "/dev/fd"):
+        try:
+            return len(os.listdir(folder))
+        except OSError:
+            continue
+    return 32
+
+
+class Reserve:
+    """One descriptor held back for when the process runs out (``OUT_OF_DESCRIPTORS``): ``shed``
+    closes it, accepts the connection that waits and closes that at once, and opens it again.
+    Without it the listener stays readable, the connection waits, and a loop around it spins."""
+
+    def __init__(self) -> None:
+        self.fd = self._open()
+
+    @staticmethod
+    def _open() -> int:
+        try:
+            return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return -1
+
+    def shed(self, listener: socket.socket) -> bool:
+        """Accept one waiting connection and close it at once; True if one was."""
+        self.close()
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            shed = False
+        else:
+            conn.close()
+            shed = True
+        self.fd = self._open()
+        return shed
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = -1
 
 
 # -- the local socket ----------------------------------------------------------------------------

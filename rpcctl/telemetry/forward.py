@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import collections
 import socket
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 from rpcctl.telemetry import protocol
 from rpcctl.telemetry.losses import LossParser
-from rpcctl.telemetry.channel import Refusals, accept_local, close_unix, connect_authenticated, listen_unix, worker_env
+from rpcctl.telemetry.channel import (
+    OUT_OF_DESCRIPTORS, Refusals, Reserve, accept_local, close_unix, connect_authenticated, connection_cap, listen_unix, worker_env,
+)
 
 
 class TelemetryForwarder:
@@ -35,6 +39,10 @@ class TelemetryForwarder:
         self._threads: list[threading.Thread] = []
         self.errors: list[str] = []
         self.refused = Refusals("telemetry relay")  # local connections from another user
+        self.refused_connections = 0  # over the cap, or shed for want of a descriptor
+        self._relays = 0  # connections relayed now (each a thread and two descriptors)
+        self._lock = threading.Lock()
+        self._said: set[str] = set()
 
     def start(self) -> dict[str, str]:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -90,25 +98,62 @@ class TelemetryForwarder:
                     return
 
     def _accept_loop(self) -> None:
+        """Accept and relay, until closed; no input ends it. A connection over the cap (each costs
+        a thread and two descriptors: ``channel.connection_cap``, for half the descriptors) is
+        refused; an accept failing for want of a descriptor sheds the waiting one and rests."""
         assert self._listener is not None
-        while not self._stopping.is_set():
+        reserve, cap = Reserve(), max(1, connection_cap(1) // 2)
+        try:
+            while not self._stopping.is_set():
+                try:
+                    local = accept_local(self._listener, self.refused)
+                except TimeoutError:
+                    continue
+                except OSError as exc:
+                    if exc.errno not in OUT_OF_DESCRIPTORS:
+                        return  # the listener is closed
+                    self.refused_connections += reserve.shed(self._listener)
+                    self._say_once("descriptors", f"out of file descriptors ({exc.strerror}): telemetry connections are refused")
+                    time.sleep(0.05)
+                    continue
+                if local is None:
+                    continue
+                with self._lock:
+                    full = self._relays >= cap
+                    self._relays += not full
+                if full:
+                    local.close()
+                    self.refused_connections += 1
+                    self._say_once("cap", f"{cap} connections are relayed, the most it takes: it refuses more, and counts them")
+                    continue
+                thread = threading.Thread(target=self._relay, args=(local,), name="rpcctl-telemetry-pipe", daemon=True)
+                thread.start()
+                self._threads = [t for t in self._threads if t.is_alive()]
+                self._threads.append(thread)
+        finally:
+            reserve.close()
+
+    def _say_once(self, what: str, message: str) -> None:
+        if what not in self._said:
+            self._said.add(what)
             try:
-                local = accept_local(self._listener, self.refused)
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            if local is None:
-                continue
-            thread = threading.Thread(target=self._relay, args=(local,), name="rpcctl-telemetry-pipe", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+                print(f"rpcctl: telemetry relay: {message}", file=sys.stderr)
+            except (OSError, ValueError):
+                pass
 
     def _relay(self, local: socket.socket) -> None:
         try:
+            self._pipe(local)
+        finally:
+            with self._lock:
+                self._relays -= 1
+
+    def _pipe(self, local: socket.socket) -> None:
+        try:
             remote = connect_authenticated(self.address, self.secret)
         except OSError as exc:
-            self.errors.append(f"relay: {exc}")
+            if len(self.errors) < 100:  # (a flood of connections while node 0 is unreachable: bounded)
+                self.errors.append(f"relay: {exc}")
             local.close()
             return
         with local, remote:
