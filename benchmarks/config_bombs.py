@@ -68,7 +68,7 @@ def cases(folder: Path) -> list[tuple[str, list[str]]]:
 def load_in_process(path: Path) -> float | None:
     """Seconds ``load_config`` itself takes, imports excluded (None when it is not a file case)."""
     from rpcctl.config import load_config
-    from rpcctl.errors import RpcctlError
+    from rpcctl.base.errors import RpcctlError
 
     if not path.is_file() or path.suffix != ".yaml":
         return None

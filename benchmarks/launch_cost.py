@@ -149,7 +149,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from rpcctl.linear_re import compile_linear  # RE2: a rank's output is matched in linear time
+from rpcctl.base.linear_re import compile_linear  # RE2: a rank's output is matched in linear time
 
 ROOT = Path(__file__).resolve().parent.parent
 

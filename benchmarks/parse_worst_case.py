@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rpcctl.lines import MAX_LINE_BYTES, LineSplitter  # noqa: E402
+from rpcctl.base.lines import MAX_LINE_BYTES, LineSplitter  # noqa: E402
 from rpcctl.telemetry.losses import LossParser  # noqa: E402
 
 CAP = MAX_LINE_BYTES
@@ -73,7 +73,8 @@ def _best_of(function, line: str, repeat: int = 3) -> float:
 
 
 def _ours() -> dict[str, dict[str, float]]:
-    from rpcctl import frames, watchdog
+    from rpcctl import watchdog
+    from rpcctl.base import frames
 
     results = {}
     for name, line in SHAPES.items():

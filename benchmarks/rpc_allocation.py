@@ -85,7 +85,7 @@ def workload(calls: int) -> None:
 
 def settings() -> dict[str, dict[str, str]]:
     sys.path.insert(0, str(ROOT))
-    from rpcctl.rpc_settings import AUTO_SETTINGS, MALLOC_REUSE
+    from rpcctl.base.rpc_settings import AUTO_SETTINGS, MALLOC_REUSE
 
     return {"default": {}, "thp": {"THP_MEM_ALLOC_ENABLE": "1"}, "malloc": dict(MALLOC_REUSE), "auto": dict(AUTO_SETTINGS["env"])}
 

@@ -379,7 +379,7 @@ def write_record(run_dir: Path, world: int) -> None:
     import psutil
 
     from rpcctl.runs import RankState, RunRecord, now_iso, save_record
-    from rpcctl.states import RankStatus, RunStatus
+    from rpcctl.base.states import RankStatus, RunStatus
 
     me = psutil.Process()
     save_record(RunRecord(

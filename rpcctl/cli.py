@@ -20,7 +20,7 @@ from typer.core import TyperGroup
 
 from rpcctl import __version__
 from rpcctl.console import get_console
-from rpcctl.errors import RpcctlError
+from rpcctl.base.errors import RpcctlError
 
 
 def _plain_help() -> None:

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from rpcctl.errors import RpcctlError, UsageError
-from rpcctl.states import RunStatus
+from rpcctl.base.errors import RpcctlError, UsageError
+from rpcctl.base.states import RunStatus
 
 SECRET_ENV = "RPCCTL_SECRET"
 

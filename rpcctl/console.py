@@ -61,7 +61,7 @@ class Console:
     def logging_to(self, path: Path) -> Iterator[None]:
         """Also append every message to ``path`` (created 0600) until the block ends. A log
         that cannot be written (a full disk) is given up with one warning: never the job."""
-        from rpcctl.private import private_open
+        from rpcctl.base.private import private_open
 
         if self._log is not None:  # already logging (a nested block): one file at a time
             yield

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import psutil
 
-from rpcctl.errors import RpcctlError, RunNotFoundError, UsageError
+from rpcctl.base.errors import RpcctlError, RunNotFoundError, UsageError
 from rpcctl.procs import kill_processes, run_processes
 from rpcctl.runs import Failure, RunRecord, launcher_alive, launcher_of_run, load_record, now_iso, save_record
-from rpcctl.states import RankStatus, RunStatus
+from rpcctl.base.states import RankStatus, RunStatus
 
 
 def ended(run_dir: Path) -> bool:

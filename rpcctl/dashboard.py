@@ -15,7 +15,7 @@ from rich.text import Text
 
 from rpcctl import inspect
 from rpcctl.console import render_table, sanitize
-from rpcctl.errors import RpcctlError
+from rpcctl.base.errors import RpcctlError
 
 # The last losses of each rank the trend is drawn from, and the loss columns the panel shows.
 TREND_STEPS = 24

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rpcctl.runs import Failure, RunRecord
-from rpcctl.states import RankStatus
+from rpcctl.base.states import RankStatus
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from rpcctl import collective_hangs
 from rpcctl.console import human_seconds
 from rpcctl.hang_evidence import ThreadStack, where
 from rpcctl.inspect.calls import CallsReport, PendingCall, ServingRecord, same_function
-from rpcctl.states import CallState, ServingState
+from rpcctl.base.states import CallState, ServingState
 
 
 @dataclass

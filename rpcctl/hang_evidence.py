@@ -33,10 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rpcctl import inspect, stacks
-from rpcctl.errors import RpcctlError
-from rpcctl.frames import is_own, is_user_file, short_path
-from rpcctl.procstat import cpu_seconds
+from rpcctl import inspect
+
+from rpcctl.base import stacks
+from rpcctl.base.errors import RpcctlError
+from rpcctl.base.frames import is_own, is_user_file, short_path
+from rpcctl.base.procstat import cpu_seconds
 
 BUSY_SHARE = 0.2  # a main thread on CPU this share of the time between two looks is computing
 DUMP_TIMEOUT_S = 2.0

@@ -43,7 +43,7 @@ from typing import Any, Literal
 import yaml
 
 from rpcctl.config import JobSpec, host_problem
-from rpcctl.errors import UsageError
+from rpcctl.base.errors import UsageError
 
 DEFAULT_PORT = 29500  # torchrun's, and the Trainer's ContainerTrainerPort
 CONFIG_DIR = "/etc/rpcctl"  # where the ConfigMap is mounted

@@ -28,14 +28,14 @@ import psutil
 from rpcctl.cluster import NodeRendezvous, secret_from_env
 from rpcctl.config import JobSpec, dump_spec
 from rpcctl.console import Console, get_console
-from rpcctl.errors import ConfigError, JobCancelledError, RpcctlError, UsageError
+from rpcctl.base.errors import ConfigError, JobCancelledError, RpcctlError, UsageError
 from rpcctl.events import Events
 from rpcctl import listeners
 from rpcctl.plan import LaunchPlan, NodeFacts, build_plan, free_port, probe_node
 from rpcctl.preflight import check_before_spawn
-from rpcctl.private import private_dir, private_open
+from rpcctl.base.private import private_dir, private_open
 from rpcctl.runs import RankState, RunRecord, check_runs_dir, default_runs_dir, hostname, new_run_id, now_iso, save_record
-from rpcctl.states import RunStatus
+from rpcctl.base.states import RunStatus
 from rpcctl.supervisor import CANCEL_SIGNALS, Supervisor
 
 DEFAULT_MASTER_PORT = 29500  # torchrun's

@@ -19,11 +19,11 @@ from typing import ClassVar
 from rich.console import Group
 from rich.live import Live
 
-from rpcctl import stacks
+from rpcctl.base import stacks
 from rpcctl.console import HIGH, KEY, LOW, Column, Console, render_table
 from rpcctl.events import Event, RankOutput, RunSaved
 from rpcctl.runs import RunRecord
-from rpcctl.states import RankStatus
+from rpcctl.base.states import RankStatus
 
 STATE_STYLE = {RankStatus.PENDING: "dim", RankStatus.RUNNING: "cyan", RankStatus.SUCCEEDED: "green", RankStatus.FAILED: "bold red",
                RankStatus.KILLED: "yellow", RankStatus.STOPPED: "bold yellow"}

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from rpcctl.console import KEY, Column
-from rpcctl.devices import parse_visible_devices
-from rpcctl.errors import ConfigError, UsageError
-from rpcctl.python_cmd import RUNTIME, module_command
+from rpcctl.base.devices import parse_visible_devices
+from rpcctl.base.errors import ConfigError, UsageError
+from rpcctl.base.python_cmd import RUNTIME, module_command
 from rpcctl.runs import rank_error_file, rank_log, rank_stack_file
 
 if TYPE_CHECKING:  # a type only: `rpcctl inspect` imports this module and need not load pydantic
@@ -108,7 +108,7 @@ def build_plan(spec: JobSpec, facts: NodeFacts, *, run_id: str, run_dir: Path, r
     rpc = json.dumps(spec.rpc.model_dump(mode="json")) if spec.rpc.init else None
     tuned = {}
     if spec.rpc.tuning == "auto" and not spec.multi_node:
-        from rpcctl.rpc_settings import auto_rpc_env  # standard library only: keeps the launcher light
+        from rpcctl.base.rpc_settings import auto_rpc_env  # standard library only: keeps the launcher light
 
         tuned = auto_rpc_env()
     ranks = []

@@ -31,7 +31,7 @@ import stat
 import sys
 
 from rpcctl.config import JobSpec
-from rpcctl.errors import ConfigError
+from rpcctl.base.errors import ConfigError
 from rpcctl.plan import LOOPBACK, loopback_interface, visible_gpus
 
 # torch's own rule (WorkerInfo, torch/csrc/distributed/rpc/rpc_agent.h: MAX_NAME_LEN = 128).

@@ -28,12 +28,12 @@ from typing import Any
 
 import psutil
 
-from rpcctl.errors import RpcctlError
-from rpcctl.lines import LineSplitter, Piece
-from rpcctl.log_times import TimeIndexWriter
+from rpcctl.base.errors import RpcctlError
+from rpcctl.base.lines import LineSplitter, Piece
+from rpcctl.base.log_times import TimeIndexWriter
 from rpcctl.plan import RankPlan
-from rpcctl.private import private_dir, private_open
-from rpcctl.python_cmd import RANK_SERVER, module_command
+from rpcctl.base.private import private_dir, private_open
+from rpcctl.base.python_cmd import RANK_SERVER, module_command
 from rpcctl.rank_server import MAX_MESSAGE, PR_SET_CHILD_SUBREAPER, prctl
 from rpcctl.runs import process_in_run
 
@@ -354,7 +354,7 @@ def _print_log_error(rank: int, path: Path, written: int, exc: OSError) -> None:
 
 class LogPump(threading.Thread):
     """Copies each rank's output pipe to its log file (every byte) and hands its text, split as a
-    terminal shows it (``rpcctl.lines``), to ``on_piece(rank, piece)``. Whatever happens to a log
+    terminal shows it (``rpcctl.base.lines``), to ``on_piece(rank, piece)``. Whatever happens to a log
     file, every pipe is drained and every piece handed on."""
 
     def __init__(

@@ -39,7 +39,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from rpcctl.python_cmd import RUNTIME, module_command, working_dir_on_path
+from rpcctl.base.python_cmd import RUNTIME, module_command, working_dir_on_path
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -218,7 +218,7 @@ def run_child(task: ChildTask) -> int:
 
 
 def main() -> None:
-    working_dir_on_path()  # for preload: started with -P (rpcctl.python_cmd)
+    working_dir_on_path()  # for preload: started with -P (rpcctl.base.python_cmd)
     sock = socket.socket(fileno=int(sys.argv[1]))
     preload = [m for m in sys.argv[2].split(",") if m] if len(sys.argv) > 2 else []
     task = RankServer(sock, preload).serve()

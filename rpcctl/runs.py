@@ -10,7 +10,7 @@ Layout of one run (``<runs-dir>/<run-id>/``)::
     hang/, hang-2/...   the hang watchdog's evidence: diagnosis.txt, stacks.txt, calls.json
     launcher.log        the launcher's messages and verdict, timestamped; the rank server's own output
 
-Run status is a small state machine (``RunStatus``, in ``rpcctl.states``): ``running`` →
+Run status is a small state machine (``RunStatus``, in ``rpcctl.base.states``): ``running`` →
 ``succeeded`` | ``failed`` | ``cancelled``. A record left ``running`` by a launcher that no
 longer exists reads as ``lost``. Rank states are ``RankStatus``.
 """
@@ -32,10 +32,10 @@ from typing import Any, ClassVar
 import psutil
 
 from rpcctl.console import HIGH, KEY, LOW, Column, epoch_of, human_seconds, human_time, parse_iso
-from rpcctl.errors import DamagedRunError, RunNotFoundError, UsageError
-from rpcctl.lines import MAX_LOG_TAIL_LINE_CHARS, MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS, cap_text
-from rpcctl.private import write_private_atomic
-from rpcctl.states import FailureReason, RankStatus, RunStatus
+from rpcctl.base.errors import DamagedRunError, RunNotFoundError, UsageError
+from rpcctl.base.lines import MAX_LOG_TAIL_LINE_CHARS, MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS, cap_text
+from rpcctl.base.private import write_private_atomic
+from rpcctl.base.states import FailureReason, RankStatus, RunStatus
 
 
 def now_iso() -> str:

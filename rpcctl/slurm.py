@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rpcctl.errors import RpcctlError, UsageError
-from rpcctl.python_cmd import module_command
+from rpcctl.base.errors import RpcctlError, UsageError
+from rpcctl.base.python_cmd import module_command
 
 
 def in_srun_step(env: Mapping[str, str]) -> bool:

@@ -8,7 +8,7 @@ Job states (``RunRecord.status``)::
        │ ──no progress for `hang_timeout` (watchdog)────▶ failed     (reason: hang; on_hang: keep → running)
        └ ──SIGINT/TERM/HUP/QUIT to the launcher─────────▶ cancelled  (exit 128 + signal)
 
-Rank states (``RankState.state``): pending → running → succeeded | failed | killed (``rpcctl.states``).
+Rank states (``RankState.state``): pending → running → succeeded | failed | killed (``rpcctl.base.states``).
 
 The first rank to fail is the root cause; every other rank is torn down at once (SIGTERM to
 its whole process tree, ``grace`` seconds, SIGKILL), so a rank that dies before rendezvous
@@ -34,12 +34,12 @@ from rpcctl.config import JobSpec
 from rpcctl.events import (
     AttemptStarted, CancelRequested, Cancelled, Events, Failed, Notice, RankExited, RankOutput, RankStarted, Restarting, RunSaved,
 )
-from rpcctl.lines import Piece
+from rpcctl.base.lines import Piece
 from rpcctl.plan import LaunchPlan, NodeFacts, build_plan, free_port
 from rpcctl.procs import ExitStatus, LogPump, RankProcesses, RankServerLost
-from rpcctl import backend_abort, stacks
+from rpcctl.base import backend_abort, stacks
 from rpcctl.runs import Failure, RankState, RunRecord, now_iso, rank_stack_file, save_record
-from rpcctl.states import RankStatus, RunStatus
+from rpcctl.base.states import RankStatus, RunStatus
 
 POLL_S = 0.1
 STACKS_BEFORE_TEARDOWN_S = 2.0  # all ranks together, before a timeout's or a cancel's teardown

@@ -51,14 +51,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rpcctl import inspect, stacks
+from rpcctl import inspect
+
+from rpcctl.base import stacks
 from rpcctl.console import epoch_of, human_seconds, to_jsonable
 from rpcctl.hang_diagnosis import Diagnosis, Proc, diagnose  # noqa: F401 - diagnose: the diagnosis, in hang_diagnosis
 from rpcctl.hang_evidence import Look, motion, parse_stacks, still, where
 from rpcctl.hang_evidence import ThreadStack as ThreadStack  # noqa: F401 - the parsed stacks, where tests and benchmarks read them
 from rpcctl.inspect.calls import CallsReport
 from rpcctl.runs import Failure, RunRecord, now_iso, write_json_atomic
-from rpcctl.states import CallState, RankStatus
+from rpcctl.base.states import CallState, RankStatus
 from rpcctl.telemetry.protocol import STALE_AFTER_S
 from rpcctl.telemetry.reader import column  # a column a store before schema 7 (or 8) lacks reads as None
 
@@ -334,7 +336,7 @@ class HangWatchdog:
 
     def _dump(self, proc: Proc, record: RunRecord) -> list[Any]:
         """Dump a rank (and its children) unless it is stopped; fill in the threads."""
-        from rpcctl.errors import RpcctlError
+        from rpcctl.base.errors import RpcctlError
 
         if not proc.local:
             return []

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from conftest import WORKERS, launch_job
 
-from rpcctl import backend_abort
+from rpcctl.base import backend_abort
 
 pytestmark = pytest.mark.timeout(120)
 

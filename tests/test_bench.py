@@ -25,7 +25,7 @@ from rpcctl.bench.transports import RankContext, Transport, TransportSpec, regis
 from rpcctl.bench.unit import run_unit
 from rpcctl.commands.bench import bench_app
 from rpcctl.console import Console, set_console
-from rpcctl.errors import RpcctlError, UsageError
+from rpcctl.base.errors import RpcctlError, UsageError
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -418,7 +418,7 @@ def test_event_follower_waits_for_whole_lines(tmp_path):
 
 def test_auto_env_and_backend_options():
     """The known-good set, written out (not derived from AUTO_SETTINGS, which it checks)."""
-    from rpcctl import rpc_settings
+    from rpcctl.base import rpc_settings
 
     env = rpc_settings.auto_rpc_env()
     assert env == {"THP_MEM_ALLOC_ENABLE": "1", "MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "67108864"}

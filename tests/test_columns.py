@@ -134,7 +134,7 @@ def test_filters_parse_against_the_declared_columns(tmp_path, runs_dir):
 def test_a_long_filter_without_an_operator_is_refused_at_once():
     # The first parser, a regex with a lazy KEY, backtracked for minutes on 40,000 spaces.
     from rpcctl.commands.common import parse_filters
-    from rpcctl.errors import UsageError
+    from rpcctl.base.errors import UsageError
     from rpcctl.runs import RunRecord
 
     for spec in (" " * 100_000 + "x", "k" * 100_000, "!" * 100_000):
@@ -147,7 +147,7 @@ def test_display_fields_are_not_filter_keys():
     """RANK shows ``rank_shown`` (``└`` for a child): a filter on RANK, or on ``rank``, compares the
     rank itself, and ``rank_shown`` / ``name_shown`` are no filter keys."""
     from rpcctl.commands.common import keep, parse_filters, scalar_fields
-    from rpcctl.errors import UsageError
+    from rpcctl.base.errors import UsageError
     from rpcctl.inspect import WorkerRecord
 
     fields = scalar_fields(WorkerRecord)

@@ -33,7 +33,7 @@ from rpcctl.commands import launch as launch_cmd
 from rpcctl.commands.launch import parse_ranks
 from rpcctl.config import DEFAULT_PRELOAD, JobSpec, dump_spec, load_config
 from rpcctl.console import Console, set_console
-from rpcctl.errors import ConfigError, UsageError
+from rpcctl.base.errors import ConfigError, UsageError
 
 UNSET = "RPCCTL_TEST_SURELY_UNSET_VAR"
 
@@ -699,7 +699,7 @@ _BOUNDED = textwrap.dedent(
     import json, resource, sys
     from rpcctl.commands.launch import parse_ranks
     from rpcctl.config import load_config
-    from rpcctl.errors import RpcctlError
+    from rpcctl.base.errors import RpcctlError
     status = open("/proc/self/status").read()
     vm = int(status.split("VmSize:")[1].split()[0]) * 1024
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rpcctl.config import JobSpec, load_config
-from rpcctl.errors import ConfigError
+from rpcctl.base.errors import ConfigError
 
 MEMORY_BUDGET = 200 << 20  # bytes of Python allocations at the peak of one load
 TIME_BOUND_S = 20.0  # per example, on a loaded 2-core machine; a bomb takes minutes

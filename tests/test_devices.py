@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rpcctl.devices import parse_visible_devices
+from rpcctl.base.devices import parse_visible_devices
 
 
 @pytest.mark.parametrize(

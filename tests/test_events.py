@@ -20,7 +20,7 @@ from rpcctl import control
 from rpcctl.console import Console
 from rpcctl.events import Events, Notice, RankOutput, RunSaved
 from rpcctl.runs import RankState, RunRecord, now_iso, save_record
-from rpcctl.states import RankStatus, RunStatus
+from rpcctl.base.states import RankStatus, RunStatus
 
 PACKAGE = Path(rpcctl.__file__).parent
 CLI = [PACKAGE / "cli.py", *sorted((PACKAGE / "commands").glob("*.py"))]

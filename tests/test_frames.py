@@ -10,7 +10,7 @@ import pytest
 import yaml
 from conftest import launch_job as launch
 
-from rpcctl.frames import PACKAGE_DIR, drop_own_frames, hide_own_frames, short_path
+from rpcctl.base.frames import PACKAGE_DIR, drop_own_frames, hide_own_frames, short_path
 
 # Rank 0 calls a function that raises on rank 1: the exception comes back through rpc_sync,
 # which rpcctl's call tracking wraps (rpcctl/rank/calls.py), and kills rank 0.

@@ -445,7 +445,7 @@ def test_a_run_file_swapped_for_a_link_is_not_written_through(tmp_path, runs_dir
 
 
 def test_private_files_and_dirs_never_follow_a_link(tmp_path):
-    from rpcctl.private import private_dir, private_file, private_open
+    from rpcctl.base.private import private_dir, private_file, private_open
 
     target = tmp_path / "target.txt"
     target.write_text("mine\n")

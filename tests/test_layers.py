@@ -247,11 +247,11 @@ def private_imports(modules: dict[str, Path]) -> list[str]:
 
 def test_the_design_page_table_is_read():
     rows = layer_table(DESIGN.read_text())
-    assert rows[0][0] == "leaves" and "errors" in rows[0][1]
+    assert rows[0][0] == "leaves" and "base/" in rows[0][1]
     assert rows[-1][0] == "CLI" and "commands/" in rows[-1][1]
     layers = layer_of_modules(rows, list(all_modules()))
     assert layers["rpcctl.commands.inspect"][1] == "CLI"  # through its package
-    assert layers["rpcctl.errors"][0] == 0
+    assert layers["rpcctl.base.errors"][0] == 0
 
 
 def test_every_module_has_a_layer_in_docs_design():

@@ -1,4 +1,4 @@
-"""A rank's output split as a terminal shows it (rpcctl.lines) and the log pump that uses it."""
+"""A rank's output split as a terminal shows it (rpcctl.base.lines) and the log pump that uses it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import threading
 import tracemalloc
 
-from rpcctl.lines import LineSplitter, Piece, final_lines
+from rpcctl.base.lines import LineSplitter, Piece, final_lines
 from rpcctl.procs import LogPump
 
 
@@ -64,7 +64,7 @@ def test_a_long_line_is_cut_for_the_console_and_says_how_much_the_log_file_has()
 
 
 def test_final_lines_are_what_rpcctl_logs_prints(tmp_path):
-    from rpcctl.log_times import RankLogReader, lines_of
+    from rpcctl.base.log_times import RankLogReader, lines_of
 
     data = b"start\n" + b"".join(b"\rtrain %d/100 loss=%d" % (i, i) for i in range(100)) + b"\n" + b"end\n"
     assert final_lines(data) == ["start", "train 99/100 loss=99", "end"]

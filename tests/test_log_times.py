@@ -11,7 +11,7 @@ from pathlib import Path
 from conftest import launch_job as launch
 from conftest import rpcctl
 
-from rpcctl.log_times import RESOLUTION, TimeIndexWriter, times_path
+from rpcctl.base.log_times import RESOLUTION, TimeIndexWriter, times_path
 
 # Three ranks print in turns (0, 1, 2, 0, 1, 2, ...), each waiting for the previous rank's file:
 # the true order is known, and rank by rank it is not the order they arrived in.

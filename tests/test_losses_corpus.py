@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rpcctl import inspect
-from rpcctl.lines import LineSplitter, final_lines
+from rpcctl.base.lines import LineSplitter, final_lines
 from rpcctl.telemetry.server import TelemetryServer
 
 DATA = Path(__file__).resolve().parent / "data" / "losses"

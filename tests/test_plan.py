@@ -27,7 +27,7 @@ from rpcctl.cli import app
 from rpcctl.commands import launch as launch_cmd
 from rpcctl.config import DEFAULT_PRELOAD, JobSpec, load_config
 from rpcctl.console import Console, set_console
-from rpcctl.errors import ConfigError
+from rpcctl.base.errors import ConfigError
 from rpcctl.plan import LaunchPlan, NodeFacts, build_plan
 
 LOOPBACK_IF = "lo-test0"  # a made-up interface name, so we can see it is passed through
@@ -256,7 +256,7 @@ def test_rpc_init_spec_is_passed_as_json(spec, run_dir):
 
 
 def test_rpc_tuning_auto_adds_the_tuned_env_but_the_users_env_wins(spec, run_dir):
-    from rpcctl.rpc_settings import auto_rpc_env
+    from rpcctl.base.rpc_settings import auto_rpc_env
 
     tuned = auto_rpc_env()
     assert tuned  # something to apply

@@ -18,8 +18,8 @@ RANK = "rpcctl.rank"
 MAY_IMPORT_RANK = {"rpcctl"}
 # What the rank package may import besides itself: the leaves and the shared wire code.
 RANK_MAY_IMPORT = {
-    "rpcctl.devices", "rpcctl.frames", "rpcctl.lines", "rpcctl.private", "rpcctl.procstat", "rpcctl.python_cmd", "rpcctl.rpc_settings",
-    "rpcctl.stacks", "rpcctl.states", "rpcctl.telemetry.histogram", "rpcctl.telemetry.protocol",
+    "rpcctl.base.devices", "rpcctl.base.frames", "rpcctl.base.lines", "rpcctl.base.private", "rpcctl.base.procstat", "rpcctl.base.python_cmd", "rpcctl.base.rpc_settings",
+    "rpcctl.base.stacks", "rpcctl.base.states", "rpcctl.telemetry.histogram", "rpcctl.telemetry.protocol",
 }
 
 

@@ -3,7 +3,7 @@
 The loss rules were Python regexes with adjacent optional whitespace classes: one line of
 'loss' and 2,000 spaces took 26 s to match, with the launcher's GIL held, so the console,
 supervision, the job's ``timeout``, ``rpcctl stop`` and Ctrl-C all waited. They run on RE2 now
-(``rpcctl.linear_re``). Two proofs: a real job that prints the worst lines still ends at its
+(``rpcctl.base.linear_re``). Two proofs: a real job that prints the worst lines still ends at its
 timeout, and a property test feeds every parser of rank text random and adversarial lines up to
 the 8 KiB line cap, with a time bound per line. The figures are benchmarks/parse_worst_case.py's.
 """
@@ -17,10 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import launch_job as launch
-from rpcctl import console, frames, watchdog
+from rpcctl import console, watchdog
+from rpcctl.base import frames
 from rpcctl.config import load_config
-from rpcctl.errors import ConfigError
-from rpcctl.lines import MAX_LINE_BYTES, LineSplitter
+from rpcctl.base.errors import ConfigError
+from rpcctl.base.lines import MAX_LINE_BYTES, LineSplitter
 from rpcctl.telemetry.losses import LossParser
 
 pytestmark = pytest.mark.timeout(120)

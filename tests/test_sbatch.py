@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rpcctl.errors import UsageError
+from rpcctl.base.errors import UsageError
 from rpcctl.slurm import batch_script
 from conftest import rpcctl, write_config
 

@@ -26,7 +26,7 @@ import pytest
 
 from conftest import assert_no_process_left, only_run, rpcctl, write_config
 from rpcctl import inspect
-from rpcctl.states import RRefState
+from rpcctl.base.states import RRefState
 
 pytestmark = pytest.mark.timeout(300)
 

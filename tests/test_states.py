@@ -1,4 +1,4 @@
-"""One vocabulary: every state machine's words are one ``StrEnum`` in rpcctl.states, each knowing
+"""One vocabulary: every state machine's words are one ``StrEnum`` in rpcctl.base.states, each knowing
 its terminal states; no module compares or writes a state as a bare string; and the views of
 a real run (run.json, ``rpcctl runs``, ``inspect workers``) use the same words for its ranks."""
 
@@ -13,11 +13,11 @@ import pytest
 
 from conftest import launch_job, rpcctl
 from rpcctl.runs import Failure, load_record
-from rpcctl.states import CallState, FailureReason, RankStatus, RRefEnding, RRefState, RunStatus, ServingState
+from rpcctl.base.states import CallState, FailureReason, RankStatus, RRefEnding, RRefState, RunStatus, ServingState
 
 PACKAGE = Path(__file__).resolve().parent.parent / "rpcctl"
 
-# Written out by hand, not derived from rpcctl.states: a member added there must be added
+# Written out by hand, not derived from rpcctl.base.states: a member added there must be added
 # here too, with a decision on whether it is terminal.
 TERMINAL = {
     RunStatus: {"running": False, "succeeded": True, "failed": True, "cancelled": True, "lost": True, "damaged": False},
@@ -97,7 +97,7 @@ def test_no_state_is_a_bare_string_in_rpcctl():
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         found += state_literals(path.read_text(), str(path.relative_to(PACKAGE.parent)))
-    assert found == [], "use the enums of rpcctl.states, not the strings: " + ", ".join(found)
+    assert found == [], "use the enums of rpcctl.base.states, not the strings: " + ", ".join(found)
 
 
 def test_the_scan_sees_what_it_looks_for():

@@ -11,7 +11,7 @@ Modules::
     session     one bench run: progress, the report, the run directory
     results     result records, the JSON document, the per-suite tables
     compare     NEW vs OLD with regressions beyond the noise
-    tuning      the --tune search (the settings themselves: rpcctl.rpc_settings)
+    tuning      the --tune search (the settings themselves: rpcctl.base.rpc_settings)
 
 Process picture of one unit::
 

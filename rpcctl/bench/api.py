@@ -157,7 +157,7 @@ def listing_table(rows: list[TransportInfo]):
 
 def results_path(path: Path) -> Path:
     """A results file, or a bench run directory (its results.json)."""
-    from rpcctl.errors import UsageError
+    from rpcctl.base.errors import UsageError
 
     if path.is_dir():
         candidate = path / "results.json"

@@ -376,7 +376,7 @@ def _infer_suite(row: dict[str, Any]) -> str:
 
 
 def load_report(path: Path) -> BenchReport:
-    from rpcctl.errors import UsageError
+    from rpcctl.base.errors import UsageError
 
     try:
         data = json.loads(Path(path).read_text())

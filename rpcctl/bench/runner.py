@@ -29,7 +29,7 @@ from typing import Any
 
 from rpcctl.bench.suites import COMPARE, COMPARE_SUITES, COMPARE_TRANSPORTS, SUITES, Case, Profile, Timing, cases_for
 from rpcctl.bench.transports import TransportSpec, transports
-from rpcctl.states import RunStatus
+from rpcctl.base.states import RunStatus
 
 UNIT_PROGRAM = Path(__file__).with_name("unit.py")  # what every rank of a unit runs
 # The same thread budget for every row: one OpenMP thread per rank.
@@ -98,7 +98,7 @@ class BenchPlan:
 
 def resolve_transports(names: list[str] | None, profile: Profile) -> list[TransportSpec]:
     """``--transport`` values (names, comma lists, or ``all``) → specs, in a stable order."""
-    from rpcctl.errors import UsageError
+    from rpcctl.base.errors import UsageError
 
     known = transports()
     wanted: list[str] = []
@@ -122,7 +122,7 @@ def resolve_transports(names: list[str] | None, profile: Profile) -> list[Transp
 
 
 def resolve_suites(values: list[str] | None) -> tuple[str, ...]:
-    from rpcctl.errors import UsageError
+    from rpcctl.base.errors import UsageError
 
     chosen: list[str] = []
     for value in values or list(DEFAULT_SUITES):

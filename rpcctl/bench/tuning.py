@@ -1,7 +1,7 @@
 """The search behind ``rpcctl bench --tune``: which RPC settings make this machine faster.
 
 The settings themselves (``AUTO_SETTINGS``, ``settings_to_env``, the ``RPCCTL_RPC_*``
-variables) belong to the launch core, in ``rpcctl.rpc_settings``; this module measures them.
+variables) belong to the launch core, in ``rpcctl.base.rpc_settings``; this module measures them.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rpcctl.rpc_settings import MALLOC_REUSE, settings_to_env
+from rpcctl.base.rpc_settings import MALLOC_REUSE, settings_to_env
 
 
 # -- --tune: a greedy search over single knobs, then their combination ---------------------------
@@ -268,7 +268,7 @@ def write_config(path, settings: Mapping[str, Any]) -> list[str]:
 
     import yaml
 
-    from rpcctl.private import refuse_non_regular, write_private_atomic
+    from rpcctl.base.private import refuse_non_regular, write_private_atomic
 
     path = Path(path)
     notes: list[str] = []
@@ -278,7 +278,7 @@ def write_config(path, settings: Mapping[str, Any]) -> list[str]:
         old = path.read_text()
         loaded = yaml.safe_load(old)
         if loaded is not None and not isinstance(loaded, dict):
-            from rpcctl.errors import UsageError
+            from rpcctl.base.errors import UsageError
 
             raise UsageError(f"{path} is not a launch config (its top level is not a mapping)")
         data = loaded or {}

@@ -12,7 +12,7 @@ import typer
 from typer.core import TyperGroup
 
 from rpcctl.commands.common import JsonOption, RunsDirOption, check_output, output_option, output_to
-from rpcctl.errors import JobCancelledError, JobFailedError, RpcctlError, UsageError
+from rpcctl.base.errors import JobCancelledError, JobFailedError, RpcctlError, UsageError
 
 # Old spellings that still work (with a warning): the same short flag must mean the same thing
 # in every command (-s is launch's --set, -t is sbatch's --time), and --json is a switch.

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from rpcctl import inspect as sdk
 from rpcctl.console import render_table
-from rpcctl.states import CallState, ServingState
+from rpcctl.base.states import CallState, ServingState
 
 HELP = """Who waits on whom: calls running 1 s or more (oldest first), then per caller → callee
     → function: count, p50/p99, errors, pending; then what each worker runs for whom.

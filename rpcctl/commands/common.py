@@ -16,7 +16,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from rpcctl.console import Column
-from rpcctl.errors import UsageError
+from rpcctl.base.errors import UsageError
 
 RunsDirOption = Annotated[
     Optional[Path],
@@ -182,7 +182,7 @@ def check_output(path: Path, flag: str = "") -> None:
     """Exit 2 before any work if an output target cannot be written: it is not a regular file
     (a device, a FIFO, a directory, a link), or its folder takes not one byte (a full disk)
     (``private.check_writable``)."""
-    from rpcctl.private import check_writable
+    from rpcctl.base.private import check_writable
 
     output_to(path, check_writable, flag)
 
@@ -191,7 +191,7 @@ def write_output(path: Path, data: str | bytes, flag: str = "") -> None:
     """An output file (-o): a new 0600 file renamed into place (``private.write_private_atomic``,
     the one writer of every file a user names); a failure is one message, exit 2 (``flag``
     names the option in it), and leaves the old file as it was."""
-    from rpcctl.private import write_private_atomic
+    from rpcctl.base.private import write_private_atomic
 
     output_to(path, lambda p: write_private_atomic(p, data), flag)
 

@@ -34,12 +34,12 @@ from rpcctl.commands.common import (
     parse_filters, RankOption, rank_option, scalar_fields,
 )
 from rpcctl.console import KEY, Column, fmt_loss, get_console, render_table, sanitize
-from rpcctl.errors import RpcctlError, RunNotFoundError, UsageError
-from rpcctl.frames import hide_own_frames
+from rpcctl.base.errors import RpcctlError, RunNotFoundError, UsageError
+from rpcctl.base.frames import hide_own_frames
 from rpcctl.inspect.stacks import StoppedRankError
 from rpcctl.runs import load_record, resolve_run
-from rpcctl.stacks import stopped_message
-from rpcctl.states import RankStatus, RunStatus
+from rpcctl.base.stacks import stopped_message
+from rpcctl.base.states import RankStatus, RunStatus
 
 inspect_app = typer.Typer(
     add_completion=False,  # a sub-app (rpcctl.cli builds it on its own when it is called)

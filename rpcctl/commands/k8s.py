@@ -15,7 +15,7 @@ import typer
 from rpcctl.commands.common import check_output, output_option, write_output
 from rpcctl.config import load_config
 from rpcctl.console import get_console
-from rpcctl.errors import RpcctlError, UsageError
+from rpcctl.base.errors import RpcctlError, UsageError
 from rpcctl.k8s import K8sSpec, dump, manifests
 
 

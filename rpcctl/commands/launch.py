@@ -15,14 +15,14 @@ import typer
 from rpcctl.commands.common import JsonOption, RunsDirOption
 from rpcctl.config import load_config, locate
 from rpcctl.console import KEY, Column, Console, get_console, human_bytes, human_seconds, render_table, sanitize
-from rpcctl.frames import ALL_FRAMES_ENV
-from rpcctl.errors import ConfigError, JobCancelledError, JobFailedError, UsageError
+from rpcctl.base.frames import ALL_FRAMES_ENV
+from rpcctl.base.errors import ConfigError, JobCancelledError, JobFailedError, UsageError
 from rpcctl.launcher import launch as launch_job
 from rpcctl.launcher import DEFAULT_MASTER_PORT, plan_job
 from rpcctl.plan import ENV_COLUMNS, LaunchPlan, RankPlan
 from rpcctl.preflight import check_before_spawn
 from rpcctl.runs import RunRecord
-from rpcctl.states import RunStatus
+from rpcctl.base.states import RunStatus
 from rpcctl.k8s import pod_flags, weak_node_rank
 from rpcctl.plan import visible_gpus
 from rpcctl.slurm import slurm_flags

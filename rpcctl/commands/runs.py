@@ -12,8 +12,8 @@ from rich.text import Text
 from rpcctl import control
 from rpcctl.commands.common import FilterOption, JsonOption, RankOption, RunArgument, RunsDirOption, filtered_empty, parse_filters, scalar_fields
 from rpcctl.console import get_console, render_table, sanitize, utc_stamp
-from rpcctl.errors import UsageError
-from rpcctl.log_times import FollowedFile, LogLine, RankLogReader, lines_of, merged
+from rpcctl.base.errors import UsageError
+from rpcctl.base.log_times import FollowedFile, LogLine, RankLogReader, lines_of, merged
 from rpcctl.runs import (
     DamagedRun,
     RunRecord,
@@ -25,7 +25,7 @@ from rpcctl.runs import (
     scan_runs,
     short,
 )
-from rpcctl.states import RunStatus
+from rpcctl.base.states import RunStatus
 
 def runs(
     runs_dir: RunsDirOption = None,

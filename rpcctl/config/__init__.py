@@ -40,7 +40,7 @@ from rpcctl.config.locations import locate, origin_of, validation_error
 from rpcctl.config.overrides import apply_override, parse_override
 from rpcctl.config.schema import DEFAULT_PRELOAD, JobSpec, LossesSpec, RpcSpec, host_problem
 from rpcctl.config.variables import MAX_VAR_NESTING, expand_vars
-from rpcctl.errors import ConfigError
+from rpcctl.base.errors import ConfigError
 
 __all__ = [
     "DEFAULT_PRELOAD", "MAX_CONFIG_BYTES", "MAX_DEPTH", "MAX_EXPANDED_CHARS", "MAX_VALUES", "MAX_VAR_NESTING",

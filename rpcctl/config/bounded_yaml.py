@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from rpcctl.config.variables import Expanded, VarError, expand_vars
-from rpcctl.errors import ConfigError
+from rpcctl.base.errors import ConfigError
 
 MAX_CONFIG_BYTES = 1 << 20  # 1 MiB: a config is kilobytes; anything bigger is a mistake or an attack
 MAX_DEPTH = 32  # the spec itself nests four deep (rpc.device_maps.WORKER.DEVICE)

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from rpcctl.config.bounded_yaml import dotted, parse_yaml, read_config_text
 from rpcctl.config.schema import EntryError, JobSpec
-from rpcctl.errors import ConfigError
+from rpcctl.base.errors import ConfigError
 
 
 def origin_of(loc: tuple[str, ...], *, origins: dict[tuple[str, ...], str], lines: dict[str, int], display: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from rpcctl.config.bounded_yaml import Builder, dotted
-from rpcctl.errors import ConfigError
+from rpcctl.base.errors import ConfigError
 
 
 def parse_override(override: str) -> tuple[tuple[str, ...], Any]:

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 from rpcctl.config.variables import Expanded
-from rpcctl.linear_re import compile_linear
+from rpcctl.base.linear_re import compile_linear
 
 DEFAULT_PRELOAD = ["torch", "torch.distributed.rpc"]
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from rpcctl.console import HIGH, KEY, LOW, Column, human_bytes, human_seconds, iso_time
 from rpcctl.telemetry.reader import StoreReader, column, loads
-from rpcctl.states import CallState, ServingState
+from rpcctl.base.states import CallState, ServingState
 from rpcctl.telemetry.histogram import quantile
 
 

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rpcctl.console import KEY, Column, human_bytes, join
-from rpcctl.devices import parse_visible_devices
+from rpcctl.base.devices import parse_visible_devices
 from rpcctl.telemetry.reader import StoreReader, loads
 from rpcctl.inspect.rrefs import rrefs
 from rpcctl.inspect.workers import workers
-from rpcctl.states import RRefState
+from rpcctl.base.states import RRefState
 
 
 @dataclass

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rpcctl.console import HIGH, KEY, LOW, Column, fmt_loss, human_time, iso_time
-from rpcctl.errors import RpcctlError, UsageError
-from rpcctl.private import write_private_atomic
+from rpcctl.base.errors import RpcctlError, UsageError
+from rpcctl.base.private import write_private_atomic
 from rpcctl.telemetry.protocol import LOSS_SOURCES
 from rpcctl.telemetry.reader import StoreReader, column, loads
 

@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from rpcctl.console import HIGH, KEY, LOW, Column, human_bytes, human_seconds, human_time, iso_time, join
-from rpcctl.errors import UsageError
+from rpcctl.base.errors import UsageError
 from rpcctl.telemetry.reader import StoreReader, column, has_telemetry, loads
-from rpcctl.states import RRefEnding, RRefState
+from rpcctl.base.states import RRefEnding, RRefState
 
 RREF_STATES = tuple(RRefState)
 AT_SHUTDOWN, AT_EXIT, HELD_UNUSED, LEAKED = RRefEnding.AT_SHUTDOWN, RRefEnding.AT_EXIT, RRefEnding.HELD_UNUSED, RRefEnding.LEAKED

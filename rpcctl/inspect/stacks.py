@@ -1,15 +1,15 @@
 """The stacks view: the Python stacks of a live rank and of the processes it started
-(``dump_stacks``), through ``rpcctl.stacks``."""
+(``dump_stacks``), through ``rpcctl.base.stacks``."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from rpcctl import stacks
-from rpcctl.errors import RpcctlError, UsageError
+from rpcctl.base import stacks
+from rpcctl.base.errors import RpcctlError, UsageError
 from rpcctl.runs import load_record, rank_stack_file
-from rpcctl.states import RankStatus
+from rpcctl.base.states import RankStatus
 
 
 class StoppedRankError(RpcctlError):
@@ -19,7 +19,7 @@ class StoppedRankError(RpcctlError):
 @dataclass
 class StackDump:
     """The Python stacks of one live process of a rank: the rank itself, or a process it
-    started (``mp.spawn``, ``subprocess``) that registered for dumps (``rpcctl.stacks``)."""
+    started (``mp.spawn``, ``subprocess``) that registered for dumps (``rpcctl.base.stacks``)."""
 
     rank: int
     pid: int

@@ -22,9 +22,9 @@ from typing import Any
 
 from rpcctl.console import HIGH, KEY, LOW, Column, epoch_of, human_bytes, human_seconds, iso_time
 from rpcctl.telemetry.reader import StoreReader, column, loads
-from rpcctl import stacks
+from rpcctl.base import stacks
 from rpcctl.runs import hostname, process_in_run
-from rpcctl.states import RankStatus
+from rpcctl.base.states import RankStatus
 from rpcctl.telemetry import protocol
 
 

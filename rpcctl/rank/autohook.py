@@ -3,7 +3,7 @@
 ``sitecustomize`` (on the ranks' PYTHONPATH) calls ``install()``: a one-shot meta-path finder
 waits for ``import torch`` to finish, then patches torch.distributed (``patch.install``).
 In a process a rank started, it also registers the process for ``rpcctl stack``
-(``rpcctl.stacks``). Nothing else happens until the process calls ``init_rpc``,
+(``rpcctl.base.stacks``). Nothing else happens until the process calls ``init_rpc``,
 ``init_process_group`` or ``rpcctl.report``. A process that never imports torch pays, per
 import, for one name comparison in each hook still waiting (torch, monarch and the trainer
 modules below: five at most).
@@ -84,7 +84,7 @@ def _torch_imported() -> None:
         children.install(join=_join)  # mp.spawn's workers: exit codes, their place (torch has imported multiprocessing)
     except Exception as exc:
         print(f"rpcctl: RRef hooks not installed: {exc!r}", file=sys.stderr)
-    from rpcctl.rpc_settings import silence_torch_internal_warnings
+    from rpcctl.base.rpc_settings import silence_torch_internal_warnings
 
     silence_torch_internal_warnings()  # as in the ranks: spawned trainers call init_rpc too
     # A process a rank started (not the rank: its bootstrap registers its own file) that uses
@@ -106,7 +106,7 @@ def _register_stacks() -> None:
     run_dir = _spawned_by_a_rank()
     if run_dir:
         try:
-            from rpcctl import stacks
+            from rpcctl.base import stacks
 
             stacks.register_child(run_dir)
         except Exception as exc:

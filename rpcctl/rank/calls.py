@@ -64,7 +64,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from rpcctl.states import CallState
+from rpcctl.base.states import CallState
 from rpcctl.telemetry.protocol import MAX_QUEUE
 from rpcctl.rank.observer import Observer, TorchRpc
 from rpcctl.rank.rrefs import hooks

@@ -46,8 +46,8 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from rpcctl.devices import parse_visible_devices
-from rpcctl.procstat import NUM_THREADS, RSS_PAGES, STIME, UTIME, stat_fields
+from rpcctl.base.devices import parse_visible_devices
+from rpcctl.base.procstat import NUM_THREADS, RSS_PAGES, STIME, UTIME, stat_fields
 from rpcctl.rank import call_summary, collectives, patch, rrefs
 from rpcctl.telemetry import protocol
 

@@ -35,7 +35,7 @@ RPCCTL_STORE_BIND          "1": bind rank 0's rendezvous store to MASTER_ADDR on
                            up until every rank's rpc.shutdown returned
 RPCCTL_RPC                 JSON of the config's ``rpc:`` section when ``rpc.init`` is true
 RPCCTL_ALL_FRAMES          "1": keep rpcctl's own frames in an uncaught exception's traceback
-                           (``launch --all-frames``; see ``rpcctl.frames``)
+                           (``launch --all-frames``; see ``rpcctl.base.frames``)
 =========================  ==================================================================
 """
 
@@ -56,12 +56,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rpcctl.frames import ALL_FRAMES_ENV, drop_own_frames
-from rpcctl.lines import MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS, cap_text, write_whole_lines
-from rpcctl.private import private_dir, private_open
-from rpcctl.python_cmd import working_dir_on_path
+from rpcctl.base.frames import ALL_FRAMES_ENV, drop_own_frames
+from rpcctl.base.lines import MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS, cap_text, write_whole_lines
+from rpcctl.base.private import private_dir, private_open
+from rpcctl.base.python_cmd import working_dir_on_path
 from rpcctl.rank import children
-from rpcctl.rpc_settings import apply_malloc_env, silence_torch_internal_warnings
+from rpcctl.base.rpc_settings import apply_malloc_env, silence_torch_internal_warnings
 
 _stack_file = None  # kept open for faulthandler.register
 
@@ -375,7 +375,7 @@ def _after_shutdown() -> None:
 def _init_rpc(spec: dict[str, Any]) -> None:
     import torch.distributed.rpc as rpc
 
-    from rpcctl.rpc_settings import backend_options_kwargs
+    from rpcctl.base.rpc_settings import backend_options_kwargs
 
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     name = spec["name"].format(rank=rank, local_rank=int(os.environ.get("LOCAL_RANK", 0)))
@@ -403,7 +403,7 @@ def _shutdown_rpc_quietly() -> None:
 
 
 def main() -> None:
-    working_dir_on_path()  # started with -P (rpcctl.python_cmd); the script's folder replaces it
+    working_dir_on_path()  # started with -P (rpcctl.base.python_cmd); the script's folder replaces it
     sys.exit(run_rank(sys.argv[1:]))
 
 

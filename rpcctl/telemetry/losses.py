@@ -44,10 +44,10 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from rpcctl.linear_re import Hit as _Hit, Rule as _Rule, compile_linear, re2
+from rpcctl.base.linear_re import Hit as _Hit, Rule as _Rule, compile_linear, re2
 from rpcctl.telemetry import protocol
 
-# Every rule runs on RE2 (``rpcctl.linear_re``): time linear in the line, whatever it holds. Python's
+# Every rule runs on RE2 (``rpcctl.base.linear_re``): time linear in the line, whatever it holds. Python's
 # ``\w``, ``\s`` and ``\d`` are Unicode, RE2's ASCII: the classes below spell out Python's.
 _W = r"\pL\pN_"  # \w, inside a class
 _S = r"[\s\pZ\x85]"  # \s

@@ -78,7 +78,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rpcctl.lines import MAX_LINE_BYTES
+from rpcctl.base.lines import MAX_LINE_BYTES
 from rpcctl.telemetry import histogram
 
 ENV_SOCKET = "RPCCTL_TELEMETRY_SOCKET"

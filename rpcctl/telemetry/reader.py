@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rpcctl.errors import DamagedRunError, RpcctlError
+from rpcctl.base.errors import DamagedRunError, RpcctlError
 from rpcctl.runs import RunRecord, load_record
-from rpcctl.states import RunStatus
+from rpcctl.base.states import RunStatus
 from rpcctl.telemetry import protocol
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rpcctl.private import private_file
+from rpcctl.base.private import private_file
 from rpcctl.telemetry.protocol import LOSS_SOURCES
 from rpcctl.telemetry.schema import DDL, SCHEMA_VERSION, pg_label
 

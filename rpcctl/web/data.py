@@ -15,7 +15,7 @@ from typing import Any
 from rpcctl import inspect
 from rpcctl.console import epoch_of
 from rpcctl.runs import hang_diagnoses, load_record
-from rpcctl.states import RunStatus
+from rpcctl.base.states import RunStatus
 
 # Enough points to draw a curve; a long run is thinned evenly (always keeping the last point).
 MAX_POINTS_PER_SERIES = 2000

@@ -19,7 +19,7 @@ from typing import Any
 
 from rpcctl import inspect
 from rpcctl.console import human_bytes
-from rpcctl.states import RankStatus, RRefState, RunStatus
+from rpcctl.base.states import RankStatus, RRefState, RunStatus
 from rpcctl.web.data import MAX_POINTS_PER_SERIES, RunSnapshot, thin
 
 # plotly's default colours: one per owner or transport, the same in every chart of a page.

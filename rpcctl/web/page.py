@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rpcctl.console import iso_time, to_jsonable
-from rpcctl.errors import UsageError
+from rpcctl.base.errors import UsageError
 from rpcctl.web import figures, tables
 from rpcctl.web.data import run_snapshot
 

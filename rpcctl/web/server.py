@@ -60,7 +60,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from rpcctl.console import get_console
-from rpcctl.errors import RpcctlError
+from rpcctl.base.errors import RpcctlError
 from rpcctl.web.page import render, require_plotly, run_view, view_json
 
 VIEW_PATH = "/api/view"

@@ -12,7 +12,7 @@ from html import escape
 from typing import Any, Sequence
 
 from rpcctl.console import Column, human_seconds
-from rpcctl.states import RankStatus, RRefEnding, RRefState, ServingState
+from rpcctl.base.states import RankStatus, RRefEnding, RRefState, ServingState
 from rpcctl.web.data import RunSnapshot
 
 MAX_TABLE_ROWS = 300

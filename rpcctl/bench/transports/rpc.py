@@ -25,7 +25,7 @@ import threading
 from typing import Any
 
 from rpcctl.bench.transports import RankContext, Transport, TransportSpec, register
-from rpcctl.rpc_settings import MALLOC_REUSE
+from rpcctl.base.rpc_settings import MALLOC_REUSE
 
 DEFAULT_WORKER_THREADS = 16
 
@@ -160,7 +160,7 @@ def variant(name: str, summary: str, **settings: Any) -> TransportSpec:
 
 
 def _tuned() -> TransportSpec:
-    from rpcctl.rpc_settings import AUTO_SETTINGS
+    from rpcctl.base.rpc_settings import AUTO_SETTINGS
 
     return variant("rpc-tuned", "rpc.tuning: auto: " + describe(AUTO_SETTINGS), **AUTO_SETTINGS)
 

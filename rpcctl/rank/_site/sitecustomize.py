@@ -32,7 +32,7 @@ def _rpcctl_chain() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     if os.environ.get("RPCCTL_RUN_ID"):
         try:  # a rank's child shares the rank's pipe: its lines must not interleave
-            from rpcctl.lines import write_whole_lines
+            from rpcctl.base.lines import write_whole_lines
 
             write_whole_lines()
         except Exception as exc:

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from rpcctl.frames import short_path
+from rpcctl.base.frames import short_path
 from rpcctl.telemetry.protocol import MIN_AGE_S
 from rpcctl.rank.rrefs import hooks
 from rpcctl.rank.rrefs.hooks import _PLAIN, RREF_ID, _describe_on_owner, Ref, _value_freed, _weakref

@@ -20,7 +20,7 @@ import re
 import sysconfig
 import types
 
-PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # rpcctl/, not base/
 ALL_FRAMES_ENV = "RPCCTL_ALL_FRAMES"  # "1" in a rank: keep rpcctl's frames in its tracebacks
 
 _LIBRARIES = tuple(p for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]} if p)

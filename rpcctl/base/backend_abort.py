@@ -34,8 +34,8 @@ import linecache
 from dataclasses import dataclass
 from pathlib import Path
 
-from rpcctl.frames import hide_own_frames, is_user_file, short_path
-from rpcctl.linear_re import compile_linear
+from rpcctl.base.frames import hide_own_frames, is_user_file, short_path
+from rpcctl.base.linear_re import compile_linear
 
 MAX_LINES = 2_000  # of a rank's last output read for it
 MAX_LINE_CHARS = 8_192

@@ -23,8 +23,8 @@ import threading
 import time
 from pathlib import Path
 
-from rpcctl.private import private_dir, private_open
-from rpcctl.procstat import START_TIME, stat_fields
+from rpcctl.base.private import private_dir, private_open
+from rpcctl.base.procstat import START_TIME, stat_fields
 
 _files: list = []  # kept open for faulthandler.register
 _register_lock = threading.Lock()

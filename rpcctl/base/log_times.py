@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from rpcctl.lines import LineSplitter
-from rpcctl.private import private_open
+from rpcctl.base.lines import LineSplitter
+from rpcctl.base.private import private_open
 
 RESOLUTION = 0.01  # seconds between two entries of one rank's index, at most
 _BLOCK = 64 * 1024
