@@ -106,7 +106,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rpcctl.telemetry import protocol  # noqa: E402
+from rpcctl.wire import protocol  # noqa: E402
 from rpcctl.telemetry.server import TelemetryServer  # noqa: E402
 
 # Events per second of one rank, by kind: measured with --measure (see the docstring) on this

@@ -136,7 +136,7 @@ def gil(cycles: int = 10, per_cycle: int = 2000) -> dict[str, dict[str, float]]:
     import threading
 
     from rpcctl.rank import reporter
-    from rpcctl.telemetry import protocol
+    from rpcctl.wire import protocol
     from rpcctl.rank.rrefs import hooks, sender
 
     gc.freeze()  # as in a rank forked by rpcctl: a full collection must not land in a cycle

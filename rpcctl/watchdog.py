@@ -61,7 +61,7 @@ from rpcctl.hang_evidence import ThreadStack as ThreadStack  # noqa: F401 - the 
 from rpcctl.inspect.calls import CallsReport
 from rpcctl.runs import Failure, RunRecord, now_iso, write_json_atomic
 from rpcctl.base.states import CallState, RankStatus
-from rpcctl.telemetry.protocol import STALE_AFTER_S
+from rpcctl.wire.protocol import STALE_AFTER_S
 from rpcctl.telemetry.reader import column  # a column a store before schema 7 (or 8) lacks reads as None
 
 JOIN_WARN_S = 20.0

@@ -11,7 +11,7 @@ import pytest
 from conftest import assert_no_process_left, kill_if_running, only_run, rpcctl, start_rpcctl, wait_until
 from rpcctl import inspect
 from rpcctl.rank import call_summary, calls as tracking
-from rpcctl.telemetry import histogram
+from rpcctl.wire import histogram
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -24,7 +24,7 @@ from conftest import WORKERS, launch_job, rpcctl
 
 from rpcctl import inspect
 from rpcctl.rank import reporter
-from rpcctl.telemetry import protocol
+from rpcctl.wire import protocol
 
 pytestmark = pytest.mark.timeout(150)
 

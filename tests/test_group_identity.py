@@ -16,7 +16,7 @@ import pytest
 from conftest import ROOT, WORKERS, assert_no_process_left, launch_job, only_run, rpcctl
 from test_trace import validate
 
-from rpcctl.telemetry import protocol
+from rpcctl.wire import protocol
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -336,7 +336,7 @@ def _modes(run_dir: Path) -> dict[str, int]:
 def test_malformed_telemetry_lines_are_dropped_and_the_server_goes_on(tmp_path):
     import socket as sockets
 
-    from rpcctl.telemetry import protocol
+    from rpcctl.wire import protocol
     from rpcctl.telemetry.server import TelemetryServer
 
     server = TelemetryServer(tmp_path / "run")

@@ -19,7 +19,7 @@ from rpcctl import inspect
 from rpcctl.cli import app
 from rpcctl.console import Console, set_console
 from rpcctl.runs import RankState, RunRecord, rank_log, save_record
-from rpcctl.telemetry import protocol
+from rpcctl.wire import protocol
 from rpcctl.telemetry.store import ProcInfo, StoreWriter
 
 RREF_KEYS = [

@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console as RichConsole
 
 from rpcctl import inspect
-from rpcctl.telemetry import protocol
+from rpcctl.wire import protocol
 from rpcctl.dashboard import dashboard_panels
 from rpcctl.telemetry.losses import LossParser
 from conftest import assert_no_process_left, only_run, record, rpcctl, write_config

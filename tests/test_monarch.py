@@ -105,7 +105,7 @@ def test_a_process_that_imports_monarch_joins_as_the_ranks_child(tmp_path):
     import subprocess
     import sys
 
-    from rpcctl.telemetry import protocol
+    from rpcctl.wire import protocol
 
     site = ROOT / "rpcctl" / "rank" / "_site"
     path = tmp_path / "t.sock"

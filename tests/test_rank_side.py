@@ -19,7 +19,7 @@ MAY_IMPORT_RANK = {"rpcctl"}
 # What the rank package may import besides itself: the leaves and the shared wire code.
 RANK_MAY_IMPORT = {
     "rpcctl.base.devices", "rpcctl.base.frames", "rpcctl.base.lines", "rpcctl.base.private", "rpcctl.base.procstat", "rpcctl.base.python_cmd", "rpcctl.base.rpc_settings",
-    "rpcctl.base.stacks", "rpcctl.base.states", "rpcctl.telemetry.histogram", "rpcctl.telemetry.protocol",
+    "rpcctl.base.stacks", "rpcctl.base.states", "rpcctl.wire.histogram", "rpcctl.wire.protocol",
 }
 
 
@@ -40,7 +40,7 @@ def rank_imports_of_launcher(graph: dict[str, set[str]]) -> list[str]:
 def test_the_rank_package_is_where_the_rank_side_is():
     graph = import_graph()
     assert "rpcctl.rank.reporter" in graph["rpcctl.rank.runtime"]  # function-level
-    assert "rpcctl.telemetry.protocol" in graph["rpcctl.rank.reporter"]
+    assert "rpcctl.wire.protocol" in graph["rpcctl.rank.reporter"]
     assert "rpcctl.rank.reporter" in graph["rpcctl"]  # rpcctl.report()
 
 

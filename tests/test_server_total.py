@@ -32,7 +32,7 @@ from typer.testing import CliRunner
 from conftest import ROOT, WORKERS, assert_no_process_left, kill_if_running, only_run, record, rpcctl, start_rpcctl, wait_until, write_config
 from rpcctl.cli import app
 from rpcctl.console import Console, set_console
-from rpcctl.telemetry import protocol
+from rpcctl.wire import protocol
 from rpcctl.telemetry.server import TelemetryServer
 from test_inspect import _record
 from test_telemetry_fuzz import _sample

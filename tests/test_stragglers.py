@@ -72,7 +72,7 @@ def test_call_latency_is_the_mean_of_the_timed_calls_not_of_all_counted():
     """rpc.remote: every call is counted, one in REMOTE_SAMPLE timed (total_s sums those, the
     histogram counts them): the figure is total / timed, as `inspect calls` computes its mean."""
     from rpcctl.inspect.stragglers import _slow_callees
-    from rpcctl.telemetry import histogram
+    from rpcctl.wire import histogram
 
     def row(callee, seconds, timed=10, counted=160):
         return {"callee": callee, "func": "make", "count": counted, "total_s": seconds * timed,
@@ -88,7 +88,7 @@ def test_a_step_the_trainer_reported_and_printed_counts_once_in_the_step_rate(ru
     # Lightning with accumulate_grad_batches=4 under rpcctl: every rank's callback reports each
     # optimizer step (source lightning); rank 0 alone also prints a bar frame per batch (log).
     # Rank 1 steps as fast as rank 0: no straggler.
-    from rpcctl.telemetry import protocol
+    from rpcctl.wire import protocol
     from rpcctl.telemetry.store import StoreWriter
 
     run_dir = runs_dir / "trainer-1"

@@ -17,7 +17,7 @@ import pytest
 from conftest import wait_until
 from rpcctl import inspect
 from rpcctl.rank import reporter as worker
-from rpcctl.telemetry import protocol
+from rpcctl.wire import protocol
 from rpcctl.telemetry.channel import SITE_DIR
 from rpcctl.dashboard import dashboard_panels
 from rpcctl.telemetry.losses import LossParser

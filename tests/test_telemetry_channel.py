@@ -21,7 +21,7 @@ import pytest
 
 from conftest import wait_until
 from rpcctl import inspect
-from rpcctl.telemetry import protocol
+from rpcctl.wire import protocol
 from rpcctl.telemetry.forward import TelemetryForwarder
 from rpcctl.telemetry.server import TelemetryServer
 

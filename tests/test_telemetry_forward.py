@@ -8,7 +8,7 @@ import time
 import pytest
 
 from rpcctl import inspect
-from rpcctl.telemetry import protocol
+from rpcctl.wire import protocol
 from rpcctl.telemetry.channel import connect_authenticated
 from rpcctl.telemetry.forward import TelemetryForwarder
 from rpcctl.telemetry.server import TelemetryServer

@@ -10,7 +10,7 @@ import time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rpcctl.telemetry import protocol
+from rpcctl.wire import protocol
 from rpcctl.telemetry.server import BAD_EVENT_ERRORS
 from rpcctl.telemetry.store import ProcInfo, StoreWriter
 

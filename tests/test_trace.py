@@ -167,7 +167,7 @@ def test_a_long_run_stays_within_its_bounds(tmp_path, runs_dir, monkeypatch):
 def test_a_loss_the_trainer_reported_and_printed_is_one_point(runs_dir):
     # As inspect losses: a rank's loss counter comes from its most direct source (here the HF
     # Trainer callback's records, not the dicts rank 0 also printed), in each restart.
-    from rpcctl.telemetry import protocol
+    from rpcctl.wire import protocol
     from rpcctl.telemetry.store import StoreWriter
 
     run_dir = runs_dir / "trainer-1"

@@ -29,7 +29,7 @@ from typing import Any
 from rpcctl.console import HIGH, KEY, LOW, Column, human_bytes, human_seconds, iso_time
 from rpcctl.telemetry.reader import StoreReader, column, loads
 from rpcctl.base.states import CallState, ServingState
-from rpcctl.telemetry.histogram import quantile
+from rpcctl.wire.histogram import quantile
 
 
 def _duration(value: float) -> str:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from rpcctl.console import KEY, Column, human_bytes, human_seconds, join
-from rpcctl.telemetry.histogram import quantile
+from rpcctl.wire.histogram import quantile
 from rpcctl.telemetry.reader import StoreReader, column, loads
 
 

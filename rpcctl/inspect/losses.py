@@ -21,7 +21,7 @@ from pathlib import Path
 from rpcctl.console import HIGH, KEY, LOW, Column, fmt_loss, human_time, iso_time
 from rpcctl.base.errors import RpcctlError, UsageError
 from rpcctl.base.private import write_private_atomic
-from rpcctl.telemetry.protocol import LOSS_SOURCES
+from rpcctl.wire.protocol import LOSS_SOURCES
 from rpcctl.telemetry.reader import StoreReader, column, loads
 
 BY_STEP, BY_ARRIVAL = "step", "arrival"

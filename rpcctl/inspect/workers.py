@@ -25,7 +25,7 @@ from rpcctl.telemetry.reader import StoreReader, column, loads
 from rpcctl.base import stacks
 from rpcctl.runs import hostname, process_in_run
 from rpcctl.base.states import RankStatus
-from rpcctl.telemetry import protocol
+from rpcctl.wire import protocol
 
 
 def _percent(value: float) -> str:

@@ -4,7 +4,7 @@ The launcher side never imports this package (it names ``rpcctl.rank.runtime`` a
 ``python -P -m rpcctl.rank.runtime SCRIPT``, the rank server's forked child), and nothing here
 imports the launcher side: only the leaves (``lines``, ``frames``, ``private``, ``devices``,
 ``states``, ``rpc_settings``, ``python_cmd``, ``stacks``), the wire code both sides share
-(``telemetry.protocol``, ``telemetry.histogram``) and this package. ``tests/test_rank_side.py``
+(``wire.protocol``, ``wire.histogram``) and this package. ``tests/test_rank_side.py``
 checks both.
 
 Modules::

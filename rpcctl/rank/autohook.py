@@ -96,7 +96,7 @@ def _torch_imported() -> None:
 def _spawned_by_a_rank() -> str | None:
     """The run directory, in a process a rank started (not the rank: its bootstrap registers
     its own stack file and joins telemetry itself); else None."""
-    from rpcctl.telemetry import protocol
+    from rpcctl.wire import protocol
 
     rank_pid, run_dir = os.environ.get(protocol.ENV_RANK_PID), os.environ.get("RPCCTL_RUN_DIR")
     return run_dir if rank_pid and run_dir and rank_pid != str(os.getpid()) else None

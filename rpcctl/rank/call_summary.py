@@ -25,8 +25,8 @@ from rpcctl.rank import calls
 from rpcctl.rank.rrefs import hooks
 from rpcctl.rank.rrefs.hooks import Ref
 from rpcctl.rank.rrefs.sender import Tracker, qualname
-from rpcctl.telemetry.histogram import bucket
-from rpcctl.telemetry.protocol import MAX_QUEUE
+from rpcctl.wire.histogram import bucket
+from rpcctl.wire.protocol import MAX_QUEUE
 
 MAX_KEYS = 10_000  # (kind, callee, function) resolved to a stats key, remembered
 _UNKNOWN = object()

@@ -65,7 +65,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from rpcctl.base.states import CallState
-from rpcctl.telemetry.protocol import MAX_QUEUE
+from rpcctl.wire.protocol import MAX_QUEUE
 from rpcctl.rank.observer import Observer, TorchRpc
 from rpcctl.rank.rrefs import hooks
 from rpcctl.rank.rrefs.hooks import caller as _caller

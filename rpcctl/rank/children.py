@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rpcctl.telemetry import protocol
+from rpcctl.wire import protocol
 
 NOTE = "rpcctl: mp.spawn process {index} was pid {pid}"
 _NOTE_HEAD, _NOTE_MID = "rpcctl: mp.spawn process ", " was pid "

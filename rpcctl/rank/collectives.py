@@ -67,7 +67,7 @@ from collections.abc import MutableMapping
 from typing import Any
 
 from rpcctl.rank.observer import Observer
-from rpcctl.telemetry.histogram import bucket
+from rpcctl.wire.histogram import bucket
 
 ENV_BUFFER = "TORCH_FR_BUFFER_SIZE"
 BUFFER = 256

@@ -49,7 +49,7 @@ from typing import Any, NoReturn
 from rpcctl.base.devices import parse_visible_devices
 from rpcctl.base.procstat import NUM_THREADS, RSS_PAGES, STIME, UTIME, stat_fields
 from rpcctl.rank import call_summary, collectives, patch, rrefs
-from rpcctl.telemetry import protocol
+from rpcctl.wire import protocol
 
 _reporter: _Reporter | None = None
 _lock = threading.Lock()

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rpcctl.telemetry import protocol
+from rpcctl.wire import protocol
 
 SITE_DIR = Path(__file__).resolve().parents[1] / "rank" / "_site"  # the rank package's sitecustomize, named, not imported
 

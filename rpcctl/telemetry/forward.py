@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rpcctl.telemetry import protocol
+from rpcctl.wire import protocol
 from rpcctl.telemetry.losses import LossParser
 from rpcctl.telemetry.channel import (
     OUT_OF_DESCRIPTORS, Refusals, Reserve, accept_local, close_unix, connect_authenticated, connection_cap, listen_unix, worker_env,

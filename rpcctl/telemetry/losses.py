@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rpcctl.base.linear_re import Hit as _Hit, Rule as _Rule, compile_linear, re2
-from rpcctl.telemetry import protocol
+from rpcctl.wire import protocol
 
 # Every rule runs on RE2 (``rpcctl.base.linear_re``): time linear in the line, whatever it holds. Python's
 # ``\w``, ``\s`` and ``\d`` are Unicode, RE2's ASCII: the classes below spell out Python's.

@@ -23,7 +23,7 @@ from typing import Any
 from rpcctl.base.errors import DamagedRunError, RpcctlError
 from rpcctl.runs import RunRecord, load_record
 from rpcctl.base.states import RunStatus
-from rpcctl.telemetry import protocol
+from rpcctl.wire import protocol
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rpcctl.telemetry import protocol
+from rpcctl.wire import protocol
 from rpcctl.telemetry.channel import (
     OUT_OF_DESCRIPTORS, LineBuffer, Refusals, Reserve, accept_local, challenge, close_unix, connection_cap, is_answer, listen_unix,
     worker_env,

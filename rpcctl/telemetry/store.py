@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rpcctl.base.private import private_file
-from rpcctl.telemetry.protocol import LOSS_SOURCES
+from rpcctl.wire.protocol import LOSS_SOURCES
 from rpcctl.telemetry.schema import DDL, SCHEMA_VERSION, pg_label
 
 def _int(value: Any) -> int | None:

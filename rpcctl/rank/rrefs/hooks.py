@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rpcctl.rank.observer import Observer, TorchRpc
-from rpcctl.telemetry.protocol import MAX_QUEUE
+from rpcctl.wire.protocol import MAX_QUEUE
 from rpcctl.rank.rrefs.values import describe
 
 # An RRef's text names its ids: "...RRefId = GloballyUniqueId(created_on=0, local_id=1)...".

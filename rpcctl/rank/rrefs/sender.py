@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rpcctl.base.frames import short_path
-from rpcctl.telemetry.protocol import MIN_AGE_S
+from rpcctl.wire.protocol import MIN_AGE_S
 from rpcctl.rank.rrefs import hooks
 from rpcctl.rank.rrefs.hooks import _PLAIN, RREF_ID, _describe_on_owner, Ref, _value_freed, _weakref
 from rpcctl.rank.rrefs.values import describe

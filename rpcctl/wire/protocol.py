@@ -79,7 +79,7 @@ from pathlib import Path
 from typing import Any
 
 from rpcctl.base.lines import MAX_LINE_BYTES
-from rpcctl.telemetry import histogram
+from rpcctl.wire import histogram
 
 ENV_SOCKET = "RPCCTL_TELEMETRY_SOCKET"
 ENV_RANK = "RPCCTL_TELEMETRY_RANK"
