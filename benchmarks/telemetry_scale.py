@@ -378,7 +378,7 @@ def write_record(run_dir: Path, world: int) -> None:
     """A run.json as the launcher writes it, so the CLI resolves the run (live: this process)."""
     import psutil
 
-    from rpcctl.runs import RankState, RunRecord, now_iso, save_record
+    from rpcctl.records.runs import RankState, RunRecord, now_iso, save_record
     from rpcctl.base.states import RankStatus, RunStatus
 
     me = psutil.Process()

@@ -29,12 +29,12 @@ from rpcctl.cluster import NodeRendezvous, secret_from_env
 from rpcctl.config import JobSpec, dump_spec
 from rpcctl.console import Console, get_console
 from rpcctl.base.errors import ConfigError, JobCancelledError, RpcctlError, UsageError
-from rpcctl.events import Events
+from rpcctl.records.events import Events
 from rpcctl import listeners
 from rpcctl.plan import LaunchPlan, NodeFacts, build_plan, free_port, probe_node
 from rpcctl.preflight import check_before_spawn
 from rpcctl.base.private import private_dir, private_open
-from rpcctl.runs import RankState, RunRecord, check_runs_dir, default_runs_dir, hostname, new_run_id, now_iso, save_record
+from rpcctl.records.runs import RankState, RunRecord, check_runs_dir, default_runs_dir, hostname, new_run_id, now_iso, save_record
 from rpcctl.base.states import RunStatus
 from rpcctl.supervisor import CANCEL_SIGNALS, Supervisor
 

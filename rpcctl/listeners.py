@@ -1,4 +1,4 @@
-"""The listeners of a launch (``rpcctl.events``): what the console, telemetry, the hang watchdog
+"""The listeners of a launch (``rpcctl.records.events``): what the console, telemetry, the hang watchdog
 and the other nodes do with what the supervisor says. ``rpcctl.launcher`` subscribes them.
 
 Each is a callable taking one event; events it has no use for pass through untouched.
@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from rpcctl.console import Console, sanitize
-from rpcctl.events import (
+from rpcctl.records.events import (
     AttemptStarted,
     CancelRequested,
     Cancelled,

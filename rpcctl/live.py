@@ -1,7 +1,7 @@
 """The live view of ``rpcctl launch`` on a terminal: rank output scrolls above, a status panel
 (ranks, plus telemetry panels when available) stays pinned below it.
 
-A listener of the launch's events (``rpcctl.events``): it draws from the record snapshots
+A listener of the launch's events (``rpcctl.records.events``): it draws from the record snapshots
 (``RunSaved``) and the ranks' lines (``RankOutput``) it is told, never from the supervisor.
 """
 
@@ -21,8 +21,8 @@ from rich.live import Live
 
 from rpcctl.base import stacks
 from rpcctl.console import HIGH, KEY, LOW, Column, Console, render_table
-from rpcctl.events import Event, RankOutput, RunSaved
-from rpcctl.runs import RunRecord
+from rpcctl.records.events import Event, RankOutput, RunSaved
+from rpcctl.records.runs import RunRecord
 from rpcctl.base.states import RankStatus
 
 STATE_STYLE = {RankStatus.PENDING: "dim", RankStatus.RUNNING: "cyan", RankStatus.SUCCEEDED: "green", RankStatus.FAILED: "bold red",

@@ -31,7 +31,7 @@ from rpcctl.console import KEY, Column
 from rpcctl.base.devices import parse_visible_devices
 from rpcctl.base.errors import ConfigError, UsageError
 from rpcctl.base.python_cmd import RUNTIME, module_command
-from rpcctl.runs import rank_error_file, rank_log, rank_stack_file
+from rpcctl.records.runs import rank_error_file, rank_log, rank_stack_file
 
 if TYPE_CHECKING:  # a type only: `rpcctl inspect` imports this module and need not load pydantic
     from rpcctl.config import JobSpec

@@ -35,7 +35,7 @@ from rpcctl.plan import RankPlan
 from rpcctl.base.private import private_dir, private_open
 from rpcctl.base.python_cmd import RANK_SERVER, module_command
 from rpcctl.rank_server import MAX_MESSAGE, PR_SET_CHILD_SUBREAPER, prctl
-from rpcctl.runs import process_in_run
+from rpcctl.records.runs import process_in_run
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ The first rank to fail is the root cause; every other rank is torn down at once 
 its whole process tree, ``grace`` seconds, SIGKILL), so a rank that dies before rendezvous
 never leaves the others waiting on it. A second Ctrl-C skips the grace period.
 
-The supervisor decides and says what happened as events (``rpcctl.events``): the console, the
+The supervisor decides and says what happened as events (``rpcctl.records.events``): the console, the
 live view, telemetry, the watchdog and the other nodes listen. It prints nothing itself.
 """
 
@@ -31,14 +31,14 @@ from pathlib import Path
 
 from rpcctl.cluster import RendezvousError
 from rpcctl.config import JobSpec
-from rpcctl.events import (
+from rpcctl.records.events import (
     AttemptStarted, CancelRequested, Cancelled, Events, Failed, Notice, RankExited, RankOutput, RankStarted, Restarting, RunSaved,
 )
 from rpcctl.base.lines import Piece
 from rpcctl.plan import LaunchPlan, NodeFacts, build_plan, free_port
 from rpcctl.procs import ExitStatus, LogPump, RankProcesses, RankServerLost
 from rpcctl.base import backend_abort, stacks
-from rpcctl.runs import Failure, RankState, RunRecord, now_iso, rank_stack_file, save_record
+from rpcctl.records.runs import Failure, RankState, RunRecord, now_iso, rank_stack_file, save_record
 from rpcctl.base.states import RankStatus, RunStatus
 
 POLL_S = 0.1

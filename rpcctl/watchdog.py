@@ -59,7 +59,7 @@ from rpcctl.hang_diagnosis import Diagnosis, Proc, diagnose  # noqa: F401 - diag
 from rpcctl.hang_evidence import Look, motion, parse_stacks, still, where
 from rpcctl.hang_evidence import ThreadStack as ThreadStack  # noqa: F401 - the parsed stacks, where tests and benchmarks read them
 from rpcctl.inspect.calls import CallsReport
-from rpcctl.runs import Failure, RunRecord, now_iso, write_json_atomic
+from rpcctl.records.runs import Failure, RunRecord, now_iso, write_json_atomic
 from rpcctl.base.states import CallState, RankStatus
 from rpcctl.wire.protocol import STALE_AFTER_S
 from rpcctl.telemetry.reader import column  # a column a store before schema 7 (or 8) lacks reads as None

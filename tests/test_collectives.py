@@ -225,7 +225,7 @@ def test_a_process_group_id_from_a_rank_reaches_the_terminal_escaped(tmp_path):
     from typer.testing import CliRunner
 
     from rpcctl.cli import app
-    from rpcctl.runs import RankState, RunRecord, now_iso, save_record
+    from rpcctl.records.runs import RankState, RunRecord, now_iso, save_record
     from rpcctl.wire import protocol
     from rpcctl.dashboard import dashboard_panels
     from rpcctl.telemetry.server import TelemetryServer

@@ -67,7 +67,7 @@ def test_every_column_key_exists_on_its_record(name):
 
 
 def test_a_wrong_key_is_caught():
-    from rpcctl.runs import RunRecord
+    from rpcctl.records.runs import RunRecord
 
     assert missing_keys(RunRecord, [*RunRecord.COLUMNS, Column("duraton")]) == ["duraton"]
 
@@ -135,7 +135,7 @@ def test_a_long_filter_without_an_operator_is_refused_at_once():
     # The first parser, a regex with a lazy KEY, backtracked for minutes on 40,000 spaces.
     from rpcctl.commands.common import parse_filters
     from rpcctl.base.errors import UsageError
-    from rpcctl.runs import RunRecord
+    from rpcctl.records.runs import RunRecord
 
     for spec in (" " * 100_000 + "x", "k" * 100_000, "!" * 100_000):
         with pytest.raises(UsageError, match="expected KEY=VALUE"):

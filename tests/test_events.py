@@ -1,4 +1,4 @@
-"""The supervisor decides, others listen (``rpcctl.events``); runs are followed and stopped
+"""The supervisor decides, others listen (``rpcctl.records.events``); runs are followed and stopped
 through the facade (``rpcctl.control``): who may know whom, the bus's promises, the live
 view drawn from what it is told."""
 
@@ -18,8 +18,8 @@ from rich.console import Console as RichConsole
 import rpcctl
 from rpcctl import control
 from rpcctl.console import Console
-from rpcctl.events import Events, Notice, RankOutput, RunSaved
-from rpcctl.runs import RankState, RunRecord, now_iso, save_record
+from rpcctl.records.events import Events, Notice, RankOutput, RunSaved
+from rpcctl.records.runs import RankState, RunRecord, now_iso, save_record
 from rpcctl.base.states import RankStatus, RunStatus
 
 PACKAGE = Path(rpcctl.__file__).parent

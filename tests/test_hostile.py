@@ -111,7 +111,7 @@ def test_a_stamp_without_an_offset_reads_as_utc_in_every_view(runs_dir):
     """rpcctl writes its stamps in UTC with an offset; a hand-edited record may drop the offset.
     It is read as UTC everywhere: before, a naive start beside an aware end crashed ``rpcctl runs``
     (the two cannot be subtracted) and the STARTED column read it as local time."""
-    from rpcctl.runs import RunRecord, save_record
+    from rpcctl.records.runs import RunRecord, save_record
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
@@ -158,7 +158,7 @@ def test_stop_refuses_a_record_whose_pid_is_not_the_runs_launcher(tmp_path, runs
     try:
         run_dir = runs_dir / "forged-1"
         run_dir.mkdir(parents=True)
-        from rpcctl.runs import RunRecord, save_record
+        from rpcctl.records.runs import RunRecord, save_record
 
         save_record(RunRecord(
             run_id="forged-1", name="forged", status="running", run_dir=str(run_dir), config_path=None, script="s.py",

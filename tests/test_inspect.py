@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from rpcctl import inspect
 from rpcctl.cli import app
 from rpcctl.console import Console, set_console
-from rpcctl.runs import RankState, RunRecord, rank_log, save_record
+from rpcctl.records.runs import RankState, RunRecord, rank_log, save_record
 from rpcctl.wire import protocol
 from rpcctl.telemetry.store import ProcInfo, StoreWriter
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rpcctl.runs import rank_log
+from rpcctl.records.runs import rank_log
 from conftest import (
     assert_no_process_left,
     launch_job as launch,

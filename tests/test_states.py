@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import launch_job, rpcctl
-from rpcctl.runs import Failure, load_record
+from rpcctl.records.runs import Failure, load_record
 from rpcctl.base.states import CallState, FailureReason, RankStatus, RRefEnding, RRefState, RunStatus, ServingState
 
 PACKAGE = Path(__file__).resolve().parent.parent / "rpcctl"

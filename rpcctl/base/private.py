@@ -5,7 +5,7 @@ and error files are all made through these functions. None follows a symbolic li
 name it is given (``O_NOFOLLOW``; a directory is opened ``O_DIRECTORY | O_NOFOLLOW`` and its
 mode set through that): a run file or directory swapped for a link is an error, never written
 through. (The directories above are guarded by refusing a runs directory other users could
-swap things in: ``rpcctl.runs.check_runs_dir``.) Standard library only: the ranks import it too.
+swap things in: ``rpcctl.records.runs.check_runs_dir``.) Standard library only: the ranks import it too.
 """
 
 from __future__ import annotations

@@ -334,7 +334,7 @@ class BenchReport:
 
     def save(self, path: Path) -> None:
         from rpcctl.console import to_jsonable
-        from rpcctl.runs import write_json_atomic
+        from rpcctl.records.runs import write_json_atomic
 
         write_json_atomic(path, to_jsonable(self.to_dict()))
 

@@ -14,7 +14,7 @@ from typing import Any
 from rpcctl.bench.results import BenchReport, BenchResult, machine_info, with_ratios
 from rpcctl.bench.runner import BenchPlan, LaunchFn, Unit, UnitOutcome, run_unit
 from rpcctl.console import Console, get_console
-from rpcctl.runs import new_run_id
+from rpcctl.records.runs import new_run_id
 from rpcctl.base.states import RunStatus
 
 BUSY_LOAD_PER_CPU = 0.5  # a 1-minute load above this many runnable tasks per CPU makes noise likely

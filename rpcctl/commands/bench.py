@@ -111,7 +111,7 @@ def bench(
         return
     from rpcctl.bench import api
     from rpcctl.console import get_console
-    from rpcctl.runs import default_runs_dir
+    from rpcctl.records.runs import default_runs_dir
 
     console = get_console()
     if list_:
@@ -174,7 +174,7 @@ def _finish(session) -> None:
 def _tune(console, quick: bool, runs_dir: Path, repeats: int | None, json_: bool, out: Path | None, write_config: Path | None) -> None:
     from rpcctl.bench import api
     from rpcctl.console import to_jsonable
-    from rpcctl.runs import write_json_atomic
+    from rpcctl.records.runs import write_json_atomic
 
     console.info(
         f"bench --tune: {api.tune_knob_count()} settings, each between two runs of the TensorPipe defaults; "

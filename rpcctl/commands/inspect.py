@@ -37,7 +37,7 @@ from rpcctl.console import KEY, Column, fmt_loss, get_console, render_table, san
 from rpcctl.base.errors import RpcctlError, RunNotFoundError, UsageError
 from rpcctl.base.frames import hide_own_frames
 from rpcctl.inspect.stacks import StoppedRankError
-from rpcctl.runs import load_record, resolve_run
+from rpcctl.records.runs import load_record, resolve_run
 from rpcctl.base.stacks import stopped_message
 from rpcctl.base.states import RankStatus, RunStatus
 

@@ -21,7 +21,7 @@ from rpcctl.launcher import launch as launch_job
 from rpcctl.launcher import DEFAULT_MASTER_PORT, plan_job
 from rpcctl.plan import ENV_COLUMNS, LaunchPlan, RankPlan
 from rpcctl.preflight import check_before_spawn
-from rpcctl.runs import RunRecord
+from rpcctl.records.runs import RunRecord
 from rpcctl.base.states import RunStatus
 from rpcctl.k8s import pod_flags, weak_node_rank
 from rpcctl.plan import visible_gpus

@@ -10,7 +10,7 @@ import typer
 from rpcctl.commands.common import RunArgument, RunsDirOption, check_output, output_option, write_output
 from rpcctl.console import get_console
 from rpcctl.base.errors import UsageError
-from rpcctl.runs import resolve_run
+from rpcctl.records.runs import resolve_run
 
 TargetArgument = Annotated[
     Optional[str],

@@ -14,7 +14,7 @@ from rpcctl.commands.common import FilterOption, JsonOption, RankOption, RunArgu
 from rpcctl.console import get_console, render_table, sanitize, utc_stamp
 from rpcctl.base.errors import UsageError
 from rpcctl.base.log_times import FollowedFile, LogLine, RankLogReader, lines_of, merged
-from rpcctl.runs import (
+from rpcctl.records.runs import (
     DamagedRun,
     RunRecord,
     default_runs_dir,

@@ -3,7 +3,7 @@
 Used by ``rpcctl inspect``, the live dashboard and the launcher's end-of-run report::
 
     from rpcctl import inspect
-    run_dir = resolve_run(None)                      # rpcctl.runs
+    run_dir = resolve_run(None)                      # rpcctl.records.runs
     inspect.rrefs(run_dir, owner="worker1", state="live")   -> list[RRefRecord]
     inspect.rref_owners(run_dir)                     -> list[OwnerSummary]
     inspect.workers(run_dir)                         -> list[WorkerRecord]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rpcctl.base import stacks
 from rpcctl.base.errors import RpcctlError, UsageError
-from rpcctl.runs import load_record, rank_stack_file
+from rpcctl.records.runs import load_record, rank_stack_file
 from rpcctl.base.states import RankStatus
 
 

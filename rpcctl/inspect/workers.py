@@ -23,7 +23,7 @@ from typing import Any
 from rpcctl.console import HIGH, KEY, LOW, Column, epoch_of, human_bytes, human_seconds, iso_time
 from rpcctl.telemetry.reader import StoreReader, column, loads
 from rpcctl.base import stacks
-from rpcctl.runs import hostname, process_in_run
+from rpcctl.records.runs import hostname, process_in_run
 from rpcctl.base.states import RankStatus
 from rpcctl.wire import protocol
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rpcctl.base.errors import DamagedRunError, RpcctlError
-from rpcctl.runs import RunRecord, load_record
+from rpcctl.records.runs import RunRecord, load_record
 from rpcctl.base.states import RunStatus
 from rpcctl.wire import protocol
 

@@ -1,6 +1,6 @@
 """rpcctl's web page: a run (or a bench result) as one self-contained HTML file, or live.
 
-    run directory ──rpcctl.inspect + rpcctl.runs──▶ snapshot (plain data, data.py)
+    run directory ──rpcctl.inspect + rpcctl.records.runs──▶ snapshot (plain data, data.py)
                                                       │
                          figures.py (Plotly figure specs) + tables.py (escaped HTML tables)
                                                       │

@@ -1,7 +1,7 @@
 """A run as plain data for the page: the run record and what the inspect SDK returns.
 
 ``run_snapshot(run_dir)`` is called once for ``rpcctl report`` and about once a second by the
-live page. It reads the run only through ``rpcctl.runs`` (the record) and ``rpcctl.inspect``
+live page. It reads the run only through ``rpcctl.records.runs`` (the record) and ``rpcctl.inspect``
 (the telemetry store); the in-flight call summary is shown when the SDK has ``inspect.calls``.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from rpcctl import inspect
 from rpcctl.console import epoch_of
-from rpcctl.runs import hang_diagnoses, load_record
+from rpcctl.records.runs import hang_diagnoses, load_record
 from rpcctl.base.states import RunStatus
 
 # Enough points to draw a curve; a long run is thinned evenly (always keeping the last point).
@@ -25,7 +25,7 @@ MAX_POINTS_PER_SERIES = 2000
 class RunSnapshot:
     """What the page shows of one run at one moment."""
 
-    record: Any  # rpcctl.runs.RunRecord
+    record: Any  # rpcctl.records.runs.RunRecord
     status: str  # the effective status: running, succeeded, failed, cancelled, lost
     config_text: str | None
     taken_at: float

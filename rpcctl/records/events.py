@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rpcctl.runs import Failure, RunRecord
+from rpcctl.records.runs import Failure, RunRecord
 from rpcctl.base.states import RankStatus
 
 

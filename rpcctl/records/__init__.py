@@ -1,0 +1,3 @@
+"""The records of a run: its directory, ``run.json`` (``RunRecord``, ``RankState``,
+``Failure``), and the events the supervisor tells its listeners.
+"""
