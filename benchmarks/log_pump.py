@@ -5,7 +5,7 @@
 
 A child process writes ``--mb`` MB in ``--chunk``-byte writes to a real pipe, with one ``\\r``
 between records (``--separator cr``, what tqdm writes) or nothing at all (``none``), and a single
-``\\n`` at the very end. The pump (``rpcctl.procs.LogPump``, the one ``rpcctl launch`` runs) copies
+``\\n`` at the very end. The pump (``rpcctl.processes.procs.LogPump``, the one ``rpcctl launch`` runs) copies
 it to a log file and splits it, in this process. Reported: the pump's CPU seconds (this
 process's user+system time while it ran), the growth of the peak RSS, and how many pieces the
 callback got. The log file is checked to hold every byte.
@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rpcctl.procs import LogPump
+from rpcctl.processes.procs import LogPump
 
 WRITER = r"""
 import os, sys

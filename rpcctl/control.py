@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 
 from rpcctl.base.errors import RpcctlError, RunNotFoundError, UsageError
-from rpcctl.procs import kill_processes, run_processes
+from rpcctl.processes.procs import kill_processes, run_processes
 from rpcctl.records.runs import Failure, RunRecord, launcher_alive, launcher_of_run, load_record, now_iso, save_record
 from rpcctl.base.states import RankStatus, RunStatus
 

@@ -31,8 +31,8 @@ from rpcctl.console import Console, get_console
 from rpcctl.base.errors import ConfigError, JobCancelledError, RpcctlError, UsageError
 from rpcctl.records.events import Events
 from rpcctl import listeners
-from rpcctl.plan import LaunchPlan, NodeFacts, build_plan, free_port, probe_node
-from rpcctl.preflight import check_before_spawn
+from rpcctl.planning.plan import LaunchPlan, NodeFacts, build_plan, free_port, probe_node
+from rpcctl.planning.preflight import check_before_spawn
 from rpcctl.base.private import private_dir, private_open
 from rpcctl.records.runs import RankState, RunRecord, check_runs_dir, default_runs_dir, hostname, new_run_id, now_iso, save_record
 from rpcctl.base.states import RunStatus

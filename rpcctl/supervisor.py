@@ -35,8 +35,8 @@ from rpcctl.records.events import (
     AttemptStarted, CancelRequested, Cancelled, Events, Failed, Notice, RankExited, RankOutput, RankStarted, Restarting, RunSaved,
 )
 from rpcctl.base.lines import Piece
-from rpcctl.plan import LaunchPlan, NodeFacts, build_plan, free_port
-from rpcctl.procs import ExitStatus, LogPump, RankProcesses, RankServerLost
+from rpcctl.planning.plan import LaunchPlan, NodeFacts, build_plan, free_port
+from rpcctl.processes.procs import ExitStatus, LogPump, RankProcesses, RankServerLost
 from rpcctl.base import backend_abort, stacks
 from rpcctl.records.runs import Failure, RankState, RunRecord, now_iso, rank_stack_file, save_record
 from rpcctl.base.states import RankStatus, RunStatus

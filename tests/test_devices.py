@@ -27,7 +27,7 @@ def test_cuda_visible_devices_is_read_as_cuda_reads_it(value, visible):
 def test_the_plan_the_probe_and_inspect_gpus_read_it_the_same_way(monkeypatch):
     import importlib
 
-    from rpcctl.plan import visible_gpus
+    from rpcctl.planning.plan import visible_gpus
 
     gpus = importlib.import_module("rpcctl.inspect.gpus")  # the module: rpcctl.inspect.gpus is also the view function
 

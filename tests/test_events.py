@@ -46,7 +46,7 @@ def test_the_live_view_and_the_supervisor_do_not_know_each_other():
 def test_the_cli_neither_signals_nor_polls_processes_nor_imports_the_supervisor():
     for path in CLI:
         imports = _imports(path)
-        assert not {m for m in imports if m.startswith(("rpcctl.supervisor", "rpcctl.procs", "psutil", "signal"))}, path
+        assert not {m for m in imports if m.startswith(("rpcctl.supervisor", "rpcctl.processes.procs", "psutil", "signal"))}, path
         calls = {node.func.attr for node in ast.walk(ast.parse(path.read_text()))
                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
         assert not calls & {"send_signal", "kill", "terminate", "sleep"}, (path, calls & {"send_signal", "kill", "terminate", "sleep"})

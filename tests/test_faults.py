@@ -105,7 +105,7 @@ class _FillsUp:
 
 
 def test_log_pump_keeps_draining_after_enospc(tmp_path):
-    from rpcctl.procs import LogPump
+    from rpcctl.processes.procs import LogPump
 
     lines: list[str] = []
     errors: list[tuple[int, Path, int, OSError]] = []
@@ -281,7 +281,7 @@ def test_kill_9_of_the_rank_server_takes_every_rank_tree_down(tmp_path, runs_dir
         wait_until(lambda rank=rank: (run_dir / f"kids-{rank}.pid").exists(), 30, f"rank {rank}'s grandchildren", run_dir / "logs")
     kids = [int(pid) for rank in (0, 1) for pid in (run_dir / f"kids-{rank}.pid").read_text().split()]
     ranks = [r["pid"] for r in record(run_dir)["ranks"]]
-    server = next(p for p in psutil.Process(launcher.pid).children() if "rpcctl.rank_server" in " ".join(p.cmdline()))
+    server = next(p for p in psutil.Process(launcher.pid).children() if "rpcctl.processes.rank_server" in " ".join(p.cmdline()))
     server.kill()
     _, err = launcher.communicate(timeout=60)
     assert launcher.returncode == 1, err

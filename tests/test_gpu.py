@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from conftest import assert_no_process_left, only_run, rpcctl, write_config
 
-from rpcctl.plan import visible_gpus
+from rpcctl.planning.plan import visible_gpus
 
 pytestmark = [
     pytest.mark.gpu,

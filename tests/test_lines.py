@@ -9,7 +9,7 @@ import threading
 import tracemalloc
 
 from rpcctl.base.lines import LineSplitter, Piece, final_lines
-from rpcctl.procs import LogPump
+from rpcctl.processes.procs import LogPump
 
 
 def pieces(*chunks: bytes, max_bytes: int = 8192) -> list[tuple[str, bool, bool]]:

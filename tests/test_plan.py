@@ -1,4 +1,4 @@
-"""``rpcctl.plan.build_plan``: JobSpec + node facts → LaunchPlan (the torchrun env contract).
+"""``rpcctl.planning.plan.build_plan``: JobSpec + node facts → LaunchPlan (the torchrun env contract).
 
 ``build_plan`` takes the node's facts as an argument, so these tests hand it ``NodeFacts``
 made up on the spot: that is injection of the facts the planner is defined over, not a mock of
@@ -28,7 +28,7 @@ from rpcctl.commands import launch as launch_cmd
 from rpcctl.config import DEFAULT_PRELOAD, JobSpec, load_config
 from rpcctl.console import Console, set_console
 from rpcctl.base.errors import ConfigError
-from rpcctl.plan import LaunchPlan, NodeFacts, build_plan
+from rpcctl.planning.plan import LaunchPlan, NodeFacts, build_plan
 
 LOOPBACK_IF = "lo-test0"  # a made-up interface name, so we can see it is passed through
 PORT = 29555
@@ -532,7 +532,7 @@ def test_ifname_on_one_node_is_refused_not_exposed(cli, tmp_path, script):
 
 
 def test_loopback_ifname_and_good_rpc_settings_pass(cli, tmp_path, script):
-    from rpcctl.plan import loopback_interface
+    from rpcctl.planning.plan import loopback_interface
 
     (tmp_path / "mymod.py").write_text("")  # the fork server runs in the launcher's cwd (python -m)
     cfg = tmp_path / "job.yaml"
@@ -546,7 +546,7 @@ def test_loopback_ifname_and_good_rpc_settings_pass(cli, tmp_path, script):
 
 
 def test_multi_node_checks(tmp_path, script):
-    from rpcctl.preflight import check_before_spawn
+    from rpcctl.planning.preflight import check_before_spawn
 
     base = {"name": "job", "script": script, "nnodes": 2, "master_addr": "10.0.0.1"}
     # {local_rank} repeats on every node: rank 2 (node 1) would be worker 'w0' again.
@@ -577,7 +577,7 @@ def test_the_real_launcher_refuses_before_spawning(tmp_path, script):
 
 
 def test_a_fifo_as_script_is_refused_without_blocking(tmp_path):
-    from rpcctl.preflight import check_before_spawn
+    from rpcctl.planning.preflight import check_before_spawn
 
     fifo = tmp_path / "train.py"
     os.mkfifo(fifo)  # JobSpec built in Python, as `rpcctl bench` does: no config loader in between

@@ -28,7 +28,7 @@ def _views(run_dir, runs_dir):
 
 
 def _launcher_and_server(launcher):
-    server = next(p for p in psutil.Process(launcher.pid).children() if "rpcctl.rank_server" in " ".join(p.cmdline()))
+    server = next(p for p in psutil.Process(launcher.pid).children() if "rpcctl.processes.rank_server" in " ".join(p.cmdline()))
     return launcher.pid, server
 
 

@@ -14,7 +14,7 @@ import os
 import sys
 
 RUNTIME = "rpcctl.rank.runtime"  # the in-rank bootstrap
-RANK_SERVER = "rpcctl.rank_server"
+RANK_SERVER = "rpcctl.processes.rank_server"
 
 
 def module_command(module: str, python: str = sys.executable) -> list[str]:

@@ -19,12 +19,12 @@ from rpcctl.base.frames import ALL_FRAMES_ENV
 from rpcctl.base.errors import ConfigError, JobCancelledError, JobFailedError, UsageError
 from rpcctl.launcher import launch as launch_job
 from rpcctl.launcher import DEFAULT_MASTER_PORT, plan_job
-from rpcctl.plan import ENV_COLUMNS, LaunchPlan, RankPlan
-from rpcctl.preflight import check_before_spawn
+from rpcctl.planning.plan import ENV_COLUMNS, LaunchPlan, RankPlan
+from rpcctl.planning.preflight import check_before_spawn
 from rpcctl.records.runs import RunRecord
 from rpcctl.base.states import RunStatus
 from rpcctl.k8s import pod_flags, weak_node_rank
-from rpcctl.plan import visible_gpus
+from rpcctl.planning.plan import visible_gpus
 from rpcctl.slurm import slurm_flags
 
 

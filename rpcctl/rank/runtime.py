@@ -25,7 +25,7 @@ Around the script it:
 - writes an uncaught exception to the rank's error file (torchelastic's format, so torch's own
   ``@record`` decorator writes the same file), prints it, and exits 1.
 
-Environment read here (set by ``rpcctl.plan``):
+Environment read here (set by ``rpcctl.planning.plan``):
 
 =========================  ==================================================================
 RPCCTL_RUN_DIR             the run directory

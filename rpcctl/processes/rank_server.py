@@ -3,7 +3,7 @@
 Process tree of a job::
 
     rpcctl launch (launcher: supervisor, log pump, telemetry; never imports torch)
-    └── python -P -m rpcctl.rank_server (rank server: subreaper, single-threaded)
+    └── python -P -m rpcctl.processes.rank_server (rank server: subreaper, single-threaded)
         ├── rank 0  (own session; PR_SET_PDEATHSIG=SIGKILL on the rank server)
         │   └── ...  anything the script starts; orphans are re-parented to the rank server
         └── rank 1

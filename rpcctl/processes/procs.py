@@ -1,7 +1,7 @@
 """Start, poll, signal and reap ranked processes. Policy lives in ``supervisor``; this module
 only does what it is told.
 
-``RankProcesses`` is the launcher's handle on the rank server (``rpcctl.rank_server``): it asks the
+``RankProcesses`` is the launcher's handle on the rank server (``rpcctl.processes.rank_server``): it asks the
 server to start ranks, receives their exit statuses, signals whole process trees, and closes
 with one escalation: SIGTERM every tree, wait ``grace``, SIGKILL what is left.
 
@@ -31,10 +31,10 @@ import psutil
 from rpcctl.base.errors import RpcctlError
 from rpcctl.base.lines import LineSplitter, Piece
 from rpcctl.base.log_times import TimeIndexWriter
-from rpcctl.plan import RankPlan
+from rpcctl.planning.plan import RankPlan
 from rpcctl.base.private import private_dir, private_open
 from rpcctl.base.python_cmd import RANK_SERVER, module_command
-from rpcctl.rank_server import MAX_MESSAGE, PR_SET_CHILD_SUBREAPER, prctl
+from rpcctl.processes.rank_server import MAX_MESSAGE, PR_SET_CHILD_SUBREAPER, prctl
 from rpcctl.records.runs import process_in_run
 
 
@@ -74,7 +74,7 @@ class RankServerLost(RpcctlError):
 
 
 class RankProcesses:
-    """The launcher's side of the rank server protocol (see ``rpcctl.rank_server``).
+    """The launcher's side of the rank server protocol (see ``rpcctl.processes.rank_server``).
 
     The launcher is a child subreaper: if the rank server dies (even by SIGKILL), what its
     ranks started is re-parented to the launcher, not to pid 1, and is killed here with the

@@ -32,7 +32,7 @@ import sys
 
 from rpcctl.config import JobSpec
 from rpcctl.base.errors import ConfigError
-from rpcctl.plan import LOOPBACK, loopback_interface, visible_gpus
+from rpcctl.planning.plan import LOOPBACK, loopback_interface, visible_gpus
 
 # torch's own rule (WorkerInfo, torch/csrc/distributed/rpc/rpc_agent.h: MAX_NAME_LEN = 128).
 WORKER_NAME = re.compile(r"[A-Za-z0-9_:-]{1,127}")
