@@ -133,7 +133,7 @@ class LiveView:
 
 
 def _telemetry_panels(run_dir: Path) -> list:
-    from rpcctl.dashboard import dashboard_panels
+    from rpcctl.views.dashboard import dashboard_panels
 
     try:
         return list(dashboard_panels(run_dir))

@@ -138,7 +138,7 @@ def test_the_straggler_is_flagged_on_its_rank_in_inspect_workers(slow_run):
 def test_the_live_view_flags_the_straggler_in_one_line(slow_run):
     from rich.console import Console
 
-    from rpcctl.dashboard import dashboard_panels
+    from rpcctl.views.dashboard import dashboard_panels
 
     console = Console(width=200, record=True, no_color=True)
     for panel in dashboard_panels(slow_run):
@@ -227,7 +227,7 @@ def test_a_process_group_id_from_a_rank_reaches_the_terminal_escaped(tmp_path):
     from rpcctl.cli import app
     from rpcctl.records.runs import RankState, RunRecord, now_iso, save_record
     from rpcctl.wire import protocol
-    from rpcctl.dashboard import dashboard_panels
+    from rpcctl.views.dashboard import dashboard_panels
     from rpcctl.telemetry.server import TelemetryServer
 
     run_dir = tmp_path / "runs" / "forged"

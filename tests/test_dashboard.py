@@ -14,7 +14,7 @@ from rich.console import Console
 
 from conftest import assert_no_process_left, kill_if_running, only_run, rpcctl, start_rpcctl, wait_until
 from rpcctl import inspect
-from rpcctl.dashboard import dashboard_panels
+from rpcctl.views.dashboard import dashboard_panels
 
 pytestmark = pytest.mark.timeout(150)
 

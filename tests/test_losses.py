@@ -16,7 +16,7 @@ from rich.console import Console as RichConsole
 
 from rpcctl import inspect
 from rpcctl.wire import protocol
-from rpcctl.dashboard import dashboard_panels
+from rpcctl.views.dashboard import dashboard_panels
 from rpcctl.telemetry.losses import LossParser
 from conftest import assert_no_process_left, only_run, record, rpcctl, write_config
 from terminal import CTRL_C, run_on_terminal, screen_text

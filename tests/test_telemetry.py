@@ -19,7 +19,7 @@ from rpcctl import inspect
 from rpcctl.rank import reporter as worker
 from rpcctl.wire import protocol
 from rpcctl.telemetry.channel import SITE_DIR
-from rpcctl.dashboard import dashboard_panels
+from rpcctl.views.dashboard import dashboard_panels
 from rpcctl.telemetry.losses import LossParser
 from rpcctl.telemetry.server import TelemetryServer
 

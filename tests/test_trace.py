@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 import pytest
 
 from conftest import assert_no_process_left, only_run, rpcctl
-from rpcctl import trace
+from rpcctl.views import trace
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -1,4 +1,4 @@
-"""``rpcctl trace [RUN] -o trace.json``: the run as Chrome trace-event JSON (``rpcctl.trace``)."""
+"""``rpcctl trace [RUN] -o trace.json``: the run as Chrome trace-event JSON (``rpcctl.views.trace``)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def trace(
     run and however many metrics it reports.
     """
     from rpcctl import inspect
-    from rpcctl.trace import build_trace
+    from rpcctl.views.trace import build_trace
 
     run_dir = resolve_run(run, runs_dir)
     if not inspect.has_telemetry(run_dir):
