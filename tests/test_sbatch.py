@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rpcctl.base.errors import UsageError
-from rpcctl.slurm import batch_script
+from rpcctl.schedulers.slurm import batch_script
 from conftest import rpcctl, write_config
 
 pytestmark = pytest.mark.timeout(60)

@@ -16,7 +16,7 @@ from rpcctl.commands.common import check_output, output_option, write_output
 from rpcctl.config import load_config
 from rpcctl.console import get_console
 from rpcctl.base.errors import RpcctlError, UsageError
-from rpcctl.k8s import K8sSpec, dump, manifests
+from rpcctl.schedulers.k8s import K8sSpec, dump, manifests
 
 
 class Kind(str, Enum):

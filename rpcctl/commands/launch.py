@@ -23,9 +23,9 @@ from rpcctl.planning.plan import ENV_COLUMNS, LaunchPlan, RankPlan
 from rpcctl.planning.preflight import check_before_spawn
 from rpcctl.records.runs import RunRecord
 from rpcctl.base.states import RunStatus
-from rpcctl.k8s import pod_flags, weak_node_rank
+from rpcctl.schedulers.k8s import pod_flags, weak_node_rank
 from rpcctl.planning.plan import visible_gpus
-from rpcctl.slurm import slurm_flags
+from rpcctl.schedulers.slurm import slurm_flags
 
 
 def launch(
@@ -122,7 +122,7 @@ def _conclude(console: Console, record: RunRecord) -> None:
 
 
 def environment_flags(config: Path, overrides: list[str], env=os.environ) -> dict[str, tuple[Any, str]]:
-    """Values the environment gives: a SLURM step's, else a pod's (``rpcctl.k8s``). An Indexed
+    """Values the environment gives: a SLURM step's, else a pod's (``rpcctl.schedulers.k8s``). An Indexed
     Job's completion index alone is a node rank only for a config of several nodes."""
     flags = slurm_flags(env)
     if flags:

@@ -13,7 +13,7 @@ from rpcctl.config import load_config
 from rpcctl.console import get_console
 from rpcctl.base.private import make_parents
 from rpcctl.records.runs import check_runs_dir, default_runs_dir, write_json_atomic
-from rpcctl.slurm import batch_script, submit
+from rpcctl.schedulers.slurm import batch_script, submit
 
 
 def sbatch(
