@@ -73,7 +73,7 @@ def _best_of(function, line: str, repeat: int = 3) -> float:
 
 
 def _ours() -> dict[str, dict[str, float]]:
-    from rpcctl import watchdog
+    from rpcctl.supervise import watchdog
     from rpcctl.base import frames
 
     results = {}

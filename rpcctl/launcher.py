@@ -6,7 +6,7 @@
                                                         │ events
                     console echo and messages, live view, telemetry, watchdog, cluster relay
 
-Here the listeners of a launch (``rpcctl.listeners``, ``rpcctl.live``) are subscribed to its
+Here the listeners of a launch (``rpcctl.supervise.listeners``, ``rpcctl.supervise.live``) are subscribed to its
 events, in the order they hear them.
 """
 
@@ -25,18 +25,18 @@ from pathlib import Path
 
 import psutil
 
-from rpcctl.cluster import NodeRendezvous, secret_from_env
+from rpcctl.supervise.cluster import NodeRendezvous, secret_from_env
 from rpcctl.config import JobSpec, dump_spec
 from rpcctl.console import Console, get_console
 from rpcctl.base.errors import ConfigError, JobCancelledError, RpcctlError, UsageError
 from rpcctl.records.events import Events
-from rpcctl import listeners
+from rpcctl.supervise import listeners
 from rpcctl.planning.plan import LaunchPlan, NodeFacts, build_plan, free_port, probe_node
 from rpcctl.planning.preflight import check_before_spawn
 from rpcctl.base.private import private_dir, private_open
 from rpcctl.records.runs import RankState, RunRecord, check_runs_dir, default_runs_dir, hostname, new_run_id, now_iso, save_record
 from rpcctl.base.states import RunStatus
-from rpcctl.supervisor import CANCEL_SIGNALS, Supervisor
+from rpcctl.supervise.supervisor import CANCEL_SIGNALS, Supervisor
 
 DEFAULT_MASTER_PORT = 29500  # torchrun's
 
@@ -220,13 +220,13 @@ def _supervise(spec: JobSpec, plan: LaunchPlan, facts: NodeFacts, record: RunRec
     # On node 0 (a single node's too), whose store has every node's telemetry; it signals this node's ranks only.
     watchdog = None
     if server is not None and spec.hang_timeout and spec.node_rank == 0:
-        from rpcctl.watchdog import HangWatchdog
+        from rpcctl.supervise.watchdog import HangWatchdog
 
         # It asks the server whether the store can be trusted before it reads a silence as a stall.
         watchdog = HangWatchdog(Path(record.run_dir), spec.hang_timeout, spec.on_hang == "keep", console, health=server.health)
     view = None
     if live:
-        from rpcctl.live import LiveView
+        from rpcctl.supervise.live import LiveView
 
         view = LiveView(console, record)
     events = _listened(console, record, server, watchdog, view, cluster, ranks_shown)

@@ -39,14 +39,14 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_the_live_view_and_the_supervisor_do_not_know_each_other():
-    assert not {m for m in _imports(PACKAGE / "live.py") if m.startswith("rpcctl.supervisor")}
-    assert not {m for m in _imports(PACKAGE / "supervisor.py") if m.startswith(("rpcctl.live", "rpcctl.console"))}
+    assert not {m for m in _imports(PACKAGE / "live.py") if m.startswith("rpcctl.supervise.supervisor")}
+    assert not {m for m in _imports(PACKAGE / "supervisor.py") if m.startswith(("rpcctl.supervise.live", "rpcctl.console"))}
 
 
 def test_the_cli_neither_signals_nor_polls_processes_nor_imports_the_supervisor():
     for path in CLI:
         imports = _imports(path)
-        assert not {m for m in imports if m.startswith(("rpcctl.supervisor", "rpcctl.processes.procs", "psutil", "signal"))}, path
+        assert not {m for m in imports if m.startswith(("rpcctl.supervise.supervisor", "rpcctl.processes.procs", "psutil", "signal"))}, path
         calls = {node.func.attr for node in ast.walk(ast.parse(path.read_text()))
                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
         assert not calls & {"send_signal", "kill", "terminate", "sleep"}, (path, calls & {"send_signal", "kill", "terminate", "sleep"})
@@ -86,7 +86,7 @@ def _record(run_dir: Path, pid: int, started: float, status: RunStatus = RunStat
 
 
 def test_the_live_view_draws_from_the_snapshots_and_lines_it_is_told(tmp_path):
-    from rpcctl.live import LiveView
+    from rpcctl.supervise.live import LiveView
 
     buffer = io.StringIO()
     console = Console(out=RichConsole(file=buffer, width=150, no_color=True), err=RichConsole(file=io.StringIO()))

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_no_process_left, kill_if_running, only_run, record, rpcctl, start_rpcctl, wait_until
-from rpcctl import watchdog
+from rpcctl.supervise import watchdog
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from conftest import ROOT, rpcctl, write_config
 from rpcctl.cli import app
-from rpcctl.cluster import RendezvousError, wait_for_master
+from rpcctl.supervise.cluster import RendezvousError, wait_for_master
 from rpcctl.config import JobSpec
 
 K8S_VERSION = "1.33.0"  # a version every maintained cluster has passed; strict: no unknown field

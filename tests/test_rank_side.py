@@ -56,7 +56,7 @@ def test_the_rank_package_imports_nothing_of_the_launcher_side():
 
 def test_a_planted_import_either_way_is_named():
     graph = {name: set(imps) for name, imps in import_graph().items()}
-    graph["rpcctl.supervisor"].add("rpcctl.rank.calls")
+    graph["rpcctl.supervise.supervisor"].add("rpcctl.rank.calls")
     graph["rpcctl.rank.rrefs.sender"].add("rpcctl.telemetry.store")
-    assert launcher_imports_of_rank(graph) == ["rpcctl.supervisor imports rpcctl.rank.calls"]
+    assert launcher_imports_of_rank(graph) == ["rpcctl.supervise.supervisor imports rpcctl.rank.calls"]
     assert rank_imports_of_launcher(graph) == ["rpcctl.rank.rrefs.sender imports rpcctl.telemetry.store"]

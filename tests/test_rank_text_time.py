@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import launch_job as launch
-from rpcctl import console, watchdog
+from rpcctl import console
+from rpcctl.supervise import watchdog
 from rpcctl.base import frames
 from rpcctl.config import load_config
 from rpcctl.base.errors import ConfigError

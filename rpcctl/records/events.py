@@ -1,10 +1,10 @@
 """What the supervisor tells the rest of the launcher: small typed events, and the bus that carries them.
 
-The supervisor (``rpcctl.supervisor``) decides: which rank failed first, whether to restart,
+The supervisor (``rpcctl.supervise.supervisor``) decides: which rank failed first, whether to restart,
 when to tear down. It says what happened as events and knows nothing of who listens::
 
-    supervisor ──publish──▶ Events ──▶ console echo and messages   (rpcctl.listeners)
-                                  ├──▶ the live view               (rpcctl.live: RunSaved snapshots)
+    supervisor ──publish──▶ Events ──▶ console echo and messages   (rpcctl.supervise.listeners)
+                                  ├──▶ the live view               (rpcctl.supervise.live: RunSaved snapshots)
                                   ├──▶ telemetry                   (started, exited, lines → the store)
                                   ├──▶ the hang watchdog           (lines are progress; attempts)
                                   └──▶ the cluster relay           (failures, cancels → the other nodes)

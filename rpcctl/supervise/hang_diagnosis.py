@@ -1,7 +1,7 @@
 """The hang watchdog's diagnosis: from the processes (``Proc``, their stacks as the last look saw
 them), the calls in flight and the collectives' groups, who waits on whom, and the suspect.
 
-Pure: no I/O here (``rpcctl.watchdog`` gathers the evidence, writes it and decides). The
+Pure: no I/O here (``rpcctl.supervise.watchdog`` gathers the evidence, writes it and decides). The
 diagnosis, in order: the wait chain from the oldest call in flight to the process at its end,
 what that process is running and where (file, line, the source line: the lock it waits on), a
 cycle of workers if the chain comes back (a deadlock); a collective's hang
@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from rpcctl import collective_hangs
+from rpcctl.supervise import collective_hangs
 from rpcctl.console import human_seconds
-from rpcctl.hang_evidence import ThreadStack, where
+from rpcctl.supervise.hang_evidence import ThreadStack, where
 from rpcctl.inspect.calls import CallsReport, PendingCall, ServingRecord, same_function
 from rpcctl.base.states import CallState, ServingState
 

@@ -29,7 +29,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from rpcctl.cluster import RendezvousError
+from rpcctl.supervise.cluster import RendezvousError
 from rpcctl.config import JobSpec
 from rpcctl.records.events import (
     AttemptStarted, CancelRequested, Cancelled, Events, Failed, Notice, RankExited, RankOutput, RankStarted, Restarting, RunSaved,

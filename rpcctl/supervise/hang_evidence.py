@@ -74,7 +74,7 @@ class ThreadStack:
 
     @property
     def is_main(self) -> bool:
-        return any(f.func == "_run_script" and f.file.endswith(os.path.join("rpcctl", "runtime.py")) for f in self.frames)
+        return any(f.func == "_run_script" and f.file.endswith(os.path.join("rank", "runtime.py")) for f in self.frames)
 
     @property
     def is_rpcctls(self) -> bool:

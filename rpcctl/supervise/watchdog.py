@@ -55,9 +55,9 @@ from rpcctl import inspect
 
 from rpcctl.base import stacks
 from rpcctl.console import epoch_of, human_seconds, to_jsonable
-from rpcctl.hang_diagnosis import Diagnosis, Proc, diagnose  # noqa: F401 - diagnose: the diagnosis, in hang_diagnosis
-from rpcctl.hang_evidence import Look, motion, parse_stacks, still, where
-from rpcctl.hang_evidence import ThreadStack as ThreadStack  # noqa: F401 - the parsed stacks, where tests and benchmarks read them
+from rpcctl.supervise.hang_diagnosis import Diagnosis, Proc, diagnose  # noqa: F401 - diagnose: the diagnosis, in hang_diagnosis
+from rpcctl.supervise.hang_evidence import Look, motion, parse_stacks, still, where
+from rpcctl.supervise.hang_evidence import ThreadStack as ThreadStack  # noqa: F401 - the parsed stacks, where tests and benchmarks read them
 from rpcctl.inspect.calls import CallsReport
 from rpcctl.records.runs import Failure, RunRecord, now_iso, write_json_atomic
 from rpcctl.base.states import CallState, RankStatus
