@@ -599,7 +599,7 @@ def test_a_setting_that_did_not_take_effect_becomes_a_note():
 
 
 def fake_launch(effects):
-    """A stand-in for rpcctl.launcher.launch: writes the unit's results as rank 0 would, with
+    """A stand-in for rpcctl.launch.launcher.launch: writes the unit's results as rank 0 would, with
     each setting's effect on speed given by ``effects(settings, case) -> factor``."""
     from rpcctl.bench.unit import Events
 

@@ -1,5 +1,5 @@
 """The supervisor decides, others listen (``rpcctl.records.events``); runs are followed and stopped
-through the facade (``rpcctl.control``): who may know whom, the bus's promises, the live
+through the facade (``rpcctl.launch.control``): who may know whom, the bus's promises, the live
 view drawn from what it is told."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import psutil
 from rich.console import Console as RichConsole
 
 import rpcctl
-from rpcctl import control
+from rpcctl.launch import control
 from rpcctl.console import Console
 from rpcctl.records.events import Events, Notice, RankOutput, RunSaved
 from rpcctl.records.runs import RankState, RunRecord, now_iso, save_record

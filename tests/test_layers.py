@@ -117,7 +117,7 @@ def _within(name: str, prefix: str) -> bool:
 
 def test_the_graph_sees_module_and_function_level_imports():
     graph = import_graph()
-    assert "rpcctl.launcher" in graph["rpcctl.bench.runner"]  # function-level
+    assert "rpcctl.launch.launcher" in graph["rpcctl.bench.runner"]  # function-level
     assert "rpcctl.bench.suites" in graph["rpcctl.bench.runner"]  # module-level
     assert "rpcctl.rank.reporter" in graph["rpcctl"]  # function-level, in a package __init__
 

@@ -586,7 +586,7 @@ def test_a_fifo_as_script_is_refused_without_blocking(tmp_path):
 
 
 def test_launch_api_refuses_before_making_the_run_directory(tmp_path, script):
-    from rpcctl.launcher import launch
+    from rpcctl.launch.launcher import launch
 
     spec = JobSpec.model_validate({"name": "job", "script": script, "preload": ["nosuchpackage_xyz"]})
     runs = tmp_path / "runs"

@@ -7,7 +7,7 @@ Modules::
     measure     the timing loops all adapters share (warm-up, calibration, repeats)
     stats       percentiles, the noise of the repeats, tolerance for comparisons
     unit        the program every rank runs (one *unit* = a transport at a world size)
-    runner      plan units and launch each through rpcctl.launcher, following its events
+    runner      plan units and launch each through rpcctl.launch.launcher, following its events
     session     one bench run: progress, the report, the run directory
     results     result records, the JSON document, the per-suite tables
     compare     NEW vs OLD with regressions beyond the noise

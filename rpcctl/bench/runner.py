@@ -273,7 +273,7 @@ LaunchFn = Callable[..., Any]
 
 
 def default_launch() -> LaunchFn:
-    from rpcctl.launcher import launch
+    from rpcctl.launch.launcher import launch
 
     return launch
 

@@ -26,7 +26,7 @@ from rich.console import Group
 from rich.text import Text
 
 from rpcctl import inspect as sdk
-from rpcctl.control import ended, follow
+from rpcctl.launch.control import ended, follow
 from rpcctl.commands import calls as calls_view
 from rpcctl.commands import collectives as collectives_view
 from rpcctl.commands.common import (
@@ -230,7 +230,7 @@ def _render_workers(records: list[sdk.WorkerRecord], call: Call) -> Any:
 
 def _lost_story(run_dir: Path) -> str:
     """What became of a run whose launcher died, as `runs`, `stack` and `stop` say it."""
-    from rpcctl.control import lost_runs
+    from rpcctl.launch.control import lost_runs
 
     record = load_record(run_dir)
     lost = lost_runs([record]).get(record.run_id)

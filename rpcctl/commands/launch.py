@@ -17,8 +17,8 @@ from rpcctl.config import load_config, locate
 from rpcctl.console import KEY, Column, Console, get_console, human_bytes, human_seconds, render_table, sanitize
 from rpcctl.base.frames import ALL_FRAMES_ENV
 from rpcctl.base.errors import ConfigError, JobCancelledError, JobFailedError, UsageError
-from rpcctl.launcher import launch as launch_job
-from rpcctl.launcher import DEFAULT_MASTER_PORT, plan_job
+from rpcctl.launch.launcher import launch as launch_job
+from rpcctl.launch.launcher import DEFAULT_MASTER_PORT, plan_job
 from rpcctl.planning.plan import ENV_COLUMNS, LaunchPlan, RankPlan
 from rpcctl.planning.preflight import check_before_spawn
 from rpcctl.records.runs import RunRecord

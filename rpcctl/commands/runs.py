@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from rpcctl import control
+from rpcctl.launch import control
 from rpcctl.commands.common import FilterOption, JsonOption, RankOption, RunArgument, RunsDirOption, filtered_empty, parse_filters, scalar_fields
 from rpcctl.console import get_console, render_table, sanitize, utc_stamp
 from rpcctl.base.errors import UsageError

@@ -1,5 +1,5 @@
 """The listeners of a launch (``rpcctl.records.events``): what the console, telemetry, the hang watchdog
-and the other nodes do with what the supervisor says. ``rpcctl.launcher`` subscribes them.
+and the other nodes do with what the supervisor says. ``rpcctl.launch.launcher`` subscribes them.
 
 Each is a callable taking one event; events it has no use for pass through untouched.
 """

@@ -1,7 +1,7 @@
 """A run from outside its launcher: follow it, stop it, end it when its launcher died.
 
 What the CLI's ``logs -f``, ``--watch`` views and ``stop`` call (the facade, beside
-``rpcctl.launcher``): the CLI never signals, kills or polls a run's processes itself.
+``rpcctl.launch.launcher``): the CLI never signals, kills or polls a run's processes itself.
 
     follow(run_dir) ──▶ False, False, ..., True   (its status is terminal, or its launcher is gone)
     stop(run_dir)   ──▶ SIGTERM to the verified launcher, which tears the ranks down; wait for the record
