@@ -247,10 +247,10 @@ def private_imports(modules: dict[str, Path]) -> list[str]:
 
 def test_the_design_page_table_is_read():
     rows = layer_table(DESIGN.read_text())
-    assert rows[0][0] == "leaves" and "base/" in rows[0][1]
-    assert rows[-1][0] == "CLI" and "commands/" in rows[-1][1]
+    assert rows[0][0] == "base" and "base/" in rows[0][1]
+    assert rows[-1][0] == "cli" and "commands/" in rows[-1][1]
     layers = layer_of_modules(rows, list(all_modules()))
-    assert layers["rpcctl.commands.inspect"][1] == "CLI"  # through its package
+    assert layers["rpcctl.commands.inspect"][1] == "cli"  # through its package
     assert layers["rpcctl.base.errors"][0] == 0
 
 
@@ -259,6 +259,48 @@ def test_every_module_has_a_layer_in_docs_design():
     layers = layer_of_modules(layer_table(DESIGN.read_text()), list(modules))
     missing = sorted(set(modules) - set(layers))
     assert not missing, "modules with no row in docs/design.md's layer table: " + ", ".join(missing)
+
+
+LOOSE = {"rpcctl", "rpcctl.cli", "rpcctl.console", "rpcctl.__main__"}  # the only modules that are not in a folder
+
+
+def folder_of(module: str) -> str:
+    """``rpcctl.supervise.watchdog`` → ``rpcctl.supervise``; a loose module is its own."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph between rpcctl's folders (and its loose modules): an edge for every import
+    that crosses from one to another."""
+    folders: dict[str, set[str]] = {}
+    for name, imports in graph.items():
+        folders.setdefault(folder_of(name), set()).update(folder_of(i) for i in imports if folder_of(i) != folder_of(name))
+    return folders
+
+
+def test_every_folder_is_a_row_and_nothing_else_is_loose():
+    """``ls rpcctl`` shows the layers: each folder is a row of the table, named after it, and only
+    LOOSE modules sit beside them."""
+    modules = all_modules()
+    loose = sorted(m for m in modules if m.count(".") == 1 and not (PACKAGE / (m.split(".")[1])).is_dir())
+    assert sorted(set(loose) | {"rpcctl"}) == sorted(LOOSE), f"modules outside a folder: {sorted(set(loose) - LOOSE)}"
+    rows = layer_table(DESIGN.read_text())
+    named = {name.rstrip("/") for _, names in rows for name in names if name.endswith("/") and "/" not in name.rstrip("/")}
+    folders = {path.name for path in PACKAGE.iterdir() if path.is_dir() and (path / "__init__.py").exists()}
+    assert folders <= named, f"folders with no row in docs/design.md's layer table: {sorted(folders - named)}"
+    misnamed = [(layer, names[0]) for layer, names in rows if names and names[0].endswith("/") and names[0].rstrip("/") != layer]
+    assert not misnamed, f"a layer is named after its folder (row, first folder): {misnamed}"
+
+
+def test_folders_import_each_other_without_a_cycle():
+    cycle = find_cycle(folder_graph(import_graph()))
+    assert cycle is None, "folders that import each other: " + " → ".join(cycle)
+
+
+def test_a_cycle_between_folders_is_found():
+    graph = {"rpcctl.a.x": {"rpcctl.b.y"}, "rpcctl.b.y": set(), "rpcctl.b.z": {"rpcctl.a.w"}, "rpcctl.a.w": set()}
+    assert find_cycle(folder_graph(graph)) == ["rpcctl.a", "rpcctl.b", "rpcctl.a"]
 
 
 def test_nothing_imports_upward():
