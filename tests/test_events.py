@@ -39,8 +39,8 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_the_live_view_and_the_supervisor_do_not_know_each_other():
-    assert not {m for m in _imports(PACKAGE / "live.py") if m.startswith("rpcctl.supervise.supervisor")}
-    assert not {m for m in _imports(PACKAGE / "supervisor.py") if m.startswith(("rpcctl.supervise.live", "rpcctl.console"))}
+    assert not {m for m in _imports(PACKAGE / "supervise" / "live.py") if m.startswith("rpcctl.supervise.supervisor")}
+    assert not {m for m in _imports(PACKAGE / "supervise" / "supervisor.py") if m.startswith(("rpcctl.supervise.live", "rpcctl.console"))}
 
 
 def test_the_cli_neither_signals_nor_polls_processes_nor_imports_the_supervisor():

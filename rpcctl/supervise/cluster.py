@@ -130,7 +130,43 @@ def _usable(ip: str, port: int, node_rank: int) -> str | None:
         return f"{exc.strerror or exc}"
 
 
-def _import_tcpstore():
+class SignedStore:
+    """JSON values in a TCPStore, each signed with HMAC-SHA256 under the run's secret (key and
+    value together): a value nothing but a node of this run could have written, or an error."""
+
+    def __init__(self, raw: Any, secret: bytes, where: str):
+        self.raw, self.secret, self.where = raw, secret, where
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        body = json.dumps(value, sort_keys=True).encode()
+        mac = hmac.new(self.secret, key.encode() + b"\0" + body, hashlib.sha256).hexdigest().encode()
+        self.raw.set(key, mac + b"." + body)
+
+    def get(self, key: str) -> dict[str, Any]:
+        raw = bytes(self.raw.get(key))
+        mac, _, body = raw.partition(b".")
+        expected = hmac.new(self.secret, key.encode() + b"\0" + body, hashlib.sha256).hexdigest().encode()
+        if not hmac.compare_digest(mac, expected):
+            raise RendezvousError(
+                f"rendezvous value '{key}' at {self.where} is not signed with this run's secret: check that "
+                f"${SECRET_ENV} is the same on every node"
+            )
+        return json.loads(body)
+
+    def has(self, key: str) -> bool:
+        return self.raw.check([key])
+
+    def wait(self, key: str, timeout: float) -> dict[str, Any]:
+        """The value once it is there (``RendezvousError`` after ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        while not self.has(key):
+            if time.monotonic() > deadline:
+                raise RendezvousError(f"'{key}' did not appear at the rendezvous {self.where} within {timeout:g} s")
+            time.sleep(0.05)
+        return self.get(key)
+
+
+def import_tcpstore():
     # c10d logs a harmless "hostname of the client socket cannot be retrieved" warning in
     # network namespaces; quiet it in the launcher only (the ranks keep their own settings).
     saved = os.environ.get("TORCH_CPP_LOG_LEVEL")
@@ -151,6 +187,7 @@ class NodeRendezvous:
         self.master_addr, self.master_port = master_addr, master_port
         self.timeout, self.secret = timeout, secret
         self.store = None
+        self.signed: SignedStore | None = None  # the store's values, signed (set by join())
         self.shared: dict[str, Any] = {}
         self.master_ip = ""  # set by reach()
         self._seen_news = False
@@ -163,37 +200,27 @@ class NodeRendezvous:
     def reach(self, say=lambda message: None) -> str:
         """Resolve the master and, on nodes other than 0, wait until node 0 listens (up to
         ``rdzv_timeout``, saying what is awaited); the address the ranks will use too."""
-        _import_tcpstore()  # torch takes seconds to import: before the wait, not after it
+        import_tcpstore()  # torch takes seconds to import: before the wait, not after it
         self.master_ip = wait_for_master(self.master_addr, self.master_port, node_rank=self.node_rank, timeout=self.timeout, say=say)
         return self.master_ip
 
     # -- signed values --------------------------------------------------------------------------
 
     def _put(self, key: str, value: dict[str, Any]) -> None:
-        body = json.dumps(value, sort_keys=True).encode()
-        mac = hmac.new(self.secret, key.encode() + b"\0" + body, hashlib.sha256).hexdigest().encode()
-        self.store.set(key, mac + b"." + body)
+        self.signed.put(key, value)
 
     def _get(self, key: str) -> dict[str, Any]:
-        raw = bytes(self.store.get(key))
-        mac, _, body = raw.partition(b".")
-        expected = hmac.new(self.secret, key.encode() + b"\0" + body, hashlib.sha256).hexdigest().encode()
-        if not hmac.compare_digest(mac, expected):
-            raise RendezvousError(
-                f"rendezvous value '{key}' at {self.master_addr}:{self.master_port} is not signed with this run's "
-                f"secret: check that ${SECRET_ENV} is the same on every node"
-            )
-        return json.loads(body)
+        return self.signed.get(key)
 
     def _has(self, key: str) -> bool:
-        return self.store.check([key])
+        return self.signed.has(key)
 
     # -- the protocol ---------------------------------------------------------------------------
 
     def join(self, *, host: str, run_id: str, pick_port, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """Meet every node; return the run's shared facts {run_id, worker_port, nodes, **extra}
         (node 0's ``extra`` wins: it publishes the run document)."""
-        TCPStore = _import_tcpstore()
+        TCPStore = import_tcpstore()
         master_ip = self.master_ip
         try:
             if self.node_rank == 0:
@@ -214,6 +241,7 @@ class NodeRendezvous:
                 f"node {self.node_rank} could not reach the rendezvous at {master_ip}:{self.master_port} within "
                 f"{self.timeout:g}s (is node 0's launcher running?): {str(exc).splitlines()[0]}"
             ) from None
+        self.signed = SignedStore(self.store, self.secret, f"{self.master_addr}:{self.master_port}")
         self._put(f"node/{self.node_rank}", {"host": host, "pid": os.getpid(), "at": time.time()})
         if self.node_rank == 0:
             deadline = time.monotonic() + self.timeout
