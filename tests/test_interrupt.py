@@ -66,13 +66,13 @@ def _entry_points() -> dict[str, list[str]]:
 @pytest.mark.parametrize("entry", list(_entry_points()))
 @pytest.mark.parametrize("command", ["--help", "web"])
 def test_ctrl_c_at_any_early_moment_is_one_line_and_exit_130(a_run, entry, command):
-    """40 tries, 0 to 0.8 s after the start: `--help` imports every command's module (about a
+    """20 tries, 0 to 0.8 s after the start (one each 40 ms): `--help` imports every command's module (about a
     second here), `web` loads the page's modules and then serves until Ctrl-C. Each try ends in
     the one line and 130, or (for --help, late) in its own success, or before our code ran."""
     argv = _entry_points()[entry] + (["--help"] if command == "--help" else ["web", str(a_run)])
     ours, before, bad = 0, 0, []
-    for i in range(40):
-        delay = 0.02 * i
+    for i in range(20):
+        delay = 0.04 * i
         result = _interrupt_at(argv, delay)
         frames = _our_frames(result.stderr)
         if result.returncode == 130 and result.stderr.strip().splitlines()[-1:] == [LINE] and "Traceback" not in result.stderr:
@@ -86,7 +86,7 @@ def test_ctrl_c_at_any_early_moment_is_one_line_and_exit_130(a_run, entry, comma
         else:
             bad.append((delay, result.returncode, frames[-3:] or result.stderr[-300:]))
     assert not bad, bad
-    assert ours >= 20, (ours, before)  # most tries came while our code ran
+    assert ours >= 10, (ours, before)  # most tries came while our code ran
 
 
 @pytest.mark.parametrize("argv", [["runs", "--limit", "1"], ["inspect", "workers"], ["bench", "compare", "no-old.json", "no-new.json"]],

@@ -27,6 +27,7 @@ from torch.distributed.optim import DistributedOptimizer
 N_FEATURES = 8
 STEPS = 30
 LR = 0.05
+NOISE = 0.01  # the labels' noise: the best model's loss is about NOISE**2
 
 
 class ParameterServer:
@@ -73,7 +74,7 @@ def train(rank: int) -> None:
     g = torch.Generator().manual_seed(rank)
     w, b = true_weights()
     x = torch.randn(64, N_FEATURES, generator=g)
-    y = x @ w + b + 0.01 * torch.randn(64, 1, generator=g)
+    y = x @ w + b + NOISE * torch.randn(64, 1, generator=g)
 
     losses = []
     for step in range(STEPS):
@@ -86,8 +87,11 @@ def train(rank: int) -> None:
         losses.append(loss.item())
         print(f"step {step} loss {losses[-1]:.4f}", flush=True)
 
-    # A regression in the example (or in RPC) should fail the job.
-    assert losses[-1] < 0.5 * losses[0], f"loss did not go down: {losses[0]} -> {losses[-1]}"
+    # A regression in the example (or in RPC) should fail the job: the loss halves, or it is at
+    # the noise floor already (a trainer that starts after the others trained the shared model
+    # begins near it: 0.000157 -> 0.000104 was seen, and is a model that learned).
+    learned = losses[-1] < 0.5 * losses[0] or losses[-1] < 10 * NOISE**2
+    assert learned, f"loss did not go down: {losses[0]} -> {losses[-1]}"
 
 
 def main() -> None:
