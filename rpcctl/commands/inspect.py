@@ -36,7 +36,7 @@ from rpcctl.commands.common import (
 from rpcctl.console import KEY, Column, fmt_loss, get_console, render_table, sanitize
 from rpcctl.base.errors import RpcctlError, RunNotFoundError, UsageError
 from rpcctl.base.frames import hide_own_frames
-from rpcctl.inspect.stacks import StoppedRankError
+from rpcctl.inspect.stacks import StoppedRankError, native_stacks_of
 from rpcctl.records.runs import load_record, resolve_run
 from rpcctl.base.stacks import stopped_message
 from rpcctl.base.states import RankStatus, RunStatus
@@ -442,11 +442,14 @@ def stack(
     rank: Annotated[Optional[list[int]], rank_option("Rank to dump", "every running rank")] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for each rank's dump (default: 5).", show_default=False)] = 5.0,
     all_frames: Annotated[bool, typer.Option("--all-frames", help="Show rpcctl's own threads and frames too (the files in stacks/ keep them).")] = False,
+    native: Annotated[bool, typer.Option("--native", help="Read each process from outside (py-spy): Python frames with the native ones of their C calls, every thread, the rank and every process under it; works when the rank cannot run Python.")] = False,
     runs_dir: RunsDirOption = None,
 ) -> None:
     """Dump the Python stacks of a live rank's threads (SIGUSR1 → faulthandler): for hung jobs.
 
-    Python processes a rank started itself (mp.spawn, subprocess) are dumped after it.
+    Python processes a rank started itself (mp.spawn, subprocess) are dumped after it. With
+    --native, py-spy reads them instead (--timeout bounds each process); where that is not
+    allowed, one line says how to allow it and faulthandler's stacks follow.
     """
     console = get_console()
     run_dir = resolve_run(run, runs_dir)
@@ -460,6 +463,8 @@ def stack(
         raise UsageError(f"run {record.run_id} has no running rank")
     first = True
     stopped: list[str] = []
+    if native:
+        ranks = _print_native(console, run_dir, ranks, timeout, all_frames)  # the ranks it could not read
     for r in ranks:
         try:
             dumps = sdk.dump_stacks(run_dir, r, timeout=timeout)
@@ -481,3 +486,25 @@ def stack(
                 console.raw(f"── rank {r} › pid {dump.pid}: {sanitize(started)} ──\n{text}")
     if stopped:
         raise RpcctlError("; ".join(stopped))
+
+
+def _print_native(console: Any, run_dir: Path, ranks: list[int], timeout: float, all_frames: bool) -> list[int]:
+    """``stack --native``: each rank's processes as py-spy read them; returns the ranks none of
+    whose processes could be read (py-spy missing, or refused: said once), for faulthandler."""
+    from rpcctl.base import native_stacks
+
+    fallback, told = [], set()
+    for r in ranks:
+        dumps = native_stacks_of(run_dir, r, timeout=timeout)
+        if not any(d.dump.error is None for d in dumps):
+            why = native_stacks.refused_hint() if any(d.dump.refused for d in dumps) else (dumps[0].dump.error if dumps else "gone")
+            if why not in told:
+                told.add(why)
+                console.warn(why if "faulthandler" in why else f"native stacks: {why}; faulthandler's Python stacks follow")
+            fallback.append(r)
+            continue
+        for d in dumps:
+            started = "" if d.kind == "rank" else f" › pid {d.pid}: {sanitize(shlex.join(d.cmdline))}"
+            head = f"── rank {r} (pid {d.pid}) · native ──" if d.kind == "rank" else f"── rank {r}{started} · native ──"
+            console.raw(f"{head}\n{sanitize(d.dump.text(all_frames))}\n")
+    return fallback

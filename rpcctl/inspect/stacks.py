@@ -1,12 +1,13 @@
 """The stacks view: the Python stacks of a live rank and of the processes it started
-(``dump_stacks``), through ``rpcctl.base.stacks``."""
+(``dump_stacks``), through ``rpcctl.base.stacks``; their native stacks, read from outside by
+py-spy (``native_stacks``, through ``rpcctl.base.native_stacks``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from rpcctl.base import stacks
+from rpcctl.base import native_stacks, stacks
 from rpcctl.base.errors import RpcctlError, UsageError
 from rpcctl.records.runs import load_record, rank_stack_file
 from rpcctl.base.states import RankStatus
@@ -31,14 +32,7 @@ class StackDump:
 def dump_stacks(run_dir: Path, rank: int, timeout: float = 5.0) -> list[StackDump]:
     """Ask a live rank to dump its Python stacks (SIGUSR1 → faulthandler), then every live
     process it started that can dump them; return the dumps in that order."""
-    record = load_record(run_dir)
-    state = next((r for r in record.ranks if r.rank == rank), None)
-    if state is None:
-        raise UsageError(f"--rank {rank}: run {record.run_id} has ranks 0-{len(record.ranks) - 1}")
-    if state.state != RankStatus.RUNNING or state.pid is None:
-        raise UsageError(f"rank {rank} is not running (state: {state.state}): no stack to dump")
-    if not _belongs_to_run(state.pid, record.run_id):
-        raise UsageError(f"pid {state.pid} of rank {rank} is gone or no longer part of run {record.run_id}")
+    state = _live_rank(run_dir, rank)
     if stacks.stopped(state.pid):  # it would never answer: say so at once
         raise StoppedRankError(stacks.stopped_message(f"rank {rank}", state.pid))
     descendants = stacks.registered_descendants(run_dir, state.pid)
@@ -61,6 +55,45 @@ def dump_stacks(run_dir: Path, rank: int, timeout: float = 5.0) -> list[StackDum
             continue  # it exited meanwhile
         dumps.append(StackDump(rank, pid, "child", cmdline, child_text))
     return dumps
+
+
+@dataclass
+class NativeStackDump:
+    """The native stacks of one live process of a rank (the rank, then each process under it, by
+    pid: ``kind`` child), as py-spy read them from outside: ``dump.error`` says why not."""
+
+    rank: int
+    pid: int
+    kind: str  # rank | child
+    cmdline: list[str]
+    dump: native_stacks.NativeDump
+
+
+def native_dumps(rank: int, pid: int, timeout: float = native_stacks.TIMEOUT_S) -> list[NativeStackDump]:
+    """The rank at ``pid`` and every process under it, each read by py-spy within ``timeout``
+    (all at once). A stopped process is read as any other: ptrace needs nothing of it."""
+    procs = native_stacks.tree(pid)
+    read = native_stacks.read([p for p, _ in procs], timeout)
+    return [NativeStackDump(rank, p, "rank" if p == pid else "child", cmdline, read[p]) for p, cmdline in procs]
+
+
+def native_stacks_of(run_dir: Path, rank: int, timeout: float = native_stacks.TIMEOUT_S) -> list[NativeStackDump]:
+    """``rpcctl stack --native``: a live rank's native stacks and its processes' (``native_dumps``)."""
+    state = _live_rank(run_dir, rank)
+    return native_dumps(rank, state.pid, timeout)
+
+
+def _live_rank(run_dir: Path, rank: int):
+    """The RankState of a rank of the run that is running now, as its own pid (else a usage error)."""
+    record = load_record(run_dir)
+    state = next((r for r in record.ranks if r.rank == rank), None)
+    if state is None:
+        raise UsageError(f"--rank {rank}: run {record.run_id} has ranks 0-{len(record.ranks) - 1}")
+    if state.state != RankStatus.RUNNING or state.pid is None:
+        raise UsageError(f"rank {rank} is not running (state: {state.state}): no stack to dump")
+    if not _belongs_to_run(state.pid, record.run_id):
+        raise UsageError(f"pid {state.pid} of rank {rank} is gone or no longer part of run {record.run_id}")
+    return state
 
 
 def _belongs_to_run(pid: int, run_id: str) -> bool:

@@ -86,6 +86,10 @@ def diagnose(procs: list[Proc], report: CallsReport, stalled_s: float, groups: l
     for served in report.serving:
         if served.state == ServingState.RUNNING:
             details.append(served.describe())
+    for proc in procs:  # read from outside at the verdict: where each one is, down to the C function
+        main = proc.main_thread()
+        if main is not None and main.native and where(main):
+            details.append(f"{proc.describe()} is at {where(main)}")
     collective = collective_hangs.verdict(list(groups), procs, time.time(), lambda p: where(p.main_thread()))
     if collective is not None:
         details.extend(collective.details)

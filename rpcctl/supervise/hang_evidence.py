@@ -20,7 +20,11 @@ stopped (SIGSTOP), or (for a process this node cannot look at: another node's) a
 collective of its own in flight for the whole hang timeout.
 
 Also here: faulthandler's text parsed into threads and frames (``parse_stacks``), and where a
-thread is in the user's code (``where``).
+thread is in the user's code (``where``). At the verdict only (never in the looks: they run on
+a healthy silent job and stay cheap), ``Look.read_native`` reads each rank and every process
+under it from outside (py-spy, ``rpcctl.base.native_stacks``, bounded per process): the evidence
+gets their native frames, and ``where`` quotes, beside the Python line, the innermost native
+frame that explains the wait (``…, in c10d::Work::wait (libtorch_cpu.so)``).
 """
 
 from __future__ import annotations
@@ -35,13 +39,14 @@ from typing import Any
 
 from rpcctl import inspect
 
-from rpcctl.base import stacks
+from rpcctl.base import native_stacks, stacks
 from rpcctl.base.errors import RpcctlError
 from rpcctl.base.frames import is_own, is_user_file, short_path
 from rpcctl.base.procstat import cpu_seconds
 
 BUSY_SHARE = 0.2  # a main thread on CPU this share of the time between two looks is computing
 DUMP_TIMEOUT_S = 2.0
+NATIVE_TIMEOUT_S = 5.0  # each process's py-spy at a verdict (all at once): libtorch's symbols take ~2 s
 
 
 # ---------------------------------------------------------------------------------------------
@@ -68,6 +73,7 @@ class ThreadStack:
     ident: int
     current: bool  # the thread that took the signal (the main thread, for a process signal)
     frames: list[Frame]  # innermost first
+    native: str | None = None  # the native frame that explains its wait, at a verdict (``Look.read_native``)
 
     def user_frame(self) -> Frame | None:
         return next((f for f in self.frames if is_user_file(f.file)), None)
@@ -107,7 +113,8 @@ def where(thread: ThreadStack | None) -> str | None:
     if frame is None:
         return None
     source = frame.source
-    return f"{frame.site} (`{source}`)" if source else frame.site
+    native = f", in {thread.native}" if thread.native else ""
+    return (f"{frame.site} (`{source}`)" if source else frame.site) + native
 
 
 def main_thread(threads: list[ThreadStack]) -> ThreadStack | None:
@@ -146,6 +153,7 @@ class Look:
     at: float  # monotonic
     seen: dict[int, Seen] = field(default_factory=dict)  # pid → what was seen
     missed: list[str] = field(default_factory=list)  # ranks that could not be dumped, and why
+    native: dict[int, tuple[int, str, list[str], native_stacks.NativeDump]] = field(default_factory=dict)  # pid → (rank, kind, cmdline, dump)
 
     @classmethod
     def take(cls, run_dir: Path, ranks: list[tuple[int, int]]) -> Look:
@@ -167,16 +175,40 @@ class Look:
                                            cpu_seconds(dump.pid, dump.pid), stopped=stopped)
         return look
 
+    def read_native(self, timeout: float = NATIVE_TIMEOUT_S) -> bool:
+        """Read every rank seen and every process under it from outside (py-spy, all at once, each
+        within ``timeout``) and mark each thread with the native frame that explains its wait.
+        False when not one could be read because ptrace is refused here (``refused_hint``)."""
+        trees = [(seen.rank, seen.pid, native_stacks.tree(seen.pid)) for seen in self.seen.values() if seen.kind == "rank"]
+        read = native_stacks.read([pid for _, _, tree in trees for pid, _ in tree], timeout)
+        for rank, rank_pid, tree in trees:
+            for pid, cmdline in tree:
+                dump = read[pid]
+                self.native[pid] = (rank, "rank" if pid == rank_pid else "child", cmdline, dump)
+                for thread in self.seen[pid].threads if pid in self.seen else []:
+                    frame = native_stacks.explaining_frame(dump.thread(thread.ident))
+                    thread.native = frame.label if frame is not None else None
+        return not (read and all(d.refused for d in read.values()))
+
     def texts(self, describe: Any) -> list[str]:
-        """The evidence file's sections: each process's dump under a header (``describe(seen)``)."""
+        """The evidence file's sections: each process's dump under a header (``describe(seen)``),
+        its native stacks after it when read, then the processes only py-spy could read."""
         out = []
         for seen in self.seen.values():
             if seen.stopped and seen.kind == "rank":
-                out.append(f"── {describe(seen)} ──\n(stopped: no stack until SIGCONT)\n")
+                out.append(f"── {describe(seen)} ──\n(stopped: no stack until SIGCONT)\n{self._native_text(seen.pid)}")
                 continue
             header = f"── rank {seen.rank} (pid {seen.pid}) ──" if seen.kind == "rank" else f"── rank {seen.rank} › pid {seen.pid}: {' '.join(seen.cmdline)} ──"
-            out.append(f"{header}\n{seen.text or '(wrote no stack in time)'}\n")
+            out.append(f"{header}\n{seen.text or '(wrote no stack in time)'}\n{self._native_text(seen.pid)}")
+        for pid, (rank, _, cmdline, _) in self.native.items():
+            if pid not in self.seen:
+                out.append(f"── rank {rank} › pid {pid}: {' '.join(cmdline)} ──\n{self._native_text(pid)}")
         return out
+
+    def _native_text(self, pid: int) -> str:
+        if pid not in self.native:
+            return ""
+        return f"native (py-spy, most recent call first):\n{self.native[pid][3].text()}"
 
 
 def motion(before: Look, after: Look, waiting: set[int]) -> list[str]:

@@ -20,7 +20,9 @@ group (a process entered ``init_rpc`` or ``init_process_group``):
   timeout) does it:
 
 1. keep the second look's stacks (the ranks and the processes they spawned; a stopped process
-   cannot answer and is said to be stopped),
+   cannot answer and is said to be stopped) and, read from outside by py-spy, every process's
+   native stacks (``Look.read_native``: each process within ``NATIVE_TIMEOUT_S``; where ptrace is
+   refused, one line says how to allow it),
 2. snapshot the calls in flight and the callees' view (``rpcctl.inspect.calls``),
 3. write ``stacks.txt``, ``calls.json`` and ``diagnosis.txt`` into ``<run_dir>/hang/``
    (``hang-2/``… for later reports), owner-only, as far as the disk lets it (the verdict does not
@@ -53,7 +55,7 @@ from typing import Any
 
 from rpcctl import inspect
 
-from rpcctl.base import stacks
+from rpcctl.base import native_stacks, stacks
 from rpcctl.console import epoch_of, human_seconds, to_jsonable
 from rpcctl.supervise.hang_diagnosis import Diagnosis, Proc, diagnose  # noqa: F401 - diagnose: the diagnosis, in hang_diagnosis
 from rpcctl.supervise.hang_evidence import Look, motion, parse_stacks, still, where
@@ -354,6 +356,8 @@ class HangWatchdog:
     def report(self, procs: list[Proc], record: RunRecord, stalled: float, look: Look, calls: CallsReport) -> tuple[Diagnosis, Path | None]:
         """The diagnosis from ``look`` (the processes' stacks) and ``calls``, and the evidence written
         as far as the disk lets it (the folder, or None if none of it could be written)."""
+        if not look.read_native():  # the verdict's own evidence: native frames, each process bounded
+            self._say_once("ptrace", f"rpcctl: {native_stacks.refused_hint()}")
         for proc in procs:
             seen = look.seen.get(proc.pid) if proc.local else None
             if seen is not None:
