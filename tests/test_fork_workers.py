@@ -33,10 +33,10 @@ ALL_REDUCES, RAISERS = 300, 4  # tests/workers/fork_workers.py
 LOSSES = {7: 0.25, 8: 0.5, 9: 0.75, 10: 1.0}
 
 
-def _launch(tmp_path, runs_dir, mode: str, **keys):
+def _launch(tmp_path, runs_dir, mode: str, code: int = 0, **keys):
     result, run_dir, _ = launch_job(tmp_path, runs_dir, name=f"fork-{mode}", script=JOB, args=[mode], nproc_per_node=1,
                                     timeout=100, preload=["torch"], **keys)
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.returncode == code, result.stdout + result.stderr
     return run_dir
 
 
@@ -57,7 +57,8 @@ def test_fork_workers_of_both_kinds_are_counted_exactly(tmp_path, runs_dir):
 
 
 def test_a_fork_worker_that_raises_right_after_init_rpc_keeps_its_rpc_name(tmp_path, runs_dir):
-    run_dir = _launch(tmp_path, runs_dir, "rpc-raise")
+    run_dir = _launch(tmp_path, runs_dir, "rpc-raise", code=1)  # its processes raised: the job failed (issue 40, item 1)
+    assert json.loads((run_dir / "run.json").read_text())["root_cause"]["message"].startswith("forked0 (pid ")
     children = [w for w in inspect.workers(run_dir) if w.kind == "child"]
     assert sorted((str(w.name), w.state, w.exit_code) for w in children) == [
         (f"forked{i}", "failed", 1) for i in range(RAISERS)], children

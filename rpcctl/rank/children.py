@@ -3,7 +3,7 @@ exit status, and where they sit in the run's tree. Their parent reaps them, so o
 can know how they ended (psutil cannot wait on a process that is not its child; the rank server,
 a subreaper, sees only orphans).
 
-``install()`` (when torch is imported: ``autohook``) does three things:
+``install()`` (when torch is imported: ``autohook``) does four things:
 
 - wraps ``Popen.poll`` of the fork and spawn start methods, through which ``Process.join``,
   ``exitcode`` and ``is_alive`` learn that a child ended: the first time a child's status is
@@ -22,17 +22,29 @@ a subreaper, sees only orphans).
   exception reaches the rank only as text (torch's ``_wrap`` writes the traceback to a file), and
   the text of a nested ``ProcessRaisedException`` has indexes, never pids: with the note, the
   rank's error file names the process that failed and its chain (``runtime.spawned_failure``).
+- in a process a rank started with ``multiprocessing.Process`` (not mp.spawn's: torch's ``_wrap``
+  catches their exceptions itself), when its ``run()`` raises: multiprocessing prints the
+  traceback and exits 1, and the parent's ``join`` returns as for any end, so a rank whose every
+  process raised still exits 0. The exception (type, message, traceback, the process's name, pid
+  and parent) is written, 0600, to ``protocol.RAISED_FILE`` in the run directory, before the
+  process ends: the supervisor reads it when the rank exits 0 and fails the job, naming that
+  process (``Supervisor._raised_below``). Taken at the ``traceback.print_exc`` that
+  multiprocessing's ``_bootstrap`` calls, so no frame of rpcctl's shows in the traceback.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
+from rpcctl.base.lines import MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS, cap_text
+from rpcctl.base.private import private_dir, private_open
 from rpcctl.wire import protocol
 
 NOTE = "rpcctl: mp.spawn process {index} was pid {pid}"
@@ -46,6 +58,7 @@ def install(join: Callable[[], Any] | None = None) -> None:
     if join is not None:
         _join_before_start(join)
     _note_failed_pid()
+    _tell_raised()
 
 
 def note(index: int, pid: int) -> str:
@@ -105,6 +118,79 @@ def _note_failed_pid() -> None:
 
     __init__._rpcctl_children = True  # type: ignore[attr-defined]
     exception.__init__ = __init__
+
+
+def _tell_raised() -> None:
+    """Wrap ``BaseProcess._bootstrap`` (it runs in the child): while it runs, the
+    ``traceback.print_exc`` its own ``except`` calls for an exception of ``run()`` writes that
+    exception down first (``_raised_document``); any other caller's print_exc is left alone."""
+    from multiprocessing import process
+
+    original = process.BaseProcess._bootstrap
+    if getattr(original, "_rpcctl_children", False):
+        return
+    code = original.__code__
+
+    @functools.wraps(original)
+    def _bootstrap(self: Any, *args: Any, **kwargs: Any) -> Any:
+        printer = traceback.print_exc
+
+        def print_exc(*pargs: Any, **pkwargs: Any) -> None:
+            try:
+                caller = sys._getframe(1).f_code
+                exc = sys.exc_info()[1]
+                if caller is code and isinstance(exc, Exception) and _not_a_rank():
+                    _write_raised(exc, self)
+            except Exception:  # noqa: BLE001 - never change how the program's process ends
+                pass
+            printer(*pargs, **pkwargs)
+
+        traceback.print_exc = print_exc
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            traceback.print_exc = printer
+
+    _bootstrap._rpcctl_children = True  # type: ignore[attr-defined]
+    process.BaseProcess._bootstrap = _bootstrap  # type: ignore[method-assign]
+
+
+def _raised_document(exc: BaseException, name: str) -> dict[str, Any]:
+    """What ``RAISED_FILE`` holds: the process (pid, parent, its multiprocessing name, the rank's
+    pid), and its exception as the rank's error file has one, capped the same way."""
+    whole = "; the whole is in the rank's log"
+    return {
+        "rank_pid": os.environ.get(protocol.ENV_RANK_PID), "pid": os.getpid(), "ppid": os.getppid(), "name": str(name)[:200],
+        "worker": _worker_name(),
+        "type": type(exc).__name__, "message": cap_text(f"{type(exc).__name__}: {exc}", MAX_MESSAGE_CHARS, whole),
+        "traceback": cap_text("".join(traceback.format_exception(exc)), MAX_TRACEBACK_CHARS, whole), "t": time.time(),
+    }
+
+
+def _worker_name() -> str | None:
+    """This process's RPC name, if it is in an RPC world now (the store may not have it yet)."""
+    rpc = sys.modules.get("torch.distributed.rpc")
+    try:
+        if rpc is not None and rpc.api._is_current_rpc_agent_set():
+            return str(rpc.get_worker_info().name)[:200]
+    except Exception:  # noqa: BLE001 - the name is a courtesy
+        pass
+    return None
+
+
+def _write_raised(exc: BaseException, process: Any) -> None:
+    run_dir = os.environ.get("RPCCTL_RUN_DIR")
+    if not run_dir or not os.environ.get(protocol.ENV_RANK_PID):
+        return
+    path = os.path.join(run_dir, protocol.RAISED_FILE.format(pid=os.getpid()))
+    try:
+        private_dir(os.path.dirname(path))
+        tmp = f"{path}.tmp"
+        with private_open(tmp, "w") as f:
+            json.dump(_raised_document(exc, getattr(process, "name", "?")), f)
+        os.replace(tmp, path)
+    except OSError as err:
+        print(f"rpcctl: could not write {path}: {err}", file=sys.stderr)
 
 
 def _follow_exits() -> None:

@@ -4,6 +4,7 @@ Job states (``RunRecord.status``)::
 
     running ──all ranks exit 0──────────────────────────▶ succeeded
        │ ──a rank fails (exit ≠ 0, signal, spawn error)─▶ failed     (restart if restarts remain)
+       │ ──a rank exits 0, a process it started raised──▶ failed     (``_raised_below``)
        │ ──the job deadline (`timeout`) passes──────────▶ failed     (reason: timeout)
        │ ──no progress for `hang_timeout` (watchdog)────▶ failed     (reason: hang; on_hang: keep → running)
        └ ──SIGINT/TERM/HUP/QUIT to the launcher─────────▶ cancelled  (exit 128 + signal)
@@ -34,7 +35,8 @@ from rpcctl.config import JobSpec
 from rpcctl.records.events import (
     AttemptStarted, CancelRequested, Cancelled, Events, Failed, Notice, RankExited, RankOutput, RankStarted, Restarting, RunSaved,
 )
-from rpcctl.base.lines import Piece
+from rpcctl.base.lines import MAX_MESSAGE_CHARS, Piece, cap_text
+from rpcctl.wire import protocol
 from rpcctl.planning.plan import LaunchPlan, NodeFacts, build_plan, free_port
 from rpcctl.processes.procs import ExitStatus, LogPump, RankProcesses, RankServerLost
 from rpcctl.base import backend_abort, stacks
@@ -249,9 +251,10 @@ class Supervisor:
                 states[rank].state = RankStatus.FAILED
             for status in exits:
                 changed = True
-                failed = self._note_exit(status, states, tearing_down=False)
+                raised = self._raised_below(status) if status.ok else None
+                failed = self._note_exit(status, states, tearing_down=False, raised=raised is not None)
                 if failed and failure is None:
-                    failure = self._failure(status)
+                    failure = raised or self._failure(status)
             if failure is None and self.cluster is not None:
                 failure = self._cluster_news()
             if failure is None and self.watchdog is not None:
@@ -330,11 +333,12 @@ class Supervisor:
                 self.events.publish(RankStarted(rank, pid, state.local_rank, state.device, self.plan.restart))
         return changed
 
-    def _note_exit(self, status: ExitStatus, states: dict[int, RankState], *, tearing_down: bool) -> bool:
-        """Record a rank's exit; return True if it counts as a failure."""
+    def _note_exit(self, status: ExitStatus, states: dict[int, RankState], *, tearing_down: bool, raised: bool = False) -> bool:
+        """Record a rank's exit; return True if it counts as a failure (``raised``: it exited 0,
+        but a process it started raised)."""
         state = states[status.rank]
         state.exit_code, state.signal, state.ended_at = status.exit_code, status.signal, now_iso()
-        if status.ok:
+        if status.ok and not raised:
             state.state = RankStatus.SUCCEEDED
         elif tearing_down:
             state.state = RankStatus.KILLED if status.signal in ("SIGTERM", "SIGKILL") else RankStatus.FAILED
@@ -398,6 +402,44 @@ class Supervisor:
             traceback=error.get("traceback") if error else None,
             error_type=error.get("type") if error else None,
             log_tail=list(self.tails[rank]),
+        )
+
+    def _raised_below(self, status: ExitStatus) -> Failure | None:
+        """A rank that exited 0 while a process it started with ``multiprocessing.Process``
+        raised (``rank.children`` wrote each down before the process ended, so they are there by
+        the time the rank has joined it and exited): the job failed, and the earliest of them is
+        the root cause. multiprocessing passes no exception to the parent: a ``join`` returns, the
+        child's ``exitcode`` is 1, and the program's own choice to ignore it is not the job's
+        success."""
+        found = []
+        for path in self.run_dir.glob(protocol.RAISED_FILE.format(pid="*")):
+            try:
+                doc = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(doc, dict) and doc.get("rank_pid") == str(status.pid) and type(doc.get("pid")) is int:
+                found.append(doc)
+        if not found:
+            return None
+        first = min(found, key=lambda d: d["t"] if isinstance(d.get("t"), (int, float)) else 0.0)
+        rank, pid = status.rank, first["pid"]
+        name = first.get("worker") if isinstance(first.get("worker"), str) else None
+        if name is None:  # it left RPC before it raised, or never joined: the store may know
+            from rpcctl.inspect import spawned_name
+
+            try:
+                name = spawned_name(self.run_dir, rank, pid)
+            except Exception:  # noqa: BLE001 - a damaged or absent store: the pid names it
+                name = None
+        parent = f" › pid {first['ppid']}" if type(first.get("ppid")) is int and first["ppid"] != status.pid else ""
+        more = f" (and {len(found) - 1} more of its processes raised)" if len(found) > 1 else ""
+        message = (f"{name or 'a process'} (pid {pid}, {str(first.get('name'))[:200]}, rank {rank}{parent} › pid {pid}) raised "
+                   f"{cap_text(str(first.get('message')), MAX_MESSAGE_CHARS)}{more}; rank {rank} exited 0 all the same: "
+                   "multiprocessing does not pass a process's exception to its parent")
+        return Failure(
+            rank=rank, pid=status.pid, exit_code=status.exit_code, signal=None, reason="exited", message=message,
+            timestamp=now_iso(), traceback=first.get("traceback") if isinstance(first.get("traceback"), str) else None,
+            error_type=first.get("type") if isinstance(first.get("type"), str) else None, log_tail=list(self.tails[rank]),
         )
 
     def _spawned_message(self, rank: int, child: dict, message: str) -> str:

@@ -87,6 +87,9 @@ ENV_RANK_PID = "RPCCTL_TELEMETRY_RANK_PID"
 ENV_DISABLE = "RPCCTL_TELEMETRY_DISABLE"
 
 DB_NAME = "telemetry.db"
+# A process a rank started with multiprocessing whose run() raised (its parent exits 0 all the
+# same): rank/children.py writes it there, the supervisor reads it when the rank exits 0.
+RAISED_FILE = "errors/process-{pid}.json"
 SOCKET_NAME = "telemetry.sock"
 
 SEND_INTERVAL_S = 0.1  # the sender thread's cycle
