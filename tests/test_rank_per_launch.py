@@ -2,6 +2,11 @@
 parameter server runs it (tests/workers/rank_per_launch.py: ``--rank R``, MASTER_* set by the
 program, the rank's work in an ``mp.Process`` its parent joins) (issue 40, item 1).
 
+Runs that met at one rendezvous are one job: each says so, and shows the job's RRefs whole (the
+ps's run alone saw its 6 RRefs "live": the trainers' runs saw them released; theirs, "remote"
+with no shape or call site: the ps's run knows what they are). One real job of three launches
+(``job``) is shared by the tests that read it.
+
 multiprocessing hides a process's exception from its parent (the parent's ``join`` returns, its
 own exit is 0): a launch whose rank's process raised still fails, naming that process.
 """
@@ -11,9 +16,12 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 
 import pytest
-from conftest import WORKERS, launch_job, rpcctl
+import yaml
+from conftest import WORKERS, assert_no_process_left, launch_job, record, rpcctl
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -48,3 +56,49 @@ def test_a_launch_whose_rank_process_raised_fails_naming_that_process(tmp_path, 
     shown = json.loads(rpcctl("inspect", "workers", str(run_dir), "--json").stdout)
     child = next(w for w in shown if w["pid"] == pid)
     assert (child["name"], child["state"], child["exit_code"]) == ("ps", "failed", 1), child
+
+
+WORLD, TRAINERS, CALLS = 3, 2, 3  # tests/workers/rank_per_launch.py: each trainer holds 3 RRefs of the ps's parameter
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    """Three launches at once (ps, trainer_1, trainer_2), each of one rank, meeting at one port."""
+    tmp = tmp_path_factory.mktemp("three-launches")
+    runs_dir, port = tmp / "runs", str(_free_port())
+    launchers = []
+    for rank in range(WORLD):
+        config = tmp / f"rank{rank}.yaml"
+        config.write_text(yaml.safe_dump({"name": f"ps-rank{rank}", "script": JOB, "nproc_per_node": 1, "timeout": 90, "grace": 2,
+                                          "preload": [], "args": ["--rank", str(rank), "--world", str(WORLD), "--port", port]}))
+        launchers.append(subprocess.Popen([sys.executable, "-m", "rpcctl", "launch", str(config), "--runs-dir", str(runs_dir), "--no-live"],
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True))
+    try:
+        outputs = [launcher.communicate(timeout=100) for launcher in launchers]
+    finally:
+        for launcher in launchers:
+            if launcher.poll() is None:
+                launcher.kill()
+                launcher.communicate()
+    runs = {record(d)["name"]: d for d in runs_dir.iterdir() if (d / "run.json").is_file()}
+    for run_dir in runs.values():
+        assert_no_process_left(run_dir)
+    assert [launcher.returncode for launcher in launchers] == [0] * WORLD, outputs
+    return [runs[f"ps-rank{rank}"] for rank in range(WORLD)]
+
+
+@pytest.mark.parametrize("rank", range(WORLD))
+def test_each_launch_of_a_job_shows_its_rrefs_whole(job, rank):
+    shown = json.loads(rpcctl("inspect", "rrefs", str(job[rank]), "--json").stdout)
+    assert len(shown) == TRAINERS * CALLS, shown
+    for rref in shown:  # the owner's run knows what each is; the trainers' runs, how it ended
+        assert (rref["owner"], rref["kind"], rref["type"], rref["shape"]) == ("ps", "local", "Tensor", [4, 4]), rref
+        assert rref["call_site"].endswith("rank_per_launch.py:24 in get_param"), rref
+        assert (rref["state"], rref["ending"], rref["forks"]) == ("deleted", "at shutdown", 1), rref
+
+
+@pytest.mark.parametrize("rank", range(WORLD))
+def test_each_launch_of_a_job_names_the_others(job, rank):
+    table = " ".join(rpcctl("inspect", "rrefs", str(job[rank])).stdout.split())
+    others = [f"{job[r].name} ({'ps' if r == 0 else f'trainer_{r}'})" for r in range(WORLD) if r != rank]
+    assert f"3 workers) is one job with 2 other runs in {job[rank].parent}: {', '.join(others)}" in table, table

@@ -195,7 +195,9 @@ def _rrefs(call: Call) -> None:
         if summary:
             return owners_table
         table = render_table(records, sdk.RRefRecord.COLUMNS, detail=call.wide, empty=_empty_rrefs(owner, state))
-        return Group(table, "", owners_table) if owners else table
+        shown = Group(table, "", owners_table) if owners else table
+        shared = [Text(w.describe()) for w in sdk.shared_worlds(run_dir)]  # names and ids are text, never markup
+        return Group(shown, "", *shared) if shared else shown
 
     call.show(render)
 

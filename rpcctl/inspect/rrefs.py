@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from rpcctl.console import HIGH, KEY, LOW, Column, human_bytes, human_seconds, h
 from rpcctl.base.errors import UsageError
 from rpcctl.telemetry.reader import StoreReader, column, has_telemetry, loads
 from rpcctl.base.states import RRefEnding, RRefState
+from rpcctl.inspect.workers import shared_worlds
 
 RREF_STATES = tuple(RRefState)
 AT_SHUTDOWN, AT_EXIT, HELD_UNUSED, LEAKED = RRefEnding.AT_SHUTDOWN, RRefEnding.AT_EXIT, RRefEnding.HELD_UNUSED, RRefEnding.LEAKED
@@ -139,7 +140,10 @@ def rrefs(run_dir: Path, *, owner: str | None = None, state: str | None = None, 
     if state is not None and state not in RREF_STATES and ending is None:
         raise UsageError(f"unknown RRef state '{state}' (choose from {', '.join(RREF_STATES + ENDINGS)})")
     with StoreReader(run_dir) as s:
-        records = _rrefs(s, s.latest_restart() if restart is None else restart)
+        latest = s.latest_restart()
+        records = _rrefs(s, latest if restart is None else restart)
+    if restart is None or restart == latest:
+        records = _with_other_launches(Path(run_dir), latest, records)
     if owner is not None:
         records = [r for r in records if owner in (r.owner, str(r.owner_rank))]
     if state is not None:
@@ -219,6 +223,60 @@ def _rrefs(s: StoreReader, restart: int) -> list[RRefRecord]:
             )
         )
     return records
+
+
+_FILLED = ("type", "shape", "dtype", "device", "nbytes", "call_site", "callee", "creator", "creator_rank", "created_at",
+           "confirmed_at", "storages")
+_ENDING_ORDER = (HELD_UNUSED, AT_SHUTDOWN, AT_EXIT)
+
+
+def _with_other_launches(run_dir: Path, restart: int, records: list[RRefRecord]) -> list[RRefRecord]:
+    """This run's RRefs and those of the runs it is one job with (``workers.shared_worlds``: other
+    launches whose processes met this run's in one RPC world): each RRef once, told by all. Its
+    owner's run knows what it is (type, shape, where it was made, ``local`` for an
+    ``rpc.RRef(value)``); its holders' runs know when they used and released it. An owner's run
+    alone never sees a holder of another launch let go: its RRefs stayed ``live``."""
+    try:
+        shared = [w for w in shared_worlds(run_dir, restart) if w.others]
+    except Exception:  # noqa: BLE001 - the other runs are a courtesy: this run's own view stands
+        return records
+    if not shared:
+        return records
+    ours = {w.world: set(w.ours) for w in shared}
+    parts: dict[tuple[int, str], list[tuple[RRefRecord, set[str]]]] = {}
+    for record in records:
+        parts.setdefault((record.world, record.rref_id), []).append((record, ours.get(record.world, set())))
+    for world in shared:
+        for _, other_dir, their_world, names in world.others:
+            try:
+                with StoreReader(other_dir) as o:
+                    theirs = [r for r in _rrefs(o, o.latest_restart()) if r.world == their_world]
+            except Exception:  # noqa: BLE001 - a damaged store beside this one
+                continue
+            for record in theirs:
+                moved = replace(record, world=world.world, restart=restart)
+                parts.setdefault((world.world, record.rref_id), []).append((moved, set(names)))
+    merged = [_merged(found) for found in parts.values()]
+    return sorted(merged, key=lambda r: (r.created_at or "", r.world, r.rref_id))
+
+
+def _merged(parts: list[tuple[RRefRecord, set[str]]]) -> RRefRecord:
+    """One RRef told by several runs: the owner's run's record, with what only the holders' runs know."""
+    owner = next((r for r, names in parts if r.owner in names), parts[0][0])
+    others = [r for r, _ in parts if r is not owner]
+    if not others:
+        return owner
+    filled = {name: next((getattr(r, name) for r in others if getattr(r, name) is not None), None)
+              for name in _FILLED if getattr(owner, name) is None}
+    used = [r.last_used_at for r, _ in parts if r.last_used_at]
+    merged = replace(owner, **filled, holders=sorted({h for r, _ in parts for h in r.holders}), forks=sum(r.forks for r, _ in parts),
+                     last_used_at=max(used) if used else None, live_at_shutdown=any(r.live_at_shutdown for r, _ in parts))
+    if owner.state == RRefState.DELETED or any(r.state != RRefState.DELETED for r in others):
+        return merged
+    ended = [r for r in others if r.ending is not None]
+    ending = min(ended, key=lambda r: _ENDING_ORDER.index(r.ending) if r.ending in _ENDING_ORDER else len(_ENDING_ORDER), default=None)
+    return replace(merged, state=RRefState.DELETED, deleted_at=max(r.deleted_at or "" for r in others) or None,
+                   ending=ending.ending if ending is not None else None, unused_s=ending.unused_s if ending is not None else None)
 
 
 _ON_RREF = re.compile(r"^rref\((?P<id>[\d:]+)\)\.(?P<method>.+)$")

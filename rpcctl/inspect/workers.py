@@ -277,3 +277,97 @@ def _worker(s: StoreReader, proc: sqlite3.Row | None, rank: sqlite3.Row | None, 
         dist_rank=column(proc, "dist_rank"),
         pg_world=column(proc, "pg_world"),
     )
+
+
+# -- a job of several launches --------------------------------------------------------------------
+
+SHARED_WINDOW_S = 5.0  # two stores of one job were open at once; this much slack for the clocks of their openings
+
+
+@dataclass
+class SharedWorld:
+    """An RPC world this run's processes met in with processes of other launches: a job whose
+    ranks are started one launch each (pytorch/examples' parameter server: ``--rank 0``, ``--rank
+    1``, ...). Found by where the world met (its rendezvous address and size, which each store
+    keeps) among the runs of the same runs directory whose stores were open at the same time.
+    ``missing``: the world's workers that no run found there has (another host, another runs
+    directory, telemetry off)."""
+
+    world: int  # this run's number for it
+    rendezvous: str
+    world_size: int | None
+    ours: list[str]
+    others: list[tuple[str, Path, int, list[str]]]  # (run id, run directory, its world number, its workers)
+    missing: list[str]
+
+    def describe(self) -> str:
+        runs = ", ".join(f"{run_id} ({', '.join(names) or '?'})" for run_id, _, _, names in self.others)
+        where = f" in {self.others[0][1].parent}" if self.others else ""
+        text = (f"RPC world {self.world} ({self.rendezvous}, {self.world_size} workers) is one job with "
+                f"{len(self.others)} other run{'s' if len(self.others) != 1 else ''}{where}: {runs or 'none found'}")
+        if self.missing:
+            text += (f"; {', '.join(self.missing)} {'is' if len(self.missing) == 1 else 'are'} in no run of this runs directory"
+                     " (another host or runs directory): not shown")
+        return text
+
+
+def _rpc_worlds(s: StoreReader, restart: int) -> dict[int, tuple[str, int | None]]:
+    prefix = f"rpc_world.{restart}."
+    found = {}
+    for key, value in s.meta.items():
+        if key.startswith(prefix) and key[len(prefix):].isdigit() and isinstance(value, dict) and value.get("rdv"):
+            found[int(key[len(prefix):])] = (str(value["rdv"]), value.get("world_size"))
+    return found
+
+
+def _world_names(s: StoreReader, restart: int) -> tuple[dict[int, dict[int, str]], dict[int, set[str]]]:
+    """Each world's workers as its processes were told them (rank → name), and the names of the
+    processes of this run in it."""
+    told: dict[int, dict[int, str]] = {}
+    for row in s.rpc_workers(restart):
+        told.setdefault(column(row, "world") or 0, {})[row["rpc_rank"]] = row["name"]
+    ours: dict[int, set[str]] = {}
+    for row in s.procs(restart):
+        if row["name"]:
+            ours.setdefault(column(row, "world") or 0, set()).add(row["name"])
+    return told, ours
+
+
+def _open_span(s: StoreReader) -> tuple[float, float]:
+    opened = s.meta.get("opened_at")
+    closed = s.closed_at
+    return (float(opened) if isinstance(opened, (int, float)) else 0.0, float(closed) if isinstance(closed, (int, float)) else float("inf"))
+
+
+def shared_worlds(run_dir: Path, restart: int | None = None) -> list[SharedWorld]:
+    """The RPC worlds of this run (its latest restart) whose workers this run does not all have,
+    each with the runs beside it that have the others (``SharedWorld``)."""
+    run_dir = Path(run_dir)
+    with StoreReader(run_dir) as s:
+        restart = s.latest_restart() if restart is None else restart
+        worlds, (told, ours), span = _rpc_worlds(s, restart), _world_names(s, restart), _open_span(s)
+    partial = {w: where for w, where in worlds.items() if (where[1] or 0) > len(ours.get(w, ()))}
+    if not partial:
+        return []
+    found: dict[int, list[tuple[str, Path, int, list[str]]]] = {w: [] for w in partial}
+    for other in sorted(run_dir.parent.iterdir()) if run_dir.parent.is_dir() else ():
+        if other.resolve() == run_dir.resolve() or not protocol.db_path(other).is_file():
+            continue
+        try:
+            with StoreReader(other) as o:
+                theirs = _rpc_worlds(o, o.latest_restart())
+                start, end = _open_span(o)
+                if start > span[1] + SHARED_WINDOW_S or end < span[0] - SHARED_WINDOW_S:
+                    continue
+                matches = [(w, ow) for w, where in partial.items() for ow, there in theirs.items() if there == where]
+                names = _world_names(o, o.latest_restart())[1] if matches else {}
+        except Exception:  # noqa: BLE001 - a damaged or foreign store beside this one: not part of the answer
+            continue
+        for w, ow in matches:
+            found[w].append((other.name, other, ow, sorted(names.get(ow, ()))))
+    shared = []
+    for w, (rdv, size) in sorted(partial.items()):
+        seen = set(ours.get(w, ())) | {n for *_, names in found[w] for n in names}
+        missing = [name for _, name in sorted(told.get(w, {}).items()) if name and name not in seen]
+        shared.append(SharedWorld(w, rdv, size, sorted(ours.get(w, ())), found[w], missing))
+    return shared

@@ -204,6 +204,8 @@ class StoreWriter:
     def _ev_rpc(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         proc.name, proc.rpc_rank = ev.get("name"), ev.get("rpc_rank")
         proc.world = self._world_of(proc, proc.rpc_rank, ev, self._worlds, self._next_world)
+        # Where the world met: runs of separate launches that met there are one job (``inspect.shared_worlds``).
+        self.set_meta(**{f"rpc_world.{proc.restart}.{proc.world}": {"rdv": ev.get("rdv"), "world_size": ev.get("world_size")}})
         self._x(
             "UPDATE procs SET last_seen = ?, name = ?, rpc_rank = ?, world_size = ?, device_maps = ?, devices = ?, world = ? WHERE proc_id = ?",
             (t, proc.name, proc.rpc_rank, ev.get("world_size"), _json(ev.get("device_maps")), _json(ev.get("devices")), proc.world,

@@ -1,13 +1,14 @@
 """A job whose ranks are started by separate launches, as pytorch/examples' parameter server runs
 it: ``rank_per_launch.py --rank R --world W --port P [--raise-in R]``, one launch per rank, each
 setting MASTER_ADDR/MASTER_PORT itself and starting its rank in an ``mp.Process`` that it joins.
-Rank 0 (``ps``) owns a parameter; each trainer (``trainer_R``) asks it for an RRef of it 3 times
-and sums it locally, then every rank calls ``rpc.shutdown()``. ``--raise-in R``: rank R raises
+Rank 0 (``ps``) owns a parameter; each trainer (``trainer_R``) asks it for an RRef of it 3 times,
+holds the 3 for 0.5 s and sums them, then every rank calls ``rpc.shutdown()``. ``--raise-in R``: rank R raises
 ``RuntimeError`` after its calls instead (its parent still exits 0: mp.Process hides it).
 """
 
 import argparse
 import os
+import time
 
 import torch
 import torch.distributed.rpc as rpc
@@ -27,9 +28,9 @@ def run(rank, world, raise_in):
     name = "ps" if rank == 0 else f"trainer_{rank}"
     rpc.init_rpc(name, rank=rank, world_size=world)
     if rank:
-        for _ in range(3):
-            rref = rpc.rpc_sync("ps", get_param)
-            print(f"{name} sum {rref.to_here().sum().item():g}", flush=True)
+        rrefs = [rpc.rpc_sync("ps", get_param) for _ in range(3)]  # held across the steps, as the example's optimizer does
+        time.sleep(0.5)
+        print(f"{name} sum {sum(r.to_here().sum().item() for r in rrefs):g}", flush=True)
     if rank == raise_in:
         raise RuntimeError(f"{name} lost its gradient")
     rpc.shutdown()
