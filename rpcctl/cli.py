@@ -59,6 +59,7 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
     "inspect": ("rpcctl.commands.inspect", "inspect_app", None),  # every view of its VIEWS table
     "stack": ("rpcctl.commands.inspect", "stack", "rpcctl stack --rank 0"),
     "trace": ("rpcctl.commands.trace", "trace", "rpcctl trace -o run.trace.json (then open it in ui.perfetto.dev)"),
+    "profile": ("rpcctl.commands.profile", "profile", "rpcctl profile --rank 0 --seconds 10 -o rank0.speedscope.json"),
     "bench": ("rpcctl.commands.bench", "bench_app", None),
     "report": ("rpcctl.commands.report", "report", "rpcctl report -o report.html"),
     "web": ("rpcctl.commands.report", "web", "rpcctl web --port 8080"),

@@ -282,3 +282,42 @@ def tree(pid: int) -> list[tuple[int, list[str]]]:
         except psutil.Error:
             continue
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# A sampling profile of a live process and the processes under it (``rpcctl profile``)
+
+PROFILE_FORMATS = {"speedscope": "speedscope", "chrome": "chrometrace"}  # rpcctl's word → py-spy's
+
+
+def record_profile(pid: int, seconds: float, fmt: str, out: Path, rate: int = 100, native: bool = False) -> tuple[int | None, str | None]:
+    """``py-spy record`` of ``pid`` and its subprocesses for ``seconds`` into ``out`` (``fmt``:
+    speedscope or chrome): (the samples taken, None) or (None, why not). Bounded: ``seconds``
+    plus 30 s to attach and write; ``refused`` errors start with ``REFUSED``."""
+    binary = py_spy()
+    if binary is None:
+        return None, MISSING.replace("no native stacks", "no profile")
+    argv = [binary, "record", "--pid", str(pid), "--subprocesses", "--duration", str(max(1, round(seconds))), "--rate", str(rate),
+            "--format", PROFILE_FORMATS[fmt], "--output", str(out), "--nonblocking"]
+    if native:
+        argv.remove("--nonblocking")  # native frames need the process paused while they are read
+        argv.append("--native")
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=seconds + 30, env={**os.environ, "RUST_BACKTRACE": "0"})
+    except subprocess.TimeoutExpired:
+        return None, f"py-spy did not finish within {seconds + 30:g} s"
+    except OSError as exc:
+        return None, f"{binary} could not be run: {exc.strerror or exc}"
+    said = done.stderr.decode(errors="replace") + done.stdout.decode(errors="replace")
+    samples = re.search(r"Samples: (\d+)", said)
+    if done.returncode == 0 and out.is_file():
+        return (int(samples.group(1)) if samples else None), None
+    if not _alive(pid):
+        return None, "the rank exited while it was profiled"
+    if "Permission denied" in said or "Operation not permitted" in said or read([pid])[pid].refused:  # "No python processes found": why?
+        return None, REFUSED
+    first = next((line.strip() for line in said.splitlines() if line.strip() and not line.startswith("py-spy>")), f"py-spy exited {done.returncode}")
+    return None, first.removeprefix("Error: ")[:200]
+
+
+REFUSED = "REFUSED"

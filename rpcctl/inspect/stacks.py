@@ -32,7 +32,7 @@ class StackDump:
 def dump_stacks(run_dir: Path, rank: int, timeout: float = 5.0) -> list[StackDump]:
     """Ask a live rank to dump its Python stacks (SIGUSR1 → faulthandler), then every live
     process it started that can dump them; return the dumps in that order."""
-    state = _live_rank(run_dir, rank)
+    state = live_rank(run_dir, rank)
     if stacks.stopped(state.pid):  # it would never answer: say so at once
         raise StoppedRankError(stacks.stopped_message(f"rank {rank}", state.pid))
     descendants = stacks.registered_descendants(run_dir, state.pid)
@@ -79,11 +79,11 @@ def native_dumps(rank: int, pid: int, timeout: float = native_stacks.TIMEOUT_S) 
 
 def native_stacks_of(run_dir: Path, rank: int, timeout: float = native_stacks.TIMEOUT_S) -> list[NativeStackDump]:
     """``rpcctl stack --native``: a live rank's native stacks and its processes' (``native_dumps``)."""
-    state = _live_rank(run_dir, rank)
+    state = live_rank(run_dir, rank)
     return native_dumps(rank, state.pid, timeout)
 
 
-def _live_rank(run_dir: Path, rank: int):
+def live_rank(run_dir: Path, rank: int):
     """The RankState of a rank of the run that is running now, as its own pid (else a usage error)."""
     record = load_record(run_dir)
     state = next((r for r in record.ranks if r.rank == rank), None)

@@ -19,7 +19,7 @@ from typing import Any
 
 from rpcctl.console import iso_time, to_jsonable
 from rpcctl.base.errors import UsageError
-from rpcctl.web import figures, tables
+from rpcctl.web import figures, flame, tables
 from rpcctl.web.data import run_snapshot
 
 INSTALL_HINT = "pip install 'rpcctl[report]'"
@@ -34,6 +34,7 @@ RUN_SECTIONS = (
     ("workers", "Workers"),
     ("calls", "In-flight calls"),
     ("collectives", "Collectives"),
+    ("profile", "Profile"),
 )
 
 
@@ -57,6 +58,7 @@ def run_view(run_dir: Path, *, complete: bool = False) -> dict[str, Any]:
     most ``figures.MAX_METRIC_CHARTS`` charts, thinned, and a note says what was left out."""
     snap = run_snapshot(run_dir)
     html = tables.run_sections(snap)
+    html["profile"], flames = flame.section(run_dir)  # the latest `rpcctl profile`, a flame graph
     hidden = 0 if complete else len(figures.metric_series(snap)) - figures.MAX_METRIC_CHARTS
     if hidden > 0:
         html["losses"] += (f'<p class="note">{hidden} more metric(s) not drawn: the first {figures.MAX_METRIC_CHARTS} are '
@@ -67,7 +69,7 @@ def run_view(run_dir: Path, *, complete: bool = False) -> dict[str, Any]:
         "live": snap.live,
         "taken_at": iso_time(snap.taken_at),
         "html": html,
-        "figures": figures.run_figures(snap, complete=complete),
+        "figures": {**figures.run_figures(snap, complete=complete), **flames},
     }
 
 
