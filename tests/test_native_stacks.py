@@ -9,8 +9,9 @@ test stops it by its launcher's pid."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
-import signal
 import subprocess
 import sys
 import textwrap
@@ -18,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WORKERS, assert_no_process_left, kill_if_running, only_run, start_rpcctl, wait_until
+from conftest import WORKERS, wait_until
+from live_job import live_job
 from rpcctl.base import native_stacks
 
 pytestmark = [pytest.mark.timeout(150), pytest.mark.skipif(native_stacks.py_spy() is None, reason="py-spy is not installed")]
@@ -53,6 +55,16 @@ JOB = textwrap.dedent(
 )
 
 
+FAKE_SMI = """#!/bin/sh
+case "$1" in
+  --query-gpu=index,uuid,name,memory.used,memory.total,utilization.gpu,utilization.memory)
+    echo "0, GPU-5f1e, NVIDIA H100 80GB HBM3, 3172, 81559, 0, 0"; echo "1, GPU-77aa, NVIDIA H100 80GB HBM3, 5, 81559, [N/A], 0";;
+  --query-compute-apps=pid,gpu_uuid,used_memory) echo "$PPID, GPU-5f1e, 2900";;
+  *) exit 9;;
+esac
+"""
+
+
 def _line(text: str) -> int:
     return next(i for i, line in enumerate(JOB.splitlines(), 1) if text in line)
 
@@ -61,24 +73,15 @@ def _line(text: str) -> int:
 def hung(tmp_path_factory):
     """The job, hung and judged (hang/diagnosis.txt written), still running: (run_dir, runs_dir)."""
     tmp = tmp_path_factory.mktemp("native")
-    (tmp / "native_job.py").write_text(JOB)
-    config = tmp / "native.yaml"
-    config.write_text("name: native\nscript: native_job.py\nnproc_per_node: 3\ngrace: 2\ntimeout: 100\npreload: [torch]\n")
-    runs_dir = tmp / "runs"
-    launcher = start_rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir), "--hang-timeout", "4", "--keep-on-hang")
-    try:
-        run_dir = only_run(runs_dir)
-        wait_until(lambda: (run_dir / "hang" / "diagnosis.txt").is_file(), 60, "the hang verdict", run_dir / "logs")
-        yield run_dir, runs_dir
-    finally:
-        if launcher.poll() is None:
-            launcher.send_signal(signal.SIGTERM)  # our launcher, by its pid
-            try:
-                launcher.communicate(timeout=30)
-            except Exception:  # noqa: BLE001 - a launcher that does not end is killed below
-                pass
-        kill_if_running(launcher)
-    assert_no_process_left(run_dir)
+    smi = tmp / "bin" / "nvidia-smi"  # no GPU here: the one system edge faked, a GPU as nvidia-smi tells it
+    smi.parent.mkdir()
+    smi.write_text(FAKE_SMI)
+    smi.chmod(0o700)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
+        with live_job(tmp, "native_job", JOB, 3, "torch", "--hang-timeout", "4", "--keep-on-hang") as run_dir:
+            wait_until(lambda: (run_dir / "hang" / "diagnosis.txt").is_file(), 60, "the hang verdict", run_dir / "logs")
+            yield run_dir, tmp / "runs"
 
 
 def _stack(run_dir: Path, *args: str, wrapper: tuple[str, ...] = ()) -> tuple[str, str]:
@@ -156,3 +159,12 @@ def test_where_ptrace_is_refused_one_line_says_how_to_allow_it_and_faulthandler_
     assert "· native ──" not in out and out.startswith("── rank 2 (pid "), out
     assert f'native_job.py", line {_line("every Python thread")} in <module>' in out, out  # faulthandler's
 
+
+def test_the_verdict_records_each_gpus_memory_and_use_as_nvidia_smi_tells_it(hung):
+    """With NVIDIA GPUs (here nvidia-smi is a script on PATH: the machine has none), the verdict
+    has a line per GPU and hang/gpus.json, asked of nvidia-smi at the moment of the verdict."""
+    diagnosis = (hung[0] / "hang" / "diagnosis.txt").read_text()
+    assert re.search(r"^  GPU 0 \(NVIDIA H100 80GB HBM3\): 3\.1 GiB of 79\.6 GiB used, 0% busy; pid \d+ holds 2\.8 GiB$", diagnosis, re.M), diagnosis
+    assert "  GPU 1 (NVIDIA H100 80GB HBM3): 0.0 GiB of 79.6 GiB used, ? busy; no process of its own" in diagnosis, diagnosis
+    gpus = json.loads((hung[0] / "hang" / "gpus.json").read_text())
+    assert [(g["index"], g["memory_total_bytes"], g["utilization_pct"]) for g in gpus] == [(0, 81559 * 2**20, 0), (1, 81559 * 2**20, None)], gpus

@@ -46,7 +46,7 @@ from rpcctl.base.procstat import cpu_seconds
 
 BUSY_SHARE = 0.2  # a main thread on CPU this share of the time between two looks is computing
 DUMP_TIMEOUT_S = 2.0
-NATIVE_TIMEOUT_S = 5.0  # each process's py-spy at a verdict (all at once): libtorch's symbols take ~2 s
+NATIVE_TIMEOUT_S = 10.0  # each process's py-spy at a verdict (all at once): libtorch's symbols take ~2 s, more on a loaded machine
 
 
 # ---------------------------------------------------------------------------------------------

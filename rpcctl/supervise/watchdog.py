@@ -22,7 +22,8 @@ group (a process entered ``init_rpc`` or ``init_process_group``):
 1. keep the second look's stacks (the ranks and the processes they spawned; a stopped process
    cannot answer and is said to be stopped) and, read from outside by py-spy, every process's
    native stacks (``Look.read_native``: each process within ``NATIVE_TIMEOUT_S``; where ptrace is
-   refused, one line says how to allow it),
+   refused, one line says how to allow it), and with NVIDIA GPUs each one's memory and use and
+   the processes on it (``nvidia-smi``: no CUDA in the launcher) as detail lines and ``gpus.json``,
 2. snapshot the calls in flight and the callees' view (``rpcctl.inspect.calls``),
 3. write ``stacks.txt``, ``calls.json`` and ``diagnosis.txt`` into ``<run_dir>/hang/``
    (``hang-2/``… for later reports), owner-only, as far as the disk lets it (the verdict does not
@@ -55,7 +56,7 @@ from typing import Any
 
 from rpcctl import inspect
 
-from rpcctl.base import native_stacks, stacks
+from rpcctl.base import gpu_now, native_stacks, stacks
 from rpcctl.console import epoch_of, human_seconds, to_jsonable
 from rpcctl.supervise.hang_diagnosis import Diagnosis, Proc, diagnose  # noqa: F401 - diagnose: the diagnosis, in hang_diagnosis
 from rpcctl.supervise.hang_evidence import Look, motion, parse_stacks, still, where
@@ -109,6 +110,7 @@ class HangWatchdog:
         self._said: set[str] = set()  # notes said once a run
         self._unwritten = False  # the evidence could not be written (said once)
         self.reports = 0
+        self._gpus: list[Any] | None = None  # nvidia-smi's answer at the last verdict (None: no NVIDIA GPU)
 
     def output_line(self) -> None:
         """A rank printed a line (the log pump's thread: one assignment, no lock needed)."""
@@ -366,6 +368,8 @@ class HangWatchdog:
         by_pid = {p.pid: p for p in procs}
         texts += look.texts(lambda seen: by_pid[seen.pid].describe() if seen.pid in by_pid else f"rank {seen.rank} (pid {seen.pid})")
         diagnosis = diagnose(procs, calls, stalled, self._groups, self._ended)
+        self._gpus = gpu_now.snapshot()  # each GPU's memory and use at the verdict (nvidia-smi: no CUDA here)
+        diagnosis.details.extend(g.describe({p.pid: p.describe() for p in procs}) for g in self._gpus or [])
         self.reports += 1
         return diagnosis, self._write_evidence(texts, calls, diagnosis)
 
@@ -378,6 +382,8 @@ class HangWatchdog:
             _write_private(folder / "diagnosis.txt", diagnosis.text())  # the smallest and most wanted first
             _write_private(folder / "stacks.txt", "\n".join(texts))
             write_json_atomic(folder / "calls.json", to_jsonable(calls))
+            if self._gpus:
+                write_json_atomic(folder / "gpus.json", to_jsonable(self._gpus))
         except OSError as exc:
             if not self._unwritten:
                 self._unwritten = True
