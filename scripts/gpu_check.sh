@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks of issue 27, prepared for a machine with one or more NVIDIA GPUs (<= 8 min on
+# The GPU checks of issues 27 and 41, prepared for a machine with one or more NVIDIA GPUs (<= 8 min on
 # one GPU). NOT RUN YET: no GPU was lent to the session that wrote it. Run from the repository
 # root with the project's venv built (.venv). Output: one line per check, then the details.
 #
@@ -9,6 +9,11 @@
 #   3. with 2+ GPUs: the NCCL collective hang (a rank not entering all_reduce #4) and mismatch
 #      are named (NCCL refuses two ranks on one GPU, so one GPU runs 1-rank NCCL only)
 #   4. `rpcctl inspect gpus --json` of an NCCL run shows real memory figures
+#   5. (issue 41) a 1-rank NCCL job that holds 1 GiB on its GPU and then sleeps, kept after its
+#      hang verdict (--keep-on-hang): the verdict has a line per GPU from nvidia-smi with the rank
+#      holding memory (hang/gpus.json too); `rpcctl stack --native` reads it from outside (py-spy);
+#      `rpcctl profile --seconds 2` writes a speedscope file; then `rpcctl stop`
+# Without a GPU (nvidia-smi), each check says it is skipped and the script exits 2.
 set -u
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -16,11 +21,17 @@ OUT=$(mktemp -d)
 RUNS="$OUT/runs"
 fail=0
 say() { printf '%-60s %s\n' "$1" "$2"; }
-nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader || { echo "no GPU"; exit 2; }
+if ! nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader; then
+  for check in "pytest -m gpu" "NCCL collectives counted" "inspect gpus: real memory figures" "NCCL hang / mismatch" \
+               "verdict: GPU memory and use (nvidia-smi)" "stack --native of an NCCL rank" "profile of an NCCL rank"; do
+    say "$check" "skipped: no NVIDIA GPU (nvidia-smi)"
+  done
+  exit 2
+fi
 GPUS=$(nvidia-smi -L | wc -l)
 NPROC=$(( GPUS >= 3 ? 3 : GPUS ))
 
-timeout 300 .venv/bin/pytest -q -m gpu tests/test_gpu.py > "$OUT/pytest-gpu.txt" 2>&1 && say "pytest -m gpu" ok || { say "pytest -m gpu" FAILED; fail=1; }
+timeout 300 .venv/bin/pytest -q -n 0 -m gpu tests/test_gpu.py tests/test_gpu_evidence.py > "$OUT/pytest-gpu.txt" 2>&1 && say "pytest -m gpu" ok || { say "pytest -m gpu" FAILED; fail=1; }
 
 job() {  # job NAME MODE NPROC HANG_TIMEOUT
   cat > "$OUT/$1.yaml" <<YAML
@@ -65,5 +76,44 @@ else
   $PY -m rpcctl inspect gpus --runs-dir "$RUNS/nccl-one" --json | tee "$OUT/gpus.json"
   say "NCCL hang / mismatch" "skipped: NCCL needs one GPU per rank"
 fi
+# 5. GPU evidence in a verdict, native stacks and a profile of a rank on a GPU (issue 41)
+cat > "$OUT/gpu_hold.py" <<'PYJOB'
+import time
+import torch, torch.distributed as dist
+dist.init_process_group("nccl")
+held = torch.ones(1 << 28, device="cuda")  # 1 GiB on the rank's GPU
+dist.all_reduce(held)
+torch.cuda.synchronize()
+print("holding", flush=True)
+time.sleep(600)  # no progress: the watchdog's verdict comes at hang_timeout
+PYJOB
+cat > "$OUT/gpu-hold.yaml" <<YAML
+name: gpu-hold
+script: $OUT/gpu_hold.py
+nproc_per_node: 1
+timeout: 200
+hang_timeout: 6
+on_hang: keep
+devices: auto
+YAML
+$PY -m rpcctl launch "$OUT/gpu-hold.yaml" --no-live --runs-dir "$RUNS/gpu-hold" > "$OUT/gpu-hold.txt" 2>&1 &
+LAUNCHER=$!
+for _ in $(seq 120); do ls "$RUNS"/gpu-hold/*/hang/diagnosis.txt > /dev/null 2>&1 && break; sleep 1; done
+HOLD_RUN=$(ls -d "$RUNS"/gpu-hold/*/ 2>/dev/null | head -1)
+cat "${HOLD_RUN}hang/diagnosis.txt" 2>/dev/null > "$OUT/gpu-verdict.txt"
+grep -Eq "^  GPU [0-9]+ \(.*\): .* GiB of .* GiB used, ([0-9]+%|\?) busy; (rank 0 \(pid [0-9]+\)|pid [0-9]+) holds" "$OUT/gpu-verdict.txt" && [ -s "${HOLD_RUN}hang/gpus.json" ] \
+  && say "verdict: GPU memory and use (nvidia-smi)" ok || { say "verdict: GPU memory and use" FAILED; fail=1; }
+if [ -x .venv/bin/py-spy ]; then
+  $PY -m rpcctl stack --native --runs-dir "$RUNS/gpu-hold" > "$OUT/gpu-stack.txt" 2>&1
+  grep -q "· native ──" "$OUT/gpu-stack.txt" && grep -q "gpu_hold.py:" "$OUT/gpu-stack.txt" \
+    && say "stack --native of an NCCL rank" ok || { say "stack --native of an NCCL rank" FAILED; fail=1; }
+  $PY -m rpcctl profile --runs-dir "$RUNS/gpu-hold" --seconds 2 -o "$OUT/gpu.speedscope.json" > "$OUT/gpu-profile.txt" 2>&1 \
+    && grep -q speedscope "$OUT/gpu.speedscope.json" && say "profile of an NCCL rank" ok || { say "profile of an NCCL rank" FAILED; fail=1; }
+else
+  say "stack --native / profile of an NCCL rank" "skipped: no .venv/bin/py-spy (pip install -c constraints.txt py-spy)"
+fi
+$PY -m rpcctl stop --runs-dir "$RUNS/gpu-hold" --wait 30 > /dev/null 2>&1 || kill "$LAUNCHER" 2>/dev/null
+wait "$LAUNCHER" 2>/dev/null
+
 echo "details in $OUT"; for f in "$OUT"/*.txt; do echo "== $f"; tail -20 "$f"; done
 exit $fail
