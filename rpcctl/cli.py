@@ -76,7 +76,7 @@ def _load(name: str):
         command = typer.main.get_command(target)
     else:
         single = typer.Typer(rich_markup_mode=None, add_completion=False)
-        single.command(name, epilog=f"Example: {example}")(target)
+        single.command(name, epilog=f"Example: {example}", **getattr(target, "command_settings", {}))(target)
         command = typer.main.get_command(single)
     command.name = name
     _starts_the_command(command)

@@ -71,8 +71,8 @@ def test_help_is_one_style(path):
 def test_switches_show_no_type_but_values_do():
     text = _help(("launch",))
     assert re.search(r"--dry-run\s+Print the launch plan", text), text
-    assert re.search(r"--nproc-per-node <int>", text), text
-    assert "Usage: rpcctl launch [OPTIONS] CONFIG\n" in text
+    assert re.search(r"--nproc-per-node, --nproc_per_node N\|auto\|cpu\|gpu", text), text
+    assert "Usage: rpcctl launch [OPTIONS] CONFIG | SCRIPT [ARGS]...\n" in text
 
 
 def test_help_through_a_real_process():

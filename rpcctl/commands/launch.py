@@ -8,12 +8,15 @@ import re
 from functools import partial
 from pathlib import Path
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Annotated, Any, Optional
 
 import typer
+from typer.core import TyperCommand
 
-from rpcctl.commands.common import JsonOption, RunsDirOption
-from rpcctl.config import load_config, locate
+from rpcctl.commands.common import JsonOption, RunsDirOption, check_output, write_output
+from rpcctl.config import dump_spec, load_config, locate, spec_from_line
+from rpcctl.config.torchrun import OPTIONS, PROGRAM_DESTS, TorchrunOption, given_or_env, line_flags
 from rpcctl.console import KEY, Column, Console, get_console, human_bytes, human_seconds, render_table, sanitize
 from rpcctl.base.frames import ALL_FRAMES_ENV
 from rpcctl.base.errors import ConfigError, JobCancelledError, JobFailedError, UsageError
@@ -28,28 +31,75 @@ from rpcctl.planning.plan import visible_gpus
 from rpcctl.schedulers.slurm import slurm_flags
 
 
+def _torchrun_option(option: TorchrunOption) -> Any:
+    """A typer option for one of torchrun's (``rpcctl.config.torchrun.OPTIONS``): every spelling,
+    what rpcctl does with it as its help. A value is read as text: the option's reader checks it,
+    as it checks the same option's ``PET_*`` variable."""
+    kind = bool if option.flag else Optional[str]
+    settings = {} if option.flag else {"metavar": option.metavar}
+    return Annotated[kind, typer.Option(*option.names, *option.extra, help=option.does + ".", show_default=False,
+                                        rich_help_panel="torchrun's options", **settings)]
+
+
+TORCHRUN = SimpleNamespace(**{option.dest: _torchrun_option(option) for option in OPTIONS})  # the launch command's parameters, by dest
+CONFIG_SUFFIXES = (".yaml", ".yml")
+
+
 def launch(
-    config: Annotated[Path, typer.Argument(metavar="CONFIG", help="The job's YAML config.", show_default=False)],
+    ctx: typer.Context,
+    target: Annotated[str, typer.Argument(metavar="CONFIG | SCRIPT", help="The job's YAML config (.yaml, .yml), or the script a torchrun line runs (a module with -m, a program with --no-python).", show_default=False)],
+    script_args: Annotated[Optional[list[str]], typer.Argument(metavar="ARGS", help="The script's own arguments, untouched (everything after SCRIPT).", show_default=False)] = None,
     set_: Annotated[
         Optional[list[str]],
         typer.Option("--set", "-s", help="Override a config key: KEY.PATH=VALUE (YAML value). Repeatable.", show_default=False),
     ] = None,
-    nproc_per_node: Annotated[Optional[int], typer.Option("--nproc-per-node", "-n", help="Ranks on this node (overrides the config).", show_default=False)] = None,
     runs_dir: RunsDirOption = None,
     no_live: Annotated[bool, typer.Option("--no-live", help="Plain rank-prefixed output instead of the live view (always plain when not on a terminal).")] = False,
     ranks: Annotated[Optional[str], typer.Option("--ranks", help="Show only these ranks' output on the console, e.g. 0,2 or 0-3 (logs keep everything).", show_default=False)] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the launch plan (commands, environment, devices, logs) and start nothing.")] = False,
     json_: JsonOption = False,
+    save_config: Annotated[Optional[Path], typer.Option("--save-config", metavar="FILE", help="Write the job as a config (YAML) that `rpcctl launch FILE` runs the same, then go on (with --dry-run: stop).", show_default=False)] = None,
     hang_timeout: Annotated[Optional[float], typer.Option("--hang-timeout", help="Seconds without progress (no call ended, no loss, no output) before rpcctl diagnoses a hang; 0: off (default: the config's hang_timeout, 300 if unset).", show_default=False)] = None,
     keep_on_hang: Annotated[bool, typer.Option("--keep-on-hang", help="On a hang, dump and diagnose but keep the job running (config: on_hang: keep).")] = False,
     all_frames: Annotated[bool, typer.Option("--all-frames", help="Keep rpcctl's own frames (its bootstrap, its call tracking) in the ranks' tracebacks.")] = False,
     web: Annotated[bool, typer.Option("--web", help="Serve the run's live page on 127.0.0.1 while it runs (the URL is printed; needs rpcctl[report]).")] = False,
-    nnodes: Annotated[Optional[int], typer.Option("--nnodes", help="Nodes in the job; run one launcher per node (under srun: from SLURM; in a pod: PET_NNODES).", show_default=False, rich_help_panel="Multi-node")] = None,
-    node_rank: Annotated[Optional[int], typer.Option("--node-rank", help="This node's rank, 0 to nnodes-1 (under srun: SLURM_NODEID; in a pod: PET_NODE_RANK or JOB_COMPLETION_INDEX).", show_default=False, rich_help_panel="Multi-node")] = None,
-    master_addr: Annotated[Optional[str], typer.Option("--master-addr", help="Host of node 0, which hosts the rendezvous (under srun: the job's first node; in a pod: PET_MASTER_ADDR).", show_default=False, rich_help_panel="Multi-node")] = None,
-    master_port: Annotated[Optional[int], typer.Option("--master-port", help="Rendezvous port on node 0 (default: 29500 on several nodes, a free port on one; in a pod: PET_MASTER_PORT).", show_default=False, rich_help_panel="Multi-node")] = None,
+    nnodes: TORCHRUN.nnodes = None,
+    nproc_per_node: TORCHRUN.nproc_per_node = None,
+    rdzv_backend: TORCHRUN.rdzv_backend = None,
+    rdzv_endpoint: TORCHRUN.rdzv_endpoint = None,
+    rdzv_id: TORCHRUN.rdzv_id = None,
+    rdzv_conf: TORCHRUN.rdzv_conf = None,
+    standalone: TORCHRUN.standalone = False,
+    max_restarts: TORCHRUN.max_restarts = None,
+    monitor_interval: TORCHRUN.monitor_interval = None,
+    start_method: TORCHRUN.start_method = None,
+    event_log_handler: TORCHRUN.event_log_handler = None,
+    role: TORCHRUN.role = None,
+    module: TORCHRUN.module = False,
+    no_python: TORCHRUN.no_python = False,
+    run_path: TORCHRUN.run_path = False,
+    log_dir: TORCHRUN.log_dir = None,
+    redirects: TORCHRUN.redirects = None,
+    tee: TORCHRUN.tee = None,
+    local_ranks_filter: TORCHRUN.local_ranks_filter = None,
+    duplicate_stdout_filters: TORCHRUN.duplicate_stdout_filters = None,
+    duplicate_stderr_filters: TORCHRUN.duplicate_stderr_filters = None,
+    node_rank: TORCHRUN.node_rank = None,
+    master_addr: TORCHRUN.master_addr = None,
+    master_port: TORCHRUN.master_port = None,
+    local_addr: TORCHRUN.local_addr = None,
+    logs_specs: TORCHRUN.logs_specs = None,
+    numa_binding: TORCHRUN.numa_binding = None,
+    signals_to_handle: TORCHRUN.signals_to_handle = None,
+    shutdown_timeout: TORCHRUN.shutdown_timeout = None,
+    virtual_local_rank: TORCHRUN.virtual_local_rank = False,
 ) -> None:
     """Launch a job: spawn its ranks, stream their output, supervise them to the end.
+
+    Two forms: `rpcctl launch CONFIG` (a YAML config), or a torchrun line with the word
+    replaced, `rpcctl launch [OPTIONS] SCRIPT [ARGS]...` (or -m MODULE): every option of
+    torchrun's means what it means there (docs/torchrun.md), every argument after SCRIPT is
+    the script's.
 
     Multi-node values come from a flag, else the environment (a SLURM step's, a Kubernetes
     pod's), else the config; --dry-run says where each came from.
@@ -59,20 +109,58 @@ def launch(
     (130 SIGINT, 143 SIGTERM, 129 SIGHUP, 131 SIGQUIT).
     """
     console = get_console()
-    flags = environment_flags(config, set_ or [])
-    flags.update(_given(("nnodes", "--nnodes", nnodes), ("node_rank", "--node-rank", node_rank), ("master_addr", "--master-addr", master_addr),
-                        ("master_port", "--master-port", master_port), ("hang_timeout", "--hang-timeout", hang_timeout),
-                        ("on_hang", "--keep-on-hang", "keep" if keep_on_hang else None)))
-    spec = load_config(config, set_ or [], nproc_per_node=nproc_per_node, flags=flags)
+    arguments = dict(locals())
+    raw = list(ctx.meta.get(RAW_ARGS, []))  # the words after `rpcctl launch`, as typed (LaunchCommand.parse_args)
+    words = _spelled(raw, _takes_value(ctx.command), ctx.allow_interspersed_args)
+    given = {option.dest: (arguments[option.dest], words.get(option.dest) or f"{option.shown} {arguments[option.dest]}")
+             for option in OPTIONS if arguments[option.dest] not in (None, False)}
+    script_args = script_args or []
+    is_config = not module and target.endswith(CONFIG_SUFFIXES)
+    if is_config:
+        config: Path | None = Path(target)
+        if script_args:
+            raise UsageError(
+                f"a config and a script on one line ({target} and {script_args[0]}): the config names its script (script:), "
+                f"a torchrun line names it instead: `rpcctl launch {target}` or `rpcctl launch [OPTIONS] SCRIPT [ARGS]`"
+            )
+        for dest in PROGRAM_DESTS:
+            if dest in given:
+                raise UsageError(f"{given[dest][1]} goes with a script, not a config: the config says what runs (module:, no_python:)")
+        flags = environment_flags(config, set_ or [])
+        line = line_flags(given_or_env(given, {}), cpus=_cpus(), gpus=len(visible_gpus()), node_rank_known="node_rank" in flags)
+    else:
+        config = None
+        if set_:
+            raise UsageError(f"--set {set_[0]}: --set changes a config's keys; a torchrun line gives them as options (or write one with --save-config)")
+        if no_python and module:
+            raise UsageError("--no-python and -m: a module runs with Python (torchrun refuses both too)")
+        flags = line_environment_flags(os.environ, given)
+        line = line_flags(given_or_env(given, os.environ, skip=_POD_SOURCED), cpus=_cpus(), gpus=len(visible_gpus()),
+                          node_rank_known="node_rank" in flags)
+    flags.update(line.flags)
+    flags.update(_given(("hang_timeout", "--hang-timeout", hang_timeout), ("on_hang", "--keep-on-hang", "keep" if keep_on_hang else None)))
+    if config is not None:
+        spec = load_config(config, set_ or [], flags=flags)
+    else:
+        spec = spec_from_line(target, script_args, module=module, no_python=no_python, flags=flags)
     if all_frames:  # in each rank's planned environment: the plan, --dry-run and config.yaml show it
         spec = spec.model_copy(update={"env": {**spec.env, ALL_FRAMES_ENV: "1"}})
     first_rank = spec.node_rank * spec.nproc_per_node  # ranks are global: this node's come from here
+    if ranks is not None and line.local_ranks is not None:
+        raise UsageError("--ranks and --local-ranks-filter both pick the ranks shown: give one")
     shown = parse_ranks(ranks, first_rank + spec.nproc_per_node, first_rank) if ranks is not None else None
-    if nproc_per_node is not None:
-        flags["nproc_per_node"] = (nproc_per_node, f"-n {nproc_per_node}")
+    if line.local_ranks is not None:
+        shown = parse_ranks(",".join(str(first_rank + r) for r in sorted(line.local_ranks)), first_rank + spec.nproc_per_node, first_rank)
     located = partial(_located, config, set_ or [], flags)  # errors found later name where the key was set
     if json_ and not dry_run:
         raise UsageError("--json goes with --dry-run (a running job streams its output; see `rpcctl runs --json`)")
+    if save_config is not None:
+        check_output(save_config, "--save-config")
+        located(lambda: check_before_spawn(spec))
+        write_output(save_config, dump_spec(spec), "--save-config")
+        console.info(f"rpcctl: wrote {sanitize(str(save_config))}: `rpcctl launch {sanitize(str(save_config))}` runs this job")
+    for notice in line.notices:
+        console.info(sanitize(notice))
     if dry_run:
         plan = located(lambda: _checked_plan(spec, runs_dir))
         sources = value_sources(spec, plan, config, set_ or [], flags)
@@ -95,11 +183,58 @@ def launch(
             ranks_shown=shown,
             config_path=config,
             on_start=page.start if page else None,
+            command_line=["rpcctl", "launch", *raw],
         ))
     finally:
         if page is not None:
             page.stop()  # the page stops with the job
     _conclude(console, record)
+
+
+_POD_SOURCED = ("nnodes", "node_rank", "master_addr", "master_port", "nproc_per_node")  # pod_flags reads their PET_*
+
+
+def _cpus() -> int:
+    """The CPUs this process may use (torchrun's ``torch._utils.cpu_count``)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _spelled(args: list[str], takes: dict[str, bool], to_the_end: bool) -> dict[str, str]:
+    """How each of torchrun's options was written on the line (``--nproc_per_node=2``), for
+    the messages and --dry-run's sources. ``takes``: which options take a value; a torchrun
+    line's options end at the script (``to_the_end``: a config's go on)."""
+    names = {name: option for option in OPTIONS for name in (*option.names, *option.extra)}
+    spelled: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word == "--":
+            break
+        if not word.startswith("-") or len(word) == 1:
+            if not to_the_end:
+                break
+            i += 1
+            continue
+        name, eq, _ = word.partition("=")
+        value = None if eq or not takes.get(name, False) or i + 1 >= len(args) else args[i + 1]
+        if name in names:
+            spelled[names[name].dest] = word if value is None else f"{name} {value}"
+        i += 1 if value is None else 2
+    return spelled
+
+
+def line_environment_flags(env, given: dict[str, tuple[Any, str]]) -> dict[str, tuple[Any, str]]:
+    """A torchrun line's values from the environment (a SLURM step's, else a pod's), as
+    ``environment_flags`` for a config: an Indexed Job's completion index alone is a node rank
+    only for a line of several nodes."""
+    flags = slurm_flags(env)
+    if flags:
+        return flags
+    flags = pod_flags(env, gpus=len(visible_gpus()))
+    nnodes = str(given.get("nnodes", (flags.get("nnodes", (1, ""))[0], ""))[0]).partition(":")[0]
+    if weak_node_rank(flags) and nnodes.strip() in ("", "1"):
+        del flags["node_rank"]
+    return flags
 
 
 def _given(*flags: tuple[str, str, Any]) -> dict[str, tuple[Any, str]]:
@@ -144,7 +279,8 @@ def value_sources(spec, plan: LaunchPlan, config: Path, overrides: list[str], fl
     ``PET_NNODES=2``), ``--set``, the file's line, or the default."""
     rows = []
     for key in SOURCED_KEYS:
-        source, value = locate(config, key, overrides=overrides, flags=flags), getattr(spec, key)
+        value = getattr(spec, key)
+        source = locate(config, key, overrides=overrides, flags=flags) if config is not None else flags.get(key, (None, "default"))[1]
         if source == str(config):  # not in the file: the default
             source = "default"
         if key == "master_port" and value is None:  # several nodes: torchrun's; one: the free port the plan took
@@ -166,7 +302,53 @@ def _located(config: Path, overrides: list[str], flags: dict, action):
     except ConfigError as exc:
         if exc.where or not exc.key:
             raise
-        raise ConfigError(exc.message, where=locate(config, exc.key, overrides=overrides, flags=flags), key=exc.key) from None
+        where = locate(config, exc.key, overrides=overrides, flags=flags) if config is not None else \
+            flags.get(exc.key.split(".")[0], (None, "the command line"))[1]
+        raise ConfigError(exc.message, where=where, key=exc.key) from None
+
+
+RAW_ARGS = "rpcctl_launch_args"
+
+
+class LaunchCommand(TyperCommand):
+    """``rpcctl launch``'s click command: on a torchrun line (the first argument that is not an
+    option is a script, not a .yaml/.yml config), options end at the script, as torchrun's
+    argparse ends them: every word after it is the script's, untouched (``--lr 0.1``, ``-h``,
+    ``--``). A config's line keeps options anywhere (``CONFIG --set K=V``). The words are kept
+    for the run record (``RAW_ARGS``)."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        ctx.meta[RAW_ARGS] = list(args)
+        first = _first_positional(self, args)
+        ctx.allow_interspersed_args = first is None or (first.endswith(CONFIG_SUFFIXES) and not _module_flag(self, args, first))
+        return super().parse_args(ctx, args)
+
+
+def _takes_value(command) -> dict[str, bool]:
+    return {name: not (p.is_flag or p.count) for p in command.params if p.param_type_name == "option" for name in (*p.opts, *p.secondary_opts)}
+
+
+def _first_positional(command, args: list[str]) -> str | None:
+    """The first word that is neither an option nor an option's value."""
+    takes = _takes_value(command)
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word == "--":
+            return args[i + 1] if i + 1 < len(args) else None
+        if word.startswith("-") and len(word) > 1:
+            i += 2 if "=" not in word and takes.get(word, False) else 1
+            continue
+        return word
+    return None
+
+
+def _module_flag(command, args: list[str], first: str) -> bool:
+    return any(word in ("-m", "--module") for word in args[: args.index(first)])
+
+
+# How cli._load builds this command (its class, and what click's context takes).
+launch.command_settings = {"cls": LaunchCommand}  # type: ignore[attr-defined]
 
 
 _RANKS_PART = re.compile(r"([0-9]+)(?:-([0-9]+))?")

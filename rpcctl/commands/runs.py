@@ -10,7 +10,7 @@ import typer
 from rich.text import Text
 
 from rpcctl.launch import control
-from rpcctl.commands.common import FilterOption, JsonOption, RankOption, RunArgument, RunsDirOption, filtered_empty, parse_filters, scalar_fields
+from rpcctl.commands.common import FilterOption, JsonOption, RankOption, RunArgument, RunsDirOption, WideOption, filtered_empty, parse_filters, scalar_fields
 from rpcctl.console import get_console, render_table, sanitize, utc_stamp
 from rpcctl.base.errors import UsageError
 from rpcctl.base.log_times import FollowedFile, LogLine, RankLogReader, lines_of, merged
@@ -32,9 +32,11 @@ def runs(
     json_: JsonOption = False,
     limit: Annotated[int, typer.Option("--limit", help="Show at most this many runs (0: all; default: 20).", show_default=False)] = 20,
     filter_: FilterOption = None,
+    wide: WideOption = False,
 ) -> None:
     """List runs, newest first (damaged records last, with their path). Each run once, by its
-    real directory: a symbolic link in the runs directory is another name for its run."""
+    real directory: a symbolic link in the runs directory is another name for its run. --wide
+    adds the command line each was launched with (COMMAND)."""
     console = get_console()
     filters = parse_filters(filter_, RunRecord.COLUMNS, scalar_fields(RunRecord))
     records, damaged = scan_runs(runs_dir or default_runs_dir())
@@ -56,7 +58,7 @@ def runs(
         return
     shown = [rows[r.run_id] for r in records] + [_damaged_row(d) for d in damaged]
     empty = filtered_empty("runs", filters) or f"no runs in {runs_dir or default_runs_dir()}"
-    console.print(render_table(shown, RunRecord.COLUMNS, empty=empty, hint="--json shows them"))
+    console.print(render_table(shown, RunRecord.COLUMNS, empty=empty, hint="--json shows them", detail=wide))
     for d in damaged:  # the whole path, which the table would cut
         console.print(Text(sanitize(f"damaged: {d.run_dir / 'run.json'}: {d.error}")))
 

@@ -45,6 +45,7 @@ from rpcctl.base.errors import ConfigError
 __all__ = [
     "DEFAULT_PRELOAD", "MAX_CONFIG_BYTES", "MAX_DEPTH", "MAX_EXPANDED_CHARS", "MAX_VALUES", "MAX_VAR_NESTING",
     "JobSpec", "LossesSpec", "RpcSpec", "dump_spec", "expand_vars", "host_problem", "load_config", "locate", "read_config_text",
+    "spec_from_line",
 ]
 
 
@@ -67,10 +68,42 @@ def load_config(
     flags = dict(flags or {})
     if nproc_per_node is not None:
         flags["nproc_per_node"] = (nproc_per_node, f"-n {nproc_per_node}")
+    if isinstance(data, dict) and "script" not in data and "module" not in data and "script" not in flags:
+        raise ConfigError("missing required key 'script'", where=display, key="script")
+    return _validated(data, flags, origins, lines, display, path.stem, path.parent)
+
+
+def spec_from_line(
+    target: str, args: list[str], *, module: bool = False, no_python: bool = False,
+    flags: dict[str, tuple[Any, str]] | None = None,
+) -> JobSpec:
+    """The job of a torchrun line, ``[OPTIONS] SCRIPT ARGS`` or ``-m MODULE ARGS``: ``flags``
+    are its options as config keys (``rpcctl.config.torchrun``). The script is found from the
+    working directory, as torchrun's ranks find it; the ranks see it as typed (``argv0``)."""
+    import shutil
+
+    data: dict[str, Any] = {"args": list(args)}
+    if module:
+        data["module"] = target
+        name = target.rpartition(".")[2]
+    elif no_python and os.sep not in target:  # a program on PATH, as torchrun's exec finds it
+        found = shutil.which(target)
+        if found is None:
+            raise ConfigError(f"program not found: {target} (--no-python runs it as a program: not a file here nor on PATH)", key="script")
+        data.update(script=found, argv0=target, no_python=True)
+        name = Path(target).stem
+    else:
+        data.update(script=target, argv0=target, no_python=no_python)
+        name = Path(target).stem
+    return _validated(data, dict(flags or {}), {}, {}, "the command line", name, Path.cwd())
+
+
+def _validated(data: Any, flags: dict[str, tuple[Any, str]], origins: dict[tuple[str, ...], str], lines: dict,
+               display: str, stem: str, base: Path) -> JobSpec:
     for key, (value, origin) in flags.items():  # command-line flags beat the file and --set
         data[key] = value
         origins[(key,)] = origin
-    data.setdefault("name", path.stem)
+    data.setdefault("name", stem)
     if "name" not in lines and ("name",) not in origins:
         data["name"] = _sanitize_name(str(data["name"]))
 
@@ -79,12 +112,15 @@ def load_config(
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:
         raise validation_error(exc, where, data) from None
-
+    if spec.script is None:  # a module: Python finds it in the ranks, from the working directory
+        return spec
     script = spec.script.expanduser()
     if not script.is_absolute():
-        script = (path.parent / script).resolve()
+        script = (base / script).resolve()
     if not script.is_file():
         raise ConfigError(f"script not found: {script}", where=where(("script",)), key="script")
+    if spec.no_python and not os.access(script, os.X_OK):
+        raise ConfigError(f"{script} is not executable: --no-python (no_python: true) runs the script as a program", where=where(("script",)), key="script")
     return spec.model_copy(update={"script": script})
 
 

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from rpcctl.config.variables import Expanded
 from rpcctl.base.linear_re import compile_linear
@@ -155,7 +155,10 @@ class JobSpec(_Spec):
     """What the user asked for. Plain data, no I/O: ``plan`` turns it into a ``LaunchPlan``."""
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    script: Path
+    script: Path | None = None  # the Python script each rank runs (or, with no_python, the program)
+    module: str | None = None  # instead of a script: run this module as `python -m MODULE` (torchrun -m)
+    no_python: Bool = False  # run `script` as a program, not with Python (torchrun --no-python)
+    argv0: str | None = None  # the rank's sys.argv[0] (the script as typed on a torchrun line); default: the script's path
     args: list[Scalar] = Field(default_factory=list)
     nproc_per_node: Int = Field(1, ge=1, le=1024)
     env: dict[str, Scalar] = Field(default_factory=dict)
@@ -179,10 +182,33 @@ class JobSpec(_Spec):
     master_addr: str | None = None
     ifname: str | None = None  # network interface for TensorPipe/Gloo; default: the one routing to master_addr
     rdzv_timeout: Float = Field(300.0, gt=0)  # seconds to wait for every node to arrive
+    # Elastic (issue 43): nnodes "MIN:MAX" sets min_nodes and nnodes (MAX); master_addr:master_port
+    # is then torchrun's --rdzv-endpoint. rdzv_last_call: once MIN are there, the wait for more.
+    min_nodes: Int | None = Field(None, ge=1)
+    rdzv_last_call: Float = Field(30.0, ge=0)
     # fork: one process imports `preload` once and forks the ranks (fast); spawn: a fresh
     # interpreter per rank, for scripts that must set things up before torch is imported.
     start_method: Literal["fork", "spawn"] = "fork"
     preload: list[str] = Field(default_factory=lambda: list(DEFAULT_PRELOAD))
+    # torchrun's worker-spec values the ranks see: ROLE_NAME, TORCHELASTIC_RUN_ID (rdzv_id; unset:
+    # the run's id), TORCHELASTIC_SIGNALS_TO_HANDLE; virtual_local_rank: LOCAL_RANK 0 in every rank,
+    # CUDA_VISIBLE_DEVICES its local rank (torchrun --virtual-local-rank).
+    role: str = Field("default", min_length=1)
+    rdzv_id: str | None = Field(None, min_length=1)
+    signals_to_handle: str = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+    virtual_local_rank: Bool = False
+
+    @model_validator(mode="after")
+    def _one_program(self) -> "JobSpec":
+        if self.script is None and self.module is None:
+            raise ValueError("give the script to run (script: train.py) or a module (module: pkg.train)")
+        if self.script is not None and self.module is not None:
+            raise ValueError("script and module are two programs: give one of them")
+        if self.module is not None and self.no_python:
+            raise ValueError("module runs with Python: no_python goes with a script (a program)")
+        if self.module is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", self.module):
+            raise ValueError(f"module {self.module!r} is not a dotted module name (pkg.train)")
+        return self
 
     @field_validator("args")
     @classmethod
@@ -218,6 +244,22 @@ class JobSpec(_Spec):
     @property
     def multi_node(self) -> bool:
         return self.nnodes > 1
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_nodes is not None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _node_range(cls, data: Any) -> Any:
+        """nnodes "MIN:MAX" (torchrun's --nnodes): an elastic job of MIN to MAX nodes."""
+        value = data.get("nnodes") if isinstance(data, dict) else None
+        if isinstance(value, str) and re.fullmatch(r"\s*\d+\s*:\s*\d+\s*", value):
+            low, high = (int(part) for part in value.split(":"))
+            if low > high:
+                raise EntryError(f"nnodes {value!r}: MIN is above MAX", "nnodes")
+            return {**data, "nnodes": high, "min_nodes": low}
+        return data
 
     @field_validator("devices", mode="before")
     @classmethod

@@ -31,10 +31,10 @@ from rpcctl.console import Console, get_console
 from rpcctl.base.errors import ConfigError, JobCancelledError, RpcctlError, UsageError
 from rpcctl.records.events import Events
 from rpcctl.supervise import listeners
-from rpcctl.planning.plan import LaunchPlan, NodeFacts, build_plan, free_port, probe_node
+from rpcctl.planning.plan import LaunchPlan, NodeFacts, build_plan, free_port, probe_node, program
 from rpcctl.planning.preflight import check_before_spawn
 from rpcctl.base.private import private_dir, private_open
-from rpcctl.records.runs import RankState, RunRecord, check_runs_dir, default_runs_dir, hostname, new_run_id, now_iso, save_record
+from rpcctl.records.runs import RankState, RunRecord, bounded_command, check_runs_dir, default_runs_dir, hostname, new_run_id, now_iso, save_record
 from rpcctl.base.states import RunStatus
 from rpcctl.supervise.supervisor import CANCEL_SIGNALS, Supervisor
 
@@ -90,9 +90,11 @@ def launch(
     config_path: Path | None = None,
     telemetry: bool = True,
     on_start: Callable[[RunRecord], None] | None = None,
+    command_line: list[str] | None = None,
 ) -> RunRecord:
     """Run ``spec`` to the end (blocking) and return its run record. ``on_start`` is called
     once the run directory and record exist, before any rank starts (``launch --web``).
+    ``command_line``: the words the launch was typed with, for the record (``rpcctl runs``).
 
     The job's failure is not an exception: look at ``record.status`` (``succeeded``,
     ``failed`` or ``cancelled``) and ``record.root_cause``. Bad specs raise ``ConfigError``
@@ -101,7 +103,7 @@ def launch(
     console = console or get_console()
     with _cancels_raise():
         try:
-            return _launch(spec, runs_dir, console, echo, live, ranks_shown, config_path, telemetry, on_start)
+            return _launch(spec, runs_dir, console, echo, live, ranks_shown, config_path, telemetry, on_start, command_line)
         except _Cancel as cancel:  # before the run directory was made: nothing of the job exists
             said = f"cancelled by {signal.Signals(cancel.signum).name} before the job started"
             with contextlib.suppress(OSError):  # the terminal went away (SIGHUP): the exit code still says it
@@ -140,7 +142,8 @@ def _cancels_raise():
 
 
 def _launch(spec: JobSpec, runs_dir: Path | None, console: Console, echo: bool, live: bool, ranks_shown: set[int] | None,
-            config_path: Path | None, telemetry: bool, on_start: Callable[[RunRecord], None] | None) -> RunRecord:
+            config_path: Path | None, telemetry: bool, on_start: Callable[[RunRecord], None] | None,
+            command_line: list[str] | None = None) -> RunRecord:
     check_before_spawn(spec)  # before meeting other nodes: a mistake here is the same on every node
     cluster = join_cluster(spec, console.info)
     if cluster is not None:
@@ -164,7 +167,8 @@ def _launch(spec: JobSpec, runs_dir: Path | None, console: Console, echo: bool, 
             status=RunStatus.RUNNING,
             run_dir=str(run_dir),
             config_path=str(config_path.resolve()) if config_path else None,
-            script=str(spec.script),
+            script=program(spec),
+            command_line=bounded_command(command_line) if command_line else None,
             world_size=plan.world_size,
             nproc_per_node=plan.nproc_per_node,
             start_method=plan.start_method,

@@ -6,14 +6,18 @@ The torchrun environment contract is built here and only here:
 =============================  ===============================================================
 RANK, LOCAL_RANK               global / node-local rank
 WORLD_SIZE, LOCAL_WORLD_SIZE   number of ranks in the job / on this node
-GROUP_RANK, ROLE_RANK, ...     node rank (0 on one node), and torchelastic's role variables
+GROUP_RANK, GROUP_WORLD_SIZE   node rank (0 on one node), number of nodes
+ROLE_NAME, ROLE_RANK, ...      torchelastic's role variables (``role``; one role: the global rank)
 MASTER_ADDR, MASTER_PORT       rendezvous (loopback on one node)
-TORCHELASTIC_*                 restart count, max restarts, run id, error file (torch's @record)
+TORCHELASTIC_*                 restart count, max restarts, run id (``rdzv_id``, else the run's
+                               id), error file (torch's @record), signals to handle
+TORCH_NCCL_ASYNC_ERROR_HANDLING 1 unless the launcher's environment sets it (as torchrun)
 TP_SOCKET_IFNAME,              TensorPipe and Gloo pinned to the loopback interface on one
 GLOO_SOCKET_IFNAME             node, so nothing listens beyond this machine
 OMP_NUM_THREADS                1 when several ranks share the node and it is not set (as torchrun)
 CUDA_VISIBLE_DEVICES           per the ``devices`` key (left alone with ``inherit``)
-RPCCTL_*                       run id and directory, error and stack files, rpc init spec
+RPCCTL_*                       run id and directory, error and stack files, rpc init spec,
+                               the script's argv[0] as typed (``argv0``)
 =============================  ===============================================================
 """
 
@@ -48,6 +52,7 @@ class NodeFacts:
     launcher_pid: int
     master_addr: str = LOOPBACK
     omp_num_threads_set: bool = False  # the launcher's environment already sets OMP_NUM_THREADS
+    nccl_async_set: bool = False  # ... and TORCH_NCCL_ASYNC_ERROR_HANDLING
 
 
 @dataclass(frozen=True)
@@ -116,20 +121,21 @@ def build_plan(spec: JobSpec, facts: NodeFacts, *, run_id: str, run_dir: Path, r
         rank = spec.node_rank * nproc + local_rank
         env = {
             "RANK": str(rank),
-            "LOCAL_RANK": str(local_rank),
+            "LOCAL_RANK": "0" if spec.virtual_local_rank else str(local_rank),
             "WORLD_SIZE": str(world_size),
             "LOCAL_WORLD_SIZE": str(nproc),
             "GROUP_RANK": str(spec.node_rank),
             "GROUP_WORLD_SIZE": str(spec.nnodes),
-            "ROLE_NAME": "default",
+            "ROLE_NAME": spec.role,
             "ROLE_RANK": str(rank),
             "ROLE_WORLD_SIZE": str(world_size),
             "MASTER_ADDR": master_addr,
             "MASTER_PORT": str(facts.master_port),
-            "TORCHELASTIC_RUN_ID": run_id,
+            "TORCHELASTIC_RUN_ID": spec.rdzv_id or run_id,
             "TORCHELASTIC_RESTART_COUNT": str(restart),
             "TORCHELASTIC_MAX_RESTARTS": str(spec.max_restarts),
             "TORCHELASTIC_ERROR_FILE": str(rank_error_file(run_dir, rank)),
+            "TORCHELASTIC_SIGNALS_TO_HANDLE": spec.signals_to_handle,
             "TP_SOCKET_IFNAME": facts.socket_ifname,
             "GLOO_SOCKET_IFNAME": facts.socket_ifname,
             "RPCCTL_RUN_ID": run_id,
@@ -142,16 +148,22 @@ def build_plan(spec: JobSpec, facts: NodeFacts, *, run_id: str, run_dir: Path, r
         }
         if nproc > 1 and "OMP_NUM_THREADS" not in spec.env and not facts.omp_num_threads_set:
             env["OMP_NUM_THREADS"] = "1"
+        if "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in spec.env and not facts.nccl_async_set:
+            env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"
         device, visible = devices[local_rank]
         if visible is not None:
             env["CUDA_VISIBLE_DEVICES"] = visible
+        if spec.virtual_local_rank:  # torchrun: each rank sees its one device as device 0
+            env["CUDA_VISIBLE_DEVICES"] = visible if visible else str(local_rank)
+        if spec.argv0 is not None:
+            env["RPCCTL_ARGV0"] = spec.argv0
         if rpc:
             env["RPCCTL_RPC"] = rpc
         ranks.append(
             RankPlan(
                 rank=rank,
                 local_rank=local_rank,
-                argv=[*module_command(RUNTIME), str(spec.script), *map(str, spec.args)],
+                argv=[*module_command(RUNTIME), *program_argv(spec)],
                 env={**tuned, **{k: str(v) for k, v in spec.env.items()}, **env},
                 device=device,
                 log=str(rank_log(run_dir, rank)),
@@ -162,7 +174,7 @@ def build_plan(spec: JobSpec, facts: NodeFacts, *, run_id: str, run_dir: Path, r
         run_id=run_id,
         run_dir=str(run_dir),
         name=spec.name,
-        script=str(spec.script),
+        script=program(spec),
         world_size=world_size,
         nproc_per_node=nproc,
         master_addr=master_addr,
@@ -172,6 +184,23 @@ def build_plan(spec: JobSpec, facts: NodeFacts, *, run_id: str, run_dir: Path, r
         restart=restart,
         ranks=ranks,
     )
+
+
+def program(spec: JobSpec) -> str:
+    """What a rank runs, in words: the script's path, or ``-m MODULE``."""
+    return f"-m {spec.module}" if spec.module else str(spec.script)
+
+
+def program_argv(spec: JobSpec) -> list[str]:
+    """What the bootstrap is given (``RankPlan.script_argv``): SCRIPT ARGS, ``-m MODULE ARGS``
+    (run as ``python -m``), or ``--no-python PROGRAM ARGS`` (the rank execs the program)."""
+    if spec.module:
+        head = ["-m", spec.module]
+    elif spec.no_python:
+        head = ["--no-python", str(spec.script)]
+    else:
+        head = [str(spec.script)]
+    return [*head, *map(str, spec.args)]
 
 
 def _place(spec: JobSpec, facts: NodeFacts) -> list[tuple[str, str | None]]:
@@ -217,6 +246,7 @@ def probe_node(spec: JobSpec, master_ip: str | None = None) -> NodeFacts:
             launcher_pid=os.getpid(),
             master_addr=master_ip,
             omp_num_threads_set="OMP_NUM_THREADS" in os.environ,
+            nccl_async_set="TORCH_NCCL_ASYNC_ERROR_HANDLING" in os.environ,
         )
     return NodeFacts(
         hostname=socket.gethostname(),

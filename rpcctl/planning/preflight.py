@@ -55,8 +55,11 @@ def check_before_spawn(spec: JobSpec) -> None:
 
 def check_script(spec: JobSpec) -> None:
     """Every rank runs ``python -m rpcctl.rank.runtime SCRIPT``: a script that does not compile would
-    fail in every rank at once."""
+    fail in every rank at once. A module (``-m``) is found by Python in the ranks, a program
+    (``no_python``) is not Python."""
     script = spec.script
+    if script is None or spec.no_python:
+        return
     try:
         info = script.stat()
         if not stat.S_ISREG(info.st_mode):  # a FIFO would block the read below

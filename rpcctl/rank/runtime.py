@@ -34,6 +34,7 @@ RPCCTL_STACK_FILE          where SIGUSR1 dumps the stacks
 RPCCTL_STORE_BIND          "1": bind rank 0's rendezvous store to MASTER_ADDR only, and keep it
                            up until every rank's rpc.shutdown returned
 RPCCTL_RPC                 JSON of the config's ``rpc:`` section when ``rpc.init`` is true
+RPCCTL_ARGV0               the script's sys.argv[0] as typed on a torchrun line (``argv0``)
 RPCCTL_ALL_FRAMES          "1": keep rpcctl's own frames in an uncaught exception's traceback
                            (``launch --all-frames``; see ``rpcctl.base.frames``)
 =========================  ==================================================================
@@ -69,8 +70,10 @@ _stack_file = None  # kept open for faulthandler.register
 def run_rank(argv: list[str]) -> int:
     """Run ``argv = [SCRIPT, *ARGS]`` as this rank's main program; return its exit code."""
     if not argv:
-        print("usage: python -m rpcctl.rank.runtime SCRIPT [ARGS...]", file=sys.stderr)
+        print("usage: python -m rpcctl.rank.runtime SCRIPT [ARGS...] | -m MODULE [ARGS...] | --no-python PROGRAM [ARGS...]", file=sys.stderr)
         return 2
+    if argv[0] == "--no-python" and len(argv) > 1:  # torchrun --no-python: the program is the rank
+        os.execv(argv[1], [os.environ.get("RPCCTL_ARGV0") or argv[1], *argv[2:]])
     write_whole_lines()
     _install_stack_dumps()
     apply_malloc_env()
@@ -112,6 +115,16 @@ def run_rank(argv: list[str]) -> int:
 
 
 def _run_script(argv: list[str]) -> int:
+    if argv[0] == "-m" and len(argv) > 1:  # as `python -m MODULE ARGS` (torchrun -m)
+        import runpy
+
+        sys.argv = ["-m", *argv[2:]]
+        sys.path[0] = os.getcwd()
+        try:
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        except SystemExit as exc:
+            return _exit_code(exc)
+        return 0
     script = os.path.abspath(argv[0])
     with open(script, "rb") as f:
         source = f.read()
@@ -120,7 +133,7 @@ def _run_script(argv: list[str]) -> int:
     main.__builtins__ = builtins
     main.__spec__ = None
     sys.modules["__main__"] = main
-    sys.argv = [argv[0], *argv[1:]]
+    sys.argv = [os.environ.get("RPCCTL_ARGV0") or argv[0], *argv[1:]]  # as typed on a torchrun line
     # As `python SCRIPT`: the script's folder replaces the bootstrap's own sys.path[0].
     sys.path[0] = os.path.dirname(script)
     code = compile(source, script, "exec", dont_inherit=True)

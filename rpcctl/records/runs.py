@@ -116,6 +116,18 @@ class RunRecord:
     root_cause: Failure | None = None
     # What went wrong around the job, not in it (a log truncated by a full disk, ...).
     warnings: list[str] = field(default_factory=list)
+    # The launch's own command line, as typed (`rpcctl launch --nproc-per-node 2 train.py --lr 0.1`),
+    # at most MAX_COMMAND_ARGS words of MAX_COMMAND_WORD characters each.
+    command_line: list[str] | None = None
+
+    @property
+    def command(self) -> str | None:
+        """The command line in one shell-quoted line, at most 200 characters (the COMMAND cell)."""
+        if not self.command_line:
+            return None
+        import shlex
+
+        return short(shlex.join(str(word) for word in self.command_line), 200)
 
     @property
     def duration_s(self) -> float:
@@ -143,6 +155,7 @@ class RunRecord:
         Column("duration_s", "DURATION", fmt=human_seconds),
         Column("restarts", justify="right", priority=LOW),
         Column("cause", "ROOT CAUSE", wrap=True, priority=HIGH),
+        Column("command", wrap=True, priority=LOW, detail=True),  # --wide (and --json: command_line)
     )
 
     def to_dict(self) -> dict[str, Any]:
@@ -165,6 +178,17 @@ class RunRecord:
         if self.status == RunStatus.RUNNING and not launcher_alive(self):
             return RunStatus.LOST
         return RunStatus(self.status)
+
+
+MAX_COMMAND_ARGS, MAX_COMMAND_WORD = 256, 1024
+
+
+def bounded_command(argv: list[str]) -> list[str]:
+    """A command line as a run record keeps it: words and their count capped."""
+    words = [cap_text(str(word), MAX_COMMAND_WORD) for word in argv[:MAX_COMMAND_ARGS]]
+    if len(argv) > MAX_COMMAND_ARGS:
+        words.append(f"... ({len(argv) - MAX_COMMAND_ARGS} more)")
+    return words
 
 
 def short(text: str, width: int = 60) -> str:

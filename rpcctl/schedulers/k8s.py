@@ -218,6 +218,8 @@ def pod_config(spec: JobSpec, k8s: K8sSpec) -> tuple[str, dict[str, str]]:
     data: dict[str, str] = {}
     if k8s.script_in_image:
         update["script"] = k8s.script_in_image
+    elif spec.script is None:  # a module (-m): the image holds it
+        pass
     else:
         key = spec.script.name if _CONFIGMAP_KEY.fullmatch(spec.script.name) and spec.script.name != CONFIG_KEY else "script.py"
         try:
