@@ -9,6 +9,7 @@ import base64
 import json
 import os
 import pickle
+import re
 import secrets
 import signal
 import socket
@@ -17,7 +18,7 @@ import sys
 import threading
 
 import pytest
-from conftest import ROOT, WORKERS, pids_gone, wait_until
+from conftest import ROOT, WORKERS, assert_no_process_left, only_run, pids_gone, record, wait_until, write_config
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -134,3 +135,113 @@ def test_a_state_forged_without_the_secret_is_refused_and_never_unpickled(story)
     assert "not sealed with this run's secret" in error and "refused" in error
     assert a.proc.returncode == 3
     assert not story["marker"].exists()
+
+
+# -- rpcctl launch of nnodes "1:2" -----------------------------------------------------------------
+
+STEPS = 20
+
+
+def elastic_config(tmp, port: int, checkpoint, **keys):
+    return write_config(
+        tmp, name="grow", script=str(WORKERS / "elastic_train.py"), args=[str(checkpoint), str(STEPS), "0.05", str(tmp / "hold")],
+        nproc_per_node=2, nnodes="1:2", master_addr="127.0.0.1", master_port=port, rdzv_timeout=10, rdzv_last_call=1, **keys,
+    )
+
+
+def launcher(config, runs: str, env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "rpcctl", "launch", str(config), "--no-live", "--runs-dir", runs],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=ROOT, env=env)
+
+
+def all_logs(run_dir) -> str:
+    return "".join(path.read_text() for path in sorted((run_dir / "logs").glob("rank-*.log")))
+
+
+def rank_log(run_dir, rank: int) -> str:
+    path = run_dir / "logs" / f"rank-{rank}.log"
+    return path.read_text() if path.is_file() else ""
+
+
+@pytest.fixture(scope="module")
+def elastic_run(tmp_path_factory):
+    """One elastic job told once, as torchrun's users run theirs: node A starts alone (1:2), node B
+    joins (the world grows from 2 ranks to 4), B's launcher is killed (by its pid) and A goes on
+    alone to the end; the training script resumes from its checkpoint in each round."""
+    tmp = tmp_path_factory.mktemp("elastic_launch")
+    env = {**os.environ, "RPCCTL_SECRET": secrets.token_hex(16), "NO_COLOR": "1", "COLUMNS": "200"}
+    config = elastic_config(tmp, free_port(), tmp / "checkpoint.json")
+    hold = tmp / "hold"  # the ranks wait at this step (tests/workers/elastic_train.py): each round is seen training
+    hold.write_text("3")
+    a = launcher(config, str(tmp / "a"), env)
+    b = None
+    try:
+        run_a = only_run(tmp / "a", timeout=30)
+        wait_until(lambda: "step=3 " in rank_log(run_a, 0), 40, "A's ranks training alone", run_a / "logs")
+        b = launcher(config, str(tmp / "b"), env)
+        run_b = only_run(tmp / "b", timeout=40)
+        wait_until(lambda: re.search(r"resume step=3 rank=\d world=4", all_logs(run_b)), 40, "B's ranks at world 4", run_b / "logs")
+        hold.write_text("6")
+        wait_until(lambda: re.search(r"^step=6 rank=\d world=4", all_logs(run_b), re.M), 30, "B's ranks training at world 4", run_b / "logs")
+        b_ranks = [r["pid"] for r in record(run_b)["ranks"]]
+        os.kill(b.pid, signal.SIGKILL)  # a node lost: its launcher, by its pid
+        b.communicate(timeout=10)
+        wait_until(lambda: len(record(run_a).get("rounds", [])) == 3, 30, "A's third round", run_a / "logs")
+        hold.unlink()
+        a_out, a_err = a.communicate(timeout=60)
+        yield {"a": (a.returncode, a_out, a_err), "run_a": run_a, "run_b": run_b, "b_ranks": b_ranks, "tmp": tmp, "env": env}
+    finally:
+        for proc in (a, b):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+
+
+def test_the_job_grows_and_shrinks_and_the_first_node_goes_on_to_the_end(elastic_run):
+    code, out, err = elastic_run["a"]
+    assert code == 0, err
+    rec = record(elastic_run["run_a"])
+    assert rec["status"] == "succeeded" and rec["restarts"] == 0  # membership changes are not restarts
+    rounds = [(r["nnodes"], r["world_size"]) for r in rec["rounds"]]
+    assert rounds == [(1, 2), (2, 4), (1, 2)], rec["rounds"]
+    whys = [r["why"] for r in rec["rounds"]]
+    assert whys[0] == "start" and "waiting to join" in whys[1] and "was lost" in whys[2], whys
+    assert [len(r["members"]) for r in rec["rounds"]] == [1, 2, 1] and all(r["at"] for r in rec["rounds"])
+    assert "round 1: 2 node(s), world size 4" in err and "round 2: 1 node(s), world size 2" in err
+    assert pids_gone(elastic_run["b_ranks"])  # B's ranks died with its launcher
+    assert_no_process_left(elastic_run["run_a"])
+
+
+def test_every_round_restarts_the_ranks_at_the_new_world_size_rank_and_restart_count(elastic_run):
+    a, b = all_logs(elastic_run["run_a"]), all_logs(elastic_run["run_b"])
+    resumed = re.findall(r"resume step=\d+ rank=(\d) world=(\d) restart=(\d)", a)
+    assert {(w, c) for _, w, c in resumed} == {("2", "0"), ("4", "1"), ("2", "2")}, resumed  # TORCHELASTIC_RESTART_COUNT
+    grown = {int(r) for r, w, _ in resumed if w == "4"}
+    joined = {int(r) for r in re.findall(r"resume step=\d+ rank=(\d) world=4", b)}
+    assert grown | joined == {0, 1, 2, 3} and len(grown) == len(joined) == 2  # a node's ranks side by side
+    assert "world=2" not in b
+
+
+def test_the_training_keeps_its_step_across_rounds(elastic_run):
+    log = all_logs(elastic_run["run_a"]) + all_logs(elastic_run["run_b"])
+    resumes = sorted(int(s) for s in re.findall(r"resume step=(\d+) rank=0 ", log))
+    assert resumes == [0, 3, 6], resumes  # each round from the checkpoint
+    steps = sorted(int(s) for s in re.findall(r"^step=(\d+) rank=0 ", log, re.M))
+    assert steps == list(range(1, STEPS + 1)), steps  # each step once: no round started over
+    assert f"done step={STEPS} rank=0 world=2" in log
+
+
+def test_runs_shows_the_round(elastic_run):
+    shown = subprocess.run([sys.executable, "-m", "rpcctl", "runs", "--runs-dir", str(elastic_run["tmp"] / "a")],
+                           capture_output=True, text=True, cwd=ROOT, env=elastic_run["env"], timeout=60)
+    assert shown.returncode == 0 and "ROUND" in shown.stdout and "2 (1 node)" in shown.stdout, shown.stdout
+
+
+def test_below_min_nodes_the_job_ends_with_one_reason(tmp_path):
+    env = {**os.environ, "RPCCTL_SECRET": secrets.token_hex(16)}
+    config = elastic_config(tmp_path, free_port(), tmp_path / "checkpoint.json")
+    config.write_text(config.read_text().replace("nnodes: '1:2'", "nnodes: '2:2'").replace("rdzv_timeout: 10", "rdzv_timeout: 3"))
+    done = subprocess.run([sys.executable, "-m", "rpcctl", "launch", str(config), "--no-live", "--runs-dir", str(tmp_path / "runs")],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert "did not gather 2 node(s) (--nnodes 2:2) within 3 s" in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -29,7 +29,7 @@ One module per view, over the store's reads (``rpcctl.telemetry.reader``: ``Stor
 SQL outside the writer; these modules hold none)::
 
     rrefs.py    RRefRecord, OwnerSummary: rrefs, rref_owners, leaked_rrefs, ended_rrefs (RRef states, endings)
-    workers.py  WorkerRecord: workers, spawned_name, ended_without_shutdown, shared_worlds (a job of several launches)
+    workers.py  WorkerRecord: workers, spawned_name, ended_without_shutdown, shared_worlds (a job of several launches), shutdown_waits
     gpus.py     DeviceRecord: gpus
     losses.py   LossRecord, LossSummary, LossGrid: losses, line_counts, loss_summaries, loss_grid, sparkline,
                 with_metric, x_axis, plot_losses
@@ -71,7 +71,9 @@ from rpcctl.inspect.rrefs import RREF_STATES, OwnerSummary, RRefRecord, ended_rr
 from rpcctl.inspect.stacks import StackDump, dump_stacks
 from rpcctl.inspect.stragglers import Straggler, stragglers
 from rpcctl.inspect.usage import UsageSample, usage
-from rpcctl.inspect.workers import SharedWorld, WorkerRecord, ended_without_shutdown, shared_worlds, spawned_name, workers
+from rpcctl.inspect.workers import (
+    SharedWorld, WorkerRecord, ended_without_shutdown, shared_worlds, shutdown_waits, spawned_name, workers,
+)
 
 __all__ = [
     "RankAttempt", "rank_attempts",
@@ -81,5 +83,5 @@ __all__ = [
     "AT_EXIT", "AT_SHUTDOWN", "HELD_UNUSED", "BY_ARRIVAL", "BY_STEP", "LEAKED", "RREF_ENDINGS", "RREF_STATES", "DeviceRecord", "LossGrid", "LossRecord", "LossSummary", "OwnerSummary", "RRefRecord", "StackDump",
     "TelemetryCost", "UsageSample", "WorkerRecord", "dump_stacks", "ended_rrefs", "gpus", "has_telemetry", "leaked_rrefs", "line_counts", "loss_grid",
     "loss_summaries", "losses", "metric_names", "NothingToPlot", "plot_losses", "rref_owners", "rrefs", "sparkline", "telemetry_cost", "usage", "with_metric", "workers", "x_axis",
-    "ended_without_shutdown", "SharedWorld", "shared_worlds", "spawned_name", "Progress", "progress", "StoreHistory", "store_history",
+    "ended_without_shutdown", "SharedWorld", "shared_worlds", "shutdown_waits", "spawned_name", "Progress", "progress", "StoreHistory", "store_history",
 ]

@@ -371,3 +371,48 @@ def shared_worlds(run_dir: Path, restart: int | None = None) -> list[SharedWorld
         missing = [name for _, name in sorted(told.get(w, {}).items()) if name and name not in seen]
         shared.append(SharedWorld(w, rdv, size, sorted(ours.get(w, ())), found[w], missing))
     return shared
+
+
+def shutdown_waits(run_dir: Path) -> str | None:
+    """Who this run's processes wait for in ``rpc.shutdown()``: torch's shutdown ends only when
+    every worker of the world has called it, so those still in it (begun, not returned, alive)
+    wait for the workers that have not, found in this run and in the runs it is one job with
+    (``shared_worlds``). One line, e.g. ``ps (pid 7) waits in rpc.shutdown for trainer_2, which
+    ended without calling it (run R, exit code 1)``; None where no one waits there."""
+    run_dir = Path(run_dir)
+    with StoreReader(run_dir) as s:
+        restart = s.latest_restart()
+        rows = s.procs(restart)
+        told, _ = _world_names(s, restart)
+    inside = [r for r in rows if r["rpc_shutdown_at"] is not None and column(r, "rpc_shutdown_done_at") is None and r["ended_at"] is None]
+    if not inside:
+        return None
+    # name -> (its row, the run it is in: None for this one)
+    known: dict[tuple[int, str], tuple[Any, str | None]] = {((column(r, "world") or 0), r["name"]): (r, None) for r in rows if r["name"]}
+    for world in shared_worlds(run_dir, restart):
+        for run_id, other_dir, their_world, _ in world.others:
+            try:
+                with StoreReader(other_dir) as o:
+                    for row in o.procs(o.latest_restart()):
+                        if row["name"] and (column(row, "world") or 0) == their_world:
+                            known[(world.world, row["name"])] = (row, run_id)
+            except Exception:  # noqa: BLE001 - a damaged store beside this one
+                continue
+    parts = []
+    for world in sorted({column(r, "world") or 0 for r in inside}):
+        waiting = [r for r in inside if (column(r, "world") or 0) == world]
+        late = []
+        for _, name in sorted(told.get(world, {}).items()):
+            row, run_id = known.get((world, name), (None, None))
+            there = f"run {run_id}, " if run_id else ""
+            if row is None:
+                late.append(f"{name}, which no run here has (another host or runs directory?)")
+            elif row["rpc_shutdown_at"] is None and row["ended_at"] is not None:
+                code = f"exit code {row['exit_code']}" if column(row, "exit_code") is not None else "ended"
+                late.append(f"{name}, which ended without calling it ({there}{code})")
+            elif row["rpc_shutdown_at"] is None:
+                late.append(f"{name}, which has not called it" + (f" ({run_id})" if run_id else ""))
+        if late:
+            who = ", ".join(f"{r['name'] or 'process'} (pid {r['pid']})" for r in waiting)
+            parts.append(f"{who} {'waits' if len(waiting) == 1 else 'wait'} in rpc.shutdown for {'; '.join(late)}")
+    return "; ".join(parts) or None

@@ -48,6 +48,8 @@ def plan_job(
     the run id and the ranks' rendezvous port for everyone."""
     facts = probe_node(spec, cluster.master_ip if cluster is not None else None)
     run_id = new_run_id(spec.name)
+    if spec.elastic:
+        return _plan_first_round(spec, facts, run_id, runs_dir, cluster, publish)
     if cluster is not None:
         shared = cluster.join(host=facts.hostname, run_id=run_id, pick_port=free_port, extra=publish)
         run_id = shared["run_id"]
@@ -59,10 +61,29 @@ def plan_job(
     return build_plan(spec, facts, run_id=run_id, run_dir=run_dir), facts
 
 
+def _plan_first_round(spec: JobSpec, facts: NodeFacts, run_id: str, runs_dir: Path | None, cluster, publish: dict | None):
+    """Elastic (issue 43): the host's run id, then the first round (once MIN nodes are there,
+    after last_call for more); each node's directory is named by the order nodes first came."""
+    from rpcctl.supervise.elastic import round_plan
+
+    run_id = cluster.open(run_id=run_id, extra=publish)["run_id"]
+    first = cluster.next_round(free_port)
+    name = run_id if cluster.node_index == 0 else f"{run_id}.node{cluster.node_index}"
+    run_dir = (runs_dir or default_runs_dir()).resolve() / name
+    return round_plan(spec, facts, first, run_id=run_id, run_dir=run_dir, restart=0), facts
+
+
 def join_cluster(spec: JobSpec, say=lambda message: None) -> NodeRendezvous | None:
     """The node rendezvous of a multi-node job, once its master resolves (and, on nodes other
     than 0, accepts connections): pods start before their DNS names exist; ``say`` hears what
     is awaited."""
+    if spec.elastic:  # issue 43: MIN:MAX nodes, on torch's elastic rendezvous at master_addr:master_port
+        from rpcctl.supervise.elastic import join_elastic
+
+        if not spec.master_addr:
+            raise ConfigError("an elastic job (nnodes MIN:MAX) needs the rendezvous endpoint, torchrun's --rdzv-endpoint: "
+                              "master_addr (and master_port) of the node that hosts it", key="master_addr")
+        return join_elastic(spec, secret_from_env(), spec.master_port or DEFAULT_MASTER_PORT, say)
     if not spec.multi_node:
         return None
     if not spec.master_addr:
@@ -146,7 +167,11 @@ def _launch(spec: JobSpec, runs_dir: Path | None, console: Console, echo: bool, 
             command_line: list[str] | None = None) -> RunRecord:
     check_before_spawn(spec)  # before meeting other nodes: a mistake here is the same on every node
     cluster = join_cluster(spec, console.info)
-    if cluster is not None:
+    if cluster is not None and spec.elastic:  # the host holds the run's store and watchdog, as node 0 does
+        spec = spec.model_copy(update={"node_rank": cluster.node_rank})
+        console.info(f"rpcctl: elastic job of {spec.min_nodes} to {spec.nnodes} nodes: "
+                     f"{'hosting' if cluster.is_host else 'joining'} the rendezvous at {cluster.where}")
+    elif cluster is not None:
         console.info(f"rpcctl: node {spec.node_rank} of {spec.nnodes}: joining the rendezvous at {spec.master_addr}:{cluster.master_port}")
     telemetry_listener = _telemetry_listener(cluster) if telemetry else None
     publish = {"telemetry_port": telemetry_listener.getsockname()[1]} if telemetry_listener else None
@@ -184,6 +209,11 @@ def _launch(spec: JobSpec, runs_dir: Path | None, console: Console, echo: bool, 
             max_restarts=spec.max_restarts,
             ranks=[RankState(rank=r.rank, local_rank=r.local_rank, device=r.device, log=r.log) for r in plan.ranks],
         )
+        if spec.elastic:  # issue 43: this node's place in the first round, and the round
+            from rpcctl.supervise.elastic import round_entry
+
+            record.nnodes, record.node_rank = cluster.round.nnodes, cluster.round.group_rank
+            record.rounds = [round_entry(cluster.round, "start", now_iso())]
         save_record(record)
         if on_start is not None:
             on_start(record)
@@ -195,7 +225,8 @@ def _launch(spec: JobSpec, runs_dir: Path | None, console: Console, echo: bool, 
     with console.logging_to(run_dir / "launcher.log"):  # the launcher's own story, beside the rank server's output
         server = None
         try:
-            server = _telemetry_server(run_dir, spec, plan.world_size, cluster, telemetry_listener, console) if telemetry else None
+            world = spec.nnodes * plan.nproc_per_node if spec.elastic else plan.world_size  # elastic: the largest world
+            server = _telemetry_server(run_dir, spec, world, cluster, telemetry_listener, console) if telemetry else None
             return _supervise(spec, plan, facts, record, console, server, cluster, live, ranks_shown if echo else set())
         except _Cancel as cancel:  # before the supervisor's handlers: no rank started
             if server is not None:

@@ -110,6 +110,9 @@ class RunRecord:
     ended_at: str | None = None
     restarts: int = 0
     max_restarts: int = 0
+    # Elastic jobs (issue 43): each round of members, as supervise.elastic.round_entry writes it
+    # (round, nnodes, world_size, group_rank, first_rank, members, why, at).
+    rounds: list[dict[str, Any]] = field(default_factory=list)
     reason: str | None = None
     exit_code: int | None = None
     ranks: list[RankState] = field(default_factory=list)
@@ -145,6 +148,14 @@ class RunRecord:
         text = f"rank {cause.rank}: {cause.message}" if cause.rank >= 0 else cause.message
         return short(" ".join(text.split()))  # one line in a table cell, whatever the message holds
 
+    @property
+    def round(self) -> str | None:
+        """An elastic job's latest round and its nodes (the ROUND cell of ``rpcctl runs``)."""
+        if not self.rounds or not isinstance(self.rounds[-1], dict):
+            return None
+        last = self.rounds[-1]
+        return f"{last.get('round')} ({last.get('nnodes')} node{'s' if last.get('nnodes') != 1 else ''})"
+
     # ``rpcctl runs``: the table and ``--filter`` come from these (keys: fields or properties).
     COLUMNS: ClassVar[tuple[Column, ...]] = (
         Column("run_id", "RUN", priority=KEY),
@@ -154,6 +165,7 @@ class RunRecord:
         Column("started_at", "STARTED", fmt=human_time),
         Column("duration_s", "DURATION", fmt=human_seconds),
         Column("restarts", justify="right", priority=LOW),
+        Column("round", "ROUND", priority=LOW),  # elastic jobs only
         Column("cause", "ROOT CAUSE", wrap=True, priority=HIGH),
         Column("command", wrap=True, priority=LOW, detail=True),  # --wide (and --json: command_line)
     )

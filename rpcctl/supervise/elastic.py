@@ -164,6 +164,16 @@ class ElasticRendezvous:
     def where(self) -> str:
         return f"{self.settings.endpoint}:{self.settings.port}"
 
+    # What the launcher's telemetry wiring asks of a node rendezvous: the host holds the run's
+    # store (node 0's role), the others forward to it on the address they reached it on.
+    @property
+    def node_rank(self) -> int:
+        return 0 if self.is_host else max(1, self.node_index)
+
+    @property
+    def master_ip(self) -> str:
+        return self.ip
+
     # -- meeting --------------------------------------------------------------------------------
     def reach(self, say=lambda message: None) -> str:
         """Decide whether this node hosts the store, and reach it. torchrun's rule, made exact: a
@@ -274,6 +284,26 @@ class ElasticRendezvous:
                 return member
         return None
 
+    def membership_news(self) -> str | None:
+        """Why the round must end for a new one (a node waits to join, a member was lost), or None."""
+        if self.waiting():
+            return "a node is waiting to join"
+        gone = self.lost()
+        return None if gone is None else f"{gone.name()} was lost (its launcher stopped beating for {self.settings.lost_after:g} s)"
+
+    def lost_soon(self, stop=lambda: False) -> str | None:
+        """After a rank of a round of several nodes failed: whether that was a member lost (its
+        ranks' peers fail before its launcher is missed), waiting up to ``lost_after`` to know."""
+        if self.round is None or self.round.nnodes < 2:
+            return None
+        deadline = time.monotonic() + self.settings.lost_after + 1
+        while time.monotonic() < deadline and not stop():
+            news = self.membership_news()
+            if news is not None:
+                return news
+            time.sleep(0.2)
+        return None
+
     def report_failure(self, info: dict[str, Any], *, final: bool = False) -> None:
         key = f"elastic/r{self.round.number if self.round else 0}/failed"
         if not self.store.has(key):
@@ -314,6 +344,40 @@ class ElasticRendezvous:
             self.handler.shutdown()
         except Exception:  # noqa: BLE001 - the store is gone: nothing left to tell
             pass
+
+
+def join_elastic(spec: Any, secret: bytes, port: int, say=lambda message: None) -> ElasticRendezvous:
+    """This node's side of ``spec``'s elastic rendezvous (``nnodes: "MIN:MAX"``), its store reached
+    (or bound: this node hosts it) on ``master_addr:port``, torchrun's ``--rdzv-endpoint``."""
+    settings = ElasticSettings(
+        endpoint=spec.master_addr, port=port, rdzv_id=getattr(spec, "rdzv_id", None) or spec.name, min_nodes=spec.min_nodes,
+        max_nodes=spec.nnodes, nproc=spec.nproc_per_node, join_timeout=spec.rdzv_timeout, last_call=spec.rdzv_last_call,
+        keep_alive=1.0, keep_alive_attempts=3, lost_after=5.0,
+    )
+    node = ElasticRendezvous(settings, secret)
+    node.reach(say)
+    return node
+
+
+def round_plan(spec: Any, facts: Any, rnd: Round, *, run_id: str, run_dir: Any, restart: int) -> Any:
+    """The plan of this node's ranks in round ``rnd``: RANK from the nodes before this one,
+    WORLD_SIZE the round's, MASTER_ADDR/PORT where group rank 0 said its ranks meet."""
+    from dataclasses import replace
+
+    from rpcctl.planning.plan import build_plan
+
+    if any(m.nproc != rnd.members[0].nproc for m in rnd.members):
+        raise RendezvousError("the nodes of an elastic job run the same number of ranks each (nproc_per_node): "
+                              + ", ".join(f"{m.name()}: {m.nproc}" for m in rnd.members))
+    here = spec.model_copy(update={"nnodes": rnd.nnodes, "node_rank": rnd.group_rank})
+    return build_plan(here, replace(facts, master_addr=rnd.master_addr, master_port=rnd.master_port),
+                      run_id=run_id, run_dir=run_dir, restart=restart)
+
+
+def round_entry(rnd: Round, why: str, at: str) -> dict[str, Any]:
+    """A round as the run record lists it (``RunRecord.rounds``)."""
+    return {"round": rnd.number, "nnodes": rnd.nnodes, "world_size": rnd.world_size, "group_rank": rnd.group_rank,
+            "first_rank": rnd.first_rank, "members": rnd.describe(), "why": why, "at": at}
 
 
 def _first_line(exc: BaseException) -> str:

@@ -72,8 +72,10 @@ class Diagnosis:
         return "\n".join([self.headline, *(f"  {line}" for line in self.details)]) + "\n"
 
 
-def diagnose(procs: list[Proc], report: CallsReport, stalled_s: float, groups: list[Any] = (), ended: list[Proc] = ()) -> Diagnosis:
-    """``procs``: the attempt's running processes; ``ended``: its ranks that have ended (``Proc.ended``)."""
+def diagnose(procs: list[Proc], report: CallsReport, stalled_s: float, groups: list[Any] = (), ended: list[Proc] = (),
+             shutdown: str | None = None) -> Diagnosis:
+    """``procs``: the attempt's running processes; ``ended``: its ranks that have ended (``Proc.ended``);
+    ``shutdown``: who waits in rpc.shutdown for whom (``inspect.shutdown_waits``)."""
     by_name = {p.name: p for p in procs if p.name}
     by_proc_id = {p.proc_id: p for p in procs if p.proc_id is not None}
     details = [f"no progress for {human_seconds(stalled_s)}: no call ended, no collective completed, no loss, no output line"]
@@ -130,7 +132,7 @@ def diagnose(procs: list[Proc], report: CallsReport, stalled_s: float, groups: l
     if stopped is not None:
         return Diagnosis(f"{stopped.describe()} is stopped (SIGSTOP or SIGTSTP)", details, stopped)
     places = [f"{p.describe()} at {where(p.main_thread())}" for p in procs if where(p.main_thread())]
-    headline = "no call in flight; " + ("; ".join(places) if places else "see the stacks")
+    headline = "no call in flight; " + (f"{shutdown}; " if shutdown else "") + ("; ".join(places) if places else "see the stacks")
     return Diagnosis(headline, details, None)
 
 

@@ -48,6 +48,7 @@ STACKS_BEFORE_TEARDOWN_S = 2.0  # all ranks together, before a timeout's or a ca
 LOG_TAIL = 20
 # What cancels a job cleanly: Ctrl-C, kill, a closed ssh session or terminal (SIGHUP), Ctrl-\\.
 CANCEL_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+ROUND_ENDS = "round ends"  # an elastic attempt's outcome when the membership changes (issue 43)
 
 
 class Supervisor:
@@ -73,6 +74,7 @@ class Supervisor:
         self.remote_cancel: str | None = None
         self._final_elsewhere = False  # another node failed in a way it will not restart from
         self._next_cluster_poll = 0.0
+        self._next_round_poll, self._round_why = 0.0, ""  # elastic rounds (issue 43)
         self.run_dir = Path(record.run_dir)
         self.cancel_signal: int | None = None
         self._cancel_announced = False
@@ -141,7 +143,12 @@ class Supervisor:
         try:
             while True:
                 outcome = self._attempt(procs, pump, telemetry_env, deadline)
-                if outcome == RunStatus.FAILED and self._may_restart(deadline):
+                if outcome == ROUND_ENDS:  # elastic: not a failure, not a restart counted
+                    procs.reset()
+                    outcome = self._next_round(self._round_why)
+                    if outcome is None:
+                        continue
+                elif outcome == RunStatus.FAILED and self._may_restart(deadline):
                     outcome = self._restart(procs)
                     if outcome is None:
                         continue
@@ -178,6 +185,9 @@ class Supervisor:
         after = cause.message if cause else "failure"
         self.events.publish(Restarting(self.record.restarts + 1, self.spec.max_restarts, after, everywhere=self.cluster is not None))
         procs.reset()
+        if self.spec.elastic:  # issue 43: the nodes meet again on torch's rendezvous; a restart counted
+            self.record.restarts += 1
+            return self._next_round(f"restart {self.record.restarts} after: {after}")
         if self.cluster is None:
             port = self.spec.master_port or free_port()
         else:
@@ -257,6 +267,9 @@ class Supervisor:
                     failure = raised or self._failure(status)
             if failure is None and self.cluster is not None:
                 failure = self._cluster_news()
+            if self.spec.elastic and self._round_ends(failure):  # issue 43: the membership changed
+                self._teardown(procs, states)
+                return ROUND_ENDS
             if failure is None and self.watchdog is not None:
                 failure = self._watch()
             if failure is not None:
@@ -282,6 +295,49 @@ class Supervisor:
                 return RunStatus.CANCELLED
             if changed:
                 self._save()
+
+    # -- elastic rounds (issue 43) ---------------------------------------------------------------
+
+    def _round_ends(self, failure: Failure | None) -> bool:
+        """Whether this round ends for a new one: a node waits to join, or a member was lost (a
+        rank that failed in a round of several nodes may be that loss: it has ``lost_after`` to
+        show). Another node's failure is a failure."""
+        if failure is not None and failure.reason == "remote":
+            return False
+        if failure is None:
+            now = time.monotonic()
+            if now < self._next_round_poll:
+                return False
+            self._next_round_poll = now + 0.5
+            why = self.cluster.membership_news()
+        else:
+            why = self.cluster.lost_soon(stop=lambda: self.cancel_signal is not None)
+        if why is None:
+            return False
+        self._round_why = why
+        self.events.publish(Notice(f"rpcctl: the membership changes ({why}): every rank stops and the nodes meet again"))
+        return True
+
+    def _next_round(self, why: str) -> RunStatus | None:
+        """Meet the nodes again (at least MIN within the join timeout) and plan this node's ranks
+        in the new round: None to run it, or FAILED with one reason."""
+        from rpcctl.supervise.elastic import round_entry, round_plan
+
+        try:
+            rnd = self.cluster.next_round(free_port)
+            plan = round_plan(self.spec, self.facts, rnd, run_id=self.record.run_id, run_dir=self.run_dir, restart=self.plan.restart + 1)
+        except RendezvousError as exc:
+            self.record.root_cause = Failure(-1, None, None, None, "rendezvous", f"{exc} (the last round ended: {why})", now_iso())
+            return RunStatus.FAILED
+        self.plan = plan
+        for rank in plan.ranks:
+            self.tails.setdefault(rank.rank, deque(maxlen=LOG_TAIL))
+        self.record.rounds.append(round_entry(rnd, why, now_iso()))
+        self.record.world_size, self.record.nnodes, self.record.node_rank = plan.world_size, rnd.nnodes, rnd.group_rank
+        self.record.master_addr, self.record.master_port = plan.master_addr, plan.master_port
+        ranks = f"{rnd.first_rank}-{rnd.first_rank + len(plan.ranks) - 1}"
+        self.events.publish(Notice(f"rpcctl: round {rnd.number}: {rnd.nnodes} node(s), world size {rnd.world_size}; ranks {ranks} here"))
+        return None
 
     def _watch(self) -> Failure | None:
         """The watchdog's verdict. A fault of the watchdog's own never changes the job's outcome:

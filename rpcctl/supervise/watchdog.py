@@ -367,7 +367,11 @@ class HangWatchdog:
         texts = [f"── {p.describe()} ──\n(not dumped from this node{p.elsewhere})\n" for p in procs if p.kind == "rank" and not p.local]
         by_pid = {p.pid: p for p in procs}
         texts += look.texts(lambda seen: by_pid[seen.pid].describe() if seen.pid in by_pid else f"rank {seen.rank} (pid {seen.pid})")
-        diagnosis = diagnose(procs, calls, stalled, self._groups, self._ended)
+        try:  # who a shutdown waits for, in this run or the runs it is one job with
+            shutdown = inspect.shutdown_waits(self.run_dir)
+        except Exception:  # noqa: BLE001 - a courtesy: the diagnosis stands without it
+            shutdown = None
+        diagnosis = diagnose(procs, calls, stalled, self._groups, self._ended, shutdown)
         self._gpus = gpu_now.snapshot()  # each GPU's memory and use at the verdict (nvidia-smi: no CUDA here)
         diagnosis.details.extend(g.describe({p.pid: p.describe() for p in procs}) for g in self._gpus or [])
         self.reports += 1
