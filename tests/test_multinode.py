@@ -381,6 +381,27 @@ def test_trainjob_pods_need_no_flags_and_wait_for_dns_and_node_0(hosts, tmp_path
     assert_no_process_left(only_run(tmp_path / "runs0"))
 
 
+def test_a_trainjob_containers_torchrun_line_runs_with_the_word_replaced(hosts, tmp_path):
+    """A TrainJob container's command, torchrun's word replaced by rpcctl launch (issue 39, item 6),
+    with the torch plugin's PET_* variables: the node values come from them, as for a config."""
+    master, secret = "line-node-0-0.line", secrets.token_hex(16)
+    write_hosts(tmp_path / "hosts", {master: hosts[0].address})
+    argv = [sys.executable, "-m", "rpcctl", "launch", "--nproc-per-node", "1", "--no-live", "tests/workers/dist_orders.py", "pg,ar,destroy"]
+    pods = []
+    for i, host in enumerate(hosts):
+        env = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": str(i), "PET_MASTER_ADDR": master, "PET_MASTER_PORT": "29533",
+               "RPCCTL_SECRET": secret, "RPCCTL_RUNS_DIR": str(tmp_path / f"runs{i}")}
+        pods.append(start_pod(host, f"line-node-0-{i}", env, argv, tmp_path / "hosts", tmp_path / f"pod{i}"))
+    finish(*pods, timeout=90)
+    for i, pod in enumerate(pods):
+        assert pod.returncode == 0, read(tmp_path / f"pod{i}", "err")
+        assert f"ok {i} pg,ar,destroy" in read(tmp_path / f"pod{i}", "out")
+    rec0, rec1 = (record(only_run(tmp_path / f"runs{i}")) for i in (0, 1))
+    assert rec0["run_id"] == rec1["run_id"] and rec0["world_size"] == 2 and rec1["node_rank"] == 1
+    assert rec0["command_line"] == ["rpcctl", "launch", *argv[4:]]
+    assert_no_process_left(only_run(tmp_path / "runs0"))
+
+
 def test_indexed_job_pods_from_rpcctl_k8s_fail_together(hosts, tmp_path):
     """The pods of the Indexed Job that `rpcctl k8s` writes, run with that Job's command and
     environment (the Secret's value, the ConfigMap's config, and the JOB_COMPLETION_INDEX the

@@ -317,6 +317,24 @@ def test_srun_launch_on_two_nodes_with_one_shared_runs_dir(pair, tmp_path):
     _check_two_node_records(runs_under(runs))
 
 
+def test_an_sbatch_scripts_torchrun_line_runs_with_the_word_replaced(pair, tmp_path):
+    """The line of a real sbatch script, torchrun's word replaced by rpcctl launch (issue 39, item
+    6): the head node from scontrol, c10d at head:29500, the node rank from the step."""
+    runs = tmp_path / "runs"
+    line = (
+        "head=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1); "
+        f"exec {sys.executable} -m rpcctl launch --nnodes 2 --nproc-per-node 2 --rdzv-id \"$SLURM_JOB_ID\" --rdzv-backend c10d "
+        f"--rdzv-endpoint \"$head:29500\" --no-live --runs-dir {runs} tests/workers/dist_orders.py pg,ar,destroy"
+    )
+    result = pair.run("srun", "-N2", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "--time=3", "bash", "-c", line,
+                      timeout=180, RPCCTL_SECRET=os.urandom(16).hex())
+    assert result.returncode == 0, error_lines(result.stdout + result.stderr) + pair.log_tail()
+    assert all(f"ok {rank} pg,ar,destroy" in result.stdout for rank in range(4)), result.stdout
+    records = runs_under(runs)
+    _check_two_node_records(records)
+    assert records[0]["command_line"][:4] == ["rpcctl", "launch", "--nnodes", "2"]
+
+
 def test_sbatch_on_two_nodes_runs_the_job(pair, tmp_path):
     runs = tmp_path / "runs"
     job_id = sbatch(pair, "configs/parameter_server.yaml", runs, "--nodes", "2", "--set", "nproc_per_node=2")
