@@ -121,16 +121,18 @@ def test_bad_input_is_one_message_and_exit_2_before_any_sampling(profiled):
     assert device.exit_code == 2 and "/dev/null" in device.output and "profiling" not in device.output, device.output
 
 
-def _flame(run_dir, out):
-    result = rpcctl("report", str(run_dir), "-o", str(out))
+@pytest.fixture(scope="module")
+def report(profiled, tmp_path_factory):
+    """`rpcctl report` of the profiled run, once: (the file, its view)."""
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    result = rpcctl("report", str(profiled["run_dir"]), "-o", str(out))
     assert result.returncode == 0, result.stderr
     page = out.read_text()
-    view = json.loads(page.split('<script type="application/json" id="rpcctl-view">')[1].split("</script>")[0])
-    return view
+    return out, json.loads(page.split('<script type="application/json" id="rpcctl-view">')[1].split("</script>")[0])
 
 
-def test_the_report_draws_the_latest_profile_as_a_flame_graph(profiled, tmp_path):
-    view = _flame(profiled["run_dir"], tmp_path / "report.html")
+def test_the_report_draws_the_latest_profile_as_a_flame_graph(report):
+    view = report[1]
     flame = view["figures"]["fig-flame"]
     assert flame["area"] == "profile" and flame["data"][0]["type"] == "icicle"
     labels = flame["data"][0]["labels"]
@@ -140,10 +142,8 @@ def test_the_report_draws_the_latest_profile_as_a_flame_graph(profiled, tmp_path
 
 
 @pytest.mark.browser
-def test_the_flame_graph_opens_in_the_browser(profiled, browser, tmp_path):  # noqa: F811
-    out = tmp_path / "report.html"
-    _flame(profiled["run_dir"], out)
-    browser.open(out.resolve().as_uri())
+def test_the_flame_graph_opens_in_the_browser(profiled, report, browser):  # noqa: F811
+    browser.open(report[0].resolve().as_uri())
     browser.wait_for("return window.rpcctlView && window.rpcctlView.draws >= 1", 60, "the report's first draw")
     drawn = browser.wait_for("var el = document.getElementById('fig-flame'); return el && el.data && el.querySelectorAll('.slice').length", 30,
                              "the flame graph's boxes")

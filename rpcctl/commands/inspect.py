@@ -37,6 +37,7 @@ from rpcctl.console import KEY, Column, fmt_loss, get_console, render_table, san
 from rpcctl.base.errors import RpcctlError, RunNotFoundError, UsageError
 from rpcctl.base.frames import hide_own_frames
 from rpcctl.inspect.stacks import StoppedRankError, native_stacks_of
+from rpcctl.base.native_stacks import TIMEOUT_S as NATIVE_TIMEOUT_S
 from rpcctl.records.runs import load_record, resolve_run
 from rpcctl.base.stacks import stopped_message
 from rpcctl.base.states import RankStatus, RunStatus
@@ -442,7 +443,7 @@ def _explain_lines(lines: list[str], json_: bool) -> None:
 def stack(
     run: RunArgument = None,
     rank: Annotated[Optional[list[int]], rank_option("Rank to dump", "every running rank")] = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for each rank's dump (default: 5).", show_default=False)] = 5.0,
+    timeout: Annotated[Optional[float], typer.Option("--timeout", help="Seconds to wait for each rank's dump (default: 5; with --native, for each process: 10).", show_default=False)] = None,
     all_frames: Annotated[bool, typer.Option("--all-frames", help="Show rpcctl's own threads and frames too (the files in stacks/ keep them).")] = False,
     native: Annotated[bool, typer.Option("--native", help="Read each process from outside (py-spy): Python frames with the native ones of their C calls, every thread, the rank and every process under it; works when the rank cannot run Python.")] = False,
     runs_dir: RunsDirOption = None,
@@ -466,7 +467,8 @@ def stack(
     first = True
     stopped: list[str] = []
     if native:
-        ranks = _print_native(console, run_dir, ranks, timeout, all_frames)  # the ranks it could not read
+        ranks = _print_native(console, run_dir, ranks, NATIVE_TIMEOUT_S if timeout is None else timeout, all_frames)  # the ranks it could not read
+    timeout = 5.0 if timeout is None else timeout
     for r in ranks:
         try:
             dumps = sdk.dump_stacks(run_dir, r, timeout=timeout)
@@ -496,8 +498,7 @@ def _print_native(console: Any, run_dir: Path, ranks: list[int], timeout: float,
     from rpcctl.base import native_stacks
 
     fallback, told = [], set()
-    for r in ranks:
-        dumps = native_stacks_of(run_dir, r, timeout=timeout)
+    for r, dumps in native_stacks_of(run_dir, ranks, timeout=timeout).items():
         if not any(d.dump.error is None for d in dumps):
             why = native_stacks.refused_hint() if any(d.dump.refused for d in dumps) else (dumps[0].dump.error if dumps else "gone")
             if why not in told:

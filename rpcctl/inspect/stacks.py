@@ -69,18 +69,14 @@ class NativeStackDump:
     dump: native_stacks.NativeDump
 
 
-def native_dumps(rank: int, pid: int, timeout: float = native_stacks.TIMEOUT_S) -> list[NativeStackDump]:
-    """The rank at ``pid`` and every process under it, each read by py-spy within ``timeout``
-    (all at once). A stopped process is read as any other: ptrace needs nothing of it."""
-    procs = native_stacks.tree(pid)
-    read = native_stacks.read([p for p, _ in procs], timeout)
-    return [NativeStackDump(rank, p, "rank" if p == pid else "child", cmdline, read[p]) for p, cmdline in procs]
-
-
-def native_stacks_of(run_dir: Path, rank: int, timeout: float = native_stacks.TIMEOUT_S) -> list[NativeStackDump]:
-    """``rpcctl stack --native``: a live rank's native stacks and its processes' (``native_dumps``)."""
-    state = live_rank(run_dir, rank)
-    return native_dumps(rank, state.pid, timeout)
+def native_stacks_of(run_dir: Path, ranks: list[int], timeout: float = native_stacks.TIMEOUT_S) -> dict[int, list[NativeStackDump]]:
+    """``rpcctl stack --native``: each live rank of ``ranks`` and every process under it, all read
+    at once by one py-spy each, each within ``timeout`` (64 ranks cost one timeout, not 64). A
+    stopped process is read as any other: ptrace needs nothing of it."""
+    trees = {rank: (state.pid, native_stacks.tree(state.pid)) for rank, state in ((r, live_rank(run_dir, r)) for r in ranks)}
+    read = native_stacks.read([p for _, tree in trees.values() for p, _ in tree], timeout)
+    return {rank: [NativeStackDump(rank, p, "rank" if p == pid else "child", cmdline, read[p]) for p, cmdline in tree]
+            for rank, (pid, tree) in trees.items()}
 
 
 def live_rank(run_dir: Path, rank: int):
