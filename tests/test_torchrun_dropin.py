@@ -148,6 +148,43 @@ def test_inspect_views_work_on_a_line_run(runs):
     assert _cli("logs", run_dir).exit_code == 0
 
 
+@pytest.fixture(scope="module")
+def programs(tmp_path_factory):
+    """-m MODULE and --no-python PROGRAM, one rank each, under torchrun and rpcctl launch."""
+    tmp = tmp_path_factory.mktemp("programs")
+    (tmp / "dumpmod.py").write_text(DUMP)
+    (tmp / "prog.sh").write_text('#!/bin/sh\nprintf "%s\\n" "$0" "$@" > "$DUMP_DIR/argv-$RANK"\nenv > "$DUMP_DIR/env-$RANK"\n')
+    (tmp / "prog.sh").chmod(0o700)
+    out = {}
+    for form in (["-m", "dumpmod", "--lr", "0.1"], ["--no-python", "./prog.sh", "--lr", "0.1"]):
+        for name, head in (("torchrun", TORCHRUN), ("rpcctl", [sys.executable, "-m", "rpcctl", "launch", "--no-live"])):
+            dump = tmp / f"dump-{name}{form[0]}"
+            result = subprocess.run([*head, "--nproc-per-node", "1", "--rdzv-id", "progs", "--master-port", str(free_port()), *form], cwd=tmp, env=_env(tmp, dump),
+                                    capture_output=True, text=True, timeout=90)
+            assert result.returncode == 0, (name, form, result.stdout, result.stderr)
+            out[name, form[0]] = dump
+    for run_dir in (p for p in (tmp / "runs").iterdir() if (p / "run.json").is_file()):
+        assert_no_process_left(run_dir)
+    return out
+
+
+def test_a_module_runs_as_torchruns_does(programs):
+    theirs, ours = (_ranks(programs[name, "-m"], 1)[0] for name in ("torchrun", "rpcctl"))
+    assert ours["argv"] == theirs["argv"] and ours["argv"][0].endswith("dumpmod.py") and ours["argv"][1:] == ["--lr", "0.1"]
+    assert {k: v for k, v in _contract(ours).items() if k not in KNOWN_DIFFERENT} == {k: v for k, v in _contract(theirs).items() if k not in KNOWN_DIFFERENT}
+
+
+def test_a_program_runs_as_torchruns_does(programs):
+    """--no-python: the rank is the program (its argv as torchrun gives it), with the contract."""
+    def seen(dump: Path) -> tuple[str, dict[str, str]]:
+        return (dump / "argv-0").read_text(), dict(line.split("=", 1) for line in (dump / "env-0").read_text().splitlines() if "=" in line)
+
+    theirs, ours = seen(programs["torchrun", "--no-python"]), seen(programs["rpcctl", "--no-python"])
+    assert ours[0] == theirs[0] == "./prog.sh\n--lr\n0.1\n"
+    mine, torch_ = ({k: env.get(k) for k in CONTRACT if k not in KNOWN_DIFFERENT} for env in (ours[1], theirs[1]))
+    assert mine == torch_ and mine["RANK"] == "0"
+
+
 # ---------------------------------------------------------------------------------------------
 # Every option of torch's parser, through --dry-run (in-process: typer's runner)
 

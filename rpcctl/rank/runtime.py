@@ -72,8 +72,9 @@ def run_rank(argv: list[str]) -> int:
     if not argv:
         print("usage: python -m rpcctl.rank.runtime SCRIPT [ARGS...] | -m MODULE [ARGS...] | --no-python PROGRAM [ARGS...]", file=sys.stderr)
         return 2
-    if argv[0] == "--no-python" and len(argv) > 1:  # torchrun --no-python: the program is the rank
-        os.execv(argv[1], [os.environ.get("RPCCTL_ARGV0") or argv[1], *argv[2:]])
+    if argv[0] == "--no-python" and len(argv) > 1:  # torchrun --no-python: the program is the rank, by the path typed
+        typed = os.environ.get("RPCCTL_ARGV0") or argv[1]  # (a script's $0 is the path it was run by)
+        os.execv(typed if os.sep in typed and os.path.isfile(typed) else argv[1], [typed, *argv[2:]])
     write_whole_lines()
     _install_stack_dumps()
     apply_malloc_env()
