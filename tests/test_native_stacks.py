@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -168,3 +169,15 @@ def test_the_verdict_records_each_gpus_memory_and_use_as_nvidia_smi_tells_it(hun
     assert "  GPU 1 (NVIDIA H100 80GB HBM3): 0.0 GiB of 79.6 GiB used, ? busy; no process of its own" in diagnosis, diagnosis
     gpus = json.loads((hung[0] / "hang" / "gpus.json").read_text())
     assert [(g["index"], g["memory_total_bytes"], g["utilization_pct"]) for g in gpus] == [(0, 81559 * 2**20, 0), (1, 81559 * 2**20, None)], gpus
+
+
+def test_a_stopped_rank_is_read_as_it_stands_and_said_to_be_stopped(hung):
+    """faulthandler cannot answer for a stopped process; py-spy reads its Python frames unpaused."""
+    pid = json.loads((hung[0] / "run.json").read_text())["ranks"][2]["pid"]
+    os.kill(pid, signal.SIGSTOP)  # rank 2 of the job this module started, by its pid
+    try:
+        out, _ = _stack(hung[0], "--rank", "2")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert f"(stopped (SIGSTOP): its Python frames as it stands, no native ones; `kill -CONT {pid}` resumes it)" in out, out
+    assert f"<module> (native_job.py:{_line('every Python thread')})" in out and "PyThread_acquire_lock_timed" not in out, out

@@ -82,13 +82,14 @@ class NativeDump:
     threads: list[NativeThread] = field(default_factory=list)
     error: str | None = None
     refused: bool = False  # not allowed to read it (ptrace): ``refused_hint`` says how to allow it
+    note: str | None = None  # said above the threads (a stopped process: read unpaused, Python frames only)
 
     def text(self, all_frames: bool = True) -> str:
         """py-spy's own layout: a thread header, then its frames innermost first. Without
         ``all_frames``, a thread of rpcctl's own (``rpcctl-telemetry``) is one line."""
         if self.error is not None:
             return f"(no native stack: {self.error})\n"
-        out = []
+        out = [f"({self.note})\n"] if self.note else []
         for thread in self.threads:
             name = f' "{thread.name}"' if thread.name else ""
             out.append(f"Thread 0x{thread.ident:x} (tid {thread.tid}, {thread.state}){name}:\n")
@@ -151,9 +152,13 @@ def read(pids: list[int], timeout: float = TIMEOUT_S) -> dict[int, NativeDump]:
         return {pid: NativeDump(pid, error=MISSING) for pid in pids}
     started: dict[int, subprocess.Popen] = {}
     dumps: dict[int, NativeDump] = {}
+    stopped = {pid for pid in pids if _stopped(pid)}
     for pid in pids:
+        # A stopped process cannot be paused again to unwind its C frames: its Python frames are
+        # read as it stands (py-spy's --nonblocking), and it is said to be stopped.
+        mode = ["--nonblocking"] if pid in stopped else ["--native"]
         try:
-            started[pid] = subprocess.Popen([binary, "dump", "--native", "--json", "--pid", str(pid)], stdin=subprocess.DEVNULL,
+            started[pid] = subprocess.Popen([binary, "dump", *mode, "--json", "--pid", str(pid)], stdin=subprocess.DEVNULL,
                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "RUST_BACKTRACE": "0"})
         except OSError as exc:
             dumps[pid] = NativeDump(pid, error=f"{binary} could not be run: {exc.strerror or exc}")
@@ -167,7 +172,17 @@ def read(pids: list[int], timeout: float = TIMEOUT_S) -> dict[int, NativeDump]:
             dumps[pid] = NativeDump(pid, error=f"py-spy gave no stack within {timeout:g} s")
             continue
         dumps[pid] = _parsed(pid, proc.returncode, out, err)
+        if pid in stopped and dumps[pid].error is None:
+            dumps[pid].note = f"stopped (SIGSTOP): its Python frames as it stands, no native ones; `kill -CONT {pid}` resumes it"
     return {pid: dumps[pid] for pid in pids}
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
 
 
 def _parsed(pid: int, code: int, out: bytes, err: bytes) -> NativeDump:
