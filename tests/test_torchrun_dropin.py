@@ -141,6 +141,24 @@ def test_runs_shows_the_command_line(runs):
     assert "COMMAND" in table.stdout and "rpcctl launch --no-live --save-config job.yaml --nproc_per_node=2" in table.stdout, table.stdout
 
 
+def test_the_command_line_is_kept_bounded_and_shown_sanitized(runs):
+    """A line's words are data: an escape sequence in an argument is shown as its code, never
+    sent to the terminal; a huge line is kept capped (256 words of at most 1,024 characters)."""
+    from rpcctl.console import render_table
+    from rpcctl.records.runs import RunRecord, bounded_command, load_record
+
+    words = bounded_command(["rpcctl", "launch", "train.py", "\x1b[2J\x1b]0;owned\x07", "y" * 5000, *map(str, range(400))])
+    assert len(words) == 257 and words[-1] == "... (149 more)" and len(words[4]) <= 1100
+    record = load_record(runs["run_dirs"][True])
+    record.command_line = words
+    from rich.console import Console
+
+    console = Console(width=400, record=True, force_terminal=False)
+    console.print(render_table([record], RunRecord.COLUMNS, detail=True))
+    text = console.export_text()
+    assert "\x1b" not in text and "\\x1b[2J" in text and "COMMAND" in text
+
+
 def test_inspect_views_work_on_a_line_run(runs):
     run_dir = str(runs["run_dirs"][True])
     workers = _json(_cli("inspect", "workers", run_dir, "--json"))

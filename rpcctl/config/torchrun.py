@@ -58,7 +58,7 @@ OPTIONS: tuple[TorchrunOption, ...] = (  # one row an option, in the order of to
     _o('rdzv_conf', ('--rdzv-conf',), 'KEY=VALUE,...', "KEY=VALUE,...: join_timeout (also timeout) is rdzv_timeout; the other keys tune torch's c10d store and are left out (said once)"),
     _o('standalone', ('--standalone',), None, 'one node on loopback, a free port: what rpcctl does for one node'),
     _o('max_restarts', ('--max-restarts',), 'N', 'max_restarts: restart every rank after a failure, this many times', key='max_restarts'),
-    _o('monitor_interval', ('--monitor-interval',), 'SECONDS', "checked (seconds > 0), then left out: rpcctl's supervisor hears of a rank's exit at once (SIGCHLD from the rank server)", notice=True),
+    _o('monitor_interval', ('--monitor-interval',), 'SECONDS', "checked (seconds > 0), then left out: the rank server tells rpcctl's supervisor of each rank's exit as it reaps it", notice=True),
     _o('start_method', ('--start-method',), 'spawn|fork|forkserver', 'spawn, fork or forkserver: checked; torchrun starts a script with subprocess whatever it says, so rpcctl keeps its own start_method (fork)'),
     _o('event_log_handler', ('--event-log-handler',), 'NAME', "checked, then left out: rpcctl records a run's events in run.json and telemetry.db", notice=True),
     _o('role', ('--role',), 'NAME', "role: the ranks' ROLE_NAME", key='role'),
