@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.timeout(150), pytest.mark.skipif(native_stacks.py_spy(
 
 JOB = textwrap.dedent(
     '''
-    import ctypes, threading
+    import ctypes, subprocess, threading
     from datetime import timedelta
 
     import torch
@@ -44,6 +44,7 @@ JOB = textwrap.dedent(
         while True:
             libc.sleep(60)  # the GIL held in C; a signal ends one sleep, the next begins
     else:
+        subprocess.Popen(["sleep", "300"])  # a process under the rank that is not Python
         lock = threading.Lock()
         lock.acquire()
 
@@ -130,6 +131,7 @@ def test_a_rank_whose_threads_all_wait_on_a_lock_shows_the_lock_live(live):
     _under(out, "PyThread_acquire_lock_timed (libpython", f"<module> (native_job.py:{_line('every Python thread')})")
     _under(out, "PyThread_acquire_lock_timed (libpython", f"wait_for_lock (native_job.py:{_line('        lock.acquire()')})")
     assert '"waiter"' in out, out
+    assert re.search(r"── rank 2 › pid \d+: sleep 300 · native ──\n\(no native stack: not a Python process \(py-spy reads Python processes only\)\)", out), out
 
 
 def test_the_hang_evidence_has_every_ranks_native_frames_and_the_verdict_quotes_them(hung):

@@ -196,6 +196,8 @@ def _parsed(pid: int, code: int, out: bytes, err: bytes) -> NativeDump:
         return NativeDump(pid, error="not allowed to read it (ptrace)", refused=True)
     if not _alive(pid):
         return NativeDump(pid, error="it exited")
+    if "Failed to find python version" in said:
+        return NativeDump(pid, error="not a Python process (py-spy reads Python processes only)")
     first = next((line.strip() for line in said.splitlines() if line.strip()), f"py-spy exited {code}")
     return NativeDump(pid, error=first.removeprefix("Error: ")[:200])
 
