@@ -98,6 +98,12 @@ def test_ranks_see_what_torchrun_ranks_see(runs):
         assert mine["TORCHELASTIC_RUN_ID"] == "dropin" and mine["ROLE_NAME"] == "trainer"
         assert torch_["TORCHELASTIC_USE_AGENT_STORE"] == "True" and mine["TORCHELASTIC_USE_AGENT_STORE"] is None
         assert mine["TORCHELASTIC_ERROR_FILE"].endswith(f"errors/rank-{mine['RANK']}.json")
+        # the whole environment: docs/torchrun.md's known differences are all there is
+        assert set(theirs["env"]) - set(ours["env"]) == {"TORCHELASTIC_USE_AGENT_STORE"}
+        assert {k for k in set(ours["env"]) - set(theirs["env"]) if not k.startswith("RPCCTL_")} <= {
+            "TP_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "PYTHONUNBUFFERED", "PYTHONPATH"}
+        assert {k for k in set(ours["env"]) & set(theirs["env"]) if ours["env"][k] != theirs["env"][k]} == {
+            "MASTER_PORT", "DUMP_DIR", "TORCHELASTIC_ERROR_FILE"}
 
 
 def test_saved_config_runs_the_same_job(runs):
