@@ -89,10 +89,12 @@ def spec_from_line(
     elif no_python and os.sep not in target:  # a program on PATH, as torchrun's exec finds it
         found = shutil.which(target)
         if found is None:
-            raise ConfigError(f"program not found: {target} (--no-python runs it as a program: not a file here nor on PATH)", key="script")
+            raise ConfigError(f"program not found: {target} (--no-python runs it as a program: not a file here nor on PATH)")
         data.update(script=found, argv0=target, no_python=True)
         name = Path(target).stem
     else:
+        if not Path(target).expanduser().is_file():  # one message naming it as typed
+            raise ConfigError(f"script not found: {target} (from {Path.cwd()}: torchrun's ranks look for it there too)")
         data.update(script=target, argv0=target, no_python=no_python)
         name = Path(target).stem
     return _validated(data, dict(flags or {}), {}, {}, "the command line", name, Path.cwd())
