@@ -183,3 +183,25 @@ def test_a_stopped_rank_is_read_as_it_stands_and_said_to_be_stopped(hung):
         os.kill(pid, signal.SIGCONT)
     assert f"(stopped (SIGSTOP): its Python frames as it stands, no native ones; `kill -CONT {pid}` resumes it)" in out, out
     assert f"<module> (native_job.py:{_line('every Python thread')})" in out and "PyThread_acquire_lock_timed" not in out, out
+
+
+def test_the_live_page_serves_every_ranks_native_stacks_when_asked(hung):
+    """`rpcctl web`'s /stacks (the page's token): the same reading as `stack --native`, all ranks."""
+    import http.client
+
+    from test_report import _start_web
+
+    web, url = _start_web(str(hung[0]))
+    try:
+        port, token = int(re.search(r":(\d+)/", url).group(1)), url.split("token=", 1)[1]
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.request("GET", f"/stacks?token={token}")
+        answer = conn.getresponse()
+        text = answer.read().decode()
+    finally:
+        web.terminate()  # our rpcctl web, by its pid
+        web.communicate(timeout=30)
+    assert answer.status == 200 and answer.getheader("Content-Type") == "text/plain; charset=utf-8", (answer.status, text)
+    assert [int(m) for m in re.findall(r"(?m)^── rank (\d+) \(pid \d+\) · native ──$", text)] == [0, 1, 2], text
+    _under(text, "c10d::Work::wait (libtorch_cpu.so)", f"<module> (native_job.py:{_line('dist.all_reduce')})")
+    _under(text, "sleep (libc.so.6)", f"<module> (native_job.py:{_line('libc.sleep(60)')})")

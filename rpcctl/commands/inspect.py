@@ -36,7 +36,7 @@ from rpcctl.commands.common import (
 from rpcctl.console import KEY, Column, fmt_loss, get_console, render_table, sanitize
 from rpcctl.base.errors import RpcctlError, RunNotFoundError, UsageError
 from rpcctl.base.frames import hide_own_frames
-from rpcctl.inspect.stacks import StoppedRankError, native_stacks_of
+from rpcctl.inspect.stacks import StoppedRankError, native_stacks_of, native_text
 from rpcctl.base.native_stacks import TIMEOUT_S as NATIVE_TIMEOUT_S
 from rpcctl.records.runs import load_record, resolve_run
 from rpcctl.base.stacks import stopped_message
@@ -497,17 +497,16 @@ def _print_native(console: Any, run_dir: Path, ranks: list[int], timeout: float,
     whose processes could be read (py-spy missing, or refused: said once), for faulthandler."""
     from rpcctl.base import native_stacks
 
-    fallback, told = [], set()
+    fallback, told, read = [], set(), {}
     for r, dumps in native_stacks_of(run_dir, ranks, timeout=timeout).items():
-        if not any(d.dump.error is None for d in dumps):
-            why = native_stacks.refused_hint() if any(d.dump.refused for d in dumps) else (dumps[0].dump.error if dumps else "gone")
-            if why not in told:
-                told.add(why)
-                console.warn(why if "faulthandler" in why else f"native stacks: {why}; faulthandler's Python stacks follow")
-            fallback.append(r)
+        if any(d.dump.error is None for d in dumps):
+            read[r] = dumps
             continue
-        for d in dumps:
-            started = "" if d.kind == "rank" else f" › pid {d.pid}: {sanitize(shlex.join(d.cmdline))}"
-            head = f"── rank {r} (pid {d.pid}) · native ──" if d.kind == "rank" else f"── rank {r}{started} · native ──"
-            console.raw(f"{head}\n{sanitize(d.dump.text(all_frames))}\n")
+        why = native_stacks.refused_hint() if any(d.dump.refused for d in dumps) else (dumps[0].dump.error if dumps else "gone")
+        if why not in told:
+            told.add(why)
+            console.warn(why if "faulthandler" in why else f"native stacks: {why}; faulthandler's Python stacks follow")
+        fallback.append(r)
+    if read:
+        console.raw(sanitize(native_text(read, all_frames)))  # names and paths from the rank are data
     return fallback

@@ -79,6 +79,20 @@ def native_stacks_of(run_dir: Path, ranks: list[int], timeout: float = native_st
             for rank, (pid, tree) in trees.items()}
 
 
+def native_text(dumps: dict[int, list[NativeStackDump]], all_frames: bool = False) -> str:
+    """What ``stack --native`` prints of the ranks py-spy could read: each process under a
+    ``── rank R (pid P) · native ──`` header (a child: ``── rank R › pid P: COMMAND · native ──``).
+    The text is the rank's (names, paths): the caller escapes it for where it goes."""
+    import shlex
+
+    out = []
+    for rank, procs in dumps.items():
+        for d in procs:
+            head = f"── rank {rank} (pid {d.pid}) · native ──" if d.kind == "rank" else f"── rank {rank} › pid {d.pid}: {shlex.join(d.cmdline)} · native ──"
+            out.append(f"{head}\n{d.dump.text(all_frames)}\n")
+    return "".join(out)
+
+
 def live_rank(run_dir: Path, rank: int):
     """The RankState of a rank of the run that is running now, as its own pid (else a usage error)."""
     record = load_record(run_dir)

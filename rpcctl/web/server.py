@@ -61,6 +61,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from rpcctl.console import get_console
 from rpcctl.base.errors import RpcctlError
+from rpcctl.web import stacks
 from rpcctl.web.page import render, require_plotly, run_view, view_json
 
 VIEW_PATH = "/api/view"
@@ -430,6 +431,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(HTTPStatus.OK, "text/html; charset=utf-8", render(run_view(self.live.run_dir), api=VIEW_PATH[1:]))
             elif path == VIEW_PATH:
                 self._send(HTTPStatus.OK, "application/json", self.live.view_document())
+            elif path == stacks.PATH:  # native stacks, read when asked (web/stacks.py)
+                self._send(HTTPStatus.OK, "text/plain; charset=utf-8", stacks.live_native_text(self.live.run_dir))
             else:
                 self._send_text(HTTPStatus.NOT_FOUND, "not found")
         except RpcctlError as exc:  # the run went away, or its store cannot be read
