@@ -12,6 +12,7 @@ import pytest
 from conftest import assert_no_process_left, only_run, rpcctl
 
 from rpcctl import inspect
+from rpcctl.console import epoch_of
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -45,6 +46,14 @@ SCRIPT = textwrap.dedent(
         return value
 
 
+    def _call_method(method, rref, *args):  # the PyTorch examples' helpers (rnn: EmbeddingTable, Decoder)
+        return method(rref.local_value(), *args)
+
+
+    def _remote_method(method, rref, *args):
+        return rpc.rpc_sync(rref.owner(), _call_method, args=(method, rref) + args)
+
+
     def parameters():
         return [rpc.RRef(torch.zeros(4))]  # the parameter-server idiom: made here, handed out at once
 
@@ -62,8 +71,13 @@ SCRIPT = textwrap.dedent(
             telemetry.set_hooks(True)
             for rref in (kept, leaky, hidden):
                 rref.to_here()
+            helped = rpc.remote("worker1", Counter)
+            for _ in range(5):  # used only through the helper, then deleted long before the end
+                _remote_method(Counter.bump, helped)
+            helped_at = time.time()
             time.sleep(1.0)  # each RRef older than 0.2 s: listed and described
-            del leaky
+            del leaky, helped
+            print(f"helped last used at {helped_at!r}", flush=True)
             for _ in range(25):  # its release reaches the owner well before the end; busy is used to it
                 busy.rpc_sync().bump()
                 time.sleep(0.1)
@@ -93,7 +107,12 @@ def test_held_until_shutdown_leaked_and_handed_out_rrefs_are_told_apart(tmp_path
     busy = records[f"endings.py:{_line('busy = ')} in main"]
     # rpc.RRef(value) on worker1, whose own handle died at once: its holder's fork names where it was made.
     param = records[f"endings.py:{_line('return [rpc.RRef')} in parameters"]
-    assert len(records) == 4  # the RRef made while the hooks were off is not there
+    assert len(records) == 5  # the RRef made while the hooks were off is not there
+    # Deleted before the end, used only through _remote_method: LAST USED is its last call (issue 40, item 4).
+    helped = records[f"endings.py:{_line('helped = ')} in main"]
+    helped_at = float((run_dir / "logs" / "rank-0.log").read_text().split("helped last used at ", 1)[1].split()[0])
+    assert (helped.state, helped.ending, helped.type) == ("deleted", None, "Counter"), helped
+    assert helped.last_used_at is not None and -1.0 <= helped_at - epoch_of(helped.last_used_at) <= 0.5, (helped, helped_at)
     # kept: last used (to_here) some 3.5 s before rpc.shutdown(), held all the same; busy: in use to the end.
     assert (kept.ending, kept.state) == ("held unused", "deleted")
     assert 3.0 <= kept.unused_s <= 6.0 and kept.shown_state.startswith("held unused "), kept

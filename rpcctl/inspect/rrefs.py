@@ -74,7 +74,7 @@ class RRefRecord:
     restart: int
     world: int = 0  # the RPC world (one init_rpc group: a script that mp.spawns twice has two)
     ending: RRefEnding | None = None  # at shutdown | held unused | leaked (see the module docstring)
-    last_used_at: str | None = None  # the latest use by a holder that kept it to rpc.shutdown() (or when it got it)
+    last_used_at: str | None = None  # the latest use by any holder (of one kept to rpc.shutdown(): or when it got it)
     unused_s: float | None = None  # held unused: how long before rpc.shutdown() it was last used
     # Leaked: distributed autograd contexts its owner still had open at its end (they keep the
     # tensors their calls sent: the likely holder, rather than the program's own list or cache).
@@ -183,7 +183,7 @@ def _rrefs(s: StoreReader, restart: int) -> list[RRefRecord]:
         owner_rank = row["owner_rank"]
         held_to = _held_to_end(mine, freed, procs)
         at_shutdown = held_to is not None
-        last_used, unused_s = _last_use(mine, procs) if at_shutdown and knows_uses else (None, None)
+        last_used, unused_s = _last_use(mine, procs) if at_shutdown and knows_uses else (_latest_use(mine) if knows_uses else None, None)
         owner_proc = _owner_proc(row, world, procs)
         if _leaked(row, mine, owner_proc):
             ending = LEAKED
@@ -358,6 +358,12 @@ def _last_use(handles: list[sqlite3.Row], procs: dict[int, sqlite3.Row]) -> tupl
     if idle is None or held is None or idle < 0.5 * held:
         return latest, None
     return latest, idle
+
+
+def _latest_use(handles: list[sqlite3.Row]) -> float | None:
+    """The latest use by any holder of an RRef not held into rpc.shutdown() (one deleted before)."""
+    uses = [column(h, "last_used_at") for h in handles if column(h, "last_used_at") is not None]
+    return max(uses) if uses else None
 
 
 def _owner_proc(row: sqlite3.Row, world: int, procs: dict[int, sqlite3.Row]) -> sqlite3.Row | None:

@@ -170,11 +170,13 @@ class Tracker:
     def _released(self, ref: Ref, t: float) -> dict | None:
         """A reported handle died (``hooks._released``)."""
         ref.seen = 3
-        hooks.last_use.pop(ref.oid, None)
+        used = hooks.last_use.pop(ref.oid, None)
         entry = self.sent.pop(id(ref), None)
         self.unconfirmed.pop(id(ref), None)
         if entry is None:
             return None
+        if used is not None:  # its last use, for LAST USED of an RRef deleted before the end
+            self.pending_events.append({"e": "used", "id": entry[1], "fork": entry[2], "t": used})
         return {"e": "rel", "id": entry[1], "fork": entry[2], "t": t}
 
     def _r(self, ref: Ref) -> dict | None:
