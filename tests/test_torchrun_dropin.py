@@ -291,6 +291,8 @@ def test_pet_variables_are_torchruns_defaults(here):
     plan = json.loads(result.stdout[result.stdout.index("{"):])
     assert plan["world_size"] == 2 and plan["ranks"][0]["env"]["TORCHELASTIC_MAX_RESTARTS"] == "3" and plan["ranks"][0]["env"]["ROLE_NAME"] == "pet"
     assert {"key": "nproc_per_node", "value": 2, "source": "PET_NPROC_PER_NODE=2"} in plan["sources"]
+    cpu = _dry("train.py", env={"PET_NPROC_PER_NODE": "auto", "CUDA_VISIBLE_DEVICES": ""})  # torchrun's words, no GPU: the CPUs
+    assert json.loads(cpu.stdout[cpu.stdout.index("{"):])["world_size"] == len(os.sched_getaffinity(0)), cpu.output
     flag = _dry("--role", "line", "train.py", env={"PET_ROLE": "pet"})  # the line beats the environment
     assert json.loads(flag.stdout[flag.stdout.index("{"):])["ranks"][0]["env"]["ROLE_NAME"] == "line"
 

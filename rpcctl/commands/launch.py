@@ -191,7 +191,7 @@ def launch(
     _conclude(console, record)
 
 
-_POD_SOURCED = ("nnodes", "node_rank", "master_addr", "master_port", "nproc_per_node")  # pod_flags reads their PET_*
+_POD_SOURCED = ("nnodes", "node_rank", "master_addr", "master_port")  # pod_flags reads their PET_*
 
 
 def _cpus() -> int:
@@ -230,7 +230,8 @@ def line_environment_flags(env, given: dict[str, tuple[Any, str]]) -> dict[str, 
     flags = slurm_flags(env)
     if flags:
         return flags
-    flags = pod_flags(env, gpus=len(visible_gpus()))
+    # PET_NPROC_PER_NODE is the line's --nproc-per-node (auto, cpu, gpu, N: torchrun's words), read with the rest
+    flags = pod_flags({k: v for k, v in env.items() if k != "PET_NPROC_PER_NODE"}, gpus=len(visible_gpus()))
     nnodes = str(given.get("nnodes", (flags.get("nnodes", (1, ""))[0], ""))[0]).partition(":")[0]
     if weak_node_rank(flags) and nnodes.strip() in ("", "1"):
         del flags["node_rank"]
