@@ -18,6 +18,7 @@ import sys
 import threading
 
 import pytest
+import yaml
 from conftest import ROOT, WORKERS, assert_no_process_left, only_run, pids_gone, record, wait_until, write_config
 
 pytestmark = pytest.mark.timeout(90)
@@ -149,8 +150,10 @@ def elastic_config(tmp, port: int, checkpoint, **keys):
     )
 
 
-def launcher(config, runs: str, env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "rpcctl", "launch", str(config), "--no-live", "--runs-dir", runs],
+def launcher(config, runs: str, env: dict[str, str], *line: str) -> subprocess.Popen:
+    """``rpcctl launch`` of ``config``, or (``line``) of a torchrun line instead."""
+    what = list(line) if line else [str(config)]
+    return subprocess.Popen([sys.executable, "-m", "rpcctl", "launch", "--no-live", "--runs-dir", runs, *what],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=ROOT, env=env)
 
 
@@ -165,12 +168,13 @@ def rank_log(run_dir, rank: int) -> str:
 
 @pytest.fixture(scope="module")
 def elastic_run(tmp_path_factory):
-    """One elastic job told once, as torchrun's users run theirs: node A starts alone (1:2), node B
-    joins (the world grows from 2 ranks to 4), B's launcher is killed (by its pid) and A goes on
+    """One elastic job told once, as torchrun's users run theirs: node A starts alone (1:2, a config),
+    node B (torchrun's line) joins (the world grows from 2 ranks to 4), B's launcher is killed (by its pid) and A goes on
     alone to the end; the training script resumes from its checkpoint in each round."""
     tmp = tmp_path_factory.mktemp("elastic_launch")
     env = {**os.environ, "RPCCTL_SECRET": secrets.token_hex(16), "NO_COLOR": "1", "COLUMNS": "200"}
-    config = elastic_config(tmp, free_port(), tmp / "checkpoint.json")
+    port = free_port()
+    config = elastic_config(tmp, port, tmp / "checkpoint.json")
     hold = tmp / "hold"  # the ranks wait at this step (tests/workers/elastic_train.py): each round is seen training
     hold.write_text("3")
     a = launcher(config, str(tmp / "a"), env)
@@ -178,7 +182,9 @@ def elastic_run(tmp_path_factory):
     try:
         run_a = only_run(tmp / "a", timeout=30)
         wait_until(lambda: "step=3 " in rank_log(run_a, 0), 40, "A's ranks training alone", run_a / "logs")
-        b = launcher(config, str(tmp / "b"), env)
+        b = launcher(None, str(tmp / "b"), env, "--nnodes", "1:2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",  # torchrun's line
+                     "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "grow", "--rdzv-conf", "join_timeout=10,last_call_timeout=1",
+                     str(WORKERS / "elastic_train.py"), *yaml.safe_load(config.read_text())["args"])
         run_b = only_run(tmp / "b", timeout=40)
         wait_until(lambda: re.search(r"resume step=3 rank=\d world=4", all_logs(run_b)), 40, "B's ranks at world 4", run_b / "logs")
         hold.write_text("6")
@@ -235,6 +241,13 @@ def test_runs_shows_the_round(elastic_run):
     shown = subprocess.run([sys.executable, "-m", "rpcctl", "runs", "--runs-dir", str(elastic_run["tmp"] / "a")],
                            capture_output=True, text=True, cwd=ROOT, env=elastic_run["env"], timeout=60)
     assert shown.returncode == 0 and "ROUND" in shown.stdout and "2 (1 node)" in shown.stdout, shown.stdout
+
+
+def test_a_dry_run_of_a_torchrun_elastic_line_meets_no_one(tmp_path):
+    shown = subprocess.run([sys.executable, "-m", "rpcctl", "launch", "--dry-run", "--json", "--nnodes", "1:2", "--nproc-per-node", "2",
+                            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", str(WORKERS / "elastic_train.py")],
+                           capture_output=True, text=True, cwd=ROOT, env={**os.environ, "RPCCTL_SECRET": secrets.token_hex(16)}, timeout=60)
+    assert shown.returncode == 0 and json.loads(shown.stdout[shown.stdout.index("{"):])["world_size"] == 4, shown.stderr  # node 0 of MAX
 
 
 def test_below_min_nodes_the_job_ends_with_one_reason(tmp_path):

@@ -307,8 +307,7 @@ def test_nproc_per_node_words_mean_what_torchrun_makes_of_them(here):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--nnodes", "1:2", "train.py"], ["--nnodes 1:2", "issue 43"]),
-    (["--nnodes=2:4", "train.py"], ["--nnodes=2:4", "elastic"]),
+    (["--nnodes", "2:1", "train.py"], ["nnodes '2:1': MIN is above MAX"]),
     (["--rdzv-backend", "etcd", "train.py"], ["--rdzv-backend etcd", "signed rendezvous"]),
     (["job.yaml", "train.py"], ["a config and a script on one line"]),
     (["missing.py", "--lr", "1"], ["script not found: missing.py"]),

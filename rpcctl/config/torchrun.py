@@ -50,7 +50,7 @@ def _o(dest: str, spellings: tuple[str, ...], metavar: str | None, does: str, **
 
 
 OPTIONS: tuple[TorchrunOption, ...] = (  # one row an option, in the order of torch's parser
-    _o('nnodes', ('--nnodes',), 'N', 'nnodes: N or N:N (MIN:MAX, elastic, is issue 43: exit 2 until then)', key='nnodes'),
+    _o('nnodes', ('--nnodes',), 'N', 'nnodes: N, or MIN:MAX (elastic: docs/multinode.md)', key='nnodes'),
     _o('nproc_per_node', ('--nproc-per-node',), 'N|auto|cpu|gpu', 'nproc_per_node: N, or auto (the GPUs, else the CPUs this process may use), cpu (the CPUs), gpu (the GPUs; none: exit 2, as torchrun fails)', key='nproc_per_node', extra=('-n',)),
     _o('rdzv_backend', ('--rdzv-backend',), 'static|c10d', "static or c10d: both are rpcctl's own signed rendezvous (RPCCTL_SECRET) hosted by node 0; etcd, etcd-v2: exit 2"),
     _o('rdzv_endpoint', ('--rdzv-endpoint',), 'HOST:PORT', "HOST[:PORT] of node 0, which hosts the rendezvous: master_addr and master_port (PORT: 29400 if left out, as torchrun's c10d)"),
@@ -175,11 +175,7 @@ def line_flags(values: Mapping[str, tuple[Any, str]], *, cpus: int, gpus: int, n
             low, _, high = text.partition(":")
             nmin = _int(low, source, 1)
             nmax = _int(high, source, 1) if high else nmin
-            if nmin != nmax:
-                raise UsageError(
-                    f"{source}: elastic membership (between {nmin} and {nmax} nodes) is not in rpcctl yet (issue 43): give one count, --nnodes N"
-                )
-            set_key("nnodes", nmin, source)
+            set_key("nnodes", nmin if nmin == nmax else f"{nmin}:{nmax}", source)  # MIN:MAX: elastic (issue 43)
         elif dest == "nproc_per_node":
             set_key("nproc_per_node", nproc_count(value, source, cpus=cpus, gpus=gpus), source)
         elif dest in ("node_rank", "max_restarts"):
@@ -244,7 +240,7 @@ def line_flags(values: Mapping[str, tuple[Any, str]], *, cpus: int, gpus: int, n
         flags["nnodes"] = (1, standalone[1])  # torchrun: --standalone is one node whatever --nnodes says
     backend = str(values.get("rdzv_backend", ("static", ""))[0])
     nnodes = flags.get("nnodes", (1, ""))[0]
-    if backend == "c10d" and nnodes > 1 and "node_rank" not in flags and not node_rank_known:
+    if backend == "c10d" and isinstance(nnodes, int) and nnodes > 1 and "node_rank" not in flags and not node_rank_known:
         raise UsageError(
             f"{values['rdzv_backend'][1]} on {nnodes} nodes: torch's c10d numbers the nodes as they arrive; rpcctl's rendezvous "
             "needs each node's rank: give --node-rank N (a SLURM step or a pod gives it itself)"
@@ -274,6 +270,8 @@ def _rdzv_conf(text: str, source: str, out: LineValues) -> None:
             raise UsageError(f"{source}: write KEY=VALUE pairs separated by commas ({part!r} has no '=')")
         if key.strip() in _CONF_TIMEOUTS:
             out.flags["rdzv_timeout"] = (_float(value, source), source)
+        elif key.strip() == "last_call_timeout":  # elastic (issue 43): once MIN nodes are there, the wait for more
+            out.flags["rdzv_last_call"] = (_float(value, source), source)
         else:
             left.append(key.strip())
     if left:

@@ -48,7 +48,7 @@ def plan_job(
     the run id and the ranks' rendezvous port for everyone."""
     facts = probe_node(spec, cluster.master_ip if cluster is not None else None)
     run_id = new_run_id(spec.name)
-    if spec.elastic:
+    if spec.elastic and cluster is not None:  # a dry run plans node 0 of MAX nodes
         return _plan_first_round(spec, facts, run_id, runs_dir, cluster, publish)
     if cluster is not None:
         shared = cluster.join(host=facts.hostname, run_id=run_id, pick_port=free_port, extra=publish)
