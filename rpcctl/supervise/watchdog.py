@@ -253,8 +253,9 @@ class HangWatchdog:
         started = epoch_of(record.started_at)
         if started is not None and time.time() - started >= self.timeout and "unwatched" not in self._said:
             self._say_once("unwatched", f"rpcctl: hang_timeout ({human_seconds(self.timeout)}): no process of this job has entered "
-                           "init_rpc or init_process_group, so the hang watchdog has nothing to judge it by (it reads torch RPC "
-                           "calls and collectives; a Monarch job's actors are not watched)")
+                           "init_rpc or init_process_group yet, so the hang watchdog has nothing to judge it by (it reads torch "
+                           "RPC calls and collectives, from the first process that enters one; a Monarch job's actors are not "
+                           "watched)")
 
     # -- evidence ------------------------------------------------------------------------------
     def _facts(self, seen: inspect.Progress, record: RunRecord) -> tuple[list[Proc], float, float | None, float | None] | None:
