@@ -42,6 +42,7 @@ DUMP = """\
 import json, os, sys
 with open(os.path.join(os.environ["DUMP_DIR"], f"rank-{os.environ['RANK']}.json"), "w") as f:
     json.dump({"argv": sys.argv, "env": dict(os.environ)}, f)
+print(f"hello from rank {os.environ['RANK']}")
 """
 ARGS = ["--lr", "0.1", "-h", "--", "--nproc-per-node", "3", "x y"]  # the script's, untouched
 
@@ -61,7 +62,7 @@ def runs(tmp_path_factory):
     """The same line under torchrun, rpcctl launch (with --save-config) and rpcctl launch CONFIG."""
     tmp = tmp_path_factory.mktemp("dropin")
     (tmp / "train.py").write_text(DUMP)
-    options = ["--nproc_per_node=2", "--master-addr", "127.0.0.1", "--rdzv-id", "dropin", "--role", "trainer", "--max-restarts", "0"]
+    options = ["--nproc_per_node=2", "--master-addr", "127.0.0.1", "--rdzv-id", "dropin", "--role", "trainer", "--max-restarts", "0", "--local-ranks-filter", "1"]
     out = {}
     for name in ("torchrun", "rpcctl", "config"):
         port = str(free_port())
@@ -104,6 +105,14 @@ def test_ranks_see_what_torchrun_ranks_see(runs):
             "TP_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "PYTHONUNBUFFERED", "PYTHONPATH"}
         assert {k for k in set(ours["env"]) & set(theirs["env"]) if ours["env"][k] != theirs["env"][k]} == {
             "MASTER_PORT", "DUMP_DIR", "TORCHELASTIC_ERROR_FILE"}
+
+
+def test_the_console_shows_the_local_ranks_filter_picks(runs):
+    for name in ("torchrun", "rpcctl"):
+        shown = runs[name]["result"].stdout + runs[name]["result"].stderr
+        assert "hello from rank 1" in shown and "hello from rank 0" not in shown, (name, shown)
+    config = runs["config"]["result"].stdout  # a console filter, not part of the job: the saved config shows every rank
+    assert "hello from rank 0" in config and "hello from rank 1" in config
 
 
 def test_saved_config_runs_the_same_job(runs):
