@@ -243,6 +243,13 @@ def test_runs_shows_the_round(elastic_run):
     assert shown.returncode == 0 and "ROUND" in shown.stdout and "2 (1 node)" in shown.stdout, shown.stdout
 
 
+def test_inspect_workers_shows_the_round(elastic_run):
+    shown = subprocess.run([sys.executable, "-m", "rpcctl", "inspect", "workers", elastic_run["run_a"].name, "--runs-dir", str(elastic_run["tmp"] / "a")],
+                           capture_output=True, text=True, cwd=ROOT, env=elastic_run["env"], timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"ROUND: 2 \(1 node\(s\), world size 2\), since \S+: \S+ \(pid \d+\) was lost", shown.stdout), shown.stdout
+
+
 def test_a_dry_run_of_a_torchrun_elastic_line_meets_no_one(tmp_path):
     shown = subprocess.run([sys.executable, "-m", "rpcctl", "launch", "--dry-run", "--json", "--nnodes", "1:2", "--nproc-per-node", "2",
                             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", str(WORKERS / "elastic_train.py")],

@@ -228,6 +228,11 @@ def _render_workers(records: list[sdk.WorkerRecord], call: Call) -> Any:
     cost = sdk.telemetry_cost(run_dir) if records else None
     if cost is not None:
         lines.append(Text(cost.describe(), style="dim"))
+    rounds = load_record(run_dir).rounds  # an elastic job (issue 43): the round these ranks are in
+    if rounds and isinstance(rounds[-1], dict):
+        last = rounds[-1]
+        lines.insert(0, Text.assemble(("ROUND: ", "cyan"), sanitize(
+            f"{last.get('round')} ({last.get('nnodes')} node(s), world size {last.get('world_size')}), since {last.get('at')}: {last.get('why')}")))
     return Group(table, "", *lines) if lines else table
 
 
