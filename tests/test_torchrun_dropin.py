@@ -306,6 +306,14 @@ def test_pet_variables_are_torchruns_defaults(here):
     assert json.loads(flag.stdout[flag.stdout.index("{"):])["ranks"][0]["env"]["ROLE_NAME"] == "line"
 
 
+def test_a_c10d_endpoint_on_port_0_is_a_free_port(here):
+    """`--rdzv-backend c10d --rdzv-endpoint localhost:0` (what --standalone means to torchrun): one node, a free port."""
+    result = _dry("--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", "train.py")
+    plan = json.loads(result.stdout[result.stdout.index("{"):])
+    assert result.exit_code == 0 and plan["master_port"] > 0 and plan["ranks"][0]["env"]["MASTER_PORT"] == str(plan["master_port"])
+    assert _dry("--rdzv-endpoint", "n0:70000", "train.py").exit_code == 2
+
+
 def test_nproc_per_node_words_mean_what_torchrun_makes_of_them(here):
     cpus = len(os.sched_getaffinity(0))
     for word in ("auto", "cpu"):

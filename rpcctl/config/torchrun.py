@@ -234,7 +234,8 @@ def line_flags(values: Mapping[str, tuple[Any, str]], *, cpus: int, gpus: int, n
     if endpoint and str(endpoint[0]).strip():
         host, port = _endpoint(str(endpoint[0]).strip(), endpoint[1])
         set_key("master_addr", host, endpoint[1])
-        set_key("master_port", port, endpoint[1])
+        if port:  # HOST:0, as --standalone's own localhost:0: a free port
+            set_key("master_port", port, endpoint[1])
     standalone = values.get("standalone")
     if standalone and standalone[0]:
         flags["nnodes"] = (1, standalone[1])  # torchrun: --standalone is one node whatever --nnodes says
@@ -256,7 +257,10 @@ def _endpoint(text: str, source: str) -> tuple[str, int]:
         host, _, port = text.rpartition(":") if text.count(":") == 1 else (text, "", "")
     if not host:
         raise UsageError(f"{source}: write HOST:PORT of node 0")
-    return host, (_int(port, source, 1) if port else C10D_DEFAULT_PORT)
+    number = _int(port, source) if port else C10D_DEFAULT_PORT
+    if number > 65535:
+        raise UsageError(f"{source}: {number} is not a port (1-65535, or 0: a free one)")
+    return host, number
 
 
 _CONF_TIMEOUTS = ("join_timeout", "timeout")
