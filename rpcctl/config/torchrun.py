@@ -53,7 +53,7 @@ OPTIONS: tuple[TorchrunOption, ...] = (  # one row an option, in the order of to
     _o('nnodes', ('--nnodes',), 'N', 'nnodes: N, or MIN:MAX (elastic: docs/multinode.md)', key='nnodes'),
     _o('nproc_per_node', ('--nproc-per-node',), 'N|auto|cpu|gpu', 'nproc_per_node: N, or auto (the GPUs, else the CPUs this process may use), cpu (the CPUs), gpu (the GPUs; none: exit 2, as torchrun fails)', key='nproc_per_node', extra=('-n',)),
     _o('rdzv_backend', ('--rdzv-backend',), 'static|c10d', "static or c10d: both are rpcctl's own signed rendezvous (RPCCTL_SECRET) hosted by node 0; etcd, etcd-v2: exit 2"),
-    _o('rdzv_endpoint', ('--rdzv-endpoint',), 'HOST:PORT', "HOST[:PORT] of node 0, which hosts the rendezvous: master_addr and master_port (PORT: 29400 if left out, as torchrun's c10d)"),
+    _o('rdzv_endpoint', ('--rdzv-endpoint',), 'HOST:PORT', "HOST[:PORT] of node 0, which hosts the rendezvous: master_addr and master_port (PORT: 29400 if left out, as torchrun's c10d; 0, one node: a free port)"),
     _o('rdzv_id', ('--rdzv-id',), 'ID', "rdzv_id: the ranks' TORCHELASTIC_RUN_ID (unset: the run's id)", key='rdzv_id'),
     _o('rdzv_conf', ('--rdzv-conf',), 'KEY=VALUE,...', "KEY=VALUE,...: join_timeout (also timeout) is rdzv_timeout; the other keys tune torch's c10d store and are left out (said once)"),
     _o('standalone', ('--standalone',), None, 'one node on loopback, a free port: what rpcctl does for one node'),
