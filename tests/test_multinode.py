@@ -186,7 +186,7 @@ def test_restarts_across_nodes_run_out_together(hosts, tmp_path, secret):
 
 def test_a_node_that_does_not_come_back_ends_the_job_with_its_name(hosts, tmp_path, secret):
     _, b = hosts
-    config = write_config(tmp_path, nproc_per_node=1, args=["0=hang", "1=hang"], max_restarts=2, rdzv_timeout=15)
+    config = write_config(tmp_path, nproc_per_node=1, args=["0=hang", "1=hang"], max_restarts=2, rdzv_timeout=6)
     node0, node1 = start_both(hosts, config, tmp_path)
     run1 = only_run(tmp_path / "n1", timeout=60)
     wait_until(lambda: all(r["state"] == "running" for r in record(run1)["ranks"]), 60, "node 1's rank running")
@@ -194,7 +194,7 @@ def test_a_node_that_does_not_come_back_ends_the_job_with_its_name(hosts, tmp_pa
     (_, err0), _ = finish(node0, node1)
     assert node0.returncode == 1, err0
     assert f"the launcher of node 1 ({b.hostname}) stopped answering" in err0  # the failure that started the restart
-    assert f"root cause: node 1 ({b.hostname}) did not come back for restart 1 within rdzv_timeout (15s)" in err0
+    assert f"root cause: node 1 ({b.hostname}) did not come back for restart 1 within rdzv_timeout (6s)" in err0
     rec0 = record(only_run(tmp_path / "n0"))
     assert rec0["status"] == "failed" and rec0["restarts"] == 0
     assert rec0["root_cause"]["node"] == 1 and rec0["root_cause"]["host"] == b.hostname

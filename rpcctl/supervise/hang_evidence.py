@@ -10,7 +10,8 @@ every thread, through ``rpcctl.inspect.dump_stacks``) and their main thread's CP
 - a thread's Python frames changed, or a thread began or ended (rpcctl's own threads, which
   never run the user's code, are left out: the telemetry sender cycles on its own), or
 - with no RPC call or collective of its own in flight, its main thread ran for at least
-  ``BUSY_SHARE`` of the time between the looks (a fifth: a loaded machine shares its cores): a long computation in one C call keeps its Python
+  ``BUSY_SHARE`` of the time between the looks (a twentieth: a loaded machine shares its cores,
+  and a thread that waits on a lock, a condition or a socket uses next to none): a long computation in one C call keeps its Python
   stack the same. A process waiting in a call or a collective may spin in C while it waits
   (TensorPipe's busy-polling, a CUDA synchronize): its CPU then says nothing.
 
@@ -44,7 +45,8 @@ from rpcctl.base.errors import RpcctlError
 from rpcctl.base.frames import is_own, is_user_file, short_path
 from rpcctl.base.procstat import cpu_seconds
 
-BUSY_SHARE = 0.2  # a main thread on CPU this share of the time between two looks is computing
+BUSY_SHARE = 0.05  # a main thread on CPU this share of the time between two looks is computing (0.2 missed a
+# product that got under a fifth of a core at a load average of 10 on 2 cores)
 DUMP_TIMEOUT_S = 2.0
 NATIVE_TIMEOUT_S = 10.0  # each process's py-spy at a verdict (all at once): libtorch's symbols take ~2 s, more on a loaded machine
 
