@@ -19,6 +19,7 @@ import threading
 
 import pytest
 import yaml
+from hosts import create_pair, destroy_pair, unavailable
 from conftest import ROOT, WORKERS, assert_no_process_left, only_run, pids_gone, record, wait_until, write_config
 
 pytestmark = pytest.mark.timeout(90)
@@ -143,18 +144,29 @@ def test_a_state_forged_without_the_secret_is_refused_and_never_unpickled(story)
 STEPS = 20
 
 
-def elastic_config(tmp, port: int, checkpoint, **keys):
+def elastic_config(tmp, port: int, checkpoint, endpoint: str = "127.0.0.1", **keys):
     return write_config(
         tmp, name="grow", script=str(WORKERS / "elastic_train.py"), args=[str(checkpoint), str(STEPS), "0.05", str(tmp / "hold")],
-        nproc_per_node=2, nnodes="1:2", master_addr="127.0.0.1", master_port=port, rdzv_timeout=10, rdzv_last_call=1, **keys,
+        nproc_per_node=2, nnodes="1:2", master_addr=endpoint, master_port=port, rdzv_timeout=10, rdzv_last_call=1,
+        preload=["torch", "torch.distributed"], **keys,  # each round's ranks fork from a server that imported torch once
     )
 
 
-def launcher(config, runs: str, env: dict[str, str], *line: str) -> subprocess.Popen:
-    """``rpcctl launch`` of ``config``, or (``line``) of a torchrun line instead."""
-    what = list(line) if line else [str(config)]
-    return subprocess.Popen([sys.executable, "-m", "rpcctl", "launch", "--no-live", "--runs-dir", runs, *what],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=ROOT, env=env)
+def launcher(host, config, runs: str, env: dict[str, str], *line: str) -> subprocess.Popen:
+    """``rpcctl launch`` of ``config``, or (``line``) of a torchrun line instead, on an emulated ``host``."""
+    argv = [sys.executable, "-m", "rpcctl", "launch", "--no-live", "--runs-dir", runs, *(list(line) if line else [str(config)])]
+    return subprocess.Popen(host.command(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            cwd=ROOT, env=env)
+
+
+@pytest.fixture(scope="module")
+def hosts():
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    pair = create_pair(f"el{os.getpid() % 10000}", subnet="10.213.43")
+    yield pair
+    destroy_pair(pair)
 
 
 def all_logs(run_dir) -> str:
@@ -167,30 +179,32 @@ def rank_log(run_dir, rank: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def elastic_run(tmp_path_factory):
+def elastic_run(tmp_path_factory, hosts):
     """One elastic job told once, as torchrun's users run theirs: node A starts alone (1:2, a config),
     node B (torchrun's line) joins (the world grows from 2 ranks to 4), B's launcher is killed (by its pid) and A goes on
-    alone to the end; the training script resumes from its checkpoint in each round."""
+    alone to the end; the training script resumes from its checkpoint in each round. A and B are
+    emulated hosts (network namespaces joined by a veth pair, as tests/test_multinode.py's)."""
     tmp = tmp_path_factory.mktemp("elastic_launch")
     env = {**os.environ, "RPCCTL_SECRET": secrets.token_hex(16), "NO_COLOR": "1", "COLUMNS": "200"}
-    port = free_port()
-    config = elastic_config(tmp, port, tmp / "checkpoint.json")
+    host_a, host_b = hosts
+    port = 29843
+    config = elastic_config(tmp, port, tmp / "checkpoint.json", host_a.address)
     hold = tmp / "hold"  # the ranks wait at this step (tests/workers/elastic_train.py): each round is seen training
     hold.write_text("3")
-    a = launcher(config, str(tmp / "a"), env)
+    a = launcher(host_a, config, str(tmp / "a"), env)
     b = None
     try:
         run_a = only_run(tmp / "a", timeout=30)
         wait_until(lambda: "step=3 " in rank_log(run_a, 0), 40, "A's ranks training alone", run_a / "logs")
-        b = launcher(None, str(tmp / "b"), env, "--nnodes", "1:2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",  # torchrun's line
-                     "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "grow", "--rdzv-conf", "join_timeout=10,last_call_timeout=1",
+        b = launcher(host_b, None, str(tmp / "b"), env, "--nnodes", "1:2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",  # torchrun's line
+                     "--rdzv-endpoint", f"{host_a.address}:{port}", "--rdzv-id", "grow", "--rdzv-conf", "join_timeout=10,last_call_timeout=1",
                      str(WORKERS / "elastic_train.py"), *yaml.safe_load(config.read_text())["args"])
         run_b = only_run(tmp / "b", timeout=40)
         wait_until(lambda: re.search(r"resume step=3 rank=\d world=4", all_logs(run_b)), 40, "B's ranks at world 4", run_b / "logs")
         hold.write_text("6")
         wait_until(lambda: re.search(r"^step=6 rank=\d world=4", all_logs(run_b), re.M), 30, "B's ranks training at world 4", run_b / "logs")
         b_ranks = [r["pid"] for r in record(run_b)["ranks"]]
-        os.kill(b.pid, signal.SIGKILL)  # a node lost: its launcher, by its pid
+        os.kill(record(run_b)["launcher_pid"], signal.SIGKILL)  # a node lost: its launcher, by its pid
         b.communicate(timeout=10)
         wait_until(lambda: len(record(run_a).get("rounds", [])) == 3, 30, "A's third round", run_a / "logs")
         hold.unlink()
@@ -260,8 +274,8 @@ def test_a_dry_run_of_a_torchrun_elastic_line_meets_no_one(tmp_path):
 def test_below_min_nodes_the_job_ends_with_one_reason(tmp_path):
     env = {**os.environ, "RPCCTL_SECRET": secrets.token_hex(16)}
     config = elastic_config(tmp_path, free_port(), tmp_path / "checkpoint.json")
-    config.write_text(config.read_text().replace("nnodes: '1:2'", "nnodes: '2:2'").replace("rdzv_timeout: 10", "rdzv_timeout: 3"))
+    config.write_text(config.read_text().replace("nnodes: '1:2'", "nnodes: '2:2'").replace("rdzv_timeout: 10", "rdzv_timeout: 1"))
     done = subprocess.run([sys.executable, "-m", "rpcctl", "launch", str(config), "--no-live", "--runs-dir", str(tmp_path / "runs")],
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
     assert done.returncode == 1, done.stderr
-    assert "did not gather 2 node(s) (--nnodes 2:2) within 3 s" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert "did not gather 2 node(s) (--nnodes 2:2) within 1 s" in done.stderr and "Traceback" not in done.stderr, done.stderr
