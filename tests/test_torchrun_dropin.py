@@ -314,6 +314,14 @@ def test_a_c10d_endpoint_on_port_0_is_a_free_port(here):
     assert _dry("--rdzv-endpoint", "n0:70000", "train.py").exit_code == 2
 
 
+def test_the_launchers_own_nccl_setting_is_left_alone(here):
+    """torchrun sets TORCH_NCCL_ASYNC_ERROR_HANDLING=1 only where the launcher's environment does not set it."""
+    ours = _dry("train.py", env={"TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"})
+    assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in json.loads(ours.stdout[ours.stdout.index("{"):])["ranks"][0]["env"], ours.output
+    unset = _dry("train.py", env={"TORCH_NCCL_ASYNC_ERROR_HANDLING": None})
+    assert json.loads(unset.stdout[unset.stdout.index("{"):])["ranks"][0]["env"]["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+
+
 def test_nproc_per_node_words_mean_what_torchrun_makes_of_them(here):
     cpus = len(os.sched_getaffinity(0))
     for word in ("auto", "cpu"):

@@ -255,6 +255,7 @@ def probe_node(spec: JobSpec, master_ip: str | None = None) -> NodeFacts:
         master_port=spec.master_port or free_port(),
         launcher_pid=os.getpid(),
         omp_num_threads_set="OMP_NUM_THREADS" in os.environ,
+        nccl_async_set="TORCH_NCCL_ASYNC_ERROR_HANDLING" in os.environ,
     )
 
 
