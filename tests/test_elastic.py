@@ -51,7 +51,7 @@ class Node:
     def seen(self, key: str) -> list[dict]:
         return [line for line in self.lines if key in line]
 
-    def wait(self, key: str, count: int = 1, timeout: float = 20) -> list[dict]:
+    def wait(self, key: str, count: int = 1, timeout: float = 40) -> list[dict]:
         return wait_until(lambda: len(self.seen(key)) >= count and self.seen(key), timeout, f"{count} '{key}' line(s): {''.join(self.text)}")
 
     def stop(self) -> None:

@@ -352,7 +352,7 @@ def join_elastic(spec: Any, secret: bytes, port: int, say=lambda message: None) 
     settings = ElasticSettings(
         endpoint=spec.master_addr, port=port, rdzv_id=getattr(spec, "rdzv_id", None) or spec.name, min_nodes=spec.min_nodes,
         max_nodes=spec.nnodes, nproc=spec.nproc_per_node, join_timeout=spec.rdzv_timeout, last_call=spec.rdzv_last_call,
-        keep_alive=1.0, keep_alive_attempts=3, lost_after=5.0,
+        keep_alive=1.0, keep_alive_attempts=5, lost_after=5.0,  # torch drops a node unheard for 5 s, when rpcctl calls it lost
     )
     node = ElasticRendezvous(settings, secret)
     node.reach(say)

@@ -25,7 +25,7 @@ def main() -> int:
     last_call = float(sys.argv[6]) if len(sys.argv) > 6 else 1.0
     lost_after = float(sys.argv[7]) if len(sys.argv) > 7 else 3.0
     settings = ElasticSettings(endpoint, port, "test-job", low, high, nproc, join_timeout=15, last_call=last_call,
-                               keep_alive=1, keep_alive_attempts=3, lost_after=lost_after)
+                               keep_alive=1, keep_alive_attempts=5, lost_after=lost_after)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     node = ElasticRendezvous(settings, os.environ["RPCCTL_SECRET"].encode())
