@@ -44,6 +44,15 @@ with open(os.path.join(os.environ["DUMP_DIR"], f"rank-{os.environ['RANK']}.json"
     json.dump({"argv": sys.argv, "env": dict(os.environ)}, f)
 print(f"hello from rank {os.environ['RANK']}")
 """
+ALL_REDUCE = """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(1)
+dist.all_reduce(t)
+dist.destroy_process_group()
+with open(os.path.join(os.environ["DUMP_DIR"], f"reduced-{os.environ['RANK']}"), "w") as f:
+    f.write(str(t.item()))
+"""
 ARGS = ["--lr", "0.1", "-h", "--", "--nproc-per-node", "3", "x y"]  # the script's, untouched
 
 
@@ -183,17 +192,18 @@ def test_inspect_views_work_on_a_line_run(runs):
 
 @pytest.fixture(scope="module")
 def programs(tmp_path_factory):
-    """-m MODULE and --no-python PROGRAM, one rank each, under torchrun and rpcctl launch."""
+    """-m MODULE (2 ranks, a gloo all_reduce) and --no-python PROGRAM (1 rank) under torchrun and
+    rpcctl launch. The -m line names no port: torchrun's standalone rendezvous, MASTER_ADDR localhost."""
     tmp = tmp_path_factory.mktemp("programs")
-    (tmp / "dumpmod.py").write_text(DUMP)
+    (tmp / "dumpmod.py").write_text(DUMP + ALL_REDUCE)
     (tmp / "prog.sh").write_text('#!/bin/sh\nprintf "%s\\n" "$0" "$@" > "$DUMP_DIR/argv-$RANK"\nenv > "$DUMP_DIR/env-$RANK"\n')
     (tmp / "prog.sh").chmod(0o700)
     out = {}
     for form in (["-m", "dumpmod", "--lr", "0.1"], ["--no-python", "./prog.sh", "--lr", "0.1"]):
         for name, head in (("torchrun", TORCHRUN), ("rpcctl", [sys.executable, "-m", "rpcctl", "launch", "--no-live"])):
             dump = tmp / f"dump-{name}{form[0]}"
-            result = subprocess.run([*head, "--nproc-per-node", "1", "--rdzv-id", "progs", "--master-port", str(free_port()), *form], cwd=tmp, env=_env(tmp, dump),
-                                    capture_output=True, text=True, timeout=90)
+            options = ["--nproc-per-node", "2"] if form[0] == "-m" else ["--nproc-per-node", "1", "--rdzv-id", "progs", "--master-port", str(free_port())]
+            result = subprocess.run([*head, *options, *form], cwd=tmp, env=_env(tmp, dump), capture_output=True, text=True, timeout=90)
             assert result.returncode == 0, (name, form, result.stdout, result.stderr)
             out[name, form[0]] = dump
     for run_dir in (p for p in (tmp / "runs").iterdir() if (p / "run.json").is_file()):
@@ -202,9 +212,14 @@ def programs(tmp_path_factory):
 
 
 def test_a_module_runs_as_torchruns_does(programs):
-    theirs, ours = (_ranks(programs[name, "-m"], 1)[0] for name in ("torchrun", "rpcctl"))
-    assert ours["argv"] == theirs["argv"] and ours["argv"][0].endswith("dumpmod.py") and ours["argv"][1:] == ["--lr", "0.1"]
-    assert {k: v for k, v in _contract(ours).items() if k not in KNOWN_DIFFERENT} == {k: v for k, v in _contract(theirs).items() if k not in KNOWN_DIFFERENT}
+    """... with torchrun's MASTER_ADDR of a line without a port (localhost), on which both ranks
+    meet for a real all_reduce; the run ids are each launcher's own (torchrun's a UUID)."""
+    for theirs, ours in zip(*(_ranks(programs[name, "-m"], 2) for name in ("torchrun", "rpcctl"))):
+        assert ours["argv"] == theirs["argv"] and ours["argv"][0].endswith("dumpmod.py") and ours["argv"][1:] == ["--lr", "0.1"]
+        differ = KNOWN_DIFFERENT | {"TORCHELASTIC_RUN_ID"}
+        assert {k: v for k, v in _contract(ours).items() if k not in differ} == {k: v for k, v in _contract(theirs).items() if k not in differ}
+        assert ours["env"]["MASTER_ADDR"] == theirs["env"]["MASTER_ADDR"] == "localhost" and ours["env"]["WORLD_SIZE"] == "2"
+        assert (programs[("rpcctl", "-m")] / f"reduced-{ours['env']['RANK']}").read_text() == "2.0"
 
 
 def test_a_program_runs_as_torchruns_does(programs):

@@ -16,7 +16,7 @@ from typer.core import TyperCommand
 
 from rpcctl.commands.common import JsonOption, RunsDirOption, check_output, write_output
 from rpcctl.config import dump_spec, load_config, locate, spec_from_line
-from rpcctl.config.torchrun import OPTIONS, PROGRAM_DESTS, TorchrunOption, given_or_env, line_flags
+from rpcctl.config.torchrun import OPTIONS, PROGRAM_DESTS, TorchrunOption, given_or_env, line_flags, one_node_master_addr
 from rpcctl.console import KEY, Column, Console, get_console, human_bytes, human_seconds, render_table, sanitize
 from rpcctl.base.frames import ALL_FRAMES_ENV
 from rpcctl.base.errors import ConfigError, JobCancelledError, JobFailedError, UsageError
@@ -135,9 +135,13 @@ def launch(
         if no_python and module:
             raise UsageError("--no-python and -m: a module runs with Python (torchrun refuses both too)")
         flags = line_environment_flags(os.environ, given)
-        line = line_flags(given_or_env(given, os.environ, skip=_POD_SOURCED), cpus=_cpus(), gpus=len(visible_gpus()),
-                          node_rank_known="node_rank" in flags)
-    flags.update(line.flags)
+        values = given_or_env(given, os.environ, skip=_POD_SOURCED)
+        line = line_flags(values, cpus=_cpus(), gpus=len(visible_gpus()), node_rank_known="node_rank" in flags)
+        flags.update(line.flags)
+        localhost = one_node_master_addr(values, flags)
+        if localhost:
+            flags["master_addr"] = localhost
+    flags.update(line.flags if config is not None else {})
     flags.update(_given(("hang_timeout", "--hang-timeout", hang_timeout), ("on_hang", "--keep-on-hang", "keep" if keep_on_hang else None)))
     if config is not None:
         spec = load_config(config, set_ or [], flags=flags)

@@ -249,6 +249,18 @@ def line_flags(values: Mapping[str, tuple[Any, str]], *, cpus: int, gpus: int, n
     return out
 
 
+def one_node_master_addr(values: Mapping[str, tuple[Any, str]], flags: Mapping[str, tuple[Any, str]]) -> tuple[str, str] | None:
+    """torchrun's MASTER_ADDR on one node, when it is not the address given: ``localhost``
+    (its standalone rendezvous, which a line without --master-port and every c10d line get),
+    but for a static rendezvous with a port (then --master-addr, 127.0.0.1 by default)."""
+    if flags.get("nnodes", (1, ""))[0] != 1:
+        return None
+    backend = str(values.get("rdzv_backend", ("static", ""))[0])
+    if backend == "static" and "master_port" in flags:
+        return None
+    return "localhost", "torchrun's MASTER_ADDR on one node"
+
+
 def _endpoint(text: str, source: str) -> tuple[str, int]:
     if text.startswith("["):  # [IPv6]:PORT
         host, _, rest = text[1:].partition("]")

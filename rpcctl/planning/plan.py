@@ -250,6 +250,7 @@ def probe_node(spec: JobSpec, master_ip: str | None = None) -> NodeFacts:
         )
     return NodeFacts(
         hostname=socket.gethostname(),
+        master_addr="localhost" if spec.master_addr == "localhost" else LOOPBACK,  # torchrun's word on one node (it binds 127.0.0.1)
         socket_ifname=spec.ifname or loopback_interface(),
         gpus=tuple(visible_gpus()),
         master_port=spec.master_port or free_port(),
