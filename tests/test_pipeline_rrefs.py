@@ -1,0 +1,98 @@
+"""The RRefs of pytorch/examples' pipeline shape (issue 40, item 2): ``RRef(x)`` made at one site
+and handed at once to a remote forward (its handle on the owner gone before telemetry's first
+look, the fork on the stage alive through the forward), and the list RRef that
+``rref.remote().parameter_rrefs()`` returns. Each ``RRef(x)`` is its owner's local Tensor with its
+shape and call site, not a shapeless ``remote`` one known only from its fork, and is not counted
+short-lived besides. One real run, shared."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from conftest import assert_no_process_left, only_run, rpcctl
+
+from rpcctl import inspect
+
+pytestmark = pytest.mark.timeout(120)
+
+SPLITS = 6
+SCRIPT = textwrap.dedent(
+    f'''
+    import os, time
+    import torch
+    import torch.nn as nn
+    import torch.distributed.rpc as rpc
+    from torch.distributed.rpc import RRef
+
+
+    class Stage(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(4, 4)
+
+        def forward(self, x_rref):
+            x = x_rref.to_here()
+            time.sleep(0.3)  # a forward that takes a while: the fork outlives the owner's handle
+            return self.net(x)
+
+        def parameter_rrefs(self):
+            time.sleep(0.3)
+            return [RRef(p) for p in self.parameters()]
+
+
+    def main():
+        rank = int(os.environ["RANK"])
+        rpc.init_rpc(f"worker{{rank}}", rank=rank, world_size=2)
+        if rank == 0:
+            stage = rpc.remote("worker1", Stage)
+            params = stage.remote().parameter_rrefs().to_here()
+            outs = []
+            for _ in range({SPLITS}):
+                x_rref = RRef(torch.randn(2, 4))
+                outs.append(stage.rpc_async().forward(x_rref))
+            torch.futures.wait_all(outs)
+            time.sleep(0.3)
+            print("params", len(params), flush=True)
+        rpc.shutdown()
+
+
+    main()
+    '''
+)
+
+
+def _line(text: str) -> int:
+    return next(i for i, line in enumerate(SCRIPT.splitlines(), 1) if text in line)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("pipeline")
+    (tmp / "pipeline.py").write_text(SCRIPT)
+    (tmp / "pipeline.yaml").write_text("name: pipeline\nscript: pipeline.py\nnproc_per_node: 2\ntimeout: 90\n")
+    result = rpcctl("launch", str(tmp / "pipeline.yaml"), "--no-live", "--runs-dir", str(tmp / "runs"), timeout=110)
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = only_run(tmp / "runs")
+    assert_no_process_left(found)
+    return found
+
+
+def test_rref_of_a_value_handed_to_a_remote_forward_is_its_owners_local_rref(run_dir):
+    site = f"pipeline.py:{_line('x_rref = RRef(')} in main"
+    made = [r for r in inspect.rrefs(run_dir) if r.owner == "worker0"]
+    assert len(made) == SPLITS, made
+    for rref in made:
+        assert (rref.kind, rref.type, rref.shape, rref.dtype, rref.creator) == ("local", "Tensor", [2, 4], "float32", "worker0"), rref
+        assert rref.call_site.endswith(site) and rref.forks == 1 and rref.state == "deleted", rref
+    owners = {o.owner: o for o in inspect.rref_owners(run_dir)}
+    assert owners["worker0"].short_lived == 0, owners  # listed, so not counted short-lived too
+
+
+def test_the_parameter_rrefs_list_and_its_parameters_are_listed(run_dir):
+    """A guard (this shape already listed them): the list RRef on the stage, and each parameter's RRef."""
+    records = inspect.rrefs(run_dir)
+    (listed,) = [r for r in records if r.callee == "Stage.parameter_rrefs"]
+    assert (listed.owner, listed.kind, listed.creator) == ("worker1", "remote", "worker0"), listed
+    params = sorted((r.type, tuple(r.shape), r.kind) for r in records if r.call_site and "in <listcomp>" in r.call_site)
+    assert params == [("Parameter", (4,), "local"), ("Parameter", (4, 4), "local")], records
