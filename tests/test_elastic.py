@@ -181,7 +181,7 @@ def rank_log(run_dir, rank: int) -> str:
 @pytest.fixture(scope="module")
 def elastic_run(tmp_path_factory, hosts):
     """One elastic job told once, as torchrun's users run theirs: node A starts alone (1:2, a config),
-    node B (torchrun's line) joins (the world grows from 2 ranks to 4), B's launcher is killed (by its pid) and A goes on
+    node B (torchrun's line) joins (the world grows from 2 ranks to 4), B's launcher gets SIGTERM (by its pid) and A goes on
     alone to the end; the training script resumes from its checkpoint in each round. A and B are
     emulated hosts (network namespaces joined by a veth pair, as tests/test_multinode.py's)."""
     tmp = tmp_path_factory.mktemp("elastic_launch")
@@ -204,8 +204,8 @@ def elastic_run(tmp_path_factory, hosts):
         hold.write_text("6")
         wait_until(lambda: re.search(r"^step=6 rank=\d world=4", all_logs(run_b), re.M), 30, "B's ranks training at world 4", run_b / "logs")
         b_ranks = [r["pid"] for r in record(run_b)["ranks"]]
-        os.kill(record(run_b)["launcher_pid"], signal.SIGKILL)  # a node lost: its launcher, by its pid
-        b.communicate(timeout=10)
+        os.kill(record(run_b)["launcher_pid"], signal.SIGTERM)  # node B leaves (a spot node's preemption): its launcher, by its pid
+        b.communicate(timeout=30)
         wait_until(lambda: len(record(run_a).get("rounds", [])) == 3, 30, "A's third round", run_a / "logs")
         hold.unlink()
         a_out, a_err = a.communicate(timeout=60)
@@ -225,10 +225,11 @@ def test_the_job_grows_and_shrinks_and_the_first_node_goes_on_to_the_end(elastic
     rounds = [(r["nnodes"], r["world_size"]) for r in rec["rounds"]]
     assert rounds == [(1, 2), (2, 4), (1, 2)], rec["rounds"]
     whys = [r["why"] for r in rec["rounds"]]
-    assert whys[0] == "start" and "waiting to join" in whys[1] and "was lost" in whys[2], whys
+    assert whys[0] == "start" and "waiting to join" in whys[1] and "left the job (cancelled)" in whys[2], whys
+    assert record(elastic_run["run_b"])["status"] == "cancelled"  # B's own run says what happened to it
     assert [len(r["members"]) for r in rec["rounds"]] == [1, 2, 1] and all(r["at"] for r in rec["rounds"])
     assert "round 1: 2 node(s), world size 4" in err and "round 2: 1 node(s), world size 2" in err
-    assert pids_gone(elastic_run["b_ranks"])  # B's ranks died with its launcher
+    assert pids_gone(elastic_run["b_ranks"])  # B's ranks stopped with its launcher
     assert_no_process_left(elastic_run["run_a"])
 
 
@@ -261,7 +262,7 @@ def test_inspect_workers_shows_the_round(elastic_run):
     shown = subprocess.run([sys.executable, "-m", "rpcctl", "inspect", "workers", elastic_run["run_a"].name, "--runs-dir", str(elastic_run["tmp"] / "a")],
                            capture_output=True, text=True, cwd=ROOT, env=elastic_run["env"], timeout=60)
     assert shown.returncode == 0, shown.stderr
-    assert re.search(r"ROUND: 2 \(1 node\(s\), world size 2\), since \S+: \S+ \(pid \d+\) was lost", shown.stdout), shown.stdout
+    assert re.search(r"ROUND: 2 \(1 node\(s\), world size 2\), since \S+: \S+ \(pid \d+\) left the job \(cancelled\)", shown.stdout), shown.stdout
 
 
 def test_a_dry_run_of_a_torchrun_elastic_line_meets_no_one(tmp_path):

@@ -15,8 +15,9 @@ What rpcctl adds:
   round, and group rank 0 publishes where the ranks meet (``MASTER_ADDR``, a free port). A node's
   ranks are ``RANK = (ranks of the nodes before it) + LOCAL_RANK``.
 - **When a round ends**, every node's ranks stop and the nodes meet again (``next_round``):
-  a node that wants to join (the handler's wait list: ``waiting``), a node of the round whose
-  launcher stopped beating (``lost``), a rank that failed anywhere (``report_failure`` / ``poll``,
+  a node that wants to join (the handler's wait list: ``waiting``), a node of the round that was
+  cancelled (``left``: Ctrl-C or SIGTERM there, a spot node's preemption; the host's cancel
+  ends every node instead), a node of the round whose launcher stopped beating (``lost``), a rank that failed anywhere (``report_failure`` / ``poll``,
   as the static rendezvous tells failures). The next round starts with whoever is there, once
   at least MIN are (after ``last_call`` for more, torchrun's wait); below MIN within the join
   timeout the job ends with one reason. A round that ended because membership changed is not a
@@ -243,6 +244,8 @@ class ElasticRendezvous:
         except ForgedStateError as exc:
             raise RendezvousError(str(exc)) from None
         except TorchRendezvousError as exc:
+            if type(exc).__name__ == "RendezvousClosedError":
+                raise RendezvousError(f"the elastic rendezvous at {self.where} was closed: its host ended the job") from None
             raise RendezvousError(f"the elastic rendezvous at {self.where} did not gather {s.min_nodes} node(s) "
                                   f"(--nnodes {s.min_nodes}:{s.max_nodes}) within {s.join_timeout:g} s: {_first_line(exc)}") from None
         number = int(getattr(getattr(getattr(self.handler, "_state_holder", None), "state", None), "round", 0))
@@ -288,8 +291,20 @@ class ElasticRendezvous:
         """Why the round must end for a new one (a node waits to join, a member was lost), or None."""
         if self.waiting():
             return "a node is waiting to join"
+        left = self.left()
+        if left is not None:
+            return f"{left.name()} left the job (cancelled)"
         gone = self.lost()
         return None if gone is None else f"{gone.name()} was lost (its launcher stopped beating for {self.settings.lost_after:g} s)"
+
+    def left(self) -> Member | None:
+        """A member of the round that ended cancelled (it left: Ctrl-C or SIGTERM on its launcher)."""
+        assert self.round is not None and self.store is not None
+        for member in self.round.members:
+            key = f"elastic/done/{member.node_id}"
+            if member.node_id != self.node_id and self.store.has(key) and self.store.get(key).get("status") == RunStatus.CANCELLED:
+                return member
+        return None
 
     def lost_soon(self, stop=lambda: False) -> str | None:
         """After a rank of a round of several nodes failed: whether that was a member lost (its
@@ -310,7 +325,9 @@ class ElasticRendezvous:
             self.store.put(key, {"node": self.round.group_rank if self.round else -1, "node_id": self.node_id, "final": final, **info})
 
     def report_cancelled(self, reason: str) -> None:
-        if not self.store.has("elastic/cancelled"):
+        """The host's cancel ends every node (the store goes with it); another node's is that node
+        leaving (a spot node's SIGTERM): it says so when done (``finish``), the others go on."""
+        if self.is_host and not self.store.has("elastic/cancelled"):
             self.store.put("elastic/cancelled", {"node_id": self.node_id, "reason": reason})
 
     def poll(self) -> ClusterNews | None:
@@ -341,7 +358,8 @@ class ElasticRendezvous:
                     if self.lost() is not None:
                         break
                     time.sleep(0.1)
-            self.handler.shutdown()
+            if self.is_host:  # torch's shutdown closes the rendezvous for all: a node that leaves must not
+                self.handler.shutdown()
         except Exception:  # noqa: BLE001 - the store is gone: nothing left to tell
             pass
 
