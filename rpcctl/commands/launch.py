@@ -16,7 +16,7 @@ from typer.core import TyperCommand
 
 from rpcctl.commands.common import JsonOption, RunsDirOption, check_output, write_output
 from rpcctl.config import dump_spec, load_config, locate, spec_from_line
-from rpcctl.config.torchrun import OPTIONS, PROGRAM_DESTS, TorchrunOption, given_or_env, line_flags, one_node_master_addr
+from rpcctl.config.torchrun import OPTIONS, PROGRAM_DESTS, LineValues, TorchrunOption, given_or_env, line_flags, one_node_master_addr
 from rpcctl.console import KEY, Column, Console, get_console, human_bytes, human_seconds, render_table, sanitize
 from rpcctl.base.frames import ALL_FRAMES_ENV
 from rpcctl.base.errors import ConfigError, JobCancelledError, JobFailedError, UsageError
@@ -115,33 +115,7 @@ def launch(
     given = {option.dest: (arguments[option.dest], words.get(option.dest) or f"{option.shown} {arguments[option.dest]}")
              for option in OPTIONS if arguments[option.dest] not in (None, False)}
     script_args = script_args or []
-    is_config = not module and target.endswith(CONFIG_SUFFIXES)
-    if is_config:
-        config: Path | None = Path(target)
-        if script_args:
-            raise UsageError(
-                f"a config and a script on one line ({target} and {script_args[0]}): the config names its script (script:), "
-                f"a torchrun line names it instead: `rpcctl launch {target}` or `rpcctl launch [OPTIONS] SCRIPT [ARGS]`"
-            )
-        for dest in PROGRAM_DESTS:
-            if dest in given:
-                raise UsageError(f"{given[dest][1]} goes with a script, not a config: the config says what runs (module:, no_python:)")
-        flags = environment_flags(config, set_ or [])
-        line = line_flags(given_or_env(given, {}), cpus=_cpus(), gpus=len(visible_gpus()), node_rank_known="node_rank" in flags)
-    else:
-        config = None
-        if set_:
-            raise UsageError(f"--set {set_[0]}: --set changes a config's keys; a torchrun line gives them as options (or write one with --save-config)")
-        if no_python and module:
-            raise UsageError("--no-python and -m: a module runs with Python (torchrun refuses both too)")
-        flags = line_environment_flags(os.environ, given)
-        values = given_or_env(given, os.environ, skip=_POD_SOURCED)
-        line = line_flags(values, cpus=_cpus(), gpus=len(visible_gpus()), node_rank_known="node_rank" in flags)
-        flags.update(line.flags)
-        localhost = one_node_master_addr(values, flags)
-        if localhost:
-            flags["master_addr"] = localhost
-    flags.update(line.flags if config is not None else {})
+    config, flags, line = _form(target, script_args, given, set_ or [], module=module, no_python=no_python)
     flags.update(_given(("hang_timeout", "--hang-timeout", hang_timeout), ("on_hang", "--keep-on-hang", "keep" if keep_on_hang else None)))
     if config is not None:
         spec = load_config(config, set_ or [], flags=flags)
@@ -193,6 +167,38 @@ def launch(
         if page is not None:
             page.stop()  # the page stops with the job
     _conclude(console, record)
+
+
+def _form(target: str, script_args: list[str], given: dict[str, tuple[Any, str]], overrides: list[str], *,
+          module: bool, no_python: bool) -> tuple[Path | None, dict[str, tuple[Any, str]], LineValues]:
+    """Which form the line is (a config, or a torchrun line's SCRIPT), and the config keys its
+    options and the environment give: (the config or None, key → (value, origin), the line's
+    console filter and notices)."""
+    if not module and target.endswith(CONFIG_SUFFIXES):
+        config = Path(target)
+        if script_args:
+            raise UsageError(
+                f"a config and a script on one line ({target} and {script_args[0]}): the config names its script (script:), "
+                f"a torchrun line names it instead: `rpcctl launch {target}` or `rpcctl launch [OPTIONS] SCRIPT [ARGS]`"
+            )
+        for dest in PROGRAM_DESTS:
+            if dest in given:
+                raise UsageError(f"{given[dest][1]} goes with a script, not a config: the config says what runs (module:, no_python:)")
+        flags = environment_flags(config, overrides)
+        line = line_flags(given_or_env(given, {}), cpus=_cpus(), gpus=len(visible_gpus()), node_rank_known="node_rank" in flags)
+        return config, {**flags, **line.flags}, line
+    if overrides:
+        raise UsageError(f"--set {overrides[0]}: --set changes a config's keys; a torchrun line gives them as options (or write one with --save-config)")
+    if no_python and module:
+        raise UsageError("--no-python and -m: a module runs with Python (torchrun refuses both too)")
+    flags = line_environment_flags(os.environ, given)
+    values = given_or_env(given, os.environ, skip=_POD_SOURCED)
+    line = line_flags(values, cpus=_cpus(), gpus=len(visible_gpus()), node_rank_known="node_rank" in flags)
+    flags.update(line.flags)
+    localhost = one_node_master_addr(values, flags)
+    if localhost:
+        flags["master_addr"] = localhost
+    return None, flags, line
 
 
 _POD_SOURCED = ("nnodes", "node_rank", "master_addr", "master_port")  # pod_flags reads their PET_*
