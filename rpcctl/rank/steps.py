@@ -9,9 +9,9 @@ script creates; the script is not changed. Each callback sends ``loss`` events (
     transformers  on_log, with a "loss" (every           state.global_step       logs["loss"]: HF's mean over the
                   logging_steps; not eval, not the                               window of each optimizer step's
                   run summary)                                                   loss (gradient accumulation in it)
-    lightning     on_train_batch_end, at an optimizer    trainer.global_step     the step's training_step losses,
-                  step that Lightning logs               (optimizer steps)       summed (Lightning divides each by
-                  (global_step % log_every_n_steps == 0)                         accumulate_grad_batches): their mean
+    lightning     on_train_batch_end, at an optimizer    the step Lightning's    the step's training_step losses,
+                  step that Lightning logs               loggers write (one      summed (Lightning divides each by
+                  (``should_update_logs``)               less than global_step)  accumulate_grad_batches): their mean
 
 Other numbers go with it as metrics: HF's ``grad_norm``, ``learning_rate`` and its fractional
 ``epoch``; Lightning's ``epoch`` (``trainer.current_epoch``). The event's epoch stays empty: the
@@ -131,12 +131,27 @@ def _lightning_callback(base: type) -> type:
                 if step == self.before:
                     return  # accumulating: no optimizer step yet
                 summed, self.loss = self.loss, None
-                if summed is not None and step % (getattr(trainer, "log_every_n_steps", 1) or 1) == 0:
-                    _post(step, summed, {"epoch": trainer.current_epoch}, LIGHTNING)
+                written, logs = _lightning_logged(trainer, step)
+                if summed is not None and logs:
+                    _post(written, summed, {"epoch": trainer.current_epoch}, LIGHTNING)
             except Exception:  # noqa: BLE001 - telemetry never breaks training
                 pass
 
     return RpcctlLosses
+
+
+def _lightning_logged(trainer: Any, step: int) -> tuple[int, bool]:
+    """At the batch of an optimizer step (``global_step`` is ``step`` already): the step Lightning's
+    own loggers write for it (CSVLogger, TensorBoard: its epoch loop's ``_batches_that_stepped``, not
+    yet counted up, so one less than ``global_step``) and whether it logs this one
+    (``should_update_logs``); else as they compute them."""
+    written = getattr(getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None), "_batches_that_stepped", None)
+    if type(written) is not int:
+        written = step - 1
+    logs = getattr(getattr(trainer, "_logger_connector", None), "should_update_logs", None)
+    if type(logs) is not bool:
+        logs = (written + 1) % (getattr(trainer, "log_every_n_steps", 1) or 1) == 0
+    return written, logs
 
 
 IMPORT_HOOKS = (

@@ -6,7 +6,8 @@ library itself recorded: [{"step": global step, "loss": ...}, ...].
 hf: 12 batches of 2, gradient_accumulation_steps=2 (6 optimizer steps), logging_steps=2: HF
 logs at global steps 2, 4, 6 the mean loss of the steps since the last log (log_history).
 lightning: 2 epochs of 6 batches, accumulate_grad_batches=2 (6 optimizer steps),
-log_every_n_steps=2: the truth is each logged optimizer step's mean batch loss.
+log_every_n_steps=2: the truth is each logged optimizer step's mean batch loss, at the step Lightning's
+own logger (CSVLogger) wrote for it.
 """
 
 import json
@@ -56,13 +57,20 @@ def lightning() -> list[dict]:
 
     model = Tiny()
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(xs, xs.sum(1)), batch_size=2)
+    logger = pl.loggers.CSVLogger(os.path.join(os.path.dirname(truth_file), "pl-logs"), name="tiny")
     trainer = pl.Trainer(
-        max_epochs=2, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, enable_model_summary=False,
+        max_epochs=2, accelerator="cpu", devices=1, logger=logger, enable_checkpointing=False, enable_model_summary=False,
         log_every_n_steps=2, accumulate_grad_batches=2,
     )
     trainer.fit(model, loader)
     steps = [model.losses[i : i + 2] for i in range(0, len(model.losses), 2)]  # batches per optimizer step
-    return [{"step": n, "loss": sum(pair) / 2} for n, pair in enumerate(steps, 1) if n % 2 == 0]
+    logged = [n for n, _ in enumerate(steps, 1) if n % 2 == 0]  # the optimizer steps Lightning logs
+    import csv
+
+    with open(os.path.join(logger.log_dir, "metrics.csv")) as f:  # the step Lightning's own logger wrote for each
+        written = [int(row["step"]) for row in csv.DictReader(f) if row.get("train_loss")]
+    assert len(written) == len(logged), (written, logged)
+    return [{"step": step, "loss": sum(steps[n - 1]) / 2} for step, n in zip(written, logged)]
 
 
 with open(truth_file, "w") as f:
