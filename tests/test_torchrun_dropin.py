@@ -355,12 +355,16 @@ def test_nproc_per_node_words_mean_what_torchrun_makes_of_them(here):
     (["--set", "timeout=5", "train.py"], ["--set timeout=5", "--save-config"]),
     (["--ranks", "0", "--local-ranks-filter", "0", "train.py"], ["--ranks and --local-ranks-filter"]),
     (["-m", "2fast"], ["not a dotted module name"]),
+    (["job.conf"], ["job.conf looks like a config", ".yaml or .yml"]),
+    (["run.sh"], ["not valid Python", "takes --no-python"]),
     (["--no-python", "-m", "dumpmod"], ["--no-python and -m"]),
     (["--nproc-per-node", "two", "train.py"], ["--nproc-per-node two"]),
     (["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "n0:29400", "train.py"], ["--node-rank"]),
 ])
 def test_bad_lines_are_one_message_exit_2(here, args, words):
-    (here / "job.yaml").write_text("script: train.py\n")
+    (here / "job.yaml").write_text("script: train.py\nnproc_per_node: 2\n")
+    (here / "job.conf").write_text("script: train.py\nnproc_per_node: 2\n")
+    (here / "run.sh").write_text("#!/bin/sh\necho $RANK && true\n")
     result = _dry(*args)
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output and all(w in result.output for w in words), result.output

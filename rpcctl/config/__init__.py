@@ -95,9 +95,21 @@ def spec_from_line(
     else:
         if not Path(target).expanduser().is_file():  # one message naming it as typed
             raise ConfigError(f"script not found: {target} (from {Path.cwd()}: torchrun's ranks look for it there too)")
+        if not no_python and Path(target).suffix != ".py" and _looks_like_a_config(Path(target)):
+            raise ConfigError(f"{target} looks like a config (a mapping with script: or module:), not a script: "
+                              "rpcctl reads a config named .yaml or .yml (rename it), and runs any other file as a torchrun line's SCRIPT")
         data.update(script=target, argv0=target, no_python=no_python)
         name = Path(target).stem
     return _validated(data, dict(flags or {}), {}, {}, "the command line", name, Path.cwd())
+
+
+def _looks_like_a_config(path: Path) -> bool:
+    """A YAML mapping with a ``script`` or ``module`` key (read within the config's bounds)."""
+    try:
+        data, _ = parse_yaml(read_config_text(path), str(path))
+    except (ConfigError, OSError, UnicodeError):
+        return False
+    return isinstance(data, dict) and bool({"script", "module"} & set(data))
 
 
 def _validated(data: Any, flags: dict[str, tuple[Any, str]], origins: dict[tuple[str, ...], str], lines: dict,

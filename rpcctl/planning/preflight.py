@@ -73,7 +73,10 @@ def check_script(spec: JobSpec) -> None:
         compile(source, str(script), "exec", dont_inherit=True)
     except SyntaxError as exc:
         at = f"{script}:{exc.lineno}" if exc.lineno else str(script)
-        raise ConfigError(f"{at}: not valid Python ({exc.msg}): rpcctl runs the script with {_python()}", key="script") from None
+        hint = ""
+        if spec.argv0 is not None and script.suffix != ".py":  # a torchrun line's SCRIPT: perhaps a config, misnamed
+            hint = " (a config is named .yaml or .yml; a program that is not Python takes --no-python)"
+        raise ConfigError(f"{at}: not valid Python ({exc.msg}): rpcctl runs the script with {_python()}{hint}", key="script") from None
     except ValueError as exc:  # e.g. "source code string cannot contain null bytes": a binary
         raise ConfigError(f"{script}: not Python ({exc}): rpcctl runs the script with {_python()}", key="script") from None
 
