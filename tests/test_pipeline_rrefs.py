@@ -96,3 +96,10 @@ def test_the_parameter_rrefs_list_and_its_parameters_are_listed(run_dir):
     assert (listed.owner, listed.kind, listed.creator) == ("worker1", "remote", "worker0"), listed
     params = sorted((r.type, tuple(r.shape), r.kind) for r in records if r.call_site and "in <listcomp>" in r.call_site)
     assert params == [("Parameter", (4,), "local"), ("Parameter", (4, 4), "local")], records
+
+
+def test_a_run_without_collectives_says_so_once(run_dir):
+    """RPC only, no process group: the collectives view's empty line, once (it was printed for each of its two tables)."""
+    shown = rpcctl("inspect", "collectives", str(run_dir))
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.count("no collectives were recorded") == 1, shown.stdout

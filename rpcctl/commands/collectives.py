@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Group
+from rich.text import Text
 
 from rpcctl import inspect as sdk
 from rpcctl.console import render_table
@@ -26,7 +27,10 @@ HELP = """Collectives of every process group (all_reduce, broadcast, barrier…)
 
 
 def render(report: sdk.CollectivesReport, wide: bool = False, empty: str = "no collectives yet") -> Any:
-    """``empty``: the line for a view with nothing in it (``inspect.none_yet``: "yet" only while the run goes on)."""
+    """``empty``: the line for a view with nothing in it (``inspect.none_yet``: "yet" only while the run goes on),
+    said once."""
+    if not report.summary and not report.ranks and not report.stragglers:
+        return Text(empty)
     summary = render_table(report.summary, sdk.CollectiveSummary.COLUMNS, title="Per process group and op", detail=wide, empty=empty)
     ranks = render_table(report.ranks, sdk.RankCollectives.COLUMNS, title="Per rank", detail=wide, empty=empty)
     parts: list[Any] = [summary, "", ranks]
