@@ -36,10 +36,12 @@ def runs(
 ) -> None:
     """List runs, newest first (damaged records last, with their path). Each run once, by its
     real directory: a symbolic link in the runs directory is another name for its run. --wide
-    adds the command line each was launched with (COMMAND)."""
+    adds the command line each was launched with (COMMAND). A run of several nodes whose nodes
+    share this runs directory is listed once, as its node 0."""
     console = get_console()
     filters = parse_filters(filter_, RunRecord.COLUMNS, scalar_fields(RunRecord))
     records, damaged = scan_runs(runs_dir or default_runs_dir())
+    records, node_dirs = _one_per_run(records)
     lost = control.lost_runs(records)
     rows = {r.run_id: _row(r, lost) for r in records}
     records = [r for r in records if all(f.matches(rows[r.run_id]) for f in filters)]
@@ -52,6 +54,7 @@ def runs(
             document = record.to_dict()
             document["status"] = record.effective_status
             document["orphaned_pids"] = [p.pid for p in lost[record.run_id].orphans] if record.run_id in lost else []
+            document["node_dirs"] = node_dirs[record.run_id]  # each node's run directory under this runs directory
             documents.append(document)
         documents += [{"run_id": d.run_id, "status": RunStatus.DAMAGED, "run_dir": str(d.run_dir), "error": d.error} for d in damaged]
         console.json(documents)
@@ -61,6 +64,19 @@ def runs(
     console.print(render_table(shown, RunRecord.COLUMNS, empty=empty, hint="--json shows them", detail=wide))
     for d in damaged:  # the whole path, which the table would cut
         console.print(Text(sanitize(f"damaged: {d.run_dir / 'run.json'}: {d.error}")))
+
+
+def _one_per_run(records: list[RunRecord]) -> tuple[list[RunRecord], dict[str, list[str]]]:
+    """A run of several nodes is one run: where its nodes share this host and runs directory
+    (``RUN`` and ``RUN.node1``), it is listed once, by its lowest node's record (node 0's, which
+    the job's outcome is told to); ``node_dirs``: each node's directory, by run id."""
+    kept: dict[str, RunRecord] = {}
+    node_dirs: dict[str, list[str]] = {}
+    for record in records:
+        node_dirs.setdefault(record.run_id, []).append(record.run_dir)
+        if record.run_id not in kept or record.node_rank < kept[record.run_id].node_rank:
+            kept[record.run_id] = record
+    return [r for r in records if kept[r.run_id] is r], {k: sorted(v) for k, v in node_dirs.items()}
 
 
 def _row(record: RunRecord, lost: dict) -> dict:
