@@ -95,7 +95,7 @@ def test_filters_parse_against_the_declared_columns(tmp_path, runs_dir):
     unknown = rpcctl("runs", *where, "--filter", "state=failed")
     assert unknown.returncode == 2 and unknown.stdout == ""
     assert unknown.stderr.startswith("error: --filter 'state=failed': unknown key 'state' (valid keys: run_id, name, status, "
-                                     "world_size, started_at, duration_s, restarts, cause, "), unknown.stderr
+                                     "world_size, started_at, duration_s, restarts, round, cause, "), unknown.stderr
     assert unknown.stderr.endswith(", max_restarts, reason, exit_code; or a column's header)\n"), unknown.stderr  # the record's keys too
     malformed = rpcctl("runs", *where, "--filter", "status")
     assert malformed.returncode == 2 and "expected KEY=VALUE, KEY!=VALUE or KEY>N" in malformed.stderr
