@@ -30,7 +30,7 @@ RREF_KEYS = [
 WORKER_KEYS = [
     "rank", "name", "host", "pid", "state", "exit_code", "cpu_percent", "rss_bytes", "device", "gpu_memory_bytes",
     "heartbeat_age_s", "stale", "kind", "rpc_rank", "parent_pid", "threads", "restart", "cuda_visible_devices", "device_maps",
-    "dropped_events", "started_at", "ended_at", "cpu_s", "telemetry_cpu_s", "straggler", "dist_rank", "pg_world", "parents",
+    "dropped_events", "started_at", "ended_at", "cpu_s", "telemetry_cpu_s", "straggler", "dist_rank", "pg_world", "world", "parents",
 ]
 LOSS_KEYS = ["rank", "step", "loss", "epoch", "metrics", "time", "source", "restart", "seq", "keyed_by", "rule"]
 DEVICE_KEYS = ["device", "name", "ranks", "workers", "memory_used_bytes", "memory_total_bytes", "rref_bytes", "rrefs"]

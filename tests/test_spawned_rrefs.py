@@ -112,3 +112,14 @@ def test_the_trace_draws_each_rref_on_its_owners_process_and_each_spawned_proces
     lifetimes = {e["pid"] for e in events if e.get("cat") == "process"}
     ends = {e["pid"] for e in events if e["ph"] == "i" and e["pid"] in spawned}
     assert lifetimes == spawned and ends == spawned
+
+
+def test_inspect_workers_says_which_round_each_spawned_worker_belongs_to(spawned_run):
+    """WORLD, as the RRefs view has it (issue 40, item 7): each round's three workers in their own world."""
+    run_dir, _ = spawned_run
+    shown = json.loads(rpcctl("inspect", "workers", str(run_dir), "--json").stdout)
+    rounds = sorted((w["world"], w["name"]) for w in shown if w["kind"] == "child")
+    assert rounds == [(world, f"w{i}") for world in range(ROUNDS) for i in range(3)], shown
+    assert [w["world"] for w in shown if w["kind"] == "rank"] == [None], shown  # the launched rank joined no RPC world
+    table = rpcctl("inspect", "workers", str(run_dir)).stdout
+    assert table.splitlines()[0].split()[0] == "WORLD", table

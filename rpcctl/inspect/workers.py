@@ -65,6 +65,7 @@ class WorkerRecord:
     straggler: str | None = None  # far slower than the others, with the figure (``stragglers``)
     dist_rank: int | None = None  # its rank in its c10d world (a spawned child's is not the launcher rank), once init_process_group returned
     pg_world: int | None = None  # which c10d world (0, then 1, 2... for each new one: a round of mp.spawn)
+    world: int | None = None  # which RPC world, as the RRefs view's WORLD (a round of mp.spawn); None: never joined RPC
     parents: list[int] = field(default_factory=list)  # pids between its rank and it, its parent last ([]: a rank, or a rank's own child)
     lineage: str | None = field(default=None, metadata={"json": False})  # whose child it is: "rank 0", "rank 0 › pid A"
 
@@ -86,6 +87,7 @@ class WorkerRecord:
         return self.name
 
     COLUMNS = (
+        Column("world", justify="right", priority=KEY, varies=True),
         Column("rank_shown", "RANK", justify="right", priority=KEY, shows="rank"),
         Column("name_shown", "NAME", priority=KEY, shows="name"),
         Column("kind", detail=True, priority=LOW),
@@ -276,6 +278,7 @@ def _worker(s: StoreReader, proc: sqlite3.Row | None, rank: sqlite3.Row | None, 
         telemetry_cpu_s=column(proc, "telemetry_cpu_s"),
         dist_rank=column(proc, "dist_rank"),
         pg_world=column(proc, "pg_world"),
+        world=(column(proc, "world") or 0) if proc is not None and proc["rpc_join_at"] is not None else None,
     )
 
 
