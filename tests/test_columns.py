@@ -123,7 +123,7 @@ def test_filters_parse_against_the_declared_columns(tmp_path, runs_dir):
     none = rpcctl("inspect", "workers", str(failed_dir), "--filter", "state=succeeded")
     assert (none.returncode, none.stdout.splitlines()[0]) == (0, "no workers match state=succeeded")
     bad = rpcctl("inspect", "workers", str(failed_dir), "--filter", "ranq=1")
-    assert bad.returncode == 2 and "unknown key 'ranq' (valid keys: rank, name, kind," in bad.stderr
+    assert bad.returncode == 2 and "unknown key 'ranq' (valid keys: world, rank, name, kind," in bad.stderr
     ranks = json.loads(rpcctl("inspect", "workers", str(failed_dir), "--json", "--filter", "rank=1").stdout)  # a key of --json
     assert [(w["rank"], w["state"]) for w in ranks] == [(1, "failed")]
     below = json.loads(rpcctl("inspect", "workers", str(failed_dir), "--json", "--filter", "exit_code!=3", "--filter", "pid>1").stdout)
@@ -152,7 +152,7 @@ def test_display_fields_are_not_filter_keys():
 
     fields = scalar_fields(WorkerRecord)
     for spec in ("rank_shown=1", "name_shown=worker1"):
-        with pytest.raises(UsageError, match=r"valid keys: rank, name, kind,") as refused:
+        with pytest.raises(UsageError, match=r"valid keys: world, rank, name, kind,") as refused:
             parse_filters([spec], WorkerRecord.COLUMNS, fields)
         assert "_shown" not in str(refused.value).split("valid keys:")[1]
     by_header, by_key = parse_filters(["RANK=1"], WorkerRecord.COLUMNS, fields), parse_filters(["rank=1"], WorkerRecord.COLUMNS, fields)

@@ -148,6 +148,9 @@ RECIPES: dict[tuple[str, str], Recipe] = {
     ("inspect losses", "--plot"): Recipe(lambda f, t: ["inspect", "losses", str(f["run"]), "--plot", str(t)]),
     ("bench", "--output"): Recipe(lambda f, t: ["bench", "--suite", "latency", "--transport", "memcpy", "--quick", "--repeats", "2",
                                                 "--runs-dir", str(f["tmp"] / "bench-runs"), "-o", str(t)]),
+    ("launch", "--save-config"): Recipe(lambda f, t: ["launch", "--dry-run", "--save-config", str(t), "--nproc-per-node", "2", str(f["tmp"] / "train.py")]),
+    ("profile", "--output"): Recipe(lambda f, t: ["profile", str(f["run"]), "-o", str(t)],
+                                    completes="it profiles a live rank (its writer, for real: tests/test_profile.py)"),
     ("bench", "--write-config"): Recipe(lambda f, t: ["bench", "--tune", "--runs-dir", str(f["tmp"] / "bench-runs"), "--write-config", str(t)],
                                         completes="--tune measures for minutes (its writer: test_write_config_replaces_a_hard_linked_config)"),
 }

@@ -32,12 +32,15 @@ def profile(
     of where it spends its time, with no change to the script. `report` and `web` draw it."""
     if fmt not in SUFFIX:
         raise UsageError(f"--format {fmt}: one of {', '.join(SUFFIX)}")
+    if output is not None:
+        check_output(output, "--output")  # a target it cannot write is said first, whatever the run
     run_dir = resolve_run(run, runs_dir)
     record = load_record(run_dir)
     if record.effective_status != RunStatus.RUNNING:
         raise UsageError(f"run {record.run_id} is not running (status: {record.effective_status}): no live rank to profile")
-    output = output if output is not None else Path(f"{record.run_id}-rank-{rank}{SUFFIX[fmt]}")
-    check_output(output, "--output")  # before the seconds of sampling
+    if output is None:
+        output = Path(f"{record.run_id}-rank-{rank}{SUFFIX[fmt]}")
+        check_output(output, "--output")  # before the seconds of sampling
     console = get_console()
     console.info(f"rpcctl: profiling rank {rank} of {record.run_id} for {seconds:g} s")
     taken = take_profile(run_dir, rank, seconds, fmt, rate, native)
