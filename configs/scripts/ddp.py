@@ -48,6 +48,7 @@ def main() -> None:
         print(f"weights identical on all {world_size} ranks: {same}")
         print(f"max |w - w_true| = {error:.4f}")
         print("ddp OK" if same and error < 0.2 else "ddp FAILED")
+    dist.barrier()  # every rank done with the group before any tears it down
     dist.destroy_process_group()
 
 
