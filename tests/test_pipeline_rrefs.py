@@ -1,9 +1,8 @@
 """The RRefs of pytorch/examples' pipeline shape (issue 40, item 2): ``RRef(x)`` made at one site
-and handed at once to a remote forward (its handle on the owner gone before telemetry's first
-look, the fork on the stage alive through the forward), and the list RRef that
-``rref.remote().parameter_rrefs()`` returns. Each ``RRef(x)`` is its owner's local Tensor with its
-shape and call site, not a shapeless ``remote`` one known only from its fork, and is not counted
-short-lived besides. One real run, shared."""
+and handed at once to a remote forward, and the list RRef that ``rref.remote().parameter_rrefs()``
+returns. (Listing each ``RRef(x)`` as its owner's local Tensor was tried and taken back: under
+load it listed DistributedOptimizer's own parameter RRefs as held unused; issue 40, open.)
+One real run, shared."""
 
 from __future__ import annotations
 
@@ -76,17 +75,6 @@ def run_dir(tmp_path_factory):
     found = only_run(tmp / "runs")
     assert_no_process_left(found)
     return found
-
-
-def test_rref_of_a_value_handed_to_a_remote_forward_is_its_owners_local_rref(run_dir):
-    site = f"pipeline.py:{_line('x_rref = RRef(')} in main"
-    made = [r for r in inspect.rrefs(run_dir) if r.owner == "worker0"]
-    assert len(made) == SPLITS, made
-    for rref in made:
-        assert (rref.kind, rref.type, rref.shape, rref.dtype, rref.creator) == ("local", "Tensor", [2, 4], "float32", "worker0"), rref
-        assert rref.call_site.endswith(site) and rref.forks == 1 and rref.state == "deleted", rref
-    owners = {o.owner: o for o in inspect.rref_owners(run_dir)}
-    assert owners["worker0"].short_lived == 0, owners  # listed, so not counted short-lived too
 
 
 def test_the_parameter_rrefs_list_and_its_parameters_are_listed(run_dir):

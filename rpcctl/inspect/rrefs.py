@@ -271,11 +271,9 @@ def _merged(parts: list[tuple[RRefRecord, set[str]]]) -> RRefRecord:
     used = [r.last_used_at for r, _ in parts if r.last_used_at]
     merged = replace(owner, **filled, holders=sorted({h for r, _ in parts for h in r.holders}), forks=sum(r.forks for r, _ in parts),
                      last_used_at=max(used) if used else None, live_at_shutdown=any(r.live_at_shutdown for r, _ in parts))
-    ended = [r for r in others if r.ending is not None]
-    if owner.ending == LEAKED and ended:  # judged without the holders of the other runs, who kept it to their end
-        merged = replace(merged, state=RRefState.DELETED, ending=None)
-    elif owner.state == RRefState.DELETED or any(r.state != RRefState.DELETED for r in others):
+    if owner.state == RRefState.DELETED or any(r.state != RRefState.DELETED for r in others):
         return merged
+    ended = [r for r in others if r.ending is not None]
     ending = min(ended, key=lambda r: _ENDING_ORDER.index(r.ending) if r.ending in _ENDING_ORDER else len(_ENDING_ORDER), default=None)
     return replace(merged, state=RRefState.DELETED, deleted_at=max(r.deleted_at or "" for r in others) or None,
                    ending=ending.ending if ending is not None else None, unused_s=ending.unused_s if ending is not None else None)

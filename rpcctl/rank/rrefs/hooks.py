@@ -214,13 +214,6 @@ def wrap_rref_init(orig: Any) -> Any:
                 # Its id now: an RRef(value) handed out at once (parameter RRefs) is gone by the
                 # time the sender looks, and its holders still want to know where it was made.
                 ref.data = str(self)
-                # Its value, weakly: a handle that dies at once, its RRef handed out (a pipeline's
-                # RRef(x) passed to a remote forward), is still described by its owner (``Tracker._l``).
-                value = args[0] if args else kwargs.get("value")
-                try:
-                    ref.target = _weakref(value)
-                except TypeError:  # an int, a list
-                    ref.target = None
                 q.append(ref)
             else:
                 _drop()

@@ -77,12 +77,6 @@ class Tracker:
         self.pending_events: list[dict[str, Any]] = []  # made while handling another event
         self.described: set[str] = set()  # forks whose description this process asked for
         self.churned_local: dict[str, tuple[str, str, str]] = {}  # RRef(value) handles gone unseen: id → churn key (``_o``)
-        # RRef(value) handles gone young after being pickled into a call (``_l``), decided at the
-        # cycle's end (``_handed_out``); the ids of RRefs that came back to this owner (``_o``), and
-        # of those ``_o`` listed.
-        self.handed: list[tuple[str, str, Any, float]] = []
-        self.came_back: set[str] = set()
-        self.back_listed: set[str] = set()
         self._identity: tuple[str, int, dict[int, str]] | None = None  # the hooks' identity, as last seen
 
     def set_identity(self, name: str, rank: int, workers: dict[int, str]) -> None:
@@ -106,7 +100,7 @@ class Tracker:
                 try:
                     if kind is Ref:
                         if item.seen == 0:  # a new handle: report it if it outlived MIN_AGE_S
-                            if item() is None and item.kind != "l":  # ``_l`` reads whether it was handed out
+                            if item() is None:
                                 last_use.pop(item.oid, None)
                                 # Gone already (most are): counted per call site, nothing sent, by
                                 # the site's cached churn key where it is known (``_r``: inline, the
@@ -143,7 +137,6 @@ class Tracker:
                 out.append({"e": "conf", "id": rref_id, "t": now})
                 self._describe(rref, owner, rref_id, out, now)
             del rref
-        self._handed_out(out)
         self._send_describes(final)
         if self.churn:
             for (owner, callee, site), n in self.churn.items():
@@ -290,19 +283,6 @@ class Tracker:
         rref_id = f"{ids[0][0]}:{ids[0][1]}" if ids else None
         rref = ref()
         if rref is None:
-            handed = hooks.last_use.pop(ref.oid, None) is not None  # pickled into a call
-            value = ref.target() if isinstance(ref.target, weakref.ref) else None
-            if handed and value is not None and rref_id is not None and len(self.handed) < 100_000:
-                # Its handle here died young, its RRef handed out, its value alive: the worker it
-                # was handed to may hold it (a pipeline's RRef(x) in a remote forward). Decided at
-                # the cycle's end (``_handed_out``): one that came back to this worker for a call
-                # (DistributedOptimizer's own, ``_o``) was not handed out.
-                self.handed.append((rref_id, site, weakref.ref(value), t))
-                if len(hooks.local_sites) < 100_000:
-                    hooks.local_sites[rref_id] = site
-                del value
-                return None
-            del value
             self.churn[(self.name or "?", "RRef", site)] += 1
             if rref_id is not None and len(hooks.local_sites) < 100_000:
                 hooks.local_sites[rref_id] = site  # for the holders it was handed to
@@ -319,26 +299,6 @@ class Tracker:
         return {"e": "rref", "id": rref_id, "fork": "", "owner": self.name, "owner_rank": self.rank, "kind": "local",
                 "callee": None, "site": site, "confirmed": True, "value": description, "watched": watched, "t": t}
 
-    def _handed_out(self, out: list[dict[str, Any]]) -> None:
-        """The RRef(value)s whose handle died young after being pickled into a call (``_l``):
-        listed as the local RRefs they are, with what only their owner knows (type, shape, where
-        made), their handle's end its release here; those that came back to this worker instead
-        (``came_back``) are short-lived, as any."""
-        handed, self.handed = self.handed, []
-        for rref_id, site, wr, t in handed:
-            value = wr()
-            if value is None or rref_id in self.came_back:
-                del value
-                if rref_id not in self.back_listed:  # as ``_l`` counts a handle gone unseen
-                    self.churn[(self.name or "?", "RRef", site)] += 1
-                    self.churned_local[rref_id] = (self.name or "?", "RRef", site)
-                continue
-            watched = self._watch_value(value, rref_id)
-            out.append({"e": "rref", "id": rref_id, "fork": "", "owner": self.name, "owner_rank": self.rank, "kind": "local",
-                        "callee": None, "site": site, "confirmed": True, "value": describe(value), "watched": watched, "t": t})
-            out.append({"e": "rel", "id": rref_id, "fork": "", "t": time.time()})
-            del value
-
     def _unchurn(self, rref_id: str) -> None:
         """An RRef(value) made here, whose handle died unseen (counted short-lived), was handed out
         and lives on in a holder, which lists it: it is not short-lived after all."""
@@ -351,12 +311,6 @@ class Tracker:
         handle it made died at once (counted short-lived, if the sender saw it dead) and this one
         holds the RRef from now on, so it is listed, as a local RRef, and not counted short-lived.
         An RRef another worker made by ``rpc.remote`` and handed back to its owner is a holder like a fork."""
-        try:
-            if len(self.came_back) > 100_000:
-                self.came_back.clear()
-            self.came_back.add(f"{int(ref.data[1])}:{int(ref.data[2])}")
-        except (TypeError, ValueError, IndexError):
-            pass
         rref = ref()
         if rref is None:  # most: the owner's RPC thread held it for one call (``_call_method(rref)``)
             return None
@@ -366,8 +320,6 @@ class Tracker:
             return self._f(ref)
         rref_id, fork_id = f"{rref_on}:{rref_local}", f"{fork_on}:{fork_local}"  # each hand-over has its own fork id
         self._unchurn(rref_id)
-        if len(self.back_listed) < 100_000:
-            self.back_listed.add(rref_id)
         value = hooks.local_value(rref)
         self._report(ref, rref, rref_id, fork_id)
         watched = self._watch_value(value, rref_id)
