@@ -84,10 +84,10 @@ def test_a_long_computation_in_one_c_call_is_not_stopped(tmp_path, runs_dir):
     assert "computing.py:" in moved[0] and "b = a @ a" in moved[0], moved[0]
 
 
-FILLS_THE_DISK = RPC_PAIR + '''
+FILLS_THE_DISK = '''
     def echo(x):
         return x
-
+    ''' + RPC_PAIR + '''
     if rank == 0:
         # Fill the run's file system (a 2 MiB tmpfs) to the last byte, then work silently for 12 s:
         # rpc_sync calls, each one progress, none of which the store can keep any more.
@@ -124,10 +124,14 @@ def test_a_healthy_job_on_a_full_disk_is_not_stopped_as_hung(tmp_path):
     assert ended["status"] == "succeeded" and ended["ended_at"], ended
 
 
-SLEEPING_CALLEE = RPC_PAIR + '''
+# The callee's function is defined before init_rpc: a call that reaches worker1 before its script
+# defined it fails to unpickle ("Can't get attribute 'slow_update'"), seen once on a loaded machine.
+SLEEPING_CALLEE = '''
+    import time
+
     def slow_update():
         time.sleep(600)
-
+    ''' + RPC_PAIR + '''
     if rank == 0:
         rpc.rpc_sync("worker1", slow_update)
     rpc.shutdown()
