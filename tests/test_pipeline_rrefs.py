@@ -36,7 +36,10 @@ SCRIPT = textwrap.dedent(
             return self.net(x)
 
         def parameter_rrefs(self):
-            time.sleep(0.3)
+            # The list RRef lives while to_here waits for this: 0.3 s was once too short for the
+            # creator's telemetry to look (every 0.1 s) on a loaded CI machine, and it was counted
+            # as short-lived instead (documented: docs/inspect.md, rrefs).
+            time.sleep(1.5)
             return [RRef(p) for p in self.parameters()]
 
 

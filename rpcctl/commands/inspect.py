@@ -209,7 +209,7 @@ def _owners_of(run_dir: Path, records: list[sdk.RRefRecord]) -> list[sdk.OwnerSu
 
 
 def _empty_rrefs(owner: str | None, state: str | None) -> str:
-    return no_match("RRefs", owner=owner, state=state) or "no RRefs (none created, or all lived < 0.2 s)"
+    return no_match("RRefs", owner=owner, state=state) or "no RRefs (none created, or all short-lived)"
 
 
 # -- workers, gpus ------------------------------------------------------------------------------
@@ -310,8 +310,9 @@ VIEWS: tuple[View, ...] = (
         "rrefs", sdk.RRefRecord, run=_rrefs, example="rpcctl inspect rrefs --owner worker1 --state live --wide",
         help="""Who owns which RRef, who holds references to it, and what it is (type, shape, bytes).
 
-    One row per RRef (not per fork), then a summary per owner. RRefs that lived less than
-    0.2 s are not listed: the summary counts them as SHORT-LIVED.
+    One row per RRef (not per fork), then a summary per owner. RRefs dropped before rpcctl's
+    next look (every 0.1 s; most that lived under 0.2 s) are not listed: the summary counts them
+    as SHORT-LIVED.
     """,
         options=(
             ViewOption("owner", Annotated[Optional[str], typer.Option("--owner", help="Only RRefs owned by this worker (name or rank).", show_default=False)]),

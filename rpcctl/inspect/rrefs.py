@@ -2,8 +2,9 @@
 what was still referenced at shutdown (``leaked_rrefs``).
 
 RRef states: ``pending`` (created by ``rpc.remote``, not yet confirmed by the owner) → ``live``
-→ ``deleted`` (every known reference dropped, or the owner freed the value). RRefs that lived
-less than 0.2 s are not listed one by one: ``OwnerSummary.short_lived`` counts them.
+→ ``deleted`` (every known reference dropped, or the owner freed the value). RRefs dropped
+before the creator's telemetry looked at them (it looks every 0.1 s: most that lived under 0.2 s;
+longer on a loaded machine) are not listed one by one: ``OwnerSummary.short_lived`` counts them.
 
 How an RRef ended (``ending``), once its processes stopped:
 
@@ -119,7 +120,7 @@ class OwnerSummary:
     pending: int
     deleted: int
     live_bytes: int
-    short_lived: int  # created and dropped within 0.2 s: counted, not listed
+    short_lived: int  # dropped before telemetry's next look (~0.1-0.2 s): counted, not listed
     world: int = 0
 
     COLUMNS = (

@@ -399,7 +399,7 @@ class Poller:
             self.next_sample = now + SAMPLE_EVERY_S
             full = _dump(entries=True)
             if full is not None:
-                out.extend(self._entries(full.get("entries") or [], now))
+                out.extend(self._entries(full.get("entries") or [], now, final))
         for pg, group in self.groups.items():
             label = self.names.get(pg)
             if label is None:  # not named yet (its entries were overwritten): reported once a collective of it names it
@@ -418,7 +418,7 @@ class Poller:
         self.prev_cycle = now
         return out
 
-    def _entries(self, entries: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+    def _entries(self, entries: list[dict[str, Any]], now: float, final: bool = False) -> list[dict[str, Any]]:
         stats: dict[tuple[str, str], list[Any]] = {}
         listed: list[dict[str, Any]] = []
         by_pg: dict[str, list[dict[str, Any]]] = {}
@@ -443,12 +443,18 @@ class Poller:
                 self._name(pg, label)
             label = self.names[pg]
             counted = self.counted.get(pg, 0)
+            unretired = False
             for index, entry in enumerate(rows):
                 seq = int(entry.get("collective_seq_id") or 0)
                 if not entry.get("retired"):
+                    unretired = unretired or seq > counted
                     if seq == group.completed + 1 and group.entered > group.completed:
                         created, op, sizes, dtypes, size = _decoded(entry)
                         group.described = {"seq": seq, "op": op, "sizes": sizes, "dtypes": dtypes, "bytes": size, "since": created}
+                    continue
+                if unretired and not final:
+                    # gloo's worker threads retire out of order: N+1 can retire before N. Counted
+                    # past N, N would be skipped for good and counted as overwritten ("?").
                     continue
                 if seq > group.completed:  # retired after the status read (gloo retires asynchronously)
                     group.saw(max(group.entered, seq), seq, now)
