@@ -230,7 +230,9 @@ class Column:
     never cut with an ellipsis, but for ``clip`` columns: a glimpse of text kept whole
     elsewhere (a rank's latest line in the live panel), cut with "…" to keep one line a row.
     ``style`` gives a cell its style from the raw value (a state's colour). A ``varies`` column is
-    shown only where its records differ in it (WORLD: most runs have one RPC world). A display
+    shown only where its records' values differ, empty ones aside (WORLD: most runs have one RPC
+    world, and a launched rank has none); a ``sparse`` column only where one of its records has a
+    value (ROUND: only an elastic run has rounds). A display
     column (``key`` a property that dresses a field for people: RANK as ``└`` for a child)
     names in ``shows`` the field it shows: ``--filter`` compares that field, never the dressing.
     """
@@ -245,6 +247,7 @@ class Column:
     clip: bool = False
     style: Callable[[Any], str] | None = None
     varies: bool = False
+    sparse: bool = False
     shows: str | None = None
 
     @property
@@ -366,10 +369,18 @@ def render_table(
     (``--wide`` adds columns, it cannot make room for them: every view with a table has ``--json``)."""
     if not records:
         return Text(sanitize(empty))
-    shown = [c for c in columns if (detail or not c.detail) and (not c.varies or len({repr(c.value(r)) for r in records}) > 1)]
+    shown = [c for c in columns if (detail or not c.detail) and _has_something_to_say(c, records)]
     formatters = [c.formatter(records) for c in shown]
     rows = [[c.cell(record, fmt) for c, fmt in zip(shown, formatters)] for record in records]
     return FittedTable(shown, rows, title=title, hint=hint)
+
+
+def _has_something_to_say(column: Column, records: Sequence[Any]) -> bool:
+    """False for a ``varies`` column whose records agree, or a ``sparse`` one where none has a value."""
+    if not (column.varies or column.sparse):
+        return True
+    values = {repr(v) for v in (column.value(r) for r in records) if v is not None and v != ""}
+    return len(values) > 1 if column.varies else bool(values)
 
 
 def to_jsonable(value: Any) -> Any:

@@ -213,6 +213,19 @@ def test_render_table_clips_a_glimpse_column_to_one_line_and_styles_cells():
     assert [cell.style for cell, _ in render_table(records, columns).rows] == ["", "bold red"]
 
 
+def test_a_varies_column_shows_only_where_values_differ_and_a_sparse_one_only_where_one_has_a_value():
+    """WORLD (varies): shown where processes joined several worlds, a launched rank's none aside;
+    ROUND (sparse): shown where one listed run is elastic, even alone."""
+    columns = [Column("id", priority=KEY), Column("world", varies=True), Column("round", sparse=True)]
+
+    def headers(records):
+        return rendered(80, records=records, columns=columns).splitlines()[0].split()
+
+    assert headers([{"id": "a", "world": None, "round": None}, {"id": "b", "world": 0, "round": None}]) == ["ID"]
+    assert headers([{"id": "a", "world": 0, "round": ""}, {"id": "b", "world": 1, "round": None}]) == ["ID", "WORLD"]
+    assert headers([{"id": "a", "world": 1, "round": "2 (1 node)"}]) == ["ID", "ROUND"]
+
+
 def test_render_table_detail_hint_and_empty():
     out = rendered(40, detail=True)
     assert "(--json shows them)" in out

@@ -217,9 +217,7 @@ def _empty_rrefs(owner: str | None, state: str | None) -> str:
 
 def _render_workers(records: list[sdk.WorkerRecord], call: Call) -> Any:
     run_dir = call.run_dir
-    several = len({w.world for w in records if w.world is not None}) > 1  # WORLD: only where processes joined several
-    columns = [c for c in sdk.WorkerRecord.COLUMNS if several or c.key != "world"]
-    table = render_table(records, columns, detail=call.wide,
+    table = render_table(records, sdk.WorkerRecord.COLUMNS, detail=call.wide,
                          empty=filtered_empty("workers", call.filters) or none_yet(run_dir, "workers"))
     lines = [f"[yellow]STALE:[/yellow] rank {w.rank} (pid {w.pid}) no heartbeat for {w.heartbeat_age_s:.0f} s — try `rpcctl stack --rank {w.rank}`"
              for w in records if w.stale]

@@ -61,9 +61,7 @@ def runs(
         return
     shown = [rows[r.run_id] for r in records] + [_damaged_row(d) for d in damaged]
     empty = filtered_empty("runs", filters) or f"no runs in {runs_dir or default_runs_dir()}"
-    elastic = any(r.rounds for r in records)  # ROUND: only where a listed run is elastic
-    columns = [c for c in RunRecord.COLUMNS if elastic or c.key != "round"]
-    console.print(render_table(shown, columns, empty=empty, hint="--json shows them", detail=wide))
+    console.print(render_table(shown, RunRecord.COLUMNS, empty=empty, hint="--json shows them", detail=wide))
     for d in damaged:  # the whole path, which the table would cut
         console.print(Text(sanitize(f"damaged: {d.run_dir / 'run.json'}: {d.error}")))
 

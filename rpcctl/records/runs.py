@@ -165,7 +165,7 @@ class RunRecord:
         Column("started_at", "STARTED", fmt=human_time),
         Column("duration_s", "DURATION", fmt=human_seconds),
         Column("restarts", justify="right", priority=LOW),
-        Column("round", "ROUND", priority=LOW),  # elastic jobs only
+        Column("round", "ROUND", priority=LOW, sparse=True),  # elastic jobs only
         Column("cause", "ROOT CAUSE", wrap=True, priority=HIGH),
         Column("command", wrap=True, priority=LOW, detail=True),  # --wide (and --json: command_line)
     )
