@@ -58,7 +58,7 @@ class RankOutput:
 
 @dataclass(frozen=True)
 class AttemptStarted:
-    """Every rank of an attempt was asked to start (``restart`` 0 for the first)."""
+    """Every rank of an attempt was asked to start (``restart``: 0 for the first attempt)."""
 
     restart: int
 
@@ -74,7 +74,10 @@ class Failed:
 
 @dataclass(frozen=True)
 class Restarting:
-    attempt: int  # 1 for the first restart
+    """The ranks are stopped and started again: ``restart`` is the count they start with next
+    (1 for the first restart; ``TORCHELASTIC_RESTART_COUNT``), ``of`` the job's ``max_restarts``."""
+
+    restart: int
     of: int
     after: str
     everywhere: bool  # on every node

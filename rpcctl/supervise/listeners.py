@@ -58,9 +58,9 @@ def console_messages(console: Console):
             match event:
                 case CancelRequested(signal=name, grace=grace):
                     console.info(f"rpcctl: {name} received: stopping the job (grace {grace:g}s; press Ctrl-C again to kill at once)")
-                case Restarting(attempt=attempt, of=of, after=after, everywhere=everywhere):
+                case Restarting(restart=restart, of=of, after=after, everywhere=everywhere):
                     where = " on every node" if everywhere else ""
-                    console.warn(f"restarting the whole group{where} ({attempt}/{of}) after: {after}")
+                    console.warn(f"restarting the whole group{where} ({restart}/{of}) after: {after}")
                 case Notice(message=message, warning=True):
                     console.warn(message)
                 case Notice(message=message):
