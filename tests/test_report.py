@@ -113,13 +113,14 @@ def test_report_of_a_real_run_draws_a_series_per_rank_and_the_ownership_graph(br
         buttons[1].click()
         browser.wait_for("return document.getElementById(arguments[0])._fullLayout.yaxis.type === 'log'", 10, "a log axis", chart)
 
-        # The ownership graph: every worker a node; rank 0 created an RRef on each other worker.
+        # The ownership graph: rank 0's worker0, which created an RRef on each other worker, on
+        # the left; the owners on the right.
         graph = _drawn(browser, "fig-rref-graph")
-        nodes = next(t for t in graph if t["meta"] and "nodes" in t["meta"])["meta"]["nodes"]
-        assert nodes == ["worker0", "worker1", "worker2"]
+        sides = {t["meta"]["side"]: t["meta"]["nodes"] for t in graph if t["meta"] and "side" in t["meta"]}
+        assert sides == {"holder": ["worker0"], "owner": ["worker1", "worker2"]}
         edges = sorted((t["meta"]["edge"][0], t["meta"]["edge"][1], t["meta"]["relation"]) for t in graph if "edge" in (t["meta"] or {}))
         assert edges == [("worker0", "worker1", "created"), ("worker0", "worker2", "created")]
-        drawn_nodes = browser.js("return document.querySelectorAll('#fig-rref-graph .scatterlayer .trace:last-child path.point').length")
+        drawn_nodes = browser.js("return document.querySelectorAll('#fig-rref-graph .scatterlayer .trace path.point').length")
         assert drawn_nodes == 3
         node_labels = browser.js("return Array.from(document.querySelectorAll('#fig-rref-graph .textpoint')).map(e => e.textContent)")
         assert [label.split(" ")[0][:7] for label in node_labels] == ["worker0", "worker1", "worker2"]
@@ -203,11 +204,11 @@ def test_a_restarted_run_shows_every_attempt_on_the_timeline(browser, tmp_path, 
     _report(str(run_dir), out)
     _open_report(browser, out)
     try:
-        bars = browser.js("var t = document.getElementById('fig-timeline')._fullData[0]; return [t.y, t.customdata, t.marker.color];")
-        drawn = sorted(zip(bars[0], bars[1]))
-        assert drawn == [("rank 0", 0), ("rank 0", 1), ("rank 1", 0), ("rank 1", 1)], bars
-        failed_first = [c for y, r, c in zip(*bars) if (y, r) == ("rank 1", 0)]
-        assert failed_first == ["#d62728"]  # the failed attempt in the failure colour
+        bars = browser.js("return document.getElementById('fig-timeline')._fullData.flatMap(t => t.y.map((y, i) => [y, t.customdata[i], t.marker.color]));")
+        drawn = sorted((y, r) for y, r, _ in bars)
+        assert drawn == [("rank 0: exit code 0", 0), ("rank 0: exit code 0", 1), ("rank 1: exit code 0", 0), ("rank 1: exit code 0", 1)], bars
+        failed_first = [c for y, r, c in bars if (y, r) == ("rank 1: exit code 0", 0)]
+        assert failed_first == ["#d62728"]  # the failed attempt in the failure colour (its row says how the latest ended)
         events = browser.js("return Array.from(document.querySelectorAll('#timeline ol.events li')).map(e => e.innerText)")
         assert any("rank 1 failed (exit code 1)" in e for e in events) and not any("None" in e for e in events), events
         assert any("rank 1 started (restart 1, pid " in e for e in events), events

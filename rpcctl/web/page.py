@@ -63,13 +63,18 @@ def run_view(run_dir: Path, *, complete: bool = False) -> dict[str, Any]:
     if hidden > 0:
         html["losses"] += (f'<p class="note">{hidden} more metric(s) not drawn: the first {figures.MAX_METRIC_CHARTS} are '
                            "(rpcctl report --all draws every metric and every point).</p>")
+    drawn = figures.run_figures(snap, complete=complete)
+    folded = drawn["fig-rref-graph"]["layout"].get("meta", {}).get("folded")
+    if folded:
+        html["rrefs"] = (f'<p class="note graph-folded">Not drawn apart: {escape(folded)} '
+                         "(<code>rpcctl inspect rrefs</code> lists every RRef).</p>") + html["rrefs"]
     return {
         "title": f"{snap.record.run_id}: {snap.status}",
         "status": snap.status,
         "live": snap.live,
         "taken_at": iso_time(snap.taken_at),
         "html": html,
-        "figures": {**figures.run_figures(snap, complete=complete), **flames},
+        "figures": {**drawn, **flames},
     }
 
 
@@ -126,6 +131,7 @@ section h2 { font-size: 16px; margin: 6px 0 8px; }
 section h3 { font-size: 14px; margin: 12px 0 4px; }
 .charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(460px, 1fr)); gap: 10px; }
 .charts > .chart { min-height: 160px; min-width: 0; overflow: hidden; }
+.charts > .chart.wide { grid-column: 1 / -1; }
 table { border-collapse: collapse; font-size: 12.5px; margin: 4px 0; display: block; overflow-x: auto; }
 th, td { padding: 3px 10px 3px 0; white-space: nowrap; border-bottom: 1px solid #eee; }
 th { text-align: left; color: #555; font-weight: 600; } .right { text-align: right; }
@@ -159,7 +165,7 @@ _SCRIPT = r"""
       if (!document.getElementById(id)) {
         var el = document.createElement("div");
         el.id = id;
-        el.className = "chart";
+        el.className = view.figures[id].wide ? "chart wide" : "chart";
         document.querySelector('[data-area="' + view.figures[id].area + '"]').appendChild(el);
         added = true;
       }

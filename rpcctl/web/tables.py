@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from rpcctl.console import Column, human_seconds
 from rpcctl.base.states import RankStatus, RRefEnding, RRefState, ServingState
-from rpcctl.web.data import RunSnapshot
+from rpcctl.web.data import RunSnapshot, name_ranges, process_rows, rank_ranges
 
 MAX_TABLE_ROWS = 300
 
@@ -83,8 +83,9 @@ def rrefs(snap: RunSnapshot) -> str:
     held = sum(1 for r in snap.rrefs if r.ending == RRefEnding.AT_SHUTDOWN)
     at_exit = sum(1 for r in snap.rrefs if r.ending == RRefEnding.AT_EXIT)
     unused = sum(1 for r in snap.rrefs if r.ending == RRefEnding.HELD_UNUSED)
-    parts = ['<p class="note">Graph: an arrow from the worker that created or holds an RRef to its owner '
-             "(dotted: held through a fork; grey: every RRef on it deleted). Node size: bytes of live values owned.</p>",
+    parts = ['<p class="note">Ownership, per RPC world: on the left the workers that created or hold RRefs of another, on the '
+             "right the owners, a line from each to the owner (dotted: held through a fork; grey: every RRef on it deleted). "
+             "Marker size: bytes of live values owned.</p>",
              "<h3>Per owner</h3>", html_table(snap.owners, OwnerSummary.COLUMNS, empty="no RRefs")]
     if leaked:
         parts.append(f'<p class="warn">{len(leaked)} RRef value(s) leaked: each outlived every reference to it '
@@ -105,7 +106,11 @@ def rrefs(snap: RunSnapshot) -> str:
 def placement(snap: RunSnapshot) -> str:
     from rpcctl.inspect import DeviceRecord
 
-    return html_table(snap.devices, DeviceRecord.COLUMNS, detail=True, empty="no placement recorded")
+    # RANKS as the ranks placed there ("rank 0", "ranks 0-3, 7": a lone "0" read as a count),
+    # WORKERS as runs of names (a thousand spawned workers are "w0-w999", not a wall of names).
+    shown = {"ranks": rank_ranges, "workers": name_ranges}
+    columns = [dataclasses.replace(c, fmt=shown[c.key]) if c.key in shown else c for c in DeviceRecord.COLUMNS]
+    return html_table(snap.devices, columns, detail=True, empty="no placement recorded")
 
 
 def workers(snap: RunSnapshot) -> str:
@@ -143,7 +148,12 @@ def timeline(snap: RunSnapshot) -> str:
     if snap.ended is not None:
         events.append((snap.duration_s, "", f"run {snap.status}"))
     items = "".join(f'<li class="{css}"><span class="t">{t:8.2f} s</span> {escape(text)}</li>' for t, css, text in events)
-    parts = [f'<ol class="events">{items}</ol>']
+    parts = []
+    story = process_rows(snap)
+    if story.grouped:
+        parts.append(f'<p class="note timeline-grouped">{story.processes} processes in {len(story.rows)} rows: {escape(story.grouped)}. '
+                     "Each row's label says how its processes ended; <code>rpcctl inspect workers</code> lists every one.</p>")
+    parts.append(f'<ol class="events">{items}</ol>')
     for index, text in enumerate(snap.hang_diagnoses, 1):
         which = f" ({index} of {len(snap.hang_diagnoses)})" if len(snap.hang_diagnoses) > 1 else ""
         parts.append(f'<h3 class="bad">Hang diagnosis{which}</h3><pre class="hang-diagnosis">{escape(text)}</pre>')

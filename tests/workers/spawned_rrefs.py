@@ -33,7 +33,7 @@ import torch.distributed.rpc as rpc
 import torch.multiprocessing as mp
 from torch.distributed.optim import DistributedOptimizer
 
-ROUNDS = 2
+ROUNDS = int(os.environ.get("ROUNDS", "2"))  # rounds of mp.spawn (the report's scale test runs 4)
 HOLD_S = float(os.environ.get("HOLD_S", "3"))
 
 
