@@ -22,7 +22,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from conftest import ROOT, rpcctl, write_config
+from conftest import ROOT, assert_no_process_left, only_run, record, rpcctl, write_config
 from rpcctl.cli import app
 from rpcctl.supervise.cluster import RendezvousError, wait_for_master
 from rpcctl.config import JobSpec
@@ -283,7 +283,9 @@ def test_an_indexed_jobs_index_is_the_node_rank_of_a_multi_node_job_only(tmp_pat
 @pytest.mark.parametrize(
     "env, says",
     [
-        ({"PET_NNODES": "1:4"}, "$PET_NNODES='1:4' is not a whole number of at least 1 (an elastic range: rpcctl runs a fixed number of nodes)"),
+        ({"PET_NNODES": "4:1"}, "$PET_NNODES '4:1' is not a node count N nor an elastic range MIN:MAX (whole numbers, 1 <= MIN <= MAX"),
+        ({"PET_NNODES": "0:2"}, "$PET_NNODES '0:2' is not a node count N nor an elastic range MIN:MAX"),
+        ({"PET_NNODES": "1:2", "JOB_COMPLETION_INDEX": "x"}, "$JOB_COMPLETION_INDEX='x' is not a whole number of at least 0"),
         ({"PET_NNODES": "2", "PET_NODE_RANK": "-1"}, "$PET_NODE_RANK='-1' is not a whole number of at least 0"),
         ({"PET_NNODES": "2", "PET_NODE_RANK": "2"}, "PET_NODE_RANK=2: key 'node_rank': node_rank 2 is out of range for nnodes 2"),
         ({"PET_MASTER_PORT": "70000"}, "$PET_MASTER_PORT='70000' is not a port (1-65535)"),
@@ -340,3 +342,67 @@ def test_node_0_waits_until_master_addr_is_its_own():
         wait_for_master("192.0.2.1", 29500, node_rank=0, timeout=1)
     assert wait_for_master("127.0.0.1", 29500, node_rank=0, timeout=1) == "127.0.0.1"
 
+
+
+# --- elastic: MIN:MAX pods (issue 43, item 5) -----------------------------------------------------
+
+
+def test_an_elastic_indexed_job_runs_on_fewer_pods_than_max(tmp_path):
+    """--nodes 1:3: MAX completions, PET_NNODES=1:3, and the Job's completion policy lets it end
+    well with fewer pods; valid for the API server, every field checked."""
+    result = invoke("k8s", PS, "--nodes", "1:3", "--image", "train:1.0", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    docs = documents(result.stdout)
+    for doc in docs:
+        validate_kubernetes(doc)
+    job = by_kind(docs)["Job"]
+    spec = job["spec"]
+    assert spec["completionMode"] == "Indexed" and spec["completions"] == spec["parallelism"] == 3
+    assert spec["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}  # pod 0 hosts the rendezvous and holds the record
+    assert spec["backoffLimitPerIndex"] == 0 and spec["maxFailedIndexes"] == 2 and "backoffLimit" not in spec  # 1 of 3 may go on
+    assert spec["podFailurePolicy"] == {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]}
+    assert spec["template"]["spec"]["restartPolicy"] == "Never"  # podFailurePolicy needs it
+    env = {e["name"]: e.get("value") for e in container(job)["env"]}
+    assert env["PET_NNODES"] == "1:3" and env["PET_MASTER_ADDR"] == "parameter-server-0.parameter-server"
+    static = by_kind(documents(invoke("k8s", PS, "--nodes", "3", "--image", "train:1.0", "--dry-run").stdout))["Job"]["spec"]
+    assert static["backoffLimit"] == 0 and not {"successPolicy", "backoffLimitPerIndex", "podFailurePolicy"} & set(static)
+    bad = invoke("k8s", PS, "--nodes", "3:1", "--image", "train:1.0", "--dry-run")
+    assert bad.returncode == 2 and "--nodes '3:1' is not a node count N nor an elastic range MIN:MAX" in " ".join(bad.stderr.split())
+
+
+def test_an_elastic_trainjob_gives_its_range_on_the_command_line(tmp_path):
+    """The Trainer's torch plugin sets PET_NNODES=numNodes (no elastic TrainJob in v2): the range
+    goes on rpcctl's command line, which beats PET_NNODES; the pod's index is not its node rank."""
+    result = invoke("k8s", PS, "--nodes", "1:2", "--image", "train:1.0", "--kind", "trainjob", "--set", "nproc_per_node=1", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    trainjob = documents(result.stdout)[2]
+    validate_trainjob(trainjob)
+    trainer = trainjob["spec"]["trainer"]
+    assert trainer["numNodes"] == 2 and trainer["command"] == ["rpcctl", "launch", "/etc/rpcctl/job.yaml", "--nnodes", "1:2"]
+    plugin = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": "1", "JOB_COMPLETION_INDEX": "1",
+              "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": "29400"}  # what the plugin sets (its master, here loopback)
+    config = write_config(tmp_path, nproc_per_node=1)
+    found = sources(dry_run(tmp_path, config, plugin, *trainer["command"][3:]))
+    assert found["nnodes"] == ("1:2", "--nnodes 1:2") and found["node_rank"] == (0, "default"), found
+    assert found["master_addr"] == ("127.0.0.1", "PET_MASTER_ADDR=127.0.0.1") and found["master_port"] == (29400, "PET_MASTER_PORT=29400")
+
+
+def test_an_elastic_pods_launcher_reads_pet_nnodes_as_a_range_and_runs(tmp_path):
+    """The Indexed Job's pod environment (PET_NNODES=1:2, its completion index, its master), read by
+    a real `rpcctl launch` of the config it ships: an elastic job that starts with the one pod
+    there after rdzv_last_call, as torchrun's would."""
+    docs = documents(invoke("k8s", PS, "--nodes", "1:2", "--image", "train:1.0", "--script-in-image", str(ROOT / "tests/workers/behave.py"), "--dry-run").stdout)
+    shipped = tmp_path / "job.yaml"
+    shipped.write_text(by_kind(docs)["ConfigMap"]["data"]["job.yaml"])
+    env = {e["name"]: e["value"] for e in container(by_kind(docs)["Job"])["env"] if "value" in e and e["name"].startswith("PET_")}
+    assert env["PET_NNODES"] == "1:2"
+    runs = tmp_path / "runs"
+    pod = {**os.environ, **env, "JOB_COMPLETION_INDEX": "1", "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": str(free_port()),
+           "RPCCTL_SECRET": os.urandom(16).hex(), "CUDA_VISIBLE_DEVICES": ""}  # pod 0's name through the Service: loopback here
+    result = rpcctl("launch", str(shipped), "--no-live", "--runs-dir", str(runs), "--set", "nproc_per_node=1", "--set", "rdzv_last_call=1",
+                    "--set", "preload=[]", env=pod, timeout=90)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "rpcctl: elastic job of 1 to 2 nodes: hosting the rendezvous at 127.0.0.1" in result.stderr, result.stderr
+    rec = record(only_run(runs))
+    assert rec["status"] == "succeeded" and [(r["nnodes"], r["why"]) for r in rec["rounds"]] == [(1, "start")], rec
+    assert_no_process_left(Path(rec["run_dir"]))

@@ -346,3 +346,134 @@ def test_sbatch_on_two_nodes_runs_the_job(pair, tmp_path):
     assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", f"{job}\n{error_lines(output)}"
     assert "[rank2]: step 29 loss" in output and "[rank3]: step 29 loss" in output
     _check_two_node_records(runs_under(runs), job_id)
+
+
+# -- elastic: MIN:MAX nodes (issue 43, item 5) ---------------------------------------------------------
+
+
+def test_sbatch_dry_run_of_an_elastic_job_asks_slurm_for_min_to_max_nodes(tmp_path):
+    runs = tmp_path / "runs"
+    result = _run([sys.executable, "-m", "rpcctl", "sbatch", "configs/parameter_server.yaml", "--nodes", "1:3", "--dry-run", "--runs-dir", str(runs)],
+                  _clean_env(), timeout=60)
+    assert result.returncode == 0, result.stderr
+    script = result.stdout
+    directives = [line for line in script.splitlines() if line.startswith("#SBATCH")]
+    assert "#SBATCH --nodes=1-3" in directives and "#SBATCH --no-kill" in directives, script
+    assert not any("--ntasks" in d for d in directives), directives  # with it, SLURM gave MIN nodes where MAX were idle
+    (srun,) = [line for line in script.splitlines() if line.startswith("srun ")]
+    assert "--kill-on-bad-exit=0" in srun and "--no-kill" in srun and srun.endswith("--nnodes 1:3"), srun
+    assert script.rstrip().endswith('exit "${node0:-$step}"')  # node 0's verdict, else the step's
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    bad = _run([sys.executable, "-m", "rpcctl", "sbatch", "configs/parameter_server.yaml", "--nodes", "3:1", "--dry-run"], _clean_env(), timeout=60)
+    assert bad.returncode == 2 and "--nodes '3:1' is not a node count N nor an elastic range MIN:MAX" in bad.stderr, bad.stderr
+
+
+def _elastic_config(tmp_path: Path, steps: int, pause: float) -> tuple[Path, Path]:
+    checkpoint = tmp_path / "checkpoint.json"
+    config = tmp_path / "elastic.yaml"
+    config.write_text(
+        f"name: elastic\nscript: {ROOT / 'tests/workers/elastic_train.py'}\nargs: [{checkpoint}, '{steps}', '{pause}']\n"
+        "nproc_per_node: 1\nnnodes: \"1:2\"\nrdzv_timeout: 60\nrdzv_last_call: 2\npreload: []\n"
+    )
+    return config, checkpoint
+
+
+def _checkpoint(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+@dataclass
+class Shrunk:
+    job: dict[str, str]
+    output: str
+    records: list[dict]
+    checkpoint: dict
+    killed: int
+
+
+@pytest.fixture(scope="module")
+def shrunk(pair, tmp_path_factory) -> Shrunk:
+    """One elastic sbatch (nnodes "1:2") on both nodes; once both train, node 1's launcher is
+    killed (SIGKILL, by its pid in node 1's run record): the job goes on with node 0."""
+    tmp = tmp_path_factory.mktemp("shrunk")
+    runs = tmp / "runs"
+    config, checkpoint = _elastic_config(tmp, steps=20, pause=0.15)
+    job_id = sbatch(pair, str(config), runs)
+    try:
+        def both_train():
+            node1 = [Path(p) for p in runs.glob("*.node1/run.json")]
+            return node1 and _checkpoint(checkpoint).get("world") == 2 and _checkpoint(checkpoint)["step"] >= 3 and node1[0]
+
+        both_train_at = None
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not both_train_at and pair.job(job_id).get("JobState") in ACTIVE:
+            both_train_at = both_train()
+            time.sleep(0.2)
+        assert both_train_at, f"the two nodes never trained together: {pair.job(job_id)}\n{(runs / f'slurm-{job_id}.out').read_text()[-3000:]}"
+        node1 = json.loads(both_train_at.read_text())
+        launcher = psutil.Process(node1["launcher_pid"])
+        assert "launch" in launcher.cmdline() and launcher.create_time() == pytest.approx(node1["launcher_started"], abs=1)  # that launcher, no other
+        launcher.kill()
+        job = pair.wait_job(job_id, timeout=120)
+    finally:
+        pair.run("scancel", "--full", job_id)
+    return Shrunk(job, (runs / f"slurm-{job_id}.out").read_text(), runs_under(runs), _checkpoint(checkpoint), node1["launcher_pid"])
+
+
+def test_an_elastic_sbatch_starts_on_both_nodes_and_goes_on_when_one_nodes_launcher_dies(shrunk):
+    host = next(r for r in shrunk.records if r["node_rank"] == 0 and r["status"] != "running")
+    assert shrunk.job["JobState"] == "COMPLETED" and shrunk.job["ExitCode"] == "0:0", f"{shrunk.job}\n{error_lines(shrunk.output)}"
+    assert shrunk.job["NumNodes"] == "2"  # --nodes=1-2 with both idle: SLURM gave both
+    assert "srun: error: " in shrunk.output and "task 1: Exited with exit code 137" in shrunk.output  # srun saw it; node 0's verdict is the job's
+    assert host["status"] == "succeeded" and host["host"] == f"{TAG}a", host
+    rounds = host["rounds"]
+    assert [(r["nnodes"], r["world_size"]) for r in rounds] == [(2, 2), (1, 1)], rounds
+    assert rounds[0]["why"] == "start" and f"{TAG}b (pid {shrunk.killed}) was lost" in rounds[1]["why"], rounds
+    assert host["restarts"] == 0  # a membership change, not a restart
+    assert shrunk.checkpoint == {"step": 20, "world": 1}  # the survivor went on from the step saved
+    for rec in shrunk.records:
+        assert_no_process_left(Path(rec["run_dir"]))
+
+
+def test_an_elastic_sbatch_given_fewer_than_max_nodes_starts_with_what_it_got(pair, tmp_path):
+    """Node b is taken by another job: SLURM starts the 1:2 job on node a alone, at once, and
+    rpcctl caps MAX at what SLURM gave (a SLURM job does not grow): no wait for a second node."""
+    runs = tmp_path / "runs"
+    config, checkpoint = _elastic_config(tmp_path, steps=2, pause=0.1)
+    blocker = pair.run("sbatch", "--parsable", "-w", f"{TAG}b", "--exclusive", "--time=3", "--wrap", "sleep 120").stdout.strip()
+    assert re.fullmatch(r"\d+", blocker), blocker
+    try:
+        wait_until_running = time.monotonic() + 30
+        while pair.job(blocker).get("JobState") != "RUNNING" and time.monotonic() < wait_until_running:
+            time.sleep(0.2)
+        job_id = sbatch(pair, str(config), runs)
+        job = pair.wait_job(job_id, timeout=120)
+    finally:
+        pair.run("scancel", "--full", blocker)
+    output = (runs / f"slurm-{job_id}.out").read_text()
+    assert job["JobState"] == "COMPLETED" and job["NumNodes"] == "1" and job["NodeList"] == f"{TAG}a", f"{job}\n{error_lines(output)}"
+    assert "rpcctl: elastic job of 1 to 1 nodes: hosting the rendezvous" in output, output
+    (rec,) = runs_under(runs)
+    assert rec["status"] == "succeeded" and [(r["nnodes"], r["why"]) for r in rec["rounds"]] == [(1, "start")]
+    assert _checkpoint(checkpoint) == {"step": 2, "world": 1}
+    assert_no_process_left(Path(rec["run_dir"]))
+
+
+def test_srun_launch_with_an_elastic_line_reads_its_range_within_the_step(pair, tmp_path):
+    """torchrun's elastic line inside an allocation: MAX capped at the step's nodes, the endpoint
+    its first host; a step outside MIN:MAX is one message, exit 2, before anything starts."""
+    line = (f"exec {sys.executable} -m rpcctl launch --nnodes {{}} --nproc-per-node 1 --rdzv-backend c10d --dry-run --json "
+            f"tests/workers/elastic_train.py /tmp/x 3 > {tmp_path}/plan-$SLURM_NODEID.json")  # a file each: srun mixes two tasks' lines
+    result = pair.run("srun", "-N2", "--ntasks-per-node=1", "--time=2", "bash", "-c", line.format("1:4"), timeout=90, RPCCTL_SECRET=os.urandom(16).hex())
+    assert result.returncode == 0, result.stdout + result.stderr
+    plans = [{row["key"]: (row["value"], row["source"]) for row in json.loads((tmp_path / f"plan-{node}.json").read_text())["sources"]} for node in (0, 1)]
+    for sources in plans:
+        assert sources["nnodes"] == ("1:2", "SLURM_STEP_NUM_NODES=2 (of nnodes 1:4: a SLURM job does not grow)"), sources
+        assert sources["master_addr"] == (f"{TAG}a", f"first of SLURM_JOB_NODELIST={TAG}a,{TAG}b"), sources
+        assert sources["node_rank"] == (0, "default")  # the rendezvous numbers the nodes
+    refused = pair.run("srun", "-N2", "--ntasks-per-node=1", "--time=2", "bash", "-c", line.format("3:4"), timeout=90, RPCCTL_SECRET=os.urandom(16).hex())
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "nnodes 3:4 (elastic), but this srun step has 2 node(s) ($SLURM_STEP_NUM_NODES): a SLURM job never grows" in refused.stderr, refused.stderr

@@ -1,5 +1,5 @@
 """``rpcctl k8s CONFIG --nodes N --image IMAGE``: the Kubernetes objects that run a job on N
-pods; printed, written, or applied with kubectl."""
+pods (``--nodes MIN:MAX``: elastic, on up to MAX); printed, written, or applied with kubectl."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from rpcctl.config import load_config
 from rpcctl.console import get_console
 from rpcctl.base.errors import RpcctlError, UsageError
 from rpcctl.schedulers.k8s import K8sSpec, dump, manifests
+from rpcctl.schedulers.nodes import parse_nodes
 
 
 class Kind(str, Enum):
@@ -26,7 +27,7 @@ class Kind(str, Enum):
 
 def k8s(
     config: Annotated[Path, typer.Argument(metavar="CONFIG", help="The job's YAML config (shipped to the pods in a ConfigMap, with its script).", show_default=False)],
-    nodes: Annotated[int, typer.Option("--nodes", "-N", min=1, max=65536, help="Pods, one launcher (one node of the job) each.", show_default=False)],
+    nodes: Annotated[str, typer.Option("--nodes", "-N", metavar="N|MIN:MAX", help="Pods, one launcher (one node of the job) each; MIN:MAX: elastic, up to MAX pods, going on while MIN remain.", show_default=False)],
     image: Annotated[str, typer.Option("--image", help="Container image with python, torch and rpcctl (and the script's own imports).", show_default=False)],
     gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", min=0, help="nvidia.com/gpu per pod (default: 0); the config's devices becomes auto (one GPU per rank) unless it lists them.", show_default=False)] = 0,
     cpus_per_node: Annotated[Optional[str], typer.Option("--cpus-per-node", help="CPU request per pod, a quantity like 4 or 3500m (default: nproc_per_node).", show_default=False)] = None,
@@ -55,8 +56,9 @@ def k8s(
     if output is not None and not dry_run:
         check_output(output, "--output")  # a device, a FIFO, a link, a full disk: refused before the work
     spec = load_config(config, set_ or [])
+    count = parse_nodes(nodes, "--nodes")
     wanted = K8sSpec(
-        name=name if name is not None else spec.name, nodes=nodes, image=image, secret=secrets.token_hex(16), kind=kind.value,
+        name=name if name is not None else spec.name, nodes=count.high, min_nodes=count.low if count.elastic else None, image=image, secret=secrets.token_hex(16), kind=kind.value,
         gpus_per_node=gpus_per_node, cpus_per_node=cpus_per_node, memory_per_node=memory_per_node, namespace=namespace,
         runs_claim=runs_claim, script_in_image=script_in_image, runtime=runtime,
     )
@@ -67,7 +69,7 @@ def k8s(
         return
     if output is not None:
         write_output(output, text, "--output")  # 0600, renamed into place: another link to an old file keeps it
-        console.info(f"rpcctl: wrote the {kind.value} '{wanted.name}' ({nodes} pod(s)) to {output}; apply it with `kubectl apply -f {output}`")
+        console.info(f"rpcctl: wrote the {kind.value} '{wanted.name}' ({count} pod(s)) to {output}; apply it with `kubectl apply -f {output}`")
         return
     apply(text, wanted)
 

@@ -28,7 +28,8 @@ from rpcctl.records.runs import RunRecord
 from rpcctl.base.states import RunStatus
 from rpcctl.schedulers.k8s import pod_flags, weak_node_rank
 from rpcctl.planning.plan import visible_gpus
-from rpcctl.schedulers.slurm import slurm_flags
+from rpcctl.schedulers.nodes import Nodes, parse_nodes, spec_nodes
+from rpcctl.schedulers.slurm import caps_the_range, in_srun_step, slurm_flags
 
 
 def _torchrun_option(option: TorchrunOption) -> Any:
@@ -184,9 +185,9 @@ def _form(target: str, script_args: list[str], given: dict[str, tuple[Any, str]]
         for dest in PROGRAM_DESTS:
             if dest in given:
                 raise UsageError(f"{given[dest][1]} goes with a script, not a config: the config says what runs (module:, no_python:)")
-        flags = environment_flags(config, overrides)
+        flags = environment_flags(config, overrides, given=given)
         line = line_flags(given_or_env(given, {}), cpus=_cpus(), gpus=len(visible_gpus()), node_rank_known="node_rank" in flags)
-        return config, {**flags, **line.flags}, line
+        return config, _over(flags, line.flags), line
     if overrides:
         raise UsageError(f"--set {overrides[0]}: --set changes a config's keys; a torchrun line gives them as options (or write one with --save-config)")
     if no_python and module:
@@ -194,7 +195,7 @@ def _form(target: str, script_args: list[str], given: dict[str, tuple[Any, str]]
     flags = line_environment_flags(os.environ, given)
     values = given_or_env(given, os.environ, skip=_POD_SOURCED)
     line = line_flags(values, cpus=_cpus(), gpus=len(visible_gpus()), node_rank_known="node_rank" in flags)
-    flags.update(line.flags)
+    flags = _over(flags, line.flags)
     localhost = one_node_master_addr(values, flags)
     if localhost:
         flags["master_addr"] = localhost
@@ -237,11 +238,12 @@ def line_environment_flags(env, given: dict[str, tuple[Any, str]]) -> dict[str, 
     """A torchrun line's values from the environment (a SLURM step's, else a pod's), as
     ``environment_flags`` for a config: an Indexed Job's completion index alone is a node rank
     only for a line of several nodes."""
-    flags = slurm_flags(env)
+    wanted = _given_nodes(given)
+    flags = slurm_flags(env, wanted)
     if flags:
         return flags
     # PET_NPROC_PER_NODE is the line's --nproc-per-node (auto, cpu, gpu, N: torchrun's words), read with the rest
-    flags = pod_flags({k: v for k, v in env.items() if k != "PET_NPROC_PER_NODE"}, gpus=len(visible_gpus()))
+    flags = pod_flags({k: v for k, v in env.items() if k != "PET_NPROC_PER_NODE"}, gpus=len(visible_gpus()), wanted=wanted)
     nnodes = str(given.get("nnodes", (flags.get("nnodes", (1, ""))[0], ""))[0]).partition(":")[0]
     if weak_node_rank(flags) and nnodes.strip() in ("", "1"):
         del flags["node_rank"]
@@ -267,13 +269,34 @@ def _conclude(console: Console, record: RunRecord) -> None:
         raise JobFailedError(f"job '{record.name}' {record.status} (run {record.run_id})", reported=True)
 
 
-def environment_flags(config: Path, overrides: list[str], env=os.environ) -> dict[str, tuple[Any, str]]:
+def _given_nodes(given: dict[str, tuple[Any, str]]) -> Nodes | None:
+    """The line's --nnodes, N or MIN:MAX; None when not given or not readable (its own reader says why)."""
+    try:
+        return parse_nodes(given["nnodes"][0], given["nnodes"][1]) if "nnodes" in given else None
+    except UsageError:
+        return None
+
+
+def _over(environment: dict[str, tuple[Any, str]], line: dict[str, tuple[Any, str]]) -> dict[str, tuple[Any, str]]:
+    """The line's flags over the environment's values, but for an elastic range that a SLURM
+    step capped at its node count: that one took the flag's range in already."""
+    merged = {**environment, **line}
+    if caps_the_range(environment):
+        merged["nnodes"] = environment["nnodes"]
+    return merged
+
+
+def environment_flags(config: Path, overrides: list[str], env=os.environ, given: dict | None = None) -> dict[str, tuple[Any, str]]:
     """Values the environment gives: a SLURM step's, else a pod's (``rpcctl.schedulers.k8s``). An Indexed
-    Job's completion index alone is a node rank only for a config of several nodes."""
-    flags = slurm_flags(env)
+    Job's completion index alone is a node rank only for a config of several nodes. ``given``: the
+    line's flags (an elastic ``--nnodes MIN:MAX`` there, else in the config, is kept in a SLURM step)."""
+    wanted = _given_nodes(given or {})
+    if wanted is None and in_srun_step(env):
+        wanted = spec_nodes(load_config(config, overrides))
+    flags = slurm_flags(env, wanted)
     if flags:
         return flags
-    flags = pod_flags(env, gpus=len(visible_gpus()))
+    flags = pod_flags(env, gpus=len(visible_gpus()), wanted=wanted)
     if weak_node_rank(flags) and load_config(config, overrides, flags={k: v for k, v in flags.items() if k != "node_rank"}).nnodes == 1:
         del flags["node_rank"]
     return flags
@@ -290,7 +313,7 @@ def value_sources(spec, plan: LaunchPlan, config: Path, overrides: list[str], fl
     ``PET_NNODES=2``), ``--set``, the file's line, or the default."""
     rows = []
     for key in SOURCED_KEYS:
-        value = getattr(spec, key)
+        value = f"{spec.min_nodes}:{spec.nnodes}" if key == "nnodes" and spec.elastic else getattr(spec, key)
         source = locate(config, key, overrides=overrides, flags=flags) if config is not None else flags.get(key, (None, "default"))[1]
         if source == str(config):  # not in the file: the default
             source = "default"

@@ -6,7 +6,8 @@ Trainer v2 torch plugin sets in every TrainJob pod, and which the Indexed Job th
 writes sets too) and the Indexed Job's own completion index:
 
 =======================  ==================================================================
-PET_NNODES               nnodes (a fixed number: an elastic range ``1:4`` is refused)
+PET_NNODES               nnodes: N, or an elastic range ``MIN:MAX`` (issue 43: the node rank is
+                         then the rendezvous's, not the pod's index)
 PET_NODE_RANK            node_rank (the Trainer sets it from the pod's completion index)
 JOB_COMPLETION_INDEX     node_rank when PET_NODE_RANK is not set (any Indexed Job), in a job
                          of several nodes only: a one-node job ignores it
@@ -29,6 +30,21 @@ subdomains, RFC 1035 for the Service and the TrainJob) before anything is writte
   Kubernetes must never start a second launcher for a node mid-run.
 - ``--kind trainjob``: the Secret, the ConfigMap and a Kubeflow Trainer v2 TrainJob on the
   ``torch-distributed`` runtime; volumes go through its ``runtimePatches``.
+
+Elastic, ``--nodes MIN:MAX`` (issue 43): the Indexed Job has MAX completions, ``PET_NNODES=MIN:MAX``
+(each pod's launcher joins torch's elastic rendezvous at pod 0, through the Service) and a
+completion policy that lets it run on fewer: ``successPolicy`` (the Job succeeds when pod 0, the
+rendezvous host whose run record holds the job, succeeds), ``backoffLimitPerIndex: 0`` with
+``maxFailedIndexes: MAX-MIN`` (a pod that fails is not restarted, and the Job goes on while at
+least MIN are left), and a ``podFailurePolicy`` that ignores a disruption (a preempted or evicted
+pod is made again, and its launcher joins the job: it grows back). Kubeflow Trainer v2 has no
+elastic TrainJob: its torch plugin sets ``PET_NNODES`` to ``numNodes`` and says so ("Add support
+for PyTorch elastic when JobSet supports Elastic Jobs"; the runtime's
+``mlPolicy.torch.elasticPolicy`` is not applied), the TrainJob may not set ``PET_*`` itself, and
+its ``runtimePatches`` reach only the pod template, not the Job's policies. So the TrainJob gets
+``numNodes: MAX`` and ``rpcctl launch ... --nnodes MIN:MAX`` (a flag beats ``PET_NNODES``): it
+starts with the pods that come (at least MIN, after ``rdzv_last_call`` for more) and grows as late
+pods start; a pod that fails ends the TrainJob as its JobSet's failure policy says.
 """
 
 from __future__ import annotations
@@ -44,6 +60,7 @@ import yaml
 
 from rpcctl.config import JobSpec, host_problem
 from rpcctl.base.errors import UsageError
+from rpcctl.schedulers.nodes import Nodes, parse_nodes
 
 DEFAULT_PORT = 29500  # torchrun's, and the Trainer's ContainerTrainerPort
 CONFIG_DIR = "/etc/rpcctl"  # where the ConfigMap is mounted
@@ -62,20 +79,25 @@ TRAINER_NODE = "node"  # the Trainer's replicated job and container name for tra
 def _count(env: Mapping[str, str], name: str, low: int) -> tuple[int, str]:
     text = env[name].strip()
     if not re.fullmatch(r"[0-9]{1,9}", text) or int(text) < low:
-        extra = " (an elastic range: rpcctl runs a fixed number of nodes)" if ":" in text else ""
-        raise UsageError(f"${name}={env[name]!r} is not a whole number of at least {low}{extra}")
+        raise UsageError(f"${name}={env[name]!r} is not a whole number of at least {low}")
     return int(text), f"{name}={text}"
 
 
-def pod_flags(env: Mapping[str, str], gpus: int = 0) -> dict[str, tuple[Any, str]]:
+def pod_flags(env: Mapping[str, str], gpus: int = 0, wanted: Nodes | None = None) -> dict[str, tuple[Any, str]]:
     """Config values implied by the pod we run in, each with where it came from (empty outside
-    Kubernetes). ``gpus``: the GPUs visible here, for ``PET_NPROC_PER_NODE=auto``."""
+    Kubernetes). ``gpus``: the GPUs visible here, for ``PET_NPROC_PER_NODE=auto``. ``wanted``:
+    the nodes a flag asks for; elastic there or in ``PET_NNODES``, no node rank is read."""
     flags: dict[str, tuple[Any, str]] = {}
+    elastic = wanted is not None and wanted.elastic
     if env.get("PET_NNODES"):
-        flags["nnodes"] = _count(env, "PET_NNODES", 1)
+        nodes = parse_nodes(env["PET_NNODES"], "$PET_NNODES")
+        flags["nnodes"] = (str(nodes) if nodes.elastic else nodes.high, f"PET_NNODES={env['PET_NNODES'].strip()}")
+        elastic = elastic or nodes.elastic
     for name in ("PET_NODE_RANK", "JOB_COMPLETION_INDEX"):
         if env.get(name):
-            flags["node_rank"] = _count(env, name, 0)
+            rank = _count(env, name, 0)  # checked even where the rendezvous numbers the nodes
+            if not elastic:
+                flags["node_rank"] = rank
             break
     if env.get("PET_MASTER_ADDR"):
         addr = env["PET_MASTER_ADDR"].strip()
@@ -179,7 +201,7 @@ class K8sSpec:
     """What ``rpcctl k8s`` was asked for (plain data; names are checked by ``check``)."""
 
     name: str  # the Job / TrainJob, its Service; the Secret and ConfigMap get -secret, -config
-    nodes: int
+    nodes: int  # elastic: MAX
     image: str
     secret: str  # the run's RPCCTL_SECRET, made by the caller
     kind: Literal["job", "trainjob"] = "job"
@@ -190,6 +212,11 @@ class K8sSpec:
     runs_claim: str | None = None  # a PersistentVolumeClaim for the runs directory; default: emptyDir
     script_in_image: str | None = None  # the script's path in the image; default: shipped in the ConfigMap
     runtime: str = "torch-distributed"  # the TrainJob's ClusterTrainingRuntime
+    min_nodes: int | None = None  # elastic (--nodes MIN:MAX): MIN
+
+    @property
+    def elastic_range(self) -> str | None:
+        return f"{self.min_nodes}:{self.nodes}" if self.min_nodes is not None else None
 
     def check(self, name_from: str) -> None:
         """Refuse what Kubernetes would refuse (or what would break the pods' names) now."""
@@ -287,8 +314,8 @@ def _volumes(k8s: K8sSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return volumes, mounts
 
 
-def command() -> list[str]:
-    return ["rpcctl", "launch", f"{CONFIG_DIR}/{CONFIG_KEY}"]
+def command(nnodes: str | None = None) -> list[str]:
+    return ["rpcctl", "launch", f"{CONFIG_DIR}/{CONFIG_KEY}", *(["--nnodes", nnodes] if nnodes else [])]
 
 
 def manifests(spec: JobSpec, k8s: K8sSpec) -> list[dict[str, Any]]:
@@ -320,7 +347,7 @@ def _job(spec: JobSpec, k8s: K8sSpec) -> dict[str, Any]:
     port = spec.master_port or DEFAULT_PORT
     volumes, mounts = _volumes(k8s)
     env = [
-        {"name": "PET_NNODES", "value": str(k8s.nodes)},
+        {"name": "PET_NNODES", "value": k8s.elastic_range or str(k8s.nodes)},  # MIN:MAX: the pods' launchers meet elastically
         {"name": "PET_MASTER_ADDR", "value": f"{k8s.name}-0.{k8s.name}"},  # pod 0 through the headless Service
         {"name": "PET_MASTER_PORT", "value": str(port)},
         *_env(k8s),
@@ -330,15 +357,24 @@ def _job(spec: JobSpec, k8s: K8sSpec) -> dict[str, Any]:
         "ports": [{"name": "rendezvous", "containerPort": port, "protocol": "TCP"}],
         "resources": _resources(spec, k8s), "volumeMounts": mounts,
     }
+    # rpcctl restarts every node together (max_restarts in the config); a pod that fails
+    # has used those up, and a replacement could not rejoin the others: the Job fails.
+    policy: dict[str, Any] = {"backoffLimit": 0}
+    if k8s.min_nodes is not None:
+        policy = {
+            "successPolicy": {"rules": [{"succeededIndexes": "0"}]},  # pod 0 hosts the rendezvous: its verdict is the job's
+            "backoffLimitPerIndex": 0,  # a failed pod is not made again: the others go on without it
+            "maxFailedIndexes": k8s.nodes - k8s.min_nodes,  # while at least MIN remain
+            # a preempted or evicted pod is made again (not counted) and its launcher joins the job
+            "podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
+        }
     return {
         "apiVersion": "batch/v1", "kind": "Job", "metadata": _metadata(k8s, k8s.name),
         "spec": {
             "completionMode": "Indexed",
             "completions": k8s.nodes,
             "parallelism": k8s.nodes,
-            # rpcctl restarts every node together (max_restarts in the config); a pod that fails
-            # has used those up, and a replacement could not rejoin the others: the Job fails.
-            "backoffLimit": 0,
+            **policy,
             "template": {
                 "metadata": {"labels": _labels(k8s)},
                 "spec": {
@@ -365,7 +401,7 @@ def _trainjob(spec: JobSpec, k8s: K8sSpec) -> dict[str, Any]:
             "runtimeRef": {"name": k8s.runtime},
             "trainer": {
                 "image": k8s.image,
-                "command": command(),  # the torch plugin sets PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR/PORT, PET_NPROC_PER_NODE
+                "command": command(k8s.elastic_range),  # the torch plugin sets PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR/PORT, PET_NPROC_PER_NODE
                 "numNodes": k8s.nodes,
                 "numProcPerNode": spec.nproc_per_node,
                 "resourcesPerNode": _resources(spec, k8s),

@@ -10,6 +10,20 @@ SLURM_STEP_NODELIST / ..._JOB_...    master_addr: its first host (``scontrol sho
 SLURM_STEP_TASKS_PER_NODE            must be 1: one launcher per node
 ==================================  =======================================================
 
+An elastic job (``nnodes: "MIN:MAX"`` or ``--nnodes MIN:MAX``, issue 43) keeps its range, and
+its rendezvous endpoint is that first host (torchrun's ``--rdzv-endpoint $head:port``): the
+launcher there hosts it; no node rank is read (the rendezvous numbers the nodes). A SLURM job
+never grows after it starts, so the step's node count caps MAX (``MIN:N``): the first round
+starts as soon as every node SLURM gave has come, not after a last call for nodes that cannot
+come. A step of fewer than MIN or more than MAX nodes is refused (exit 2).
+
+``rpcctl sbatch --nodes MIN:MAX`` writes ``--nodes=MIN-MAX`` (SLURM starts the job on as many
+nodes as it can give at once, at least MIN) and ``--no-kill`` (a node that fails leaves the
+allocation and the job goes on), without ``#SBATCH --ntasks-per-node=1`` (with it SLURM gave
+MIN nodes where MAX were idle). The step runs ``--kill-on-bad-exit=0`` (one node's launcher
+that dies does not end the others') and the script ends with node 0's exit code, the
+rendezvous host's verdict on the whole job, which its run record holds.
+
 The batch script's ``#SBATCH`` lines are read by sbatch, not by the shell: one line each (a
 newline would end the directive and start a shell line, and the first line that is not a
 directive ends them all), split into words at white space, with ``"..."``/``'...'`` grouping,
@@ -32,18 +46,36 @@ from typing import Any
 
 from rpcctl.base.errors import RpcctlError, UsageError
 from rpcctl.base.python_cmd import module_command
+from rpcctl.schedulers.nodes import Nodes
 
 
 def in_srun_step(env: Mapping[str, str]) -> bool:
     return "SLURM_STEP_ID" in env and "SLURM_NODEID" in env
 
 
-def slurm_flags(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
-    """Config values implied by the SLURM step we run in (empty outside srun or on one node)."""
+def _number(env: Mapping[str, str], name: str, low: int) -> int:
+    text = env[name].strip()
+    if not re.fullmatch(r"[0-9]{1,9}", text) or int(text) < low:
+        raise UsageError(f"${name}={env[name]!r} is not a whole number of at least {low}: is this a SLURM step?")
+    return int(text)
+
+
+def step_nodes(env: Mapping[str, str]) -> tuple[int, str]:
+    """The srun step's node count and the variable that said it."""
+    for name in ("SLURM_STEP_NUM_NODES", "SLURM_NNODES"):
+        if env.get(name, "").strip():
+            return _number(env, name, 1), name
+    return 1, "SLURM_NNODES"
+
+
+def slurm_flags(env: Mapping[str, str], wanted: Nodes | None = None) -> dict[str, tuple[Any, str]]:
+    """Config values implied by the SLURM step we run in (empty outside srun or on one node).
+    ``wanted``: the nodes the job asks for (a flag, else its config); a range makes it elastic."""
     if not in_srun_step(env):
         return {}
-    nnodes = int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or 1)
-    if nnodes <= 1:
+    nnodes, name = step_nodes(env)
+    elastic = wanted is not None and wanted.elastic
+    if nnodes <= 1 and not elastic:
         return {}
     tasks = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE") or "1"
     if tasks.split("(")[0] != "1":
@@ -53,11 +85,30 @@ def slurm_flags(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
         )
     nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or ""
     master = first_host(nodelist)
+    if elastic:
+        if not wanted.low <= nnodes <= wanted.high:
+            raise UsageError(
+                f"nnodes {wanted} (elastic), but this srun step has {nnodes} node(s) (${name}): "
+                + ("a SLURM job never grows, so it would wait for nodes that cannot come" if nnodes < wanted.low
+                   else "one launcher per node, and at most MAX of them")
+                + f"; run it on {wanted.low} to {wanted.high} nodes (srun -N, sbatch --nodes={wanted.low}-{wanted.high})"
+            )
+        return {  # MAX capped at what SLURM gave; the rendezvous numbers the nodes
+            "nnodes": (f"{wanted.low}:{nnodes}", f"{name}={nnodes} (of nnodes {wanted}: a SLURM job does not grow)"),
+            "master_addr": (master, f"first of SLURM_JOB_NODELIST={nodelist}"),
+        }
     return {
         "nnodes": (nnodes, f"SLURM_NNODES={nnodes}"),
-        "node_rank": (int(env["SLURM_NODEID"]), f"SLURM_NODEID={env['SLURM_NODEID']}"),
+        "node_rank": (_number(env, "SLURM_NODEID", 0), f"SLURM_NODEID={env['SLURM_NODEID']}"),
         "master_addr": (master, f"SLURM_JOB_NODELIST={nodelist}"),
     }
+
+
+def caps_the_range(flags: Mapping[str, tuple[Any, str]]) -> bool:
+    """``slurm_flags`` gave an elastic range capped at the step's nodes: it stands over a flag's
+    range (which it already took in)."""
+    value = flags.get("nnodes", (None, ""))[0]
+    return isinstance(value, str) and "a SLURM job does not grow" in flags["nnodes"][1]
 
 
 def first_host(nodelist: str) -> str:
@@ -116,7 +167,7 @@ def batch_script(
     *,
     config: Path,
     name: str,
-    nodes: int,
+    nodes: int | Nodes,
     runs_dir: Path,
     overrides: list[str],
     partition: str | None,
@@ -124,38 +175,59 @@ def batch_script(
     extra_sbatch: list[str],
     python: str = sys.executable,
 ) -> str:
-    """A batch script that runs one rpcctl launcher per node with ``srun``."""
+    """A batch script that runs one rpcctl launcher per node with ``srun``; on MIN to MAX nodes
+    when ``nodes`` is an elastic range."""
     runs = check_directive_value(str(runs_dir), "--runs-dir")
     if "\\" in runs:  # in --output, a backslash turns sbatch's %j off
         raise UsageError(f"--runs-dir {runs!r}: a backslash cannot be in the path of sbatch's --output")
-    directives = [
-        directive("the config's name", name, "--job-name"),
-        f"#SBATCH --nodes={nodes}",
-        "#SBATCH --ntasks-per-node=1",
-        directive("--runs-dir", runs.replace("%", "%%") + "/slurm-%j.out", "--output"),
-    ]
+    elastic = isinstance(nodes, Nodes) and nodes.elastic
+    count = nodes.high if isinstance(nodes, Nodes) else nodes
+    directives = [directive("the config's name", name, "--job-name")]
+    if elastic:  # no --ntasks-per-node here: with it, sbatch --nodes=1-2 got 1 node where 2 were idle
+        directives += [f"#SBATCH --nodes={nodes.low}-{nodes.high}", "#SBATCH --no-kill"]
+    else:
+        directives += [f"#SBATCH --nodes={count}", "#SBATCH --ntasks-per-node=1"]
+    directives.append(directive("--runs-dir", runs.replace("%", "%%") + "/slurm-%j.out", "--output"))
     if partition:
         directives.append(directive("--partition", partition, "--partition"))
     if time_limit:
         directives.append(directive("--time", time_limit, "--time"))
     directives += [extra_directive(d) for d in extra_sbatch]
     launch = [*module_command("rpcctl", python), "launch", str(config), "--no-live", "--runs-dir", str(runs_dir)]
+    if elastic:
+        launch += ["--nnodes", str(nodes)]
     for override in overrides:
         launch += ["--set", override]
-    return "\n".join(
-        [
-            "#!/bin/bash",
-            *directives,
-            "# Written by `rpcctl sbatch`. One launcher per node; each reads its node rank, the node",
-            "# count and the master host from SLURM. The secret that signs the nodes' rendezvous is",
-            "# made here, at run time, and reaches every node through srun's environment only.",
-            "set -euo pipefail",
-            "export RPCCTL_SECRET=\"$(" + shlex.quote(python) + " -c 'import secrets; print(secrets.token_hex(16))')\"",
-            f"mkdir -p {shlex.quote(str(runs_dir))}",
-            "srun --ntasks-per-node=1 --kill-on-bad-exit=1 " + " ".join(shlex.quote(a) for a in launch),
-            "",
-        ]
-    )
+    head = [
+        "#!/bin/bash",
+        *directives,
+        "# Written by `rpcctl sbatch`. One launcher per node; each reads its node rank, the node",
+        "# count and the master host from SLURM. The secret that signs the nodes' rendezvous is",
+        "# made here, at run time, and reaches every node through srun's environment only.",
+        "set -euo pipefail",
+        "export RPCCTL_SECRET=\"$(" + shlex.quote(python) + " -c 'import secrets; print(secrets.token_hex(16))')\"",
+        f"mkdir -p {shlex.quote(str(runs_dir))}",
+    ]
+    if not elastic:
+        return "\n".join([*head, "srun --ntasks-per-node=1 --kill-on-bad-exit=1 " + " ".join(shlex.quote(a) for a in launch), ""])
+    exit_file = shlex.quote(str(runs_dir)) + '/slurm-"$SLURM_JOB_ID".node0-exit'
+    keep = '"$@"; code=$?; if [ "$SLURM_NODEID" = 0 ]; then echo "$code" > "$RPCCTL_NODE0_EXIT"; fi; exit "$code"'
+    return "\n".join([
+        *head,
+        f"# Elastic ({nodes}): SLURM gave $SLURM_NNODES node(s) and adds none later; a node lost (--no-kill)",
+        "# or whose launcher dies (--kill-on-bad-exit=0) leaves the job, which goes on while MIN remain.",
+        "# The job's exit code is node 0's, the rendezvous host's verdict on the whole job.",
+        f"export RPCCTL_NODE0_EXIT={exit_file}",
+        'rm -f "$RPCCTL_NODE0_EXIT"',
+        "set +e",
+        "srun --ntasks-per-node=1 --kill-on-bad-exit=0 --no-kill bash -c " + shlex.quote(keep) + " rpcctl-node "
+        + " ".join(shlex.quote(a) for a in launch),
+        "step=$?",
+        'node0=$(cat "$RPCCTL_NODE0_EXIT" 2>/dev/null || true)',
+        'rm -f "$RPCCTL_NODE0_EXIT"',
+        'exit "${node0:-$step}"',
+        "",
+    ])
 
 
 def submit(script: Path) -> str:

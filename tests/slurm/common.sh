@@ -108,6 +108,7 @@ ReturnToService=2
 StateSaveLocation=$base/state
 InactiveLimit=0
 KillWait=5
+SlurmdTimeout=${RS_SLURMD_TIMEOUT:-300}
 MinJobAge=300
 EOC
 }
