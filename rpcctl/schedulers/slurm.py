@@ -214,7 +214,7 @@ def batch_script(
     keep = '"$@"; code=$?; if [ "$SLURM_NODEID" = 0 ]; then echo "$code" > "$RPCCTL_NODE0_EXIT"; fi; exit "$code"'
     return "\n".join([
         *head,
-        f"# Elastic ({nodes}): SLURM gave $SLURM_NNODES node(s) and adds none later; a node lost (--no-kill)",
+        f"# Elastic ({nodes}): SLURM starts the job on {nodes.low} to {nodes.high} nodes and adds none later; a node lost (--no-kill)",
         "# or whose launcher dies (--kill-on-bad-exit=0) leaves the job, which goes on while MIN remain.",
         "# The job's exit code is node 0's, the rendezvous host's verdict on the whole job.",
         f"export RPCCTL_NODE0_EXIT={exit_file}",
