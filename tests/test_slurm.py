@@ -443,7 +443,7 @@ def test_an_elastic_sbatch_given_fewer_than_max_nodes_starts_with_what_it_got(pa
     rpcctl caps MAX at what SLURM gave (a SLURM job does not grow): no wait for a second node."""
     runs = tmp_path / "runs"
     config, checkpoint = _elastic_config(tmp_path, steps=2, pause=0.1)
-    blocker = pair.run("sbatch", "--parsable", "-w", f"{TAG}b", "--exclusive", "--time=3", "--wrap", "sleep 120").stdout.strip()
+    blocker = pair.run("sbatch", "--parsable", "-w", f"{TAG}b", "--exclusive", "--time=3", f"--output={tmp_path}/blocker.out", "--wrap", "sleep 120").stdout.strip()
     assert re.fullmatch(r"\d+", blocker), blocker
     try:
         wait_until_running = time.monotonic() + 30
