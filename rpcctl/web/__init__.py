@@ -8,7 +8,7 @@
               server.py: the same page on 127.0.0.1, polling /api/view ──▶ ``rpcctl web``, ``launch --web``
 
 Charts are drawn by plotly.js, which the ``plotly`` Python package ships (``pip install
-'rpcctl[report]'``); the graph layout comes from networkx (a dependency of torch). Everything
+'rpcctl[report]'``); rpcctl lays out the RRef picture itself, in rows (``figures``). Everything
 that came from a rank or a file (names, errors, log text) is escaped before it reaches HTML.
 The package is named ``web`` and not ``report`` because ``rpcctl.report`` is the loss API.
 """

@@ -321,7 +321,8 @@ def _grouped(order: list[int], ranks: dict[int, ProcessRow], children: dict[int 
     rows += [r for r in children.get(None, []) if id(r) in mine]
     if rest.get(None):
         rows.append(_group(f"{len(rest[None])} other processes", rest[None], "children", None))
-    return rows, f"blocks of {size} ranks share a row, and their spawned processes another" + kept_note
+    spawned_note = ", and their spawned processes another" if any(rest.values()) else ""
+    return rows, f"blocks of {size} ranks share a row{spawned_note}" + kept_note
 
 
 def rank_ranges(ranks: list[int]) -> str:
