@@ -265,6 +265,22 @@ def test_inspect_workers_shows_the_round(elastic_run):
     assert re.search(r"ROUND: 2 \(1 node\(s\), world size 2\), since \S+: \S+ \(pid \d+\) left the job \(cancelled\)", shown.stdout), shown.stdout
 
 
+def test_the_trace_marks_each_round_and_names_the_tracks_by_round(elastic_run):
+    """Every attempt of an elastic job is a round (run.json's restarts stay 0): the trace says
+    "round N: M node(s), world size W" with why, never "restart N" (issue 43, item 3)."""
+    out = elastic_run["tmp"] / "a.trace.json"
+    shown = subprocess.run([sys.executable, "-m", "rpcctl", "trace", elastic_run["run_a"].name, "--runs-dir", str(elastic_run["tmp"] / "a"),
+                            "-o", str(out)], capture_output=True, text=True, cwd=ROOT, env=elastic_run["env"], timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    events = json.loads(out.read_text())["traceEvents"]
+    marks = [(e["name"], e["args"].get("why")) for e in events if e["ph"] == "i" and e.get("s") == "g"]
+    assert [name for name, _ in marks] == ["round 0: 1 node(s), world size 2", "round 1: 2 node(s), world size 4",
+                                           "round 2: 1 node(s), world size 2"], marks
+    assert marks[0][1] == "start" and "left the job" in marks[2][1], marks
+    tracks = [e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"]
+    assert any(", round 1)" in t for t in tracks) and not any("restart" in t for t in tracks), tracks
+
+
 def test_a_dry_run_of_a_torchrun_elastic_line_meets_no_one(tmp_path):
     shown = subprocess.run([sys.executable, "-m", "rpcctl", "launch", "--dry-run", "--json", "--nnodes", "1:2", "--nproc-per-node", "2",
                             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", str(WORKERS / "elastic_train.py")],

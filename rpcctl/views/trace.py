@@ -28,7 +28,9 @@ spawned; per restart)        ``X`` a call (1 s or more) on the caller's thread; 
                              ``i`` a non-finite value (``loss=inf``: args
                              ``{"metric", "value": "inf"|"-inf"|"nan"}``)
                              ``i`` rank exits (with code and state), spawned processes' ends
-global                       ``i`` restarts
+global                       ``i`` restarts; an elastic job's rounds instead ("round 1: 2
+                             node(s), world size 4", args why and members): there each
+                             attempt is a round, and its tracks say "round N", not "restart N"
 ===========================  ===================================================================
 
 Threads are numbered per track, 2, 3, ... in order of first appearance (0 is the process, 1 its
@@ -60,6 +62,7 @@ from rpcctl.console import to_jsonable
 from rpcctl.telemetry.reader import column, loads
 from rpcctl.inspect.calls import pair_served
 from rpcctl.inspect.losses import from_most_direct_source
+from rpcctl.records.runs import load_record
 
 MAX_SPANS = 20_000
 MAX_RREFS = 10_000
@@ -76,7 +79,7 @@ def build_trace(run_dir: Path, max_events: int = MAX_EVENTS) -> dict[str, Any]:
     rrefs, handles, losses, end = history.rrefs, history.handles, history.losses, history.end
     times = [t for t in [*(r["started_at"] for r in ranks), *(p["connected_at"] for p in procs)] if _a_time(t)]
     start = min(times) if times else end
-    builder = _Builder(start, end, max_events)
+    builder = _Builder(start, end, max_events, rounds=_rounds(run_dir))
     builder.processes(ranks, procs)
     builder.calls(calls, serving, procs)
     builder.rrefs(rrefs, handles, procs)
@@ -93,9 +96,19 @@ def build_trace(run_dir: Path, max_events: int = MAX_EVENTS) -> dict[str, Any]:
     }
 
 
+def _rounds(run_dir: Path) -> list[dict[str, Any]]:
+    """An elastic run's rounds, one per attempt in order (``RunRecord.rounds``); [] for any other."""
+    try:
+        rounds = load_record(run_dir).rounds
+    except Exception:  # noqa: BLE001 - no record, or a damaged one: the store alone draws the trace
+        return []
+    return [r for r in rounds if isinstance(r, dict)] if isinstance(rounds, list) else []
+
+
 class _Builder:
-    def __init__(self, start: float, end: float, max_events: int = MAX_EVENTS):
+    def __init__(self, start: float, end: float, max_events: int = MAX_EVENTS, rounds: list[dict[str, Any]] | None = None):
         self.start, self.end, self.max_events = start, end, max_events
+        self.rounds = rounds or []  # an elastic run's: attempt k is rounds[k]
         self.events: list[dict[str, Any]] = []
         self.left_out: dict[str, int] = {}
         self.track_of_proc: dict[int, int] = {}
@@ -161,7 +174,7 @@ class _Builder:
             track = proc["proc_id"]
             self.track_of_proc[proc["proc_id"]] = track
             rank, restart = proc["rank"], proc["restart"] or 0
-            again = f", restart {restart}" if restart else ""
+            again = f", {self.attempt(restart)}" if restart or self.rounds else ""
             if proc["kind"] == "child":
                 label = f"{proc['name'] or 'process'} (pid {proc['pid']}, started by rank {rank}{again})"
             else:
@@ -341,10 +354,22 @@ class _Builder:
                                     "args": {"exit_code": row["exit_code"], "state": row["state"]}})
         firsts: dict[int, float] = {}
         for row in ranks:
-            if row["restart"] and row["started_at"] is not None:
+            if (row["restart"] or self.rounds) and row["started_at"] is not None:
                 firsts[row["restart"]] = min(firsts.get(row["restart"], row["started_at"]), row["started_at"])
         for restart, t in sorted(firsts.items()):
-            self.events.append({"ph": "i", "s": "g", "pid": 0, "tid": 0, "ts": self.ts(t), "name": f"restart {restart}", "args": {}})
+            rnd = self.rounds[restart] if restart < len(self.rounds) else None
+            if rnd is None:
+                name, args = f"restart {restart}", {}
+            else:
+                name = f"round {rnd.get('round')}: {rnd.get('nnodes')} node(s), world size {rnd.get('world_size')}"
+                args = {"why": rnd.get("why"), "members": rnd.get("members")}
+            self.events.append({"ph": "i", "s": "g", "pid": 0, "tid": 0, "ts": self.ts(t), "name": name, "args": args})
+
+    def attempt(self, restart: int) -> str:
+        """How a track names its attempt: "restart 2", or an elastic run's "round 2"."""
+        if restart < len(self.rounds):
+            return f"round {self.rounds[restart].get('round')}"
+        return f"restart {restart}"
 
     def spawned_ends(self, procs: list[Any]) -> None:
         """An end marker on each spawned process's track (the launcher's ranks have theirs)."""
