@@ -3,10 +3,10 @@ headless Chromium: no two labels of a picture overlap (each SVG text element's b
 browser laid it out), every process has its row on the timeline, and Placement's RANKS names
 the ranks.
 
-Three runs:
+Two built runs here (the real one, a `rpcctl launch` of tests/workers/spawned_rrefs.py with 4
+rounds of 3 mp.spawn workers that make RRefs, is tests/test_spawned_rrefs.py's own run: its
+report test is there, with these helpers):
 
-- a real `rpcctl launch` of tests/workers/spawned_rrefs.py with 4 rounds of 3 mp.spawn workers
-  that make RRefs (one module fixture, shared by the tests that read it);
 - 1,000 spawned processes and 1,000 RRef owners: 5 ranks, each spawning 50 rounds of 4 workers
   (250 RPC worlds), 3 of the workers failing;
 - 1,000 launched ranks in one RPC world, worker0 making an RRef on each of the others.
@@ -26,26 +26,11 @@ from pathlib import Path
 import pytest
 
 from browser import browser  # noqa: F401 - the fixture
-from conftest import WORKERS, assert_no_process_left, only_run, rpcctl, write_config
+from conftest import rpcctl
 from rpcctl import inspect
 
 pytestmark = pytest.mark.timeout(240)
 
-ROUNDS, PER_ROUND = 4, 3
-
-
-@pytest.fixture(scope="module")
-def spawned_run(tmp_path_factory) -> Path:
-    """4 rounds of 3 mp.spawn workers (each round an RPC world w0-w2), RRefs on w1 and w0."""
-    tmp_path = tmp_path_factory.mktemp("spawned4")
-    runs_dir = tmp_path / "runs"
-    config = write_config(tmp_path, name="spawned4", script=str(WORKERS / "spawned_rrefs.py"), nproc_per_node=1, preload=["torch"],
-                          env={"HOLD_S": "0.3", "ROUNDS": str(ROUNDS)}, hang_timeout=0)
-    result = rpcctl("launch", str(config), "--runs-dir", str(runs_dir), "--no-live", timeout=220)
-    run_dir = only_run(runs_dir)
-    assert_no_process_left(run_dir)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return run_dir
 
 
 # -- the large runs, written with the store's own writer ------------------------------------------
@@ -204,48 +189,6 @@ def _placement_ranks(browser) -> tuple[list[str], list[str]]:
                        " return [Array.from(t.tHead.rows[0].cells).map(c => c.innerText),"
                        " Array.from(t.tBodies[0].rows).map(r => Array.from(r.cells).map(c => c.innerText))];")
     return table[0], table[1]
-
-
-# -- the real run: 4 rounds of 3 spawned workers ------------------------------------------------------
-
-
-@pytest.mark.browser
-def test_four_rounds_of_spawned_workers_draw_readable_pictures_and_a_row_per_process(browser, spawned_run, tmp_path):
-    """The ownership graph draws each round as its world, no label on another; the timeline has
-    the rank and each of the 12 spawned workers, each with its life and how it ended."""
-    workers = inspect.workers(spawned_run)
-    children = [w for w in workers if w.kind == "child"]
-    assert len(children) == ROUNDS * PER_ROUND, workers
-    _open(browser, _report(spawned_run, tmp_path / "report.html"))
-    try:
-        _no_label_overlaps(browser, "fig-rref-graph", "fig-rref-time", "fig-timeline", "fig-placement")
-        # The graph: one panel per round (world), w0 → w1 in each, every owner of every world drawn.
-        graph = browser.js("var gd = document.getElementById('fig-rref-graph'); return [gd._fullLayout.meta, gd._fullData.map(t => t.meta)];")
-        assert graph[0]["worlds"] == list(range(ROUNDS)) and graph[0]["folded"] is None, graph[0]
-        edges = sorted((m["world"], *m["edge"], m["relation"]) for m in graph[1] if "edge" in m)
-        assert edges == [(w, "w0", "w1", "created") for w in range(ROUNDS)], edges
-        owners = next(m for m in graph[1] if m.get("side") == "owner")["nodes"]
-        truth = sorted((o.world, o.owner) for o in inspect.rref_owners(spawned_run))
-        assert len(owners) == len(truth) == 2 * ROUNDS and sorted(owners) == sorted(o for _, o in truth), (owners, truth)
-        # The timeline: the rank, then each world's three workers, each a row with its bar.
-        drawn = browser.js(_ROWS)
-        expected = ["rank 0: exit code 0"] + [f"└ w{i} · world {w}: exit code 0" for w in range(ROUNDS) for i in range(PER_ROUND)]
-        assert drawn["rows"] == expected, drawn["rows"]
-        assert sorted(drawn["ticks"]) == sorted(expected)
-        assert all(len(drawn["bars"][row]) == 1 and drawn["bars"][row][0]["state"] == "succeeded" for row in expected), drawn["bars"]
-        assert drawn["drawn"] == len(expected)
-        # Each worker's bar lies within its rank's life, where the store has its life.
-        rank_bar = drawn["bars"]["rank 0: exit code 0"][0]
-        for row in expected[1:]:
-            bar = drawn["bars"][row][0]
-            assert rank_bar["base"] <= bar["base"] and bar["base"] + bar["x"] <= rank_bar["base"] + rank_bar["x"] + 0.01, (row, bar)
-        assert drawn["title"] == "Processes over time: 1 rank, 12 spawned (restarts: 0)"
-        # Placement: RANKS names rank 0 (not a "0" that reads as none), WORKERS the names as runs.
-        head, rows = _placement_ranks(browser)
-        assert head[:4] == ["DEVICE", "NAME", "RANKS", "WORKERS"] and rows[0][2] == "rank 0", (head, rows)
-        assert "w0-w2" in rows[0][3].split(", "), rows
-    finally:
-        _screens(browser, tmp_path, "spawned4")
 
 
 # -- 1,000 spawned processes, 250 worlds, 1,000 owners ----------------------------------------------------

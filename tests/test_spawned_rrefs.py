@@ -1,5 +1,5 @@
 """RRef truth on programs that mp.spawn their own workers (issue 32), with the real program
-tests/workers/spawned_rrefs.py under `rpcctl launch`: two rounds of three spawned workers, each
+tests/workers/spawned_rrefs.py under `rpcctl launch`: four rounds of three spawned workers, each
 round an RPC world of its own with the same worker names and RRef ids.
 
 What the program makes is in its docstring; the truth each view must show, per round:
@@ -24,14 +24,17 @@ from pathlib import Path
 
 import pytest
 
+from browser import browser  # noqa: F401 - the fixture
 from conftest import assert_no_process_left, only_run, rpcctl, write_config
+from test_report_scale import _ROWS, _no_label_overlaps, _open, _placement_ranks, _report, _screens
 from rpcctl import inspect
 from rpcctl.base.states import RRefState
 
 pytestmark = pytest.mark.timeout(300)
 
 WORKERS = Path(__file__).resolve().parent / "workers"
-ROUNDS = 2
+ROUNDS = 4  # the report's pictures are checked at this scale too (issue 40, item 5)
+SPAWNED = 3  # workers per round
 PER_ROUND = Counter({("w1", "Net"): 1, ("w1", "Parameter"): 2, ("w1", "_ScriptLocalOptimizerInterface"): 1,
                      ("w1", "Tensor"): 1, ("w0", "ScriptModule"): 1})
 
@@ -41,7 +44,7 @@ def spawned_run(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("spawned")
     runs_dir = tmp_path / "runs"
     config = write_config(tmp_path, script=str(WORKERS / "spawned_rrefs.py"), nproc_per_node=1, preload=["torch"],
-                          env={"HOLD_S": "3"}, hang_timeout=0)
+                          env={"HOLD_S": "3", "ROUNDS": str(ROUNDS)}, hang_timeout=0)
     result = rpcctl("launch", str(config), "--runs-dir", str(runs_dir), "--no-live", timeout=280)
     run_dir = only_run(runs_dir)
     assert_no_process_left(run_dir)
@@ -123,3 +126,46 @@ def test_inspect_workers_says_which_round_each_spawned_worker_belongs_to(spawned
     assert [w["world"] for w in shown if w["kind"] == "rank"] == [None], shown  # the launched rank joined no RPC world
     table = rpcctl("inspect", "workers", str(run_dir)).stdout
     assert table.splitlines()[0].split()[0] == "WORLD", table
+
+
+# -- the report of this run: readable pictures at 4 rounds of 3 spawned workers (issue 40, item 5) ------------------------------------------------------
+
+
+@pytest.mark.browser
+def test_four_rounds_of_spawned_workers_draw_readable_pictures_and_a_row_per_process(browser, spawned_run, tmp_path):
+    spawned_run, _ = spawned_run
+    """The ownership graph draws each round as its world, no label on another; the timeline has
+    the rank and each of the 12 spawned workers, each with its life and how it ended."""
+    workers = inspect.workers(spawned_run)
+    children = [w for w in workers if w.kind == "child"]
+    assert len(children) == ROUNDS * SPAWNED, workers
+    _open(browser, _report(spawned_run, tmp_path / "report.html"))
+    try:
+        _no_label_overlaps(browser, "fig-rref-graph", "fig-rref-time", "fig-timeline", "fig-placement")
+        # The graph: one panel per round (world), w0 → w1 in each, every owner of every world drawn.
+        graph = browser.js("var gd = document.getElementById('fig-rref-graph'); return [gd._fullLayout.meta, gd._fullData.map(t => t.meta)];")
+        assert graph[0]["worlds"] == list(range(ROUNDS)) and graph[0]["folded"] is None, graph[0]
+        edges = sorted((m["world"], *m["edge"], m["relation"]) for m in graph[1] if "edge" in m)
+        assert edges == [(w, "w0", "w1", "created") for w in range(ROUNDS)], edges
+        owners = next(m for m in graph[1] if m.get("side") == "owner")["nodes"]
+        truth = sorted((o.world, o.owner) for o in inspect.rref_owners(spawned_run))
+        assert len(owners) == len(truth) == 2 * ROUNDS and sorted(owners) == sorted(o for _, o in truth), (owners, truth)
+        # The timeline: the rank, then each world's three workers, each a row with its bar.
+        drawn = browser.js(_ROWS)
+        expected = ["rank 0: exit code 0"] + [f"└ w{i} · world {w}: exit code 0" for w in range(ROUNDS) for i in range(SPAWNED)]
+        assert drawn["rows"] == expected, drawn["rows"]
+        assert sorted(drawn["ticks"]) == sorted(expected)
+        assert all(len(drawn["bars"][row]) == 1 and drawn["bars"][row][0]["state"] == "succeeded" for row in expected), drawn["bars"]
+        assert drawn["drawn"] == len(expected)
+        # Each worker's bar lies within its rank's life, where the store has its life.
+        rank_bar = drawn["bars"]["rank 0: exit code 0"][0]
+        for row in expected[1:]:
+            bar = drawn["bars"][row][0]
+            assert rank_bar["base"] <= bar["base"] and bar["base"] + bar["x"] <= rank_bar["base"] + rank_bar["x"] + 0.01, (row, bar)
+        assert drawn["title"] == "Processes over time: 1 rank, 12 spawned (restarts: 0)"
+        # Placement: RANKS names rank 0 (not a "0" that reads as none), WORKERS the names as runs.
+        head, rows = _placement_ranks(browser)
+        assert head[:4] == ["DEVICE", "NAME", "RANKS", "WORKERS"] and rows[0][2] == "rank 0", (head, rows)
+        assert "w0-w2" in rows[0][3].split(", "), rows
+    finally:
+        _screens(browser, tmp_path, "spawned4")
