@@ -674,3 +674,63 @@ def test_a_remote_call_whose_handle_was_reported_then_dropped_is_counted_once(tm
     make = next(s for s in document["summary"] if s["func"] == "make")
     assert (make["kind"], make["count"], make["timed"]) == ("remote", 1, 1), make
     assert_no_process_left(only_run(runs_dir))
+
+
+HOT, RARE = tracking.ASYNC_TIMED_FIRST + 2 * tracking.ASYNC_SAMPLE, 20  # a method's calls past the first, and another's
+HELPED = textwrap.dedent(
+    f'''
+    import os
+    import torch
+    import torch.distributed.rpc as rpc
+
+
+    class PS:
+        def hot(self):
+            return 1
+
+        def rare(self):
+            return 2
+
+
+    def _call_method(method, rref, *args):  # pytorch/examples' helper
+        return method(rref.local_value(), *args)
+
+
+    def main():
+        rank = int(os.environ["RANK"])
+        rpc.init_rpc(f"worker{{rank}}", rank=rank, world_size=2)
+        if rank == 0:
+            ps = rpc.remote("worker1", PS)
+            for method, n in ((PS.hot, {HOT}), (PS.rare, {RARE})):
+                for _ in range(n):
+                    rpc.rpc_sync("worker1", _call_method, args=(method, ps))
+                torch.futures.wait_all([rpc.rpc_async("worker1", _call_method, args=(method, ps)) for _ in range(n)])
+            for _ in range({HOT}):
+                ps.rpc_sync().hot()
+            for _ in range({RARE}):
+                ps.rpc_sync().rare()
+        rpc.shutdown()
+
+
+    main()
+    '''
+)
+
+
+def test_a_method_called_through_a_helper_is_sampled_as_its_own_function(tmp_path, runs_dir):
+    """TIMED is per method, as the rows are: a method called only through the examples'
+    ``_call_method(method, rref)`` (or an RRef proxy) after another method's hot loop has its first
+    calls timed, not one in SYNC_SAMPLE or ASYNC_SAMPLE of the helper's (issue 40, item 7: the
+    rare method's 20 calls had 1 or 2 timed)."""
+    _launch_to_end(tmp_path, runs_dir, HELPED, "helped")
+    document = json.loads(rpcctl("inspect", "calls", "--json", "--runs-dir", str(runs_dir)).stdout)
+    rows = {(s["func"], s["kind"]): s for s in document["summary"] if s["caller"] == "worker0"}
+    for kind, first, every in (("rpc_sync", tracking.SYNC_TIMED_FIRST, tracking.SYNC_SAMPLE),
+                               ("rpc_async", tracking.ASYNC_TIMED_FIRST, tracking.ASYNC_SAMPLE)):
+        hot, rare = rows[("_call_method → PS.hot", kind)], rows[("_call_method → PS.rare", kind)]
+        assert (hot["count"], hot["timed"]) == (HOT, _timed_of(HOT, first, every)), hot
+        assert (rare["count"], rare["timed"]) == (RARE, RARE), rare
+    hot, rare = rows[("rref.hot", "rpc_sync")], rows[("rref.rare", "rpc_sync")]
+    assert (hot["count"], hot["timed"]) == (HOT, _timed_of(HOT, tracking.SYNC_TIMED_FIRST, tracking.SYNC_SAMPLE)), hot
+    assert (rare["count"], rare["timed"]) == (RARE, RARE), rare
+    assert_no_process_left(only_run(runs_dir))

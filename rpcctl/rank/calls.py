@@ -114,6 +114,9 @@ _local_invokes: tuple[Any, ...] = ()  # rref_proxy's functions behind rref.rpc_s
 _workers: dict[int, str] = {}
 _dropped = 0
 _remote_schedules: dict[Any, Iterator[bool]] = {}  # rpc.remote: function → whether its next calls are timed
+# Functions called with the method they run (``_proxy_method``): their calls are sampled per
+# (function, method), as the calls view counts them; one set lookup per call to know it.
+_helpers: set[Any] = set()
 
 
 class _Call:
@@ -247,10 +250,10 @@ def wrap_rpc_sync(orig: Any, unset_timeout: float) -> Any:
     def rpc_sync(to, func, args=None, kwargs=None, timeout=unset_timeout):  # noqa: ANN001 - torch's signature
         if _q is None:
             return orig(to, func, args, kwargs, timeout)
-        try:
-            timed = next(schedules[func])
+        try:  # a helper's schedule is its method's (``_helpers``)
+            timed = next(schedules[(func, _proxy_method(func, args)) if func in _helpers else func])
         except KeyError:
-            timed = _first_call(schedules, func, SYNC_TIMED_FIRST, SYNC_SAMPLE)
+            timed = _first_call(schedules, func, args, SYNC_TIMED_FIRST, SYNC_SAMPLE)
         except TypeError:  # an unhashable callable: timed
             timed = True
         if not timed:
@@ -280,11 +283,21 @@ def _schedule(first: int, every: int) -> Iterator[bool]:
     return itertools.chain(itertools.repeat(True, first), itertools.cycle((True,) + (False,) * (every - 1)))
 
 
-def _first_call(schedules: dict[Any, Iterator[bool]], func: Any, first: int, every: int) -> bool:
-    """A function's first call (timed): its schedule from the next call on. Beyond
-    ``MAX_FUNCS_SAMPLED`` functions, every call of a new one is timed."""
+def _first_call(schedules: dict[Any, Iterator[bool]], func: Any, args: Any, first: int, every: int) -> bool:
+    """A function's first call (timed): its schedule from the next call on. A helper given the
+    method it runs (``_proxy_method``: the examples' ``_call_method(method, rref, ...)``, an RRef
+    proxy's ``_local_invoke``) has one schedule per method, as the calls view has one row per
+    method: a method called only through the helper after another's hot loop is timed as its own
+    first calls, not one in SAMPLE of the helper's. Beyond ``MAX_FUNCS_SAMPLED`` schedules, every
+    call of a new one is timed."""
     if len(schedules) < MAX_FUNCS_SAMPLED:
-        schedules[func] = _schedule(first - 1, every)
+        method = _proxy_method(func, args)
+        try:
+            if method is not None:
+                _helpers.add(func)
+            schedules[(func, method) if func in _helpers else func] = _schedule(first - 1, every)
+        except TypeError:  # an unhashable method: every call of it timed
+            pass
     return True
 
 
@@ -360,9 +373,9 @@ def wrap_rpc_async(orig: Any, unset_timeout: float) -> Any:
         if _q is None:
             return orig(to, func, args, kwargs, timeout)
         try:  # as in rpc_sync, inline: a helper's call would cost each call more than it saves
-            timed = next(schedules[func])
+            timed = next(schedules[(func, _proxy_method(func, args)) if func in _helpers else func])
         except KeyError:
-            timed = _first_call(schedules, func, ASYNC_TIMED_FIRST, ASYNC_SAMPLE)
+            timed = _first_call(schedules, func, args, ASYNC_TIMED_FIRST, ASYNC_SAMPLE)
         except TypeError:  # an unhashable callable: timed
             timed = True
         if timed:
@@ -417,13 +430,14 @@ def _time_remote(orig: Any, to: Any, func: Any, args: Any, kwargs: Any, timeout:
     return _timed_async("remote", _creation_future, orig, to, func, args, kwargs, timeout)
 
 
-def _remote_timed(func: Any) -> bool:
+def _remote_timed(func: Any, args: Any) -> bool:
     """The RRef hook's question: is this rpc.remote of ``func`` timed? Its schedule, as the
-    rpc_async hook's: of each function, the first ``REMOTE_TIMED_FIRST``, then one in ``REMOTE_SAMPLE``."""
+    rpc_async hook's: of each function (a helper's: of each method), the first
+    ``REMOTE_TIMED_FIRST``, then one in ``REMOTE_SAMPLE``."""
     try:
-        return next(_remote_schedules[func])
+        return next(_remote_schedules[(func, _proxy_method(func, args)) if func in _helpers else func])
     except KeyError:
-        return _first_call(_remote_schedules, func, REMOTE_TIMED_FIRST, REMOTE_SAMPLE)
+        return _first_call(_remote_schedules, func, args, REMOTE_TIMED_FIRST, REMOTE_SAMPLE)
     except TypeError:  # an unhashable callable: timed
         return True
 
@@ -454,6 +468,7 @@ class CallsObserver(Observer):
         _future_done, _future_value = torch_rpc.torch._C.Future.done, torch_rpc.torch._C.Future.value
         _Tensor = torch_rpc.torch.Tensor
         _local_invokes = (torch_rpc.rref_proxy._local_invoke, torch_rpc.rref_proxy._local_invoke_async_execution)
+        _helpers.update(_local_invokes)  # rref.rpc_sync().method(): sampled per method
 
     def activate(self, queue: Any) -> None:
         global _q

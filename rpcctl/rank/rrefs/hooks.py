@@ -144,10 +144,10 @@ def skip_frames_of(rpc: Any) -> None:
 
 
 def set_remote_timer(timer: Callable[..., Any] | None, count_failure: Callable[..., None] | None,
-                     timed: Callable[[Any], bool] | None) -> None:
+                     timed: Callable[[Any, Any], bool] | None) -> None:
     """The calls family's part of the ``rpc.remote`` hook (``calls.OBSERVER.activate``; None: off).
-    ``timed(func)`` says whether this call of ``func`` is timed (its per-function schedule, as for
-    rpc_sync and rpc_async); ``timer(orig, to, func, args, kwargs, timeout)`` makes one timed call
+    ``timed(func, args)`` says whether this call of ``func`` is timed (its per-function schedule, a
+    helper's per method, as for rpc_sync and rpc_async); ``timer(orig, to, func, args, kwargs, timeout)`` makes one timed call
     and returns its handle; ``count_failure(to, func, args, exc)`` counts an untimed one that
     raised (no handle, so no record of it counts it).
 
@@ -160,7 +160,7 @@ def set_remote_timer(timer: Callable[..., Any] | None, count_failure: Callable[.
 
 _time_remote: Callable[..., Any] | None = None
 _count_failed_remote: Callable[..., None] | None = None
-_remote_timed: Callable[[Any], bool] | None = None
+_remote_timed: Callable[[Any, Any], bool] | None = None
 
 
 def wrap_remote(orig: Any, unset_timeout: float) -> Any:
@@ -169,7 +169,7 @@ def wrap_remote(orig: Any, unset_timeout: float) -> Any:
         timer, timed, count_failure = _time_remote, _remote_timed, _count_failed_remote  # set together, read together
         if timer is None or timed is None or count_failure is None:
             rref = orig(to, func, args, kwargs, timeout)
-        elif timed(func):
+        elif timed(func, args):
             rref = timer(orig, to, func, args, kwargs, timeout)
         else:
             try:
