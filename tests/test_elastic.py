@@ -146,7 +146,7 @@ STEPS = 20
 
 def elastic_config(tmp, port: int, checkpoint, endpoint: str = "127.0.0.1", **keys):
     return write_config(
-        tmp, name="grow", script=str(WORKERS / "elastic_train.py"), args=[str(checkpoint), str(STEPS), "0.05", str(tmp / "hold")],
+        tmp, name="grow", script=str(WORKERS / "elastic_train.py"), args=[str(checkpoint), str(STEPS), "0.05", str(tmp / "hold"), "rpc"],
         nproc_per_node=2, nnodes="1:2", master_addr=endpoint, master_port=port, rdzv_timeout=10, rdzv_last_call=1,
         preload=["torch", "torch.distributed"], **keys,  # each round's ranks fork from a server that imported torch once
     )
@@ -250,6 +250,18 @@ def test_the_training_keeps_its_step_across_rounds(elastic_run):
     steps = sorted(int(s) for s in re.findall(r"^step=(\d+) rank=0 ", log, re.M))
     assert steps == list(range(1, STEPS + 1)), steps  # each step once: no round started over
     assert f"done step={STEPS} rank=0 world=2" in log
+
+
+def test_rpc_calls_cross_the_nodes_in_the_grown_world(elastic_run):
+    """A static-world RPC script restarts at the new size like any other (issue 43, item 4): at
+    world 4 a rank calls the next one, and some of those calls go to the other node's ranks."""
+    a, b = all_logs(elastic_run["run_a"]), all_logs(elastic_run["run_b"])
+    grown = {int(r) for r in re.findall(r"^step=\d+ rank=(\d) world=4 ", a, re.M)}
+    called = {int(p) for p in re.findall(r"^step=\d+ rank=\d world=4 restart=\d rpc=worker(\d)$", a, re.M)}
+    assert len(grown) == 2 and called - grown, (grown, called)  # at least one call to the other node
+    assert re.search(r"^step=\d+ rank=\d world=4 restart=\d rpc=worker\d$", b, re.M), b[-2000:]
+    alone = set(re.findall(r"^step=\d+ rank=(\d) world=2 restart=\d rpc=worker(\d)$", a, re.M))
+    assert alone == {("0", "1"), ("1", "0")}, alone  # a round of one node: the two ranks call each other
 
 
 def test_runs_shows_the_round(elastic_run):
