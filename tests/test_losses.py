@@ -9,6 +9,7 @@ import io
 import json
 import os
 import sqlite3
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from rpcctl import inspect
 from rpcctl.wire import protocol
 from rpcctl.views.dashboard import dashboard_panels
 from rpcctl.telemetry.losses import LossParser
-from conftest import assert_no_process_left, only_run, record, rpcctl, write_config
+from conftest import assert_no_process_left, launch_job, only_run, record, rpcctl, write_config
 from terminal import CTRL_C, run_on_terminal, screen_text
 
 pytestmark = pytest.mark.timeout(180)
@@ -316,3 +317,25 @@ def test_a_real_library_run_under_launch(tmp_path, runs_dir, module, monkeypatch
         got = {(r.epoch, r.step): r.loss for r in records if (r.epoch, r.step) in by_key}
         assert list(got) == list(by_key)
         assert list(got.values()) == pytest.approx(list(by_key.values()), rel=5e-3)
+
+
+def test_matched_of_a_rank_whose_losses_were_reported_says_where_they_came_from(tmp_path, runs_dir):
+    """A rank whose losses came from rpcctl.report() (or a library's callback) needs no printed line
+    to match: MATCHED says where its losses came from (`from report`), not `0/6`, which read as the
+    parser failing on a correct run (issue 40, item 7: Lightning's `5/26`)."""
+    script = tmp_path / "reported.py"
+    script.write_text(textwrap.dedent('''
+        import rpcctl
+        for step in range(1, 6):
+            rpcctl.report(step=step, loss=1.0 / step)
+            print(f"step {step} done")
+        print("step 5 loss=0.2")  # printed too: ignored, never counted twice
+    '''))
+    result, run_dir, _ = launch_job(tmp_path, runs_dir, script=str(script))
+    assert result.returncode == 0, result.stderr
+    shown = rpcctl("inspect", "losses", str(run_dir), "--summary")
+    assert shown.returncode == 0, shown.stderr
+    row = next(line for line in shown.stdout.splitlines() if line.strip().startswith("0 "))
+    assert "from report" in row and "/6" not in row, shown.stdout
+    (summary,) = json.loads(rpcctl("inspect", "losses", str(run_dir), "--summary", "--json").stdout)
+    assert (summary["count"], summary["last"], summary["source"]) == (5, 0.2, "report"), summary

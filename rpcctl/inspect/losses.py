@@ -80,6 +80,9 @@ class LossSummary:
     matched: int | None  # of which yielded a loss
     keyed_by: str
     trend: str  # a sparkline of the last losses (table only)
+    # Where the rank's losses came from (``LossRecord.source``): from rpcctl.report() or a
+    # library's callback no printed line needs to match (its prints are ignored, never counted twice).
+    source: str = "log"
 
     COLUMNS = (
         Column("rank", justify="right", priority=KEY),
@@ -95,7 +98,11 @@ class LossSummary:
 
     @property
     def lines_matched(self) -> str | None:
-        """``60/120``: printed lines that gave a loss, of those the parser read."""
+        """``60/120``: printed lines that gave a loss, of those the parser read; for a rank whose
+        losses came from rpcctl.report() or a library's callback, where they came from instead
+        (``from lightning``): its printed lines need no match, and 5/26 read as a parse failing."""
+        if self.source != "log":
+            return f"from {self.source}"
         return None if self.lines is None else f"{self.matched}/{self.lines}"
 
 
@@ -203,7 +210,7 @@ def loss_summaries(records: list[LossRecord], counts: dict[int, tuple[int, int]]
                 rank=rank, count=len(rows), first=rows[0].loss if rows else None, min=best.loss if best else None,
                 min_at=best.where if best else None, last=rows[-1].loss if rows else None, last_at=rows[-1].where if rows else None,
                 lines=lines, matched=matched, keyed_by=rows[0].keyed_by if rows else BY_STEP,
-                trend=sparkline([r.loss for r in rows]),
+                trend=sparkline([r.loss for r in rows]), source=rows[-1].source if rows else "log",
             )
         )
     return out
