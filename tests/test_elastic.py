@@ -291,6 +291,23 @@ def test_the_trace_marks_each_round_and_names_the_tracks_by_round(elastic_run):
     assert marks[0][1] == "start" and "left the job" in marks[2][1], marks
     tracks = [e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"]
     assert any(", round 1)" in t for t in tracks) and not any("restart" in t for t in tracks), tracks
+    assert not any(re.match(r"rank [23] .*, round [02]\)", t) for t in tracks), tracks  # the other node's: round 1 only
+
+
+def test_the_report_lists_each_round_and_names_each_attempt_by_its_round(elastic_run):
+    """The report's facts say how many rounds and where membership stands; its events list each
+    round with why, and each rank's start by its round, not "restart N" (issue 43, item 3)."""
+    out = elastic_run["tmp"] / "a.html"
+    made = subprocess.run([sys.executable, "-m", "rpcctl", "report", elastic_run["run_a"].name, "--runs-dir", str(elastic_run["tmp"] / "a"),
+                           "-o", str(out)], capture_output=True, text=True, cwd=ROOT, env=elastic_run["env"], timeout=60)
+    assert made.returncode == 0, made.stderr
+    view = re.search(r'<script type="application/json" id="rpcctl-view">(.*?)</script>', out.read_text(), re.S)
+    page = json.dumps(json.loads(view.group(1)), ensure_ascii=False)  # the page's sections, as it draws them
+    assert "<dt>rounds</dt><dd>3; now round 2: 1 node(s), world size 2</dd>" in page
+    assert "round 0: 1 node(s), world size 2 (start)" in page and "round 1: 2 node(s), world size 4 (" in page
+    assert re.search(r"rank 0 started \(round 1, pid \d+", page) and not re.search(r"started \(restart \d", page)
+    # The other node's ranks, in this node's store, by the round they ran in (their own count says 0).
+    assert re.search(r"rank [23] started \(round 1, pid \d+", page) and not re.search(r"rank [23] started \(round 0", page)
 
 
 def test_a_dry_run_of_a_torchrun_elastic_line_meets_no_one(tmp_path):

@@ -38,6 +38,13 @@ from rpcctl.base.private import write_private_atomic
 from rpcctl.base.states import FailureReason, RankStatus, RunStatus
 
 
+def _epoch_or_none(stamp: Any) -> float | None:
+    try:
+        return epoch_of(stamp) if isinstance(stamp, str) else None
+    except ValueError:
+        return None
+
+
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat()
 
@@ -147,6 +154,16 @@ class RunRecord:
             return None
         text = f"rank {cause.rank}: {cause.message}" if cause.rank >= 0 else cause.message
         return short(" ".join(text.split()))  # one line in a table cell, whatever the message holds
+
+    def round_at(self, t: float | None) -> dict[str, Any] | None:
+        """The elastic round going on at epoch time ``t`` (the last to begin at or before it; a
+        process that started before the first: the first); None for a run with no rounds. By
+        time, not by restart: another node's ranks count their own attempts."""
+        rounds = [(at, r) for r in self.rounds if isinstance(r, dict) for at in [_epoch_or_none(r.get("at"))] if at is not None]
+        if not rounds or t is None:
+            return None
+        begun = [r for at, r in rounds if at <= t]  # a round is stamped before its ranks start
+        return begun[-1] if begun else rounds[0][1]
 
     @property
     def round(self) -> str | None:

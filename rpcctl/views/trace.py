@@ -58,11 +58,11 @@ from pathlib import Path
 from typing import Any
 
 from rpcctl import inspect
-from rpcctl.console import to_jsonable
+from rpcctl.console import epoch_of, to_jsonable
 from rpcctl.telemetry.reader import column, loads
 from rpcctl.inspect.calls import pair_served
 from rpcctl.inspect.losses import from_most_direct_source
-from rpcctl.records.runs import load_record
+from rpcctl.records.runs import RunRecord, load_record
 
 MAX_SPANS = 20_000
 MAX_RREFS = 10_000
@@ -79,7 +79,7 @@ def build_trace(run_dir: Path, max_events: int = MAX_EVENTS) -> dict[str, Any]:
     rrefs, handles, losses, end = history.rrefs, history.handles, history.losses, history.end
     times = [t for t in [*(r["started_at"] for r in ranks), *(p["connected_at"] for p in procs)] if _a_time(t)]
     start = min(times) if times else end
-    builder = _Builder(start, end, max_events, rounds=_rounds(run_dir))
+    builder = _Builder(start, end, max_events, record=_record(run_dir))
     builder.processes(ranks, procs)
     builder.calls(calls, serving, procs)
     builder.rrefs(rrefs, handles, procs)
@@ -96,19 +96,18 @@ def build_trace(run_dir: Path, max_events: int = MAX_EVENTS) -> dict[str, Any]:
     }
 
 
-def _rounds(run_dir: Path) -> list[dict[str, Any]]:
-    """An elastic run's rounds, one per attempt in order (``RunRecord.rounds``); [] for any other."""
+def _record(run_dir: Path) -> RunRecord | None:
     try:
-        rounds = load_record(run_dir).rounds
+        return load_record(run_dir)
     except Exception:  # noqa: BLE001 - no record, or a damaged one: the store alone draws the trace
-        return []
-    return [r for r in rounds if isinstance(r, dict)] if isinstance(rounds, list) else []
+        return None
 
 
 class _Builder:
-    def __init__(self, start: float, end: float, max_events: int = MAX_EVENTS, rounds: list[dict[str, Any]] | None = None):
+    def __init__(self, start: float, end: float, max_events: int = MAX_EVENTS, record: RunRecord | None = None):
         self.start, self.end, self.max_events = start, end, max_events
-        self.rounds = rounds or []  # an elastic run's: attempt k is rounds[k]
+        self.record = record  # its rounds name an elastic run's attempts
+        self.elastic = record is not None and record.round_at(end) is not None
         self.events: list[dict[str, Any]] = []
         self.left_out: dict[str, int] = {}
         self.track_of_proc: dict[int, int] = {}
@@ -174,7 +173,7 @@ class _Builder:
             track = proc["proc_id"]
             self.track_of_proc[proc["proc_id"]] = track
             rank, restart = proc["rank"], proc["restart"] or 0
-            again = f", {self.attempt(restart)}" if restart or self.rounds else ""
+            again = f", {self.attempt(restart, proc['connected_at'])}" if restart or self.elastic else ""
             if proc["kind"] == "child":
                 label = f"{proc['name'] or 'process'} (pid {proc['pid']}, started by rank {rank}{again})"
             else:
@@ -352,24 +351,26 @@ class _Builder:
                 self.events.append({"ph": "i", "s": "p", "pid": track, "tid": PROCESS_THREAD, "ts": self.ts(row["ended_at"]),
                                     "name": f"rank {row['rank']} {row['state']}" + (f" (exit {row['exit_code']})" if row["exit_code"] is not None else ""),
                                     "args": {"exit_code": row["exit_code"], "state": row["state"]}})
+        if self.elastic:  # each membership change, when it began, with why
+            for rnd in self.record.rounds:
+                at = _epoch(rnd.get("at")) if isinstance(rnd, dict) else None
+                if at is not None:
+                    self.events.append({"ph": "i", "s": "g", "pid": 0, "tid": 0, "ts": self.ts(max(at, self.start)),
+                                        "name": f"round {rnd.get('round')}: {rnd.get('nnodes')} node(s), world size {rnd.get('world_size')}",
+                                        "args": {"why": rnd.get("why"), "members": rnd.get("members")}})
+            return
         firsts: dict[int, float] = {}
         for row in ranks:
-            if (row["restart"] or self.rounds) and row["started_at"] is not None:
+            if row["restart"] and row["started_at"] is not None:
                 firsts[row["restart"]] = min(firsts.get(row["restart"], row["started_at"]), row["started_at"])
         for restart, t in sorted(firsts.items()):
-            rnd = self.rounds[restart] if restart < len(self.rounds) else None
-            if rnd is None:
-                name, args = f"restart {restart}", {}
-            else:
-                name = f"round {rnd.get('round')}: {rnd.get('nnodes')} node(s), world size {rnd.get('world_size')}"
-                args = {"why": rnd.get("why"), "members": rnd.get("members")}
-            self.events.append({"ph": "i", "s": "g", "pid": 0, "tid": 0, "ts": self.ts(t), "name": name, "args": args})
+            self.events.append({"ph": "i", "s": "g", "pid": 0, "tid": 0, "ts": self.ts(t), "name": f"restart {restart}", "args": {}})
 
-    def attempt(self, restart: int) -> str:
-        """How a track names its attempt: "restart 2", or an elastic run's "round 2"."""
-        if restart < len(self.rounds):
-            return f"round {self.rounds[restart].get('round')}"
-        return f"restart {restart}"
+    def attempt(self, restart: int, started: float | None) -> str:
+        """How a track names its attempt: "restart 2", or an elastic run's round going on when it
+        began ("round 2": by time, as another node's ranks count their own restarts)."""
+        rnd = self.record.round_at(started) if self.elastic else None
+        return f"round {rnd.get('round')}" if rnd is not None else f"restart {restart}"
 
     def spawned_ends(self, procs: list[Any]) -> None:
         """An end marker on each spawned process's track (the launcher's ranks have theirs)."""
@@ -382,6 +383,14 @@ class _Builder:
             self.events.append({"ph": "i", "s": "p", "pid": track, "tid": PROCESS_THREAD, "ts": self.ts(end),
                                 "name": f"{proc['name'] or 'pid ' + str(proc['pid'])} ended" + (f" (exit {code})" if code is not None else ""),
                                 "args": {"exit_code": code, "pid": proc["pid"]}})
+
+
+def _epoch(stamp: Any) -> float | None:
+    """An ISO-8601 stamp of the record as epoch seconds; None for none or a malformed one."""
+    try:
+        return epoch_of(stamp) if isinstance(stamp, str) else None
+    except ValueError:
+        return None
 
 
 def _a_time(t: Any) -> bool:

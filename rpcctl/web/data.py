@@ -73,6 +73,26 @@ class RunSnapshot:
                                     started_at=r.started_at, ended_at=r.ended_at) for r in self.record.ranks]
 
     @property
+    def rounds(self) -> list[dict[str, Any]]:
+        """An elastic run's rounds, one per attempt in order (``RunRecord.rounds``); [] otherwise."""
+        rounds = self.record.rounds
+        return [r for r in rounds if isinstance(r, dict)] if isinstance(rounds, list) else []
+
+    def attempt_name(self, restart: int, started: float | None) -> str | None:
+        """How the report names an attempt that began at epoch ``started``: an elastic run's
+        "round 2" (the round going on then: another node's ranks count their own restarts),
+        "restart 2" where the run restarted, None for a run of one attempt."""
+        rnd = self.record.round_at(started)
+        if rnd is not None:
+            return f"round {rnd.get('round')}"
+        return f"restart {restart}" if restart or self.record.restarts else None
+
+    @property
+    def latest_attempt(self) -> int:
+        """The restart number of the latest attempt (an elastic run's: its rounds less one)."""
+        return max([self.record.restarts, len(self.rounds) - 1, *(a.restart for a in self.attempts)])
+
+    @property
     def hosts(self) -> list[str]:
         hosts = {w.host for w in self.workers if w.host}
         return sorted(hosts or {self.record.host})

@@ -483,7 +483,8 @@ def timeline(snap: RunSnapshot) -> dict[str, Any]:
     for row in story.rows:
         for life in row.lives:
             bars = per_state.setdefault(life.state, {"y": [], "x": [], "base": [], "hovertext": [], "customdata": []})
-            which = f" (restart {life.restart})" if snap.record.restarts else ""
+            name = snap.attempt_name(life.restart, snap.started + life.start)
+            which = f" ({name})" if name else ""
             who = f"{label(row.label.rsplit(': ', 1)[0])}{which}"
             count = f" ({row.members} processes)" if row.members > 1 else (f", pid {life.pid}" if life.pid else "")
             bars["y"].append(label(row.label))

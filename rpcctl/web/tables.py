@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from rpcctl.console import Column, human_seconds
 from rpcctl.base.states import RankStatus, RRefEnding, RRefState, ServingState
-from rpcctl.web.data import RunSnapshot, name_ranges, process_rows, rank_ranges
+from rpcctl.web.data import RunSnapshot, name_ranges, parse_time, process_rows, rank_ranges
 
 MAX_TABLE_ROWS = 300
 
@@ -45,7 +45,7 @@ def summary(snap: RunSnapshot) -> str:
         ("run", record.run_id), ("job", record.name), ("status", snap.status),
         ("started", record.started_at), ("ended", record.ended_at), ("duration", human_seconds(snap.duration_s)),
         ("ranks", f"{record.world_size} ({record.nnodes} node(s) × {record.nproc_per_node})"),
-        ("restarts", f"{record.restarts} of {record.max_restarts}"), ("hosts", ", ".join(snap.hosts)),
+        ("restarts", f"{record.restarts} of {record.max_restarts}"), *_rounds_fact(snap), ("hosts", ", ".join(snap.hosts)),
         ("script", record.script), ("config", record.config_path), ("start method", record.start_method),
         ("rendezvous", f"{record.master_addr}:{record.master_port}"),
     ]
@@ -113,6 +113,15 @@ def placement(snap: RunSnapshot) -> str:
     return html_table(snap.devices, columns, detail=True, empty="no placement recorded")
 
 
+def _rounds_fact(snap: RunSnapshot) -> list[tuple[str, str]]:
+    """An elastic run's rounds in one line: how many, and where membership stands now."""
+    rounds = snap.rounds
+    if not rounds:
+        return []
+    last = rounds[-1]
+    return [("rounds", f"{len(rounds)}; now round {last.get('round')}: {last.get('nnodes')} node(s), world size {last.get('world_size')}")]
+
+
 def workers(snap: RunSnapshot) -> str:
     from rpcctl.inspect import WorkerRecord
 
@@ -124,10 +133,16 @@ def timeline(snap: RunSnapshot) -> str:
     running without a heartbeat."""
     events: list[tuple[float, str, str]] = [(0.0, "", f"run started on {', '.join(snap.hosts)}")]
     latest = {r.rank: r for r in snap.record.ranks}
+    for rnd in snap.rounds:  # an elastic run: each membership change, when and why
+        at = snap.since_start(rnd.get("at"))
+        if at is not None:
+            events.append((at, "", f"round {rnd.get('round')}: {rnd.get('nnodes')} node(s), world size {rnd.get('world_size')} ({rnd.get('why')})"))
+    newest = snap.latest_attempt
     for attempt in snap.rank_attempts:
         record = latest.get(attempt.rank)
-        current = attempt.restart == snap.record.restarts
-        which = f"restart {attempt.restart}, " if attempt.restart else ""
+        current = attempt.restart == newest
+        name = snap.attempt_name(attempt.restart, parse_time(attempt.started_at)) if attempt.restart or snap.rounds else None
+        which = f"{name}, " if name else ""
         start = snap.since_start(attempt.started_at)
         if start is not None:
             device = f", {record.device}" if record is not None and record.device else ""
