@@ -10,10 +10,11 @@
 
 Calls that end within ``calls.LONG_S`` are only counted (``call_stats``: a log-scale histogram
 per caller, callee, function and kind, so p50/p99 come from bucket middles, within ±9%; of the
-timed calls, ``timed``: of each function's rpc_sync calls, the first ``SYNC_TIMED_FIRST``, then one in
-``SYNC_SAMPLE``; of each function's rpc_async calls, the first ``ASYNC_TIMED_FIRST``,
-then one in ``ASYNC_SAMPLE``; of each function's rpc.remote calls, ``REMOTE_TIMED_FIRST`` then one in ``REMOTE_SAMPLE``;
-every call is counted). The
+timed calls, ``timed``: of each function's rpc_sync calls (each method's, for a method called
+through a helper such as ``_call_method(Class.method, rref)`` or an RRef proxy), the first
+``SYNC_TIMED_FIRST``, then one in ``SYNC_SAMPLE``; of rpc_async calls the first
+``ASYNC_TIMED_FIRST``, then one in ``ASYNC_SAMPLE``; of rpc.remote calls ``REMOTE_TIMED_FIRST``,
+then one in ``REMOTE_SAMPLE``; every call is counted). The
 callee does not know who asked: ``serving`` rows get their caller by matching the callers'
 pending calls to the same worker and function, the latest one that started before.
 After the run, calls that never ended are listed as ``unfinished``, aged until their process
@@ -83,7 +84,7 @@ class CallSummary:
     timeouts: int
     pending: int  # listed calls (running 1 s or more) not ended yet
     mean_sent_bytes: float | None = None  # of the timed calls: bytes of the tensors among their arguments
-    timed: int = 0  # the calls p50, p99 and the mean are of: past 100, 1 in 16 rpc_sync (a function's), rpc_async, 1 in 64 rpc.remote
+    timed: int = 0  # the calls p50, p99 and the mean are of: past 100, 1 in 16 rpc_sync (a function's or method's), rpc_async, 1 in 64 rpc.remote
 
     COLUMNS = (
         Column("caller", priority=KEY),
