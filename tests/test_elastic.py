@@ -20,6 +20,7 @@ import threading
 import pytest
 import yaml
 from hosts import create_pair, destroy_pair, unavailable
+from test_multinode import finish, read, start_pod, write_hosts
 from conftest import ROOT, WORKERS, assert_no_process_left, only_run, pids_gone, record, wait_until, write_config
 
 pytestmark = pytest.mark.timeout(90)
@@ -308,6 +309,34 @@ def test_the_report_lists_each_round_and_names_each_attempt_by_its_round(elastic
     assert re.search(r"rank 0 started \(round 1, pid \d+", page) and not re.search(r"started \(restart \d", page)
     # The other node's ranks, in this node's store, by the round they ran in (their own count says 0).
     assert re.search(r"rank [23] started \(round 1, pid \d+", page) and not re.search(r"rank [23] started \(round 0", page)
+
+
+def test_an_elastic_pod_whose_own_name_resolves_late_hosts_its_rendezvous(hosts, tmp_path):
+    """Pod 0 of an elastic Indexed Job (PET_NNODES=1:2): its endpoint is its own Service name,
+    which resolves only once the Service publishes it. It waits for the name, then hosts; before,
+    it decided "not this node" at once and waited as a client for itself until join_timeout."""
+    a, _ = hosts
+    master = "grow-0.grow"
+    write_hosts(tmp_path / "hosts", {})  # not published yet
+    env = {"PET_NNODES": "1:2", "PET_MASTER_ADDR": master, "PET_MASTER_PORT": "29844", "JOB_COMPLETION_INDEX": "0",
+           "RPCCTL_SECRET": secrets.token_hex(16), "RPCCTL_RUNS_DIR": str(tmp_path / "runs")}
+    argv = [sys.executable, "-m", "rpcctl", "launch", "--nproc-per-node", "1", "--no-live", "--rdzv-conf",
+            "join_timeout=40,last_call_timeout=1", str(WORKERS / "dist_orders.py"), "pg,ar,destroy"]
+    log = tmp_path / "pod0"
+    pod = start_pod(a, "grow-0", env, argv, tmp_path / "hosts", log)
+    try:
+        wait_until(lambda: "to resolve" in read(log, "err"), 60, "pod 0 waiting for its own name", tmp_path)
+        write_hosts(tmp_path / "hosts", {master: a.address})
+        finish(pod, timeout=60)
+    finally:
+        finish(pod, timeout=1)
+    err = read(log, "err")
+    assert pod.returncode == 0, err + read(log, "out")
+    assert f"for the rendezvous endpoint '{master}' to resolve" in err and "for node 0's rendezvous" not in err, err
+    assert "ok 0 pg,ar,destroy" in read(log, "out")
+    rec = record(only_run(tmp_path / "runs"))
+    assert [(r["nnodes"], r["world_size"]) for r in rec["rounds"]] == [(1, 1)], rec["rounds"]
+    assert_no_process_left(only_run(tmp_path / "runs"))
 
 
 def test_a_dry_run_of_a_torchrun_elastic_line_meets_no_one(tmp_path):

@@ -86,6 +86,24 @@ class _Waiting:
             self.say(f"rpcctl: still waiting for {what} after {now - self.since:.0f}s: {why}")
 
 
+def wait_to_resolve(host: str, *, timeout: float, say=lambda message: None, poll: float = 0.2) -> str:
+    """``host``'s IPv4 address, once it resolves (a pod starts before the Service publishes its
+    own name): whether this node is the one to host a rendezvous can only be told after."""
+    deadline = time.monotonic() + timeout
+    waiting = _Waiting(say)
+    what = f"the rendezvous endpoint '{host}' to resolve (a pod's DNS name appears once its Service publishes it)"
+    while True:
+        try:
+            return socket.gethostbyname(host)
+        except OSError as exc:
+            why = f"{exc.strerror or exc}"
+        if time.monotonic() + poll > deadline:
+            raise RendezvousError(f"gave up waiting for {what} after rdzv_timeout ({timeout:g}s): {why}")
+        waiting(what, why, timeout)
+        time.sleep(poll)
+        poll = min(poll * 1.5, 2.0)
+
+
 def wait_for_master(
     host: str, port: int, *, node_rank: int, timeout: float, say=lambda message: None, poll: float = 0.2
 ) -> str:

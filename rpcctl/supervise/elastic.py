@@ -44,7 +44,7 @@ from typing import Any
 
 from rpcctl.base.errors import RpcctlError
 from rpcctl.base.states import RunStatus
-from rpcctl.supervise.cluster import ClusterNews, RendezvousError, SignedStore, import_tcpstore, wait_for_master
+from rpcctl.supervise.cluster import ClusterNews, RendezvousError, SignedStore, import_tcpstore, wait_for_master, wait_to_resolve
 
 MAC_BYTES = 32  # HMAC-SHA256, raw, in front of every state the handler writes
 
@@ -183,6 +183,10 @@ class ElasticRendezvous:
         the same machine, or on loopback) joins as a client, as every launcher elsewhere does."""
         import_tcpstore()
         s = self.settings
+        started = time.monotonic()
+        # A pod whose own name is the endpoint starts before its Service publishes it: told
+        # "not local" then, it would wait as a client for itself until join_timeout.
+        wait_to_resolve(s.endpoint, timeout=s.join_timeout, say=say)
         if _is_local_address(s.endpoint):
             ip = socket.gethostbyname(s.endpoint)
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -196,7 +200,8 @@ class ElasticRendezvous:
             else:
                 self._listener, self.is_host, self.ip = listener, True, ip
                 return ip
-        self.ip = wait_for_master(s.endpoint, s.port, node_rank=1, timeout=s.join_timeout, say=say)
+        left = max(1.0, s.join_timeout - (time.monotonic() - started))
+        self.ip = wait_for_master(s.endpoint, s.port, node_rank=1, timeout=left, say=say)
         return self.ip
 
     def open(self, *, run_id: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
