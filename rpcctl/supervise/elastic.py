@@ -190,6 +190,11 @@ class ElasticRendezvous:
         if _is_local_address(s.endpoint):
             ip = socket.gethostbyname(s.endpoint)
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            # The last job's connections on this port may linger in TIME_WAIT: without this, the
+            # bind fails, the node takes it for another launcher's and waits as a client for
+            # itself (CI: an elastic sbatch right after another on the same port). A listener
+            # that is there still refuses the bind: the first to bind still hosts.
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 listener.bind((ip, s.port))
                 listener.listen(128)

@@ -416,9 +416,9 @@ def rrefs_over_time(snap: RunSnapshot) -> dict[str, Any]:
         live.append(live[-1])
         gone.append(gone[-1])
         colour = PALETTE[index % len(PALETTE)]
-        for state, ys, dash in (("live", live, "solid"), ("deleted", gone, "dot")):
+        for state, ys, dash in ((RRefState.LIVE, live, "solid"), (RRefState.DELETED, gone, "dot")):
             traces.append({"type": "scatter", "mode": "lines", "line": {"shape": "hv", "color": colour, "dash": dash},
-                           "name": label(name), "legendgroup": name, "showlegend": state == "live", "x": xs, "y": ys,
+                           "name": label(name), "legendgroup": name, "showlegend": state == RRefState.LIVE, "x": xs, "y": ys,
                            "hovertemplate": f"{label(name)} {state}<br>%{{x:.1f}} s: %{{y}}<extra></extra>",
                            "meta": {"owner": name, "state": state, "series": what}})
     return {"area": "rrefs", "wide": True, "data": traces,
