@@ -38,7 +38,8 @@ from rpcctl.base.private import write_private_atomic
 from rpcctl.base.states import FailureReason, RankStatus, RunStatus
 
 
-def _epoch_or_none(stamp: Any) -> float | None:
+def epoch_or_none(stamp: Any) -> float | None:
+    """An ISO-8601 stamp of a record as epoch seconds; None for none, another type or a malformed one."""
     try:
         return epoch_of(stamp) if isinstance(stamp, str) else None
     except ValueError:
@@ -159,7 +160,7 @@ class RunRecord:
         """The elastic round going on at epoch time ``t`` (the last to begin at or before it; a
         process that started before the first: the first); None for a run with no rounds. By
         time, not by restart: another node's ranks count their own attempts."""
-        rounds = [(at, r) for r in self.rounds if isinstance(r, dict) for at in [_epoch_or_none(r.get("at"))] if at is not None]
+        rounds = [(at, r) for r in self.rounds if isinstance(r, dict) for at in [epoch_or_none(r.get("at"))] if at is not None]
         if not rounds or t is None:
             return None
         begun = [r for at, r in rounds if at <= t]  # a round is stamped before its ranks start

@@ -58,11 +58,11 @@ from pathlib import Path
 from typing import Any
 
 from rpcctl import inspect
-from rpcctl.console import epoch_of, to_jsonable
+from rpcctl.console import to_jsonable
 from rpcctl.telemetry.reader import column, loads
 from rpcctl.inspect.calls import pair_served
 from rpcctl.inspect.losses import from_most_direct_source
-from rpcctl.records.runs import RunRecord, load_record
+from rpcctl.records.runs import RunRecord, epoch_or_none, load_record
 
 MAX_SPANS = 20_000
 MAX_RREFS = 10_000
@@ -353,7 +353,7 @@ class _Builder:
                                     "args": {"exit_code": row["exit_code"], "state": row["state"]}})
         if self.elastic:  # each membership change, when it began, with why
             for rnd in self.record.rounds:
-                at = _epoch(rnd.get("at")) if isinstance(rnd, dict) else None
+                at = epoch_or_none(rnd.get("at")) if isinstance(rnd, dict) else None
                 if at is not None:
                     self.events.append({"ph": "i", "s": "g", "pid": 0, "tid": 0, "ts": self.ts(max(at, self.start)),
                                         "name": f"round {rnd.get('round')}: {rnd.get('nnodes')} node(s), world size {rnd.get('world_size')}",
@@ -383,14 +383,6 @@ class _Builder:
             self.events.append({"ph": "i", "s": "p", "pid": track, "tid": PROCESS_THREAD, "ts": self.ts(end),
                                 "name": f"{proc['name'] or 'pid ' + str(proc['pid'])} ended" + (f" (exit {code})" if code is not None else ""),
                                 "args": {"exit_code": code, "pid": proc["pid"]}})
-
-
-def _epoch(stamp: Any) -> float | None:
-    """An ISO-8601 stamp of the record as epoch seconds; None for none or a malformed one."""
-    try:
-        return epoch_of(stamp) if isinstance(stamp, str) else None
-    except ValueError:
-        return None
 
 
 def _a_time(t: Any) -> bool:

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rpcctl import inspect
-from rpcctl.console import epoch_of
-from rpcctl.records.runs import hang_diagnoses, load_record
+from rpcctl.records.runs import epoch_or_none, hang_diagnoses, load_record
 from rpcctl.base.states import RankStatus, RunStatus
 
 # Enough points to draw a curve; a long run is thinned evenly (always keeping the last point).
@@ -100,10 +99,7 @@ class RunSnapshot:
 
 def parse_time(iso: str | None) -> float | None:
     """Epoch seconds of a stamp from the store or the record; None for none or a malformed one."""
-    try:
-        return epoch_of(iso or None)
-    except ValueError:
-        return None
+    return epoch_or_none(iso or None)
 
 
 def run_snapshot(run_dir: Path) -> RunSnapshot:
