@@ -345,6 +345,41 @@ def test_the_sender_reads_no_entries_when_no_collective_completed_since_the_last
     assert ("all_reduce", 1) in {(e["op"], e["n"]) for e in result["after"] if e["e"] == "cop"}, result["after"]
 
 
+A_DEFAULT_GROUP_COLLECTIVE_WHILE_INIT_RPC_RUNS = COUNTING_READS + """from datetime import timedelta
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+collectives.OBSERVER.rpc_starting()  # the recorder lists no group yet: none has run a collective
+dist.all_reduce(torch.ones(4))  # a peer's RPC handler, on this rank, before its init_rpc returned
+store = dist.FileStore(sys.argv[1] + ".rpc", 1)
+rpc_group = dist.ProcessGroupGloo(store, 0, 1, timedelta(seconds=30))  # as init_rpc makes its agent's group
+rpc_group.allreduce([torch.ones(4)]).wait()
+collectives.OBSERVER.rpc_started({})
+time.sleep(0.2)  # gloo retires them on its own thread
+events = poller.process(time.time(), final=True)
+dist.destroy_process_group()
+print(json.dumps(events))
+"""
+
+
+def test_a_default_group_collective_run_while_init_rpc_runs_is_not_taken_for_rpcs_own(tmp_path):
+    """The recorder lists a group only from its first collective, and a peer's RPC call can run one
+    of the default group on a rank whose init_rpc has not returned yet (a handler's all_reduce):
+    that group appeared while init_rpc ran, as RPC's own does. It was reported as ``rpc``, and
+    the watchdog said the rank had not entered the all_reduce it waited in (CI,
+    test_a_cycle_through_rpc_and_a_collective_is_named). A group whose entries carry a c10d
+    name is that group; only the unnamed one is RPC's."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, collectives.ENV_BUFFER: "16", "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", A_DEFAULT_GROUP_COLLECTIVE_WHILE_INIT_RPC_RUNS, str(tmp_path / "pg")],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    events = json.loads(out.stdout.splitlines()[-1])
+    ops = {(e["pg"], e["op"], e["n"]) for e in events if e["e"] == "cop"}
+    assert ops == {("0", "all_reduce", 1), ("rpc", "all_reduce", 1)}, events
+    assert {e["pg"] for e in events if e["e"] == "coll"} == {"0", "rpc"}, events
+
+
 def test_a_collective_retired_after_the_next_one_is_counted_by_its_op_not_lost():
     """gloo's two worker threads retire out of order: #2 can still be open in the recorder while #3
     is retired. Counted past #2, #2 was skipped for good and counted as overwritten (op "?": 599 of

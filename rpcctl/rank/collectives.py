@@ -197,15 +197,22 @@ class CollectivesObserver(Observer):
 
     def rpc_started(self, info: dict[str, Any]) -> None:
         """The groups that appeared while init_rpc ran are RPC's own (its agent's gloo group ran
-        its all_gathers and barrier there)."""
+        its all_gathers and barrier there), but for one whose entries carry a c10d name: the
+        recorder lists a group only from its first collective, and a peer's RPC handler may run
+        one of the default group on this rank before its init_rpc returned (CI: that all_reduce
+        was reported under ``rpc``, and the watchdog said the rank had not entered it). One read
+        of the entries (a few ms, once per init_rpc) tells them apart."""
         global _before_rpc
         before, _before_rpc = _before_rpc, None
-        after = _status_ids() if before is not None else None
-        if after is None:
+        full = _dump(entries=True) if before is not None else None
+        if full is None:
             return
+        after = {str(pg) for pg in full.get("pg_status") or {}}
+        named = {str(e.get("pg_id")) for e in full.get("entries") or []
+                 if isinstance(e.get("process_group"), (list, tuple)) and e["process_group"] and e["process_group"][0]}
         labels = set(_rpc_groups.values())
         label = RPC_GROUP if not labels else f"{RPC_GROUP}{len(labels) + 1}"
-        for pg in after - before:
+        for pg in after - before - named:
             _rpc_groups.setdefault(pg, label)
 
 
