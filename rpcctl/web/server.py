@@ -254,7 +254,7 @@ class _Front:
             with self._lock:
                 answering = self._answering
             if answering >= self.max_waiting:  # the answering threads are that far behind: no more now
-                self.live.drop("refused: every connection busy", client)
+                self.live.drop("refused: every connection busy", client)  # counted before the close
                 _close(connection)
                 continue
             if len(self._waiting) >= self.max_waiting:
@@ -266,8 +266,7 @@ class _Front:
 
     def _make_room(self, why: str) -> None:
         oldest = next(iter(self._waiting.values()))
-        self._forget(oldest)
-        self.live.drop(why, oldest.client)
+        self._forget(oldest, why)
 
     def _read(self, waiting: _Waiting) -> None:
         try:
@@ -275,8 +274,7 @@ class _Front:
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
-            self._forget(waiting)
-            self.live.drop(f"lost: {type(exc).__name__}", waiting.client)
+            self._forget(waiting, f"lost: {type(exc).__name__}")
             return
         if not chunk:  # the client closed before its head was whole
             self._forget(waiting)
@@ -286,8 +284,7 @@ class _Front:
         end = _end_of_head(waiting.data, scanned)
         if end < 0:
             if len(waiting.data) > MAX_HEAD_BYTES:
-                self._forget(waiting)
-                self.live.drop(f"closed: request head over {MAX_HEAD_BYTES // 1024} KiB", waiting.client)
+                self._forget(waiting, f"closed: request head over {MAX_HEAD_BYTES // 1024} KiB")
             return
         self._unwatch(waiting)
         self._hand_on(waiting.connection, waiting.client, bytes(waiting.data[:end]))
@@ -297,8 +294,7 @@ class _Front:
             oldest = next(iter(self._waiting.values()))
             if oldest.deadline > now:
                 return
-            self._forget(oldest)
-            self.live.drop("timed out", oldest.client)
+            self._forget(oldest, "timed out")
 
     def _unwatch(self, waiting: _Waiting) -> None:
         self._waiting.pop(waiting.connection.fileno(), None)
@@ -307,8 +303,12 @@ class _Front:
         except (KeyError, ValueError):
             pass
 
-    def _forget(self, waiting: _Waiting) -> None:
+    def _forget(self, waiting: _Waiting, dropped: str | None = None) -> None:
+        """Stop watching ``waiting`` and close it; a ``dropped`` reason is counted first, so that
+        whoever sees the close sees the count (a test that waits for the close asserts it)."""
         self._unwatch(waiting)
+        if dropped is not None:
+            self.live.drop(dropped, waiting.client)
         _close(waiting.connection)
 
     def _drain_wake(self) -> None:
