@@ -354,3 +354,32 @@ def test_below_min_nodes_the_job_ends_with_one_reason(tmp_path):
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
     assert done.returncode == 1, done.stderr
     assert "did not gather 2 node(s) (--nnodes 2:2) within 1 s" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_host_waits_for_min_nodes_ends_in_one_line(tmp_path, monkeypatch, sig):
+    """Cancelled while it hosts the rendezvous and waits for a second node that never comes
+    (``nnodes: '2:2'``): one line, the signal's code, and nothing of the job made: no run
+    directory, and no process (the preloaded fork server starts only with the job's first
+    round)."""
+    import psutil
+
+    from conftest import kill_if_running, start_rpcctl
+
+    config = elastic_config(tmp_path, free_port(), tmp_path / "checkpoint.json")
+    config.write_text(config.read_text().replace("nnodes: '1:2'", "nnodes: '2:2'").replace("rdzv_timeout: 10", "rdzv_timeout: 60"))
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("RPCCTL_SECRET", secrets.token_hex(16))  # start_rpcctl passes the test's environment on
+    launcher = start_rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs))
+    try:
+        hosting = launcher.stderr.readline()
+        assert "hosting the rendezvous at 127.0.0.1:" in hosting, hosting
+        started = [p.pid for p in psutil.Process(launcher.pid).children(recursive=True)]
+        launcher.send_signal(sig)
+        _, err = launcher.communicate(timeout=30)
+    finally:
+        kill_if_running(launcher)
+    assert launcher.returncode == 128 + sig, err
+    assert "Traceback" not in err and f"cancelled by {sig.name} before the job started" in err, err
+    assert not runs.exists() or not any(runs.iterdir()), list(runs.iterdir())
+    assert started == [], "the launcher started processes before the job's first round"
