@@ -15,7 +15,7 @@ import typer
 from typer.core import TyperCommand
 
 from rpcctl.commands.common import JsonOption, RunsDirOption, check_output, write_output
-from rpcctl.config import dump_spec, load_config, locate, spec_from_line
+from rpcctl.config import ConfigFile, dump_spec, spec_from_line
 from rpcctl.config.torchrun import OPTIONS, PROGRAM_DESTS, LineValues, TorchrunOption, given_or_env, line_flags, one_node_master_addr
 from rpcctl.console import KEY, Column, Console, get_console, human_bytes, human_seconds, render_table, sanitize
 from rpcctl.base.frames import ALL_FRAMES_ENV
@@ -119,7 +119,7 @@ def launch(
     config, flags, line = _form(target, script_args, given, set_ or [], module=module, no_python=no_python)
     flags.update(_given(("hang_timeout", "--hang-timeout", hang_timeout), ("on_hang", "--keep-on-hang", "keep" if keep_on_hang else None)))
     if config is not None:
-        spec = load_config(config, set_ or [], flags=flags)
+        spec = config.spec(set_ or [], flags=flags)
     else:
         spec = spec_from_line(target, script_args, module=module, no_python=no_python, flags=flags)
     if all_frames:  # in each rank's planned environment: the plan, --dry-run and config.yaml show it
@@ -160,7 +160,7 @@ def launch(
             console=console,
             live=not no_live and console.is_terminal,
             ranks_shown=shown,
-            config_path=config,
+            config_path=config.path if config is not None else None,
             on_start=page.start if page else None,
             command_line=["rpcctl", "launch", *raw],
         ))
@@ -171,12 +171,12 @@ def launch(
 
 
 def _form(target: str, script_args: list[str], given: dict[str, tuple[Any, str]], overrides: list[str], *,
-          module: bool, no_python: bool) -> tuple[Path | None, dict[str, tuple[Any, str]], LineValues]:
+          module: bool, no_python: bool) -> tuple[ConfigFile | None, dict[str, tuple[Any, str]], LineValues]:
     """Which form the line is (a config, or a torchrun line's SCRIPT), and the config keys its
     options and the environment give: (the config or None, key → (value, origin), the line's
     console filter and notices)."""
     if not module and target.endswith(CONFIG_SUFFIXES):
-        config = Path(target)
+        config = ConfigFile(target)  # read once, at its first use
         if script_args:
             raise UsageError(
                 f"a config and a script on one line ({target} and {script_args[0]}): the config names its script (script:), "
@@ -286,18 +286,18 @@ def _over(environment: dict[str, tuple[Any, str]], line: dict[str, tuple[Any, st
     return merged
 
 
-def environment_flags(config: Path, overrides: list[str], env=os.environ, given: dict | None = None) -> dict[str, tuple[Any, str]]:
+def environment_flags(config: ConfigFile, overrides: list[str], env=os.environ, given: dict | None = None) -> dict[str, tuple[Any, str]]:
     """Values the environment gives: a SLURM step's, else a pod's (``rpcctl.schedulers.k8s``). An Indexed
     Job's completion index alone is a node rank only for a config of several nodes. ``given``: the
     line's flags (an elastic ``--nnodes MIN:MAX`` there, else in the config, is kept in a SLURM step)."""
     wanted = _given_nodes(given or {})
     if wanted is None and in_srun_step(env):
-        wanted = spec_nodes(load_config(config, overrides))
+        wanted = spec_nodes(config.spec(overrides))
     flags = slurm_flags(env, wanted)
     if flags:
         return flags
     flags = pod_flags(env, gpus=len(visible_gpus()), wanted=wanted)
-    if weak_node_rank(flags) and load_config(config, overrides, flags={k: v for k, v in flags.items() if k != "node_rank"}).nnodes == 1:
+    if weak_node_rank(flags) and config.spec(overrides, flags={k: v for k, v in flags.items() if k != "node_rank"}).nnodes == 1:
         del flags["node_rank"]
     return flags
 
@@ -308,14 +308,14 @@ SOURCED_KEYS = ("nnodes", "node_rank", "master_addr", "master_port", "nproc_per_
 SOURCE_COLUMNS = (Column("key", priority=KEY), Column("value", priority=KEY), Column("source", "FROM", wrap=True, priority=KEY))
 
 
-def value_sources(spec, plan: LaunchPlan, config: Path, overrides: list[str], flags: dict) -> list[dict[str, Any]]:
+def value_sources(spec, plan: LaunchPlan, config: ConfigFile | None, overrides: list[str], flags: dict) -> list[dict[str, Any]]:
     """Where each of ``SOURCED_KEYS`` came from: a flag, the environment (``SLURM_NODEID=1``,
     ``PET_NNODES=2``), ``--set``, the file's line, or the default."""
     rows = []
     for key in SOURCED_KEYS:
         value = f"{spec.min_nodes}:{spec.nnodes}" if key == "nnodes" and spec.elastic else getattr(spec, key)
-        source = locate(config, key, overrides=overrides, flags=flags) if config is not None else flags.get(key, (None, "default"))[1]
-        if source == str(config):  # not in the file: the default
+        source = config.locate(key, overrides=overrides, flags=flags) if config is not None else flags.get(key, (None, "default"))[1]
+        if config is not None and source == str(config.path):  # not in the file: the default
             source = "default"
         if key == "master_port" and value is None:  # several nodes: torchrun's; one: the free port the plan took
             value, source = (DEFAULT_MASTER_PORT, "default (several nodes)") if spec.multi_node else (plan.master_port, "default (a free port)")
@@ -328,7 +328,7 @@ def _checked_plan(spec, runs_dir: Path | None) -> LaunchPlan:
     return plan_job(spec, runs_dir)[0]
 
 
-def _located(config: Path, overrides: list[str], flags: dict, action):
+def _located(config: ConfigFile | None, overrides: list[str], flags: dict, action):
     """Give config errors found before spawn (a GPU that is not there, a port in use) the file
     and line of their key, or the flag that set it."""
     try:
@@ -336,7 +336,7 @@ def _located(config: Path, overrides: list[str], flags: dict, action):
     except ConfigError as exc:
         if exc.where or not exc.key:
             raise
-        where = locate(config, exc.key, overrides=overrides, flags=flags) if config is not None else \
+        where = config.locate(exc.key, overrides=overrides, flags=flags) if config is not None else \
             flags.get(exc.key.split(".")[0], (None, "the command line"))[1]
         raise ConfigError(exc.message, where=where, key=exc.key) from None
 

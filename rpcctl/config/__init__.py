@@ -26,6 +26,7 @@ The package, one module per seam (callers import from ``rpcctl.config`` only)::
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import re
@@ -43,7 +44,7 @@ from rpcctl.config.variables import MAX_VAR_NESTING, expand_vars
 from rpcctl.base.errors import ConfigError
 
 __all__ = [
-    "DEFAULT_PRELOAD", "MAX_CONFIG_BYTES", "MAX_DEPTH", "MAX_EXPANDED_CHARS", "MAX_VALUES", "MAX_VAR_NESTING",
+    "DEFAULT_PRELOAD", "MAX_CONFIG_BYTES", "ConfigFile", "MAX_DEPTH", "MAX_EXPANDED_CHARS", "MAX_VALUES", "MAX_VAR_NESTING",
     "JobSpec", "LossesSpec", "RpcSpec", "dump_spec", "expand_vars", "host_problem", "load_config", "locate", "read_config_text",
     "spec_from_line",
 ]
@@ -57,20 +58,49 @@ def load_config(
     flags: dict[str, tuple[Any, str]] | None = None,
 ) -> JobSpec:
     """Read, expand, override and validate a config file. Raises ``ConfigError`` with a location."""
-    path = Path(path)
-    display = str(path)
-    data, lines = parse_yaml(read_config_text(path), display)
-    origins: dict[tuple[str, ...], str] = {}
-    for override in overrides or []:
-        key, value = parse_override(override)
-        apply_override(data, key, value, override)
-        origins[key] = f"--set {override}"
-    flags = dict(flags or {})
-    if nproc_per_node is not None:
-        flags["nproc_per_node"] = (nproc_per_node, f"-n {nproc_per_node}")
-    if isinstance(data, dict) and "script" not in data and "module" not in data and "script" not in flags:
-        raise ConfigError("missing required key 'script'", where=display, key="script")
-    return _validated(data, flags, origins, lines, display, path.stem, path.parent)
+    return ConfigFile(path).spec(overrides, nproc_per_node=nproc_per_node, flags=flags)
+
+
+class ConfigFile:
+    """A config file read and parsed once, at its first use (so that an error in it comes where it
+    did): each ``spec`` validates a copy of what was read, and ``locate`` names a key's line from
+    the same read. ``rpcctl launch`` asks the file for its nodes (in a SLURM step or a pod), its
+    spec and, for ``--dry-run``, where five keys came from: one read, where it was up to eight."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+        self._parsed: tuple[Any, dict[str, int]] | None = None
+
+    def _read(self) -> tuple[Any, dict[str, int]]:
+        if self._parsed is None:
+            self._parsed = parse_yaml(read_config_text(self.path), str(self.path))
+        return self._parsed
+
+    def spec(self, overrides: list[str] | None = None, *, nproc_per_node: int | None = None,
+             flags: dict[str, tuple[Any, str]] | None = None) -> JobSpec:
+        """The file, expanded, overridden (``--set``) and validated, under ``flags`` (key → (value, origin))."""
+        display = str(self.path)
+        read, lines = self._read()
+        data = copy.deepcopy(read)  # overrides and flags change the data: the next spec starts from the file's
+        origins: dict[tuple[str, ...], str] = {}
+        for override in overrides or []:
+            key, value = parse_override(override)
+            apply_override(data, key, value, override)
+            origins[key] = f"--set {override}"
+        flags = dict(flags or {})
+        if nproc_per_node is not None:
+            flags["nproc_per_node"] = (nproc_per_node, f"-n {nproc_per_node}")
+        if isinstance(data, dict) and "script" not in data and "module" not in data and "script" not in flags:
+            raise ConfigError("missing required key 'script'", where=display, key="script")
+        return _validated(data, flags, origins, lines, display, self.path.stem, self.path.parent)
+
+    def locate(self, key: str, *, overrides: list[str] = (), flags: dict[str, tuple[Any, str]] | None = None) -> str:
+        """``locate`` on this file's one read."""
+        try:
+            lines = self._read()[1]
+        except ConfigError:  # a file that cannot be read names no line
+            lines = {}
+        return locate(self.path, key, overrides=overrides, flags=flags, lines=lines)
 
 
 def spec_from_line(

@@ -103,10 +103,12 @@ def validation_error(exc: ValidationError, where: Callable[[tuple[str, ...]], st
 
 
 def locate(
-    path: str | os.PathLike[str], key: str, *, overrides: list[str] = (), flags: dict[str, tuple[Any, str]] | None = None
+    path: str | os.PathLike[str], key: str, *, overrides: list[str] = (), flags: dict[str, tuple[Any, str]] | None = None,
+    lines: dict[str, int] | None = None,
 ) -> str:
     """Where a key's value came from: the flag or ``--set`` that set it (they beat the file), else
-    ``FILE:LINE`` of the key (or of its nearest parent present in the file)."""
+    ``FILE:LINE`` of the key (or of its nearest parent present in the file). ``lines``: the
+    file's key lines, read already (``ConfigFile``); else the file is read here."""
     for flag_key, (_, origin) in (flags or {}).items():
         if key == flag_key or key.startswith(flag_key + "."):
             return origin
@@ -116,7 +118,7 @@ def locate(
             return f"--set {override}"
     display = str(path)
     try:
-        _, lines = parse_yaml(read_config_text(Path(path)), display)
+        lines = parse_yaml(read_config_text(Path(path)), display)[1] if lines is None else lines
     except ConfigError:
         return display
     parts = key.split(".")
