@@ -13,8 +13,9 @@ that spawns a proc mesh; see docs/monarch.md) joins telemetry as soon as it impo
 ``monarch``, and registers for ``rpcctl stack``: it never calls ``init_rpc``, and its actors
 need not use torch, yet it is one of the rank's processes (``inspect workers``).
 
-A Hugging Face or Lightning trainer module, once imported, gets rpcctl's loss callback
-(``steps``): losses at the library's own global step.
+Every family's after-import hooks (``families.Family.imports``) wait here too: a Hugging Face
+or Lightning trainer module, once imported, gets rpcctl's loss callback (``steps``): losses at
+the library's own global step.
 """
 
 from __future__ import annotations
@@ -147,13 +148,19 @@ def install(join: Any = None, mesh_join: Any = None, report: Any = None) -> None
         _join = join
     if mesh_join is not None:
         _mesh_join = mesh_join
-    from rpcctl.rank import steps
+    from rpcctl.rank import families, steps  # here: a process that never imports torch loads them only now
 
     if report is not None:
         steps.set_report(report)
 
-    for module, on_import in (("torch", _torch_imported), ("monarch", _monarch_imported), *steps.IMPORT_HOOKS):
+    watch((("torch", _torch_imported), ("monarch", _monarch_imported), *families.imports()))
+
+
+def watch(hooks: Any) -> None:
+    """Each (module, on_import): ``on_import()`` now if the module is imported, else once it is
+    (a family's after-import hooks, ``families.Family.imports``; once each)."""
+    for module, on_import in hooks:
         if module in sys.modules:
             on_import()
-        elif not any(isinstance(f, _ImportHook) and f.module == module for f in sys.meta_path):
+        elif not any(isinstance(f, _ImportHook) and f.module == module and f.on_import is on_import for f in sys.meta_path):
             sys.meta_path.insert(0, _ImportHook(module, on_import))

@@ -45,6 +45,7 @@ from typing import Any
 
 from rpcctl.base.lines import MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS, cap_text
 from rpcctl.base.private import private_dir, private_open
+from rpcctl.rank.observer import Observer
 from rpcctl.wire import protocol
 
 NOTE = "rpcctl: mp.spawn process {index} was pid {pid}"
@@ -216,11 +217,39 @@ def _follow_exits() -> None:
 
 
 def _ended(pid: int, code: int) -> None:
-    # The reporter is loaded wherever telemetry is on (not imported here: it imports the
-    # module that installs this one); where it is not, there is nothing to tell.
-    reporter = sys.modules.get("rpcctl.rank.reporter")
+    q = OBSERVER.queue
     try:
-        if reporter is not None:
-            reporter.post({"e": "cexit", "pid": int(pid), "code": int(code), "t": time.time()})
+        if q is not None:
+            if len(q) < protocol.MAX_QUEUE:
+                q.append({"e": "cexit", "pid": int(pid), "code": int(code), "t": time.time()})
+            else:
+                OBSERVER.lost += 1
     except Exception:  # never break the program's own join
         pass
+
+
+class ChildrenObserver(Observer):
+    """The children family, as the reporter drives it. Its handle, the reporter's queue while
+    telemetry runs, is kept here (no hot path: one ``cexit`` per child ended)."""
+
+    name = "children"
+
+    def __init__(self) -> None:
+        self.queue: Any = None
+        self.lost = 0
+
+    def activate(self, queue: Any) -> None:
+        self.queue = queue
+
+    def deactivate(self) -> None:
+        self.queue = None
+
+    def after_fork_in_child(self) -> None:
+        """A forked child has no telemetry until it joins."""
+        self.queue, self.lost = None, 0
+
+    def dropped(self) -> int:
+        return self.lost
+
+
+OBSERVER = ChildrenObserver()

@@ -1,5 +1,5 @@
 """The one place rpcctl patches torch.distributed for its telemetry, once per process, and the
-observers it forwards to (``OBSERVERS``: RRefs, calls, collectives; see ``observer``).
+observers it forwards to (every family's, ``families.OBSERVERS``; see ``observer``).
 
 ``install()`` runs when torch is imported (``autohook``), before ``init_rpc``: torch's RPC
 handler captures ``api.rpc_sync`` / ``rpc_async`` / ``remote`` then, so RRef proxy calls,
@@ -22,7 +22,7 @@ handler captures ``api.rpc_sync`` / ``rpc_async`` / ``remote`` then, so RRef pro
 The hot-path wrappers stay in their family's module (they read its state as globals: cheaper
 per call than an object's attributes; ``rpc.remote`` has one wrapper for both families, as a
 second one in the chain cost each call ~2 µs). ``init_rpc`` and ``shutdown`` are wrapped once,
-here, and call every observer in ``OBSERVERS`` order: at ``init_rpc`` the process first joins
+here, and call every observer in ``families.OBSERVERS`` order: at ``init_rpc`` the process first joins
 telemetry (``set_join``: a spawned child shows up even if the rendezvous then hangs), then
 the observers hear ``rpc_starting`` (calls posts ``join``), and once it returned
 ``rpc_started`` with the "rpc" event, which is then posted.
@@ -39,13 +39,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rpcctl.rank import calls, collectives
+from rpcctl.rank import calls, collectives, families
 from rpcctl.rank.observer import Observer, TorchRpc
 from rpcctl.rank.rrefs import hooks
 
-OBSERVERS: dict[str, Observer] = {"rrefs": hooks.OBSERVER, "calls": calls.OBSERVER, "collectives": collectives.OBSERVER}
-_observers = tuple(OBSERVERS.values())
 _installed = False
+_torch_rpc: TorchRpc | None = None  # what the observers were prepared with, for a family registered later
 # Called by the init_rpc wrapper before the rendezvous: joins telemetry, returns how to post the
 # "rpc" event (or None). Set by the reporter, or by sitecustomize in processes a rank spawns.
 _join: Callable[[], Callable[[dict[str, Any]], None] | None] | None = None
@@ -58,28 +57,35 @@ def set_join(join: Callable[[], Callable[[dict[str, Any]], None] | None]) -> Non
 
 
 def activate(queue: Any) -> None:
-    for observer in _observers:
+    for observer in families.OBSERVERS:
         observer.activate(queue)
 
 
 def deactivate() -> None:
-    for observer in _observers:
+    for observer in families.OBSERVERS:
         observer.deactivate()
 
 
 def after_fork_in_child() -> None:
-    for observer in _observers:
+    for observer in families.OBSERVERS:
         observer.after_fork_in_child()
 
 
 def dropped() -> int:
-    return sum(observer.dropped() for observer in _observers)
+    return sum(observer.dropped() for observer in families.OBSERVERS)
+
+
+def prepare(observer: Observer) -> None:
+    """A family's observer registered after ``install`` patched torch: prepared now, as the
+    others were then (nothing, before it)."""
+    if _torch_rpc is not None:
+        observer.prepare(_torch_rpc)
 
 
 def install() -> bool:
     """Patch torch.distributed in this process (idempotent). False where RPC is unavailable
     (c10d is patched all the same where torch.distributed is)."""
-    global _installed
+    global _installed, _torch_rpc
     if _installed:
         return True
     import torch.distributed as dist
@@ -100,7 +106,8 @@ def install() -> bool:
         return True
     torch_rpc = TorchRpc(torch=torch, rpc=rpc, api=api, internal=internal, rref_proxy=rref_proxy)
     hooks.skip_frames_of(rpc)  # call sites look past torch's rpc and the rank package
-    for observer in _observers:
+    _torch_rpc = torch_rpc
+    for observer in families.OBSERVERS:
         observer.prepare(torch_rpc)
     _set(torch_rpc, "remote", hooks.wrap_remote(api.remote, UNSET_RPC_TIMEOUT))
     _set(torch_rpc, "rpc_sync", calls.wrap_rpc_sync(api.rpc_sync, UNSET_RPC_TIMEOUT))
@@ -149,12 +156,12 @@ def _wrap_init_rpc(orig: Any) -> Any:
     @functools.wraps(orig)
     def init_rpc(*args: Any, **kwargs: Any) -> Any:
         post = _join_now()
-        for observer in _observers:
+        for observer in families.OBSERVERS:
             observer.rpc_starting()
         result = orig(*args, **kwargs)
         try:
             info = _rpc_info(kwargs.get("rpc_backend_options", args[4] if len(args) > 4 else None))
-            for observer in _observers:
+            for observer in families.OBSERVERS:
                 observer.rpc_started(info)
             if post is not None:
                 post(info)
@@ -169,12 +176,12 @@ def _wrap_init_rpc(orig: Any) -> Any:
 def _wrap_shutdown(orig: Any) -> Any:
     @functools.wraps(orig)
     def shutdown(*args: Any, **kwargs: Any) -> Any:
-        for observer in _observers:
+        for observer in families.OBSERVERS:
             observer.shutdown_starting()
         try:
             return orig(*args, **kwargs)
         finally:
-            for observer in _observers:
+            for observer in families.OBSERVERS:
                 observer.shutdown_done()
 
     shutdown._rpcctl_wrapped = True  # type: ignore[attr-defined]

@@ -25,7 +25,7 @@ forked child that did not join has no reporter of its own), and a process killed
 says nothing.
 
 The sender thread wakes every ``SEND_INTERVAL_S``: it drains the queue the hooks append to,
-turns it into events (``rrefs.Tracker``), adds a probe (cpu, rss, threads, CUDA memory — never
+turns it into events (each family's processor, ``families.FAMILIES``), adds a probe (cpu, rss, threads, CUDA memory — never
 initialising CUDA) every ``PROBE_INTERVAL_S``, and writes one JSON line. A send that fails
 ends telemetry for the process; nothing the user's code calls ever waits on it.
 
@@ -48,7 +48,7 @@ from typing import Any, NoReturn
 
 from rpcctl.base.devices import parse_visible_devices
 from rpcctl.base.procstat import NUM_THREADS, RSS_PAGES, STIME, UTIME, stat_fields
-from rpcctl.rank import call_summary, collectives, patch, rrefs
+from rpcctl.rank import families, patch, rrefs
 from rpcctl.wire import protocol
 
 _reporter: _Reporter | None = None
@@ -64,7 +64,9 @@ def start() -> None:
     rank = os.environ.get("RANK", "")
     os.environ[protocol.ENV_RANK] = rank
     os.environ[protocol.ENV_RANK_PID] = str(os.getpid())
-    collectives.configure_env()  # before the script creates a process group
+    for family in families.FAMILIES:  # before the script (collectives: before it creates a process group)
+        if family.at_start is not None:
+            family.at_start()
     reporter = _get()
     _install_hooks()
     reporter.activate()
@@ -169,23 +171,38 @@ def _install_hooks() -> None:
     autohook.install(join=join_at_init_rpc, report=report_loss)
 
 
-HOOKS = ("rrefs", "calls")  # the families of RPC hooks (patch.OBSERVERS) that set_hooks turns on and off
-
-
 def set_hooks(on: bool, only: str | None = None) -> None:
     """Turn this process's RPC hooks on or off while telemetry runs (off: each hook calls straight
-    through; the sender thread keeps running); ``only``: one family of HOOKS. For measuring what
-    they cost, in the same process: benchmarks/telemetry_cost.py."""
+    through; the sender thread keeps running); ``only``: one family of those with RPC hooks
+    (``Family.rpc_hooks``). For measuring what they cost, in the same process:
+    benchmarks/telemetry_cost.py."""
     reporter = _reporter
     if reporter is None or not reporter.active:
         return
-    for name in HOOKS:
-        if only is not None and name != only:
+    for family in families.FAMILIES:
+        if not family.rpc_hooks or only is not None and family.name != only:
             continue
         if on:
-            patch.OBSERVERS[name].activate(reporter.queue)
+            family.observer.activate(reporter.queue)
         else:
-            patch.OBSERVERS[name].deactivate()
+            family.observer.deactivate()
+
+
+def _adopt(family: families.Family) -> None:
+    """A family registered at run time (``families.register``): prepared if torch is patched,
+    activated if telemetry runs, its import hooks installed; the sender makes its processor at
+    its next cycle."""
+    patch.prepare(family.observer)
+    reporter = _reporter
+    if reporter is not None and reporter.active and reporter.pid == os.getpid():
+        family.observer.activate(reporter.queue)
+    if family.imports:
+        from rpcctl.rank import autohook
+
+        autohook.install()
+
+
+families.listen(_adopt)
 
 
 def post(event: dict[str, Any]) -> None:
@@ -220,8 +237,9 @@ def _after_fork_in_child() -> None:
     old = _reporter
     _reporter = None
     patch.after_fork_in_child()  # the hooks' side of every family
-    rrefs.sender.after_fork_in_child()  # the sender's
-    call_summary.after_fork_in_child()
+    for family in families.FAMILIES:  # the sender's
+        if family.after_fork is not None:
+            family.after_fork()
     if old is not None:
         old.abandon()
 
@@ -310,9 +328,9 @@ class _Reporter:
 
     # -- the sender thread -----------------------------------------------------------------------
     def _run(self) -> None:
-        tracker = rrefs.tracker()
-        summariser = call_summary.summariser()
-        recorder = collectives.poller()
+        cycle = families.Cycle()
+        processors: dict[str, families.Processor] = {}  # family → its processor, made once per thread
+        known: tuple[families.Family, ...] = ()
         next_probe = 0.0
         stopping = False
         while not stopping:
@@ -321,11 +339,14 @@ class _Reporter:
             stopping = self._stop.is_set()
             cycle_started = time.thread_time()
             now = time.time()
-            items = [self.queue.popleft() for _ in range(len(self.queue))]
+            cycle.items = [self.queue.popleft() for _ in range(len(self.queue))]
             try:
-                events = tracker.process(items, now, final=stopping)
-                events.extend(summariser.process(now, final=stopping, items=items))
-                events.extend(recorder.process(now, final=stopping))
+                if families.FAMILIES is not known:  # the first cycle, or a family registered since
+                    known = families.FAMILIES
+                    processors.update((f.name, f.processor(cycle)) for f in known if f.processor and f.name not in processors)
+                events: list[dict[str, Any]] = []
+                for processor in processors.values():
+                    events.extend(processor.process(now, stopping))
                 if stopping or time.monotonic() >= next_probe:
                     events.append(self._probe(now))
                     next_probe = time.monotonic() + protocol.PROBE_INTERVAL_S
