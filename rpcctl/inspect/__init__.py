@@ -20,7 +20,7 @@ Used by ``rpcctl inspect``, the live dashboard and the launcher's end-of-run rep
     inspect.collectives(run_dir)                     -> CollectivesReport (per group and op; per rank)
     inspect.collective_spans(run_dir)                -> list[CollectiveSpan] (sampled and in-flight collectives, for the trace)
     inspect.progress(run_dir, restart)               -> Progress (the watchdog's hang check: what moved last)
-    inspect.store_history(run_dir)                   -> StoreHistory (every restart's rows: rpcctl trace)
+    inspect.store_history(run_dir)                   -> StoreHistory (every restart's records: rpcctl trace)
 
 Each record type declares its columns once (``COLUMNS``): the table and the JSON keys come from
 the same fields. JSON keeps raw units (bytes, seconds, ISO-8601 times).
@@ -42,7 +42,9 @@ SQL outside the writer; these modules hold none)::
     usage.py    UsageSample: usage (every probe's CPU and RSS)
     attempts.py RankAttempt: rank_attempts (one per rank and restart; the run record keeps the latest)
     progress.py Progress: progress (running processes, last progress marks: the watchdog's hang check)
-    history.py  StoreHistory: store_history (every restart's rows, for rpcctl trace's timeline)
+    history.py  StoreHistory: store_history (every restart's records, for rpcctl trace's timeline)
+    stored.py   StoredRank, StoredProcess, StoredGroup, StoredCall, StoredServed, StoredRRef, StoredHandle, StoredLoss:
+                the store's rows as typed records (what progress and store_history hold)
 
 This package re-exports every public name, so ``inspect.rrefs(...)`` is the function (the
 ``rrefs`` module is ``rpcctl.inspect.rrefs`` only through ``sys.modules``/``import``).
@@ -69,6 +71,9 @@ from rpcctl.inspect.rrefs import AT_EXIT, AT_SHUTDOWN, HELD_UNUSED, LEAKED
 from rpcctl.inspect.rrefs import ENDINGS as RREF_ENDINGS
 from rpcctl.inspect.rrefs import RREF_STATES, OwnerSummary, RRefRecord, ended_rrefs, leaked_rrefs, rref_owners, rrefs
 from rpcctl.inspect.stacks import StackDump, dump_stacks
+from rpcctl.inspect.stored import (
+    StoredCall, StoredGroup, StoredHandle, StoredLoss, StoredProcess, StoredRank, StoredRRef, StoredServed,
+)
 from rpcctl.inspect.stragglers import Straggler, stragglers
 from rpcctl.inspect.usage import UsageSample, usage
 from rpcctl.inspect.workers import (
@@ -84,4 +89,5 @@ __all__ = [
     "TelemetryCost", "UsageSample", "WorkerRecord", "dump_stacks", "ended_rrefs", "gpus", "has_telemetry", "leaked_rrefs", "line_counts", "loss_grid",
     "loss_summaries", "losses", "metric_names", "NothingToPlot", "plot_losses", "rref_owners", "rrefs", "sparkline", "telemetry_cost", "usage", "with_metric", "workers", "x_axis",
     "ended_without_shutdown", "SharedWorld", "shared_worlds", "shutdown_waits", "spawned_name", "Progress", "progress", "StoreHistory", "store_history",
+    "StoredCall", "StoredGroup", "StoredHandle", "StoredLoss", "StoredProcess", "StoredRank", "StoredRRef", "StoredServed",
 ]

@@ -29,6 +29,7 @@ from typing import Any
 
 from rpcctl.console import HIGH, KEY, LOW, Column, human_bytes, human_seconds, iso_time
 from rpcctl.telemetry.reader import StoreReader, column, loads
+from rpcctl.inspect.stored import StoredCall, StoredServed
 from rpcctl.base.states import CallState, ServingState
 from rpcctl.wire.histogram import quantile
 
@@ -202,26 +203,26 @@ def same_function(caller_name: str, callee_name: str) -> bool:
     return caller_name.rsplit(".", 1)[-1] == callee_name.rsplit(".", 1)[-1]
 
 
-def pair_served(call_rows: list[Any], serve_rows: list[Any]) -> dict[tuple[int, int], Any]:
-    """(caller proc, call id) → the served-function row that answered it: for each served
+def pair_served(calls: list[StoredCall], serving: list[StoredServed]) -> dict[tuple[int, int], StoredServed]:
+    """(caller proc, call id) → the served function that answered it: for each served
     function, the latest call to that worker and function that started before it (and had not
-    ended before it started), one call per served function. Rows of ``calls`` and ``serving``."""
-    out: dict[tuple[int, int], Any] = {}
+    ended before it started), one call per served function."""
+    out: dict[tuple[int, int], StoredServed] = {}
     taken: set[tuple[int, int]] = set()
     slack = 0.05  # the two processes' clocks are the same host's, read at different moments
-    for served in sorted(serve_rows, key=lambda r: r["started_at"]):
+    for served in sorted(serving, key=lambda r: r.started_at):
         best = None
-        for call in call_rows:
-            key = (call["proc_id"], call["call_id"])
-            if key in taken or call["callee"] != served["worker"] or not same_function(call["func"], served["func"]):
+        for call in calls:
+            key = (call.proc_id, call.call_id)
+            if key in taken or call.callee != served.worker or not same_function(call.func, served.func):
                 continue
-            if call["started_at"] > served["started_at"] + slack or (call["ended_at"] is not None and call["ended_at"] < served["started_at"] - slack):
+            if call.started_at > served.started_at + slack or (call.ended_at is not None and call.ended_at < served.started_at - slack):
                 continue
-            if best is None or call["started_at"] > best["started_at"]:
+            if best is None or call.started_at > best.started_at:
                 best = call
         if best is not None:
-            taken.add((best["proc_id"], best["call_id"]))
-            out[(best["proc_id"], best["call_id"])] = served
+            taken.add((best.proc_id, best.call_id))
+            out[(best.proc_id, best.call_id)] = served
     return out
 
 
@@ -229,8 +230,8 @@ def _match(pending: list[PendingCall], serving: list[ServingRecord], call_rows: 
     """Give each served function its caller (``pair_served``); the call takes the owner's name."""
     calls_by_key = {(c.caller_proc, c.call_id): c for c in pending}
     served_by_key = {(s.proc_id, s.serve_id): s for s in serving}
-    for key, row in pair_served(call_rows, serve_rows).items():
-        call, served = calls_by_key[key], served_by_key[(row["proc_id"], row["serve_id"])]
+    for key, row in pair_served(StoredCall.all(call_rows), StoredServed.all(serve_rows)).items():
+        call, served = calls_by_key[key], served_by_key[(row.proc_id, row.serve_id)]
         served.caller, served.call = call.caller, key
         call.func = served.func  # the owner's name says more ("PS.update" for "rref.update")
 

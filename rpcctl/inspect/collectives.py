@@ -37,6 +37,7 @@ from typing import Any
 from rpcctl.console import KEY, Column, human_bytes, human_seconds, join
 from rpcctl.wire.histogram import quantile
 from rpcctl.telemetry.reader import StoreReader, column, loads
+from rpcctl.inspect.stored import StoredGroup
 
 
 RECENT_SAMPLED = 10_000
@@ -211,20 +212,13 @@ _DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16
            "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool", "ComplexFloat": "complex64", "ComplexDouble": "complex128"}
 
 
-def members(row: Any) -> list[int] | None:
-    """A coll_groups row's group members (global ranks), or None where unknown (RPC's group, a
-    store before schema 9)."""
-    ranks = loads(column(row, "ranks"))
-    return sorted(r for r in ranks if type(r) is int) if isinstance(ranks, list) else None
-
-
-def in_flight(row: Any) -> str | None:
-    """``all_reduce #5 (4.0 KiB float32)`` for a coll_groups row with a collective in flight."""
-    if row["cur_seq"] is None or row["entered"] is None or row["entered"] <= row["completed"]:
+def in_flight(group: StoredGroup) -> str | None:
+    """``all_reduce #5 (4.0 KiB float32)`` for a process group with a collective in flight."""
+    if group.cur_seq is None or group.entered is None or group.entered <= group.completed:
         return None
-    dtypes = sorted({_DTYPES.get(str(d), str(d)) for d in loads(row["cur_dtypes"]) or []})
-    what = " ".join(x for x in (human_bytes(row["cur_bytes"]) if row["cur_bytes"] else "", "/".join(dtypes)) if x)
-    return f"{row['cur_op']} #{row['cur_seq']}" + (f" ({what})" if what else "")
+    dtypes = sorted({_DTYPES.get(str(d), str(d)) for d in loads(group.cur_dtypes) or []})
+    what = " ".join(x for x in (human_bytes(group.cur_bytes) if group.cur_bytes else "", "/".join(dtypes)) if x)
+    return f"{group.cur_op} #{group.cur_seq}" + (f" ({what})" if what else "")
 
 
 @dataclass
@@ -290,7 +284,8 @@ def collectives(run_dir: Path, *, restart: int | None = None) -> CollectivesRepo
             e["max"] if timed else None))
     ranks = []
     for row in groups:
-        inside = in_flight(row) if live and row["proc_ended"] is None else None
+        group = StoredGroup.of(row)
+        inside = in_flight(group) if live and row["proc_ended"] is None else None
         ranks.append(RankCollectives(row["rank"], row["pg"], row["name"], row["entered"] or 0, row["completed"] or 0, inside,
-                                     max(0.0, now - row["cur_since"]) if inside and row["cur_since"] else None, members(row)))
+                                     max(0.0, now - row["cur_since"]) if inside and row["cur_since"] else None, group.members))
     return CollectivesReport(summary, ranks, _stragglers(sampled))

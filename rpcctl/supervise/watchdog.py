@@ -65,7 +65,6 @@ from rpcctl.inspect.calls import CallsReport
 from rpcctl.records.runs import Failure, RunRecord, now_iso, write_json_atomic
 from rpcctl.base.states import CallState, RankStatus
 from rpcctl.wire.protocol import STALE_AFTER_S
-from rpcctl.telemetry.reader import column  # a column a store before schema 7 (or 8) lacks reads as None
 
 JOIN_WARN_S = 20.0
 CHECK_EVERY_S = 1.0
@@ -98,7 +97,7 @@ class HangWatchdog:
         self._restart = 0
         self._warned_join: set[int] = set()
         self._warned_pg: set[int] = set()
-        self._groups: list[Any] = []  # coll_groups rows of the live processes, as of the last check
+        self._groups: list[inspect.StoredGroup] = []  # the process groups of the live processes, as of the last check
         self._ended: list[Proc] = []  # the attempt's ranks that have ended, as of the last check
         self._pg_through: dict[int, float] = {}  # rank → when a process it spawned entered init_process_group
         self._silent: set[int] = set()  # proc ids whose stale heartbeat was reported (until it beats again)
@@ -224,7 +223,7 @@ class HangWatchdog:
         moves. If a process moved, that is progress: said once a run, and the silence starts again."""
         by_id = {p.proc_id: p for p in procs}
         in_flight = {c.caller_proc for c in calls.pending if c.state == CallState.PENDING}
-        in_flight |= {g["proc_id"] for g in self._groups if (g["entered"] or 0) > (g["completed"] or 0)}
+        in_flight |= {g.proc_id for g in self._groups if g.inside}
         waiting = {by_id[i].pid for i in in_flight if i in by_id}
         moved = motion(first, second, waiting)
         if moved:
@@ -263,16 +262,16 @@ class HangWatchdog:
         first init_process_group; None while no process of the job entered either (the job
         uses no torch.distributed, or not yet)."""
         rows = seen.running
-        joins = [r["rpc_join_at"] for r in rows if r["rpc_join_at"] is not None]
-        pg_joins = [v for v in (column(r, "pg_join_at") for r in rows) if v is not None]
+        joins = [r.rpc_join_at for r in rows if r.rpc_join_at is not None]
+        pg_joins = [r.pg_join_at for r in rows if r.pg_join_at is not None]
         if not joins and not pg_joins:
             return None
         # A collective completing is progress (rank.collectives: the cycle that saw it).
         self._groups = seen.groups
-        completed = [g["completed_at"] for g in self._groups if g["completed_at"] is not None]
+        completed = [g.completed_at for g in self._groups if g.completed_at is not None]
         # A process that connects or enters init_rpc moves the job on too (the fork server may
         # take seconds to start the ranks).
-        starts = [r["connected_at"] for r in rows] + joins + pg_joins + completed
+        starts = [r.connected_at for r in rows] + joins + pg_joins + completed
         progress = max([m for m in (*seen.marks, *starts) if m is not None] or [0.0])
         procs = [_proc(r, record) for r in rows]
         self._ended = _ended(seen.ended, record)
@@ -286,24 +285,24 @@ class HangWatchdog:
                 proc.joined_at = through[proc.rank]
         return procs, progress, min(joins) if joins else None, min(pg_joins) if pg_joins else None
 
-    def _dump_silent_ranks(self, rows: list, record: RunRecord, healthy_since: float) -> None:
+    def _dump_silent_ranks(self, rows: list[inspect.StoredProcess], record: RunRecord, healthy_since: float) -> None:
         """A rank whose telemetry heartbeat went stale: its sender thread cannot run (the GIL held
         by a long C call, a starved or stopped process). Dump its stack then, once per silence,
         while the evidence is live: the hang timeout may be minutes away, or never come. A beat
         the server could not have read (it was impaired) is not missed."""
         wall = time.time()
         for row in rows:
-            beating = row["stopped_at"] is None and row["last_seen"] is not None  # stopped_at: it said goodbye
-            silent = beating and wall - max(row["last_seen"], healthy_since) > STALE_AFTER_S
+            beating = row.stopped_at is None and row.last_seen is not None  # stopped_at: it said goodbye
+            silent = beating and wall - max(row.last_seen, healthy_since) > STALE_AFTER_S
             if not silent:
-                self._silent.discard(row["proc_id"])
+                self._silent.discard(row.proc_id)
                 continue
-            if row["proc_id"] in self._silent or (row["kind"] or "rank") != "rank":
+            if row.proc_id in self._silent or (row.kind or "rank") != "rank":
                 continue
-            self._silent.add(row["proc_id"])
+            self._silent.add(row.proc_id)
             proc = _proc(row, record)
             self._dump(proc, record)
-            quiet = f"{proc.describe()} has sent no telemetry heartbeat for {human_seconds(wall - row['last_seen'])}"
+            quiet = f"{proc.describe()} has sent no telemetry heartbeat for {human_seconds(wall - row.last_seen)}"
             if not proc.local:
                 self.console.warn(f"{quiet}{proc.elsewhere}")
                 continue
@@ -397,39 +396,38 @@ class HangWatchdog:
         return folder
 
 
-def _proc(row: Any, record: RunRecord) -> Proc:
-    """A procs row as the watchdog sees it; local: a process of one of this node's ranks."""
-    local = row["rank"] in {r.rank for r in record.ranks}
-    return Proc(row["proc_id"], row["pid"], row["rank"], row["kind"] or "rank", row["name"], row["rpc_join_at"],
-                host=row["host"], local=local, pg_joined_at=column(row, "pg_join_at"), dist_rank=column(row, "dist_rank"),
-                pg_world=column(row, "pg_world") or 0)
+def _proc(row: inspect.StoredProcess, record: RunRecord) -> Proc:
+    """A process as the watchdog sees it; local: a process of one of this node's ranks."""
+    local = row.rank in {r.rank for r in record.ranks}
+    return Proc(row.proc_id, row.pid, row.rank, row.kind or "rank", row.name, row.rpc_join_at, host=row.host, local=local,
+                pg_joined_at=row.pg_join_at, dist_rank=row.dist_rank, pg_world=row.pg_world or 0)
 
 
-def _relay_silent(rows: list[Any], record: RunRecord, since: float) -> str | None:
+def _relay_silent(rows: list[inspect.StoredProcess], record: RunRecord, since: float) -> str | None:
     """Another node whose every process went quiet at once: what stopped is more likely its
     launcher's relay (or the way to node 0) than all of its ranks together; its silence is not
     the job's. None when every other node is heard from."""
     here = {s.rank for s in record.ranks}
-    hosts: dict[str, list[Any]] = {}
+    hosts: dict[str, list[inspect.StoredProcess]] = {}
     for row in rows:
-        if row["rank"] not in here and row["stopped_at"] is None and row["last_seen"] is not None:
-            hosts.setdefault(row["host"] or "another node", []).append(row)
+        if row.rank not in here and row.stopped_at is None and row.last_seen is not None:
+            hosts.setdefault(row.host or "another node", []).append(row)
     wall = time.time()
     for host, beating in sorted(hosts.items()):
-        quiet = min(wall - max(r["last_seen"], since) for r in beating)
+        quiet = min(wall - max(r.last_seen, since) for r in beating)
         if quiet > RELAY_QUIET_S:
             return (f"telemetry from {host} has stopped (none of its {len(beating)} processes heard from for "
                     f"{human_seconds(quiet)}: its launcher's relay?)")
     return None
 
 
-def _ended(rows: list[Any], record: RunRecord) -> list[Proc]:
+def _ended(rows: list[inspect.StoredProcess], record: RunRecord) -> list[Proc]:
     """The attempt's ranks that ended (the record says how), as the diagnosis names them."""
     states = {s.rank: s for s in record.ranks if s.state.is_terminal}
     ended = []
     for row in rows:
-        state = states.get(row["rank"])
-        if state is None or state.pid != row["pid"]:
+        state = states.get(row.rank)
+        if state is None or state.pid != row.pid:
             continue
         proc = _proc(row, record)
         proc.ended = f"exited with code {state.exit_code}" if state.signal is None else f"was killed by {state.signal}"

@@ -59,9 +59,7 @@ from typing import Any
 
 from rpcctl import inspect
 from rpcctl.console import to_jsonable
-from rpcctl.telemetry.reader import column, loads
 from rpcctl.inspect.calls import pair_served
-from rpcctl.inspect.losses import from_most_direct_source
 from rpcctl.records.runs import RunRecord, epoch_or_none, load_record
 
 MAX_SPANS = 20_000
@@ -77,14 +75,14 @@ def build_trace(run_dir: Path, max_events: int = MAX_EVENTS) -> dict[str, Any]:
     history = inspect.store_history(run_dir)
     ranks, procs, calls, serving = history.ranks, history.procs, history.calls, history.serving
     rrefs, handles, losses, end = history.rrefs, history.handles, history.losses, history.end
-    times = [t for t in [*(r["started_at"] for r in ranks), *(p["connected_at"] for p in procs)] if _a_time(t)]
+    times = [t for t in [*(r.started_at for r in ranks), *(p.connected_at for p in procs)] if _a_time(t)]
     start = min(times) if times else end
     builder = _Builder(start, end, max_events, record=_record(run_dir))
     builder.processes(ranks, procs)
     builder.calls(calls, serving, procs)
     builder.rrefs(rrefs, handles, procs)
     builder.collectives(inspect.collective_spans(run_dir), procs)
-    builder.losses(from_most_direct_source(losses))  # as inspect losses: a loss reported and printed once
+    builder.losses(losses)  # as inspect losses: a loss reported and printed once (store_history keeps one source)
     builder.exits(ranks)
     builder.spawned_ends(procs)
     report = inspect.calls(run_dir)
@@ -168,63 +166,63 @@ class _Builder:
         return self.lane(pid, ident, f"{kind} {ident:#x}", {"ident": ident})
 
     # -- tracks --------------------------------------------------------------------------------
-    def processes(self, ranks: list[Any], procs: list[Any]) -> None:
+    def processes(self, ranks: list[inspect.StoredRank], procs: list[inspect.StoredProcess]) -> None:
         for proc in procs:
-            track = proc["proc_id"]
-            self.track_of_proc[proc["proc_id"]] = track
-            rank, restart = proc["rank"], proc["restart"] or 0
-            again = f", {self.attempt(restart, proc['connected_at'])}" if restart or self.elastic else ""
-            if proc["kind"] == "child":
-                label = f"{proc['name'] or 'process'} (pid {proc['pid']}, started by rank {rank}{again})"
+            track = proc.proc_id
+            self.track_of_proc[proc.proc_id] = track
+            rank, restart = proc.rank, proc.restart or 0
+            again = f", {self.attempt(restart, proc.connected_at)}" if restart or self.elastic else ""
+            if proc.kind == "child":
+                label = f"{proc.name or 'process'} (pid {proc.pid}, started by rank {rank}{again})"
             else:
                 self.track_of_rank.setdefault((rank, restart), track)
-                label = f"rank {rank}" + (f" · {proc['name']}" if proc["name"] else "") + f" (pid {proc['pid']}{again})"
+                label = f"rank {rank}" + (f" · {proc.name}" if proc.name else "") + f" (pid {proc.pid}{again})"
             self.meta(track, "process_name", {"name": label})
-            if proc["kind"] == "child" and proc["connected_at"] is not None:  # the launcher never saw it start: telemetry did
+            if proc.kind == "child" and proc.connected_at is not None:  # the launcher never saw it start: telemetry did
                 self.thread(track, PROCESS_THREAD, "process")
-                self.span(track, PROCESS_THREAD, proc["name"] or f"pid {proc['pid']}", proc["connected_at"],
-                          proc["ended_at"] or proc["stopped_at"], "process", {"pid": proc["pid"], "started_by_rank": rank})
-            self.meta(track, "process_sort_index", {"sort_index": (rank if rank is not None else 999) * 1000 + restart * 10 + (proc["kind"] == "child")})
+                self.span(track, PROCESS_THREAD, proc.name or f"pid {proc.pid}", proc.connected_at,
+                          proc.ended_at or proc.stopped_at, "process", {"pid": proc.pid, "started_by_rank": rank})
+            self.meta(track, "process_sort_index", {"sort_index": (rank if rank is not None else 999) * 1000 + restart * 10 + (proc.kind == "child")})
         for row in ranks:
-            key = (row["rank"], row["restart"])
+            key = (row.rank, row.restart)
             if key not in self.track_of_rank:  # no telemetry from it: the launcher's view only
-                track = 1_000_000 + row["rank"] * 1000 + row["restart"]
+                track = 1_000_000 + row.rank * 1000 + row.restart
                 self.track_of_rank[key] = track
-                self.meta(track, "process_name", {"name": f"rank {row['rank']} (pid {row['pid']})"})
+                self.meta(track, "process_name", {"name": f"rank {row.rank} (pid {row.pid})"})
             track = self.track_of_rank[key]
-            if row["started_at"] is not None:
+            if row.started_at is not None:
                 self.thread(track, PROCESS_THREAD, "process")
-                self.span(track, PROCESS_THREAD, f"rank {row['rank']}", row["started_at"], row["ended_at"], "rank",
-                          {"pid": row["pid"], "state": row["state"], "exit_code": row["exit_code"], "restart": row["restart"]})
+                self.span(track, PROCESS_THREAD, f"rank {row.rank}", row.started_at, row.ended_at, "rank",
+                          {"pid": row.pid, "state": row.state, "exit_code": row.exit_code, "restart": row.restart})
 
     # -- calls, with flow arrows to what the callee ran for them -------------------------------
-    def calls(self, calls: list[Any], serving: list[Any], procs: list[Any]) -> None:
-        ended = {p["proc_id"]: p["ended_at"] for p in procs}
+    def calls(self, calls: list[inspect.StoredCall], serving: list[inspect.StoredServed], procs: list[inspect.StoredProcess]) -> None:
+        ended = {p.proc_id: p.ended_at for p in procs}
         calls = self._longest(calls, "calls", ended)
         serving = self._longest(serving, "served", ended)
         served_for = pair_served(calls, serving)
         for row in calls:
-            pid = self.track_of_proc.get(row["proc_id"])
+            pid = self.track_of_proc.get(row.proc_id)
             if pid is None:
                 continue
-            tid = self.python_thread(pid, row["thread"], "thread")
-            finish = row["ended_at"] if row["ended_at"] is not None else ended.get(row["proc_id"])
-            self.span(pid, tid, f"{row['kind']} → {row['callee']}: {row['func']}", row["started_at"], finish, "rpc",
-                      {"callee": row["callee"], "func": row["func"], "site": row["call_site"], "status": row["status"] or "unfinished"})
-            target = served_for.get((row["proc_id"], row["call_id"]))
-            if target is not None and self.track_of_proc.get(target["proc_id"]) is not None:
-                flow = f"{row['proc_id']}.{row['call_id']}"
-                self.events.append({"ph": "s", "pid": pid, "tid": tid, "name": "rpc", "cat": "rpc", "id": flow, "ts": self.ts(row["started_at"])})
-                callee = self.track_of_proc[target["proc_id"]]
-                self.events.append({"ph": "f", "bp": "e", "pid": callee, "tid": self.python_thread(callee, target["thread"], "rpc thread"),
-                                    "name": "rpc", "cat": "rpc", "id": flow, "ts": self.ts(max(target["started_at"], row["started_at"]))})
+            tid = self.python_thread(pid, row.thread, "thread")
+            finish = row.ended_at if row.ended_at is not None else ended.get(row.proc_id)
+            self.span(pid, tid, f"{row.kind} → {row.callee}: {row.func}", row.started_at, finish, "rpc",
+                      {"callee": row.callee, "func": row.func, "site": row.call_site, "status": row.status or "unfinished"})
+            target = served_for.get((row.proc_id, row.call_id))
+            if target is not None and self.track_of_proc.get(target.proc_id) is not None:
+                flow = f"{row.proc_id}.{row.call_id}"
+                self.events.append({"ph": "s", "pid": pid, "tid": tid, "name": "rpc", "cat": "rpc", "id": flow, "ts": self.ts(row.started_at)})
+                callee = self.track_of_proc[target.proc_id]
+                self.events.append({"ph": "f", "bp": "e", "pid": callee, "tid": self.python_thread(callee, target.thread, "rpc thread"),
+                                    "name": "rpc", "cat": "rpc", "id": flow, "ts": self.ts(max(target.started_at, row.started_at))})
         for row in serving:
-            pid = self.track_of_proc.get(row["proc_id"])
+            pid = self.track_of_proc.get(row.proc_id)
             if pid is None:
                 continue
-            tid = self.python_thread(pid, row["thread"], "rpc thread")
-            finish = row["ended_at"] if row["ended_at"] is not None else ended.get(row["proc_id"])
-            self.span(pid, tid, row["func"], row["started_at"], finish, "served", {"nbytes": row["nbytes"]})
+            tid = self.python_thread(pid, row.thread, "rpc thread")
+            finish = row.ended_at if row.ended_at is not None else ended.get(row.proc_id)
+            self.span(pid, tid, row.func, row.started_at, finish, "served", {"nbytes": row.nbytes})
 
     def _longest(self, rows: list[Any], what: str, ended: dict[int, float | None]) -> list[Any]:
         if len(rows) <= MAX_SPANS or not self.max_events:
@@ -232,51 +230,51 @@ class _Builder:
         self.left_out[what] = len(rows) - MAX_SPANS
 
         def duration(row: Any) -> float:
-            finish = row["ended_at"] if row["ended_at"] is not None else (ended.get(row["proc_id"]) or self.end)
-            return finish - row["started_at"]
+            finish = row.ended_at if row.ended_at is not None else (ended.get(row.proc_id) or self.end)
+            return finish - row.started_at
 
         return sorted(rows, key=duration, reverse=True)[:MAX_SPANS]
 
     # -- RRefs, losses, exits ------------------------------------------------------------------
-    def rrefs(self, rows: list[Any], handles: list[Any], procs: list[Any]) -> None:
+    def rrefs(self, rows: list[inspect.StoredRRef], handles: list[inspect.StoredHandle], procs: list[inspect.StoredProcess]) -> None:
         # The owner is the process that was that RPC rank in the RRef's world (stores before
         # schema 7 have world 0 only): with mp.spawn, a worker the rank spawned, not the rank.
         owners = {}
         for proc in procs:
-            if proc["rpc_rank"] is not None and proc["proc_id"] in self.track_of_proc:
-                owners.setdefault((proc["restart"] or 0, column(proc, "world") or 0, proc["rpc_rank"]), self.track_of_proc[proc["proc_id"]])
+            if proc.rpc_rank is not None and proc.proc_id in self.track_of_proc:
+                owners.setdefault((proc.restart or 0, proc.world or 0, proc.rpc_rank), self.track_of_proc[proc.proc_id])
         released: dict[tuple[int, int, str], float] = {}
         held: set[tuple[int, int, str]] = set()
         for handle in handles:
-            key = (handle["restart"] or 0, column(handle, "world") or 0, handle["rref_id"])
-            if handle["released_at"] is None:
+            key = (handle.restart or 0, handle.world or 0, handle.rref_id)
+            if handle.released_at is None:
                 held.add(key)
             else:
-                released[key] = max(released.get(key, 0.0), handle["released_at"])
+                released[key] = max(released.get(key, 0.0), handle.released_at)
         spans = []
         for row in rows:
-            if row["created_at"] is None or row["owner_rank"] is None:
+            if row.created_at is None or row.owner_rank is None:
                 continue
-            key = (row["restart"] or 0, column(row, "world") or 0, row["rref_id"])
-            gone = row["value_freed_at"] or (released.get(key) if key not in held else None)
+            key = (row.restart or 0, row.world or 0, row.rref_id)
+            gone = row.value_freed_at or (released.get(key) if key not in held else None)
             spans.append((row, key, gone))
         if len(spans) > MAX_RREFS and self.max_events:
             self.left_out["rrefs"] = len(spans) - MAX_RREFS
             spans.sort(key=lambda span: (span[2] or self.end) - span[0]["created_at"], reverse=True)
             spans = spans[:MAX_RREFS]
         for row, (restart, world, _), gone in spans:
-            track = owners.get((restart, world, row["owner_rank"]))
+            track = owners.get((restart, world, row.owner_rank))
             if track is None:  # its owner never reported: nowhere true to draw it
                 self.left_out["rrefs_of_unknown_owners"] = self.left_out.get("rrefs_of_unknown_owners", 0) + 1
                 continue
             self.thread(track, RREF_THREAD, "RRefs")
-            self.span(track, RREF_THREAD, f"RRef {row['type'] or '?'}", row["created_at"], gone, "rref",
-                      {"rref_id": row["rref_id"], "world": world, "creator": row["creator"], "site": row["call_site"],
-                       "nbytes": row["nbytes"], "shape": loads(row["shape"]), "device": row["device"]})
+            self.span(track, RREF_THREAD, f"RRef {row.type or '?'}", row.created_at, gone, "rref",
+                      {"rref_id": row.rref_id, "world": world, "creator": row.creator, "site": row.call_site,
+                       "nbytes": row.nbytes, "shape": row.shape, "device": row.device})
 
     # -- collectives, linked across ranks by (pg, seq) ----------------------------------------
-    def collectives(self, spans: list[Any], procs: list[Any]) -> None:
-        ended = {p["proc_id"]: p["ended_at"] or p["stopped_at"] for p in procs}
+    def collectives(self, spans: list[inspect.CollectiveSpan], procs: list[inspect.StoredProcess]) -> None:
+        ended = {p.proc_id: p.ended_at or p.stopped_at for p in procs}
         sets: dict[tuple[int, str, int], list[Any]] = defaultdict(list)
         for span in spans:
             if span.proc_id in self.track_of_proc:
@@ -316,15 +314,15 @@ class _Builder:
                         event["bp"] = "e"
                     self.events.append(event)
 
-    def losses(self, rows: list[Any]) -> None:
+    def losses(self, rows: list[inspect.StoredLoss]) -> None:
         series: dict[tuple[int, int, str], list[tuple[float, float]]] = defaultdict(list)
         for row in rows:
-            if row["time"] is None:
+            if row.time is None:
                 continue
-            values = {"loss": row["loss"], **(loads(row["metrics"]) or {})}
+            values = {"loss": row.loss, **(row.metrics or {})}
             for name, value in values.items():
                 if isinstance(value, (int, float)):
-                    series[(row["rank"], row["restart"] or 0, name)].append((row["time"], value))
+                    series[(row.rank, row.restart or 0, name)].append((row.time, value))
         # Every series gets an even share of the events left (200 metrics of 2,500 steps made
         # 500,000 counter events, 85 MB), and never more than MAX_POINTS.
         room = max(0, self.max_events - len(self.events) - 2 * len(self.track_of_rank)) if self.max_events else 0
@@ -344,13 +342,13 @@ class _Builder:
                     self.events.append({"ph": "i", "s": "t", "pid": track, "tid": PROCESS_THREAD, "ts": self.ts(t), "cat": "metric",
                                         "name": f"{name}={value}", "args": {"metric": name, "value": str(value)}})
 
-    def exits(self, ranks: list[Any]) -> None:
+    def exits(self, ranks: list[inspect.StoredRank]) -> None:
         for row in ranks:
-            track = self.track_of_rank.get((row["rank"], row["restart"]))
-            if row["ended_at"] is not None and track is not None:
-                self.events.append({"ph": "i", "s": "p", "pid": track, "tid": PROCESS_THREAD, "ts": self.ts(row["ended_at"]),
-                                    "name": f"rank {row['rank']} {row['state']}" + (f" (exit {row['exit_code']})" if row["exit_code"] is not None else ""),
-                                    "args": {"exit_code": row["exit_code"], "state": row["state"]}})
+            track = self.track_of_rank.get((row.rank, row.restart))
+            if row.ended_at is not None and track is not None:
+                self.events.append({"ph": "i", "s": "p", "pid": track, "tid": PROCESS_THREAD, "ts": self.ts(row.ended_at),
+                                    "name": f"rank {row.rank} {row.state}" + (f" (exit {row.exit_code})" if row.exit_code is not None else ""),
+                                    "args": {"exit_code": row.exit_code, "state": row.state}})
         if self.elastic:  # each membership change, when it began, with why
             for rnd in self.record.rounds:
                 at = epoch_or_none(rnd.get("at")) if isinstance(rnd, dict) else None
@@ -361,8 +359,8 @@ class _Builder:
             return
         firsts: dict[int, float] = {}
         for row in ranks:
-            if row["restart"] and row["started_at"] is not None:
-                firsts[row["restart"]] = min(firsts.get(row["restart"], row["started_at"]), row["started_at"])
+            if row.restart and row.started_at is not None:
+                firsts[row.restart] = min(firsts.get(row.restart, row.started_at), row.started_at)
         for restart, t in sorted(firsts.items()):
             self.events.append({"ph": "i", "s": "g", "pid": 0, "tid": 0, "ts": self.ts(t), "name": f"restart {restart}", "args": {}})
 
@@ -372,17 +370,17 @@ class _Builder:
         rnd = self.record.round_at(started) if self.elastic else None
         return f"round {rnd.get('round')}" if rnd is not None else f"restart {restart}"
 
-    def spawned_ends(self, procs: list[Any]) -> None:
+    def spawned_ends(self, procs: list[inspect.StoredProcess]) -> None:
         """An end marker on each spawned process's track (the launcher's ranks have theirs)."""
         for proc in procs:
-            end = proc["ended_at"] or proc["stopped_at"]
-            track = self.track_of_proc.get(proc["proc_id"])
-            if proc["kind"] != "child" or end is None or track is None:
+            end = proc.ended_at or proc.stopped_at
+            track = self.track_of_proc.get(proc.proc_id)
+            if proc.kind != "child" or end is None or track is None:
                 continue
-            code = column(proc, "exit_code")
+            code = proc.exit_code
             self.events.append({"ph": "i", "s": "p", "pid": track, "tid": PROCESS_THREAD, "ts": self.ts(end),
-                                "name": f"{proc['name'] or 'pid ' + str(proc['pid'])} ended" + (f" (exit {code})" if code is not None else ""),
-                                "args": {"exit_code": code, "pid": proc["pid"]}})
+                                "name": f"{proc.name or 'pid ' + str(proc.pid)} ended" + (f" (exit {code})" if code is not None else ""),
+                                "args": {"exit_code": code, "pid": proc.pid}})
 
 
 def _a_time(t: Any) -> bool:
