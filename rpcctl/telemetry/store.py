@@ -183,9 +183,10 @@ class StoreWriter:
 
     # -- events from a process -----------------------------------------------------------------
     def apply(self, proc: ProcInfo, event: dict[str, Any]) -> None:
-        handler = getattr(self, "_ev_" + str(event.get("e")), None)
+        """Store one event (already checked: ``protocol.refusal``) by its handler in ``HANDLERS``."""
+        handler = HANDLERS.get(str(event.get("e")))
         if handler is not None:
-            handler(proc, event, float(event.get("t") or time.time()))
+            handler(self, proc, event, float(event.get("t") or time.time()))
 
     def _ev_probe(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         self._x(
@@ -445,6 +446,29 @@ class StoreWriter:
             "INSERT OR IGNORE INTO handles (restart, world, rref_id, fork_id, proc_id, holder, role, acquired_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (proc.restart, proc.world, rref_id, fork_id, proc.proc_id, proc.name, role, t),
         )
+
+
+# Each event a process sends (``protocol.EVENT_FIELDS``; which family sends it: ``rank.families``)
+# → the writer's method that stores it, keyed by the event's name: the one table ``apply`` reads.
+# An event not here is not stored (``error``: the sender's own fault). A new event is its fields
+# in ``protocol`` and one entry here (``tests/test_families.py`` checks both ways).
+Handler = Callable[["StoreWriter", "ProcInfo", dict[str, Any], float], None]
+HANDLERS: dict[str, Handler] = {
+    "probe": StoreWriter._ev_probe, "rpc": StoreWriter._ev_rpc, "bye": StoreWriter._ev_bye,
+    # RRefs
+    "rref": StoreWriter._ev_rref, "conf": StoreWriter._ev_conf, "desc": StoreWriter._ev_desc, "vfree": StoreWriter._ev_vfree,
+    "fork": StoreWriter._ev_fork, "rel": StoreWriter._ev_rel, "used": StoreWriter._ev_used, "churn": StoreWriter._ev_churn,
+    "shutdown": StoreWriter._ev_shutdown,
+    # calls
+    "join": StoreWriter._ev_join, "cstat": StoreWriter._ev_cstat, "call": StoreWriter._ev_call, "cend": StoreWriter._ev_cend,
+    "srv": StoreWriter._ev_srv, "send": StoreWriter._ev_send,
+    # collectives
+    "coll": StoreWriter._ev_coll, "cop": StoreWriter._ev_cop, "cent": StoreWriter._ev_cent, "pgjoin": StoreWriter._ev_pgjoin,
+    "pgw": StoreWriter._ev_pgw,
+    # children, steps
+    "cexit": StoreWriter._ev_cexit, "loss": StoreWriter._ev_loss,
+}
+NOT_STORED = ("error",)
 
 
 class ProcInfo:

@@ -24,7 +24,8 @@ launcher   other node    op, args: another node's launcher calls, relayed to nod
 =========  ============  ====================================================================
 
 Events (``e``) inside a batch (each field's kind and bounds: ``EVENT_FIELDS``; ``refusal`` says
-why an event fails them, and the server drops, and counts, any event that does):
+why an event fails them, and the server drops, and counts, any event that does; which family of
+the rank side sends each: ``rank.families``; where the store keeps it: ``store.HANDLERS``):
 
 =========  =========================================================================
 event      fields (``t`` is the wall-clock time of the observation, epoch seconds)
@@ -377,6 +378,17 @@ LAUNCHER_ARGS: dict[str, tuple[tuple[Field, bool], ...]] = {
     "exited": ((RANK, True), (PID, True), (NAME, True), (EXIT, False)),  # rank, pid, state, exit_code
     "log": ((RANK, True), (Text(MAX_LINE_BYTES), True)),  # rank, line (at most what the log pump hands on)
 }
+
+
+def declare_event(name: str, fields: dict[str, Field], required: tuple[str, ...] = ()) -> None:
+    """An event added at run time (a family registered outside rpcctl: a plugin, a test's toy),
+    checked as those above are. The launcher's store keeps it only once it has a handler
+    (``telemetry.store.HANDLERS``)."""
+    if name in EVENT_FIELDS:
+        raise ValueError(f"an event {name!r} is declared already")
+    EVENT_FIELDS[name] = dict(fields)
+    if required:
+        EVENT_REQUIRED[name] = tuple(required)
 
 
 def _shown(value: Any) -> str:
