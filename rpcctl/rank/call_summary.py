@@ -2,9 +2,10 @@
 and what this process runs for others is looked at (the hooks' side, the hot path: ``calls``).
 
 The callee's side: the hook on torch's ``internal._run_function`` (what runs a Python function
-for an incoming call) keeps each call in ``calls._serving_now`` while it runs, and the sender
+for an incoming call) keeps each call in ``serving_now`` while it runs, and the sender
 lists one running for ``LONG_S`` with its function, from when it started. The caller's untimed
-rpc_sync calls in flight likewise (``calls._in_flight``). No thread's stack is walked from
+rpc_sync calls in flight likewise (``in_flight``). All the sender reads of the hooks' is one
+object, ``call_state.STATE``, handed to the ``Summariser``. No thread's stack is walked from
 another: CPython 3.11's ``f_back`` on a frame of a running thread can crash the process (a
 sampling thread's known hazard; it crashed a callee here once, in a CI run).
 
@@ -19,9 +20,11 @@ with the caller's thread, so the watchdog can tie a waiting thread to what it wa
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 from rpcctl.rank import calls
+from rpcctl.rank.call_state import STATE, CallsState
 from rpcctl.rank.rrefs import hooks
 from rpcctl.rank.rrefs.hooks import Ref
 from rpcctl.rank.rrefs.sender import Tracker, qualname
@@ -36,40 +39,41 @@ OK = calls.OK
 class Summariser:
     """Per-process state of the call reports. Used only by the sender thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, state: CallsState = STATE) -> None:
+        self.state = state  # what the hooks keep for the sender: all this reads of theirs
         self.names: dict[Any, str] = {}
         self.sites: dict[tuple[Any, int], str] = {}
         self.stats: dict[tuple[str, str, str], list[Any]] = {}  # (callee, func, kind) → [n, err, tmo, sum, max, hist]
         self.listed = 0
-        self.running: dict[int, list[Any]] = {}  # thread → [what it serves (calls._serving_now), start, id or 0] (``_carried``)
+        self.running: dict[int, list[Any]] = {}  # thread → [what it serves (self.state.serving_now), start, id or 0] (``_carried``)
         self.watching: list[Ref] = []  # rpc.remote handles alive when first seen
         self.remote_listed: dict[int, int] = {}  # id(handle record) → call id, for those listed
         self.watched_listed: dict[int, int] = {}  # id(watched rpc_async) → call id, for those listed
-        self.calling: dict[int, list[Any]] = {}  # thread → [its untimed rpc_sync (calls._in_flight), start, id or 0]
+        self.calling: dict[int, list[Any]] = {}  # thread → [its untimed rpc_sync (self.state.in_flight), start, id or 0]
         self.untimed_listed: dict[int, tuple[Any, float]] = {}  # call id → (stats key, start) of a listed untimed call
         self.next_id = 1
         # (kind, to, func, method or None) → its stats key, None for torch's own calls: a call's
         # names resolved once, not per call (the sender's cost per call, benchmarks/launch_cost.py).
         # Only where ``method`` is None or a str: a function there would be kept alive here.
         self.keys: dict[tuple[Any, ...], tuple[str, str, str] | None] = {}
-        self.keys_workers: dict[int, str] = calls._workers  # the worker names the keys were resolved with
+        self.keys_workers: dict[int, str] = self.state.workers  # the worker names the keys were resolved with
 
     def process(self, now: float, final: bool = False, items: list[Any] = ()) -> list[dict[str, Any]]:
         """This cycle's reports; ``items``: what the hooks queued this cycle (the RRef
         tracker's), whose ``rpc.remote`` handles count those calls."""
-        calls._sender_tid = calls._get_ident()
+        self.state.sender_is(threading.get_ident())
         out: list[dict[str, Any]] = []
-        if calls._q is not None:
+        if self.state.active:
             self.remotes(items)
-        if calls._watched or calls._seen_done:
+        if self.state.watched or self.state.seen_done:
             self._harvest(now, out)
-        if calls._untimed:
+        if self.state.untimed:
             self._count_untimed()
-        for _ in range(len(calls._done)):
-            call = calls._done.popleft()
+        for _ in range(len(self.state.done)):
+            call = self.state.done.popleft()
             self._ended(call, out)
-        for call in list(calls._pending.values()):
-            if not call.listed and now - call.t0 >= calls.LONG_S and id(call) in calls._pending:
+        for call in list(self.state.pending.values()):
+            if not call.listed and now - call.t0 >= calls.LONG_S and id(call) in self.state.pending:
                 self._list(call, out)
         self._watch_remotes(now, out)
         self._calling(now, out)  # before the counts go out: a long call's end sets their longest
@@ -115,7 +119,7 @@ class Summariser:
 
     def _count_untimed(self) -> None:
         """The untimed calls that returned: each (kind, to, func, method) is its own raw key."""
-        untimed, keys, stats = calls._untimed, self._keys(), self.stats
+        untimed, keys, stats = self.state.untimed, self._keys(), self.stats
         for _ in range(len(untimed)):
             item = untimed.popleft()
             try:
@@ -164,7 +168,7 @@ class Summariser:
         for LONG_S (ended when seen done, so their end is known within a cycle). A plain call
         that ended well (no method in its arguments, not listed, short) is tallied by (callee,
         function) and resolved once per cycle: the sender's cost per call (launch_cost.py async)."""
-        watched_q, done, value, helped_types, invokes = calls._watched, calls._future_done, calls._future_value, calls._HELPED, calls._local_invokes
+        watched_q, done, value, helped_types, invokes = self.state.watched, self.state.future_done, self.state.future_value, self.state.HELPED, self.state.local_invokes
         tally: dict[tuple[Any, Any], int] = {}
         long_s = calls.LONG_S
         for _ in range(len(watched_q)):
@@ -181,7 +185,7 @@ class Summariser:
             try:  # calls._outcome, inline: a call less per watched call
                 value(fut)
             except BaseException as exc:  # noqa: BLE001 - an RPC error of any type ends the call
-                self._count_watched(watched, calls._failure(exc), now, out)
+                self._count_watched(watched, self.state.failure(exc), now, out)
                 continue
             plain = not self.watched_listed and now - t0 < long_s
             if plain and args:
@@ -197,8 +201,8 @@ class Summariser:
                     pass
             self._count_watched(watched, OK, now, out)
         self._add_tally("rpc_async", tally)
-        for _ in range(len(calls._seen_done)):
-            watched, status, seen = calls._seen_done.popleft()
+        for _ in range(len(self.state.seen_done)):
+            watched, status, seen = self.state.seen_done.popleft()
             self._count_watched(watched, status, seen, out)
 
     def _add_tally(self, kind: str, tally: dict[tuple[Any, Any], int]) -> None:
@@ -210,10 +214,10 @@ class Summariser:
 
     def _list_watched(self, watched: tuple[Any, ...], out: list[dict[str, Any]]) -> None:
         _, to, func, args, code, lasti, tid, t0 = watched
-        method = calls._proxy_method(func, args)
+        method = self.state.proxy_method(func, args)
         self.watched_listed[id(watched)] = self._listed(
             out, "call", kind="rpc_async", callee=self._callee(to), func=self._func_or_method(func, method),
-            site=self._site(code, lasti), thread=tid, nbytes=calls._sent_bytes(args, method), t=t0)
+            site=self._site(code, lasti), thread=tid, nbytes=self.state.sent_bytes(args, method), t=t0)
 
     def _count_watched(self, watched: tuple[Any, ...], status: str, seen: float, out: list[dict[str, Any]]) -> None:
         if self.watched_listed:
@@ -221,7 +225,7 @@ class Summariser:
             if listed is not None:
                 out.append({"e": "cend", "id": listed, "status": status, "t": seen})
         _, to, func, args, _, _, _, t0 = watched
-        key = self._key("rpc_async", to, func, calls._proxy_method(func, args) if args else None)
+        key = self._key("rpc_async", to, func, self.state.proxy_method(func, args) if args else None)
         if key is None:
             return
         entry = self.stats.get(key) or self._entry(key)
@@ -240,7 +244,7 @@ class Summariser:
             return f"rref.{target[1]}"
         return self._func_name(ref.func)
 
-    def _ended(self, call: calls._Call, out: list[dict[str, Any]]) -> None:
+    def _ended(self, call: calls.Call, out: list[dict[str, Any]]) -> None:
         if not call.timed:  # an untimed call that failed (``calls._count_failure``): counted, not timed
             self._count(call, None)
             return
@@ -251,7 +255,7 @@ class Summariser:
             out.append({"e": "cend", "id": call.listed, "status": call.status, "t": call.t1})
         self._count(call, duration)
 
-    def _count(self, call: calls._Call, duration: float | None) -> None:
+    def _count(self, call: calls.Call, duration: float | None) -> None:
         key = self._key(call.kind, call.to, call.func, call.args)
         if key is None:
             return
@@ -270,7 +274,7 @@ class Summariser:
         b = bucket(duration)
         entry[5][b] = entry[5].get(b, 0) + 1
 
-    def _list(self, call: calls._Call, out: list[dict[str, Any]]) -> None:
+    def _list(self, call: calls.Call, out: list[dict[str, Any]]) -> None:
         if self.listed >= calls.MAX_LISTED or not call.counted:  # a sampled remote: its handle is listed
             return
         call.listed = self._listed(out, "call", kind=call.kind, callee=self._callee(call.to), func=self._name(call),
@@ -284,32 +288,32 @@ class Summariser:
         return listed
 
     def _calling(self, now: float, out: list[dict[str, Any]]) -> None:
-        """The untimed rpc_sync calls in flight (``calls._in_flight``): one running for LONG_S is
-        listed, from when it started, and handed to the hook (``calls._listed_sync``), which tells
+        """The untimed rpc_sync calls in flight (``self.state.in_flight``): one running for LONG_S is
+        listed, from when it started, and handed to the hook (``self.state.listed_sync``), which tells
         its end; one gone before the hook saw it listed is ended here, as ok (a failure is counted
         all the same)."""
-        self.calling, gone = _carried(self.calling, calls._in_flight, 3)
+        self.calling, gone = _carried(self.calling, self.state.in_flight, 3)
         for tid, entry in self.calling.items():
             if not entry[2] and now - entry[1] >= calls.LONG_S and self.listed < calls.MAX_LISTED:
                 self._list_untimed(tid, entry, out)
         for entry in gone:
-            if calls._listed_sync.pop(id(entry[0]), None) is not None:
-                calls._listed_ends.append((entry[2], calls.OK, now))
-        for _ in range(len(calls._listed_ends)):
-            listed, status, ended = calls._listed_ends.popleft()
+            if self.state.listed_sync.pop(id(entry[0]), None) is not None:
+                self.state.listed_ends.append((entry[2], calls.OK, now))
+        for _ in range(len(self.state.listed_ends)):
+            listed, status, ended = self.state.listed_ends.popleft()
             self._end_untimed(self.untimed_listed.pop(listed, None), listed, status, ended, out)
 
     def _list_untimed(self, tid: int, entry: list[Any], out: list[dict[str, Any]]) -> None:
         to, func, args, t0, code, lasti = entry[0]
-        method = calls._proxy_method(func, args)
+        method = self.state.proxy_method(func, args)
         key = self._key("rpc_sync", to, func, method)
         if key is None:  # torch's own
             entry[2] = -1
             return
         entry[2] = self._listed(out, "call", kind="rpc_sync", callee=key[0], func=key[1], site=self._site(code, lasti), thread=tid,
-                                nbytes=calls._sent_bytes(args, method), t=t0)
+                                nbytes=self.state.sent_bytes(args, method), t=t0)
         self.untimed_listed[entry[2]] = (key, t0)
-        calls._listed_sync[id(entry[0])] = entry[2]
+        self.state.listed_sync[id(entry[0])] = entry[2]
 
     def _end_untimed(self, listed: tuple[Any, float] | None, call_id: int, status: str, ended: float, out: list[dict[str, Any]]) -> None:
         out.append({"e": "cend", "id": call_id, "status": status, "t": ended})
@@ -319,10 +323,10 @@ class Summariser:
             entry[4] = max(entry[4], ended - t0)
 
     def _serving(self, now: float, out: list[dict[str, Any]]) -> None:
-        """What this process runs for others (``calls._serving_now``, kept by the hook on torch's
+        """What this process runs for others (``self.state.serving_now``, kept by the hook on torch's
         ``_run_function``): one served for LONG_S is listed (``srv``) until it is over (``send``:
         once it is no longer there)."""
-        self.running, gone = _carried(self.running, calls._serving_now, 1)
+        self.running, gone = _carried(self.running, self.state.serving_now, 1)
         for tid, entry in self.running.items():
             if not entry[2] and now - entry[1] >= calls.LONG_S and self.listed < calls.MAX_LISTED:
                 udf = entry[0][0]
@@ -351,15 +355,15 @@ class Summariser:
     def _keys(self) -> dict[tuple[Any, ...], tuple[str, str, str] | None]:
         """The stats keys resolved so far, forgotten once init_rpc named the workers (an int
         callee's name changed)."""
-        if self.keys_workers is not calls._workers:
-            self.keys, self.keys_workers = {}, calls._workers
+        if self.keys_workers is not self.state.workers:
+            self.keys, self.keys_workers = {}, self.state.workers
         return self.keys
 
     def _resolve(self, kind: str, to: Any, func: Any, method: Any) -> tuple[str, str, str] | None:
         return self._resolve_name(kind, to, self._func_or_method(func, method))
 
     def _resolve_name(self, kind: str, to: Any, name: str) -> tuple[str, str, str] | None:
-        if name.startswith(calls._TORCH_INTERNAL):
+        if name.startswith(self.state.TORCH_INTERNAL):
             return None
         return (self._callee(to), name, kind)
 
@@ -367,10 +371,10 @@ class Summariser:
         if type(to) is str:
             return to
         if isinstance(to, int):
-            return calls._workers.get(to, str(to))
+            return self.state.workers.get(to, str(to))
         return str(getattr(to, "name", to))
 
-    def _name(self, call: calls._Call) -> str:
+    def _name(self, call: calls.Call) -> str:
         return self._func_or_method(call.func, call.args)
 
     def _func_or_method(self, func: Any, method: Any) -> str:
@@ -398,7 +402,7 @@ _summariser = Summariser()
 
 
 def _carried(previous: dict[int, list[Any]], table: dict[int, tuple[Any, ...]], start: int) -> tuple[dict[int, list[Any]], list[list[Any]]]:
-    """A hook's table of what each thread runs now (``calls._in_flight``, ``calls._serving_now``),
+    """A hook's table of what each thread runs now (``state.in_flight``, ``state.serving_now``),
     carried from the last cycle: thread → [the entry, its start (the entry's item ``start``),
     its id once listed, -1 if it is not to be], each kept while the same entry is there (its
     identity is its own; the last cycle's is let go then); and the listed ones gone since."""
@@ -429,11 +433,11 @@ def _udf_name(udf: Any) -> str | None:
     """What a served request runs: ``Class.method`` for RRef proxy calls (the owner knows the type)."""
     try:
         func = udf.func
-        if func in calls._local_invokes:
+        if func in STATE.local_invokes:
             rref, method = udf.args[0], udf.args[1]
             return f"{type(hooks.local_value(rref)).__qualname__}.{method}"
         name = qualname(func)
-        method = calls._proxy_method(func, udf.args)
+        method = STATE.proxy_method(func, udf.args)
         if method is not None:  # as the caller names it
             return helped(name, qualname(method))
     except Exception:

@@ -8,7 +8,7 @@ Hooks (``wrap_rpc_sync``, ``wrap_rpc_async``; ``patch`` puts them on torch, and 
 hook                               hot path
 =================================  ==========================================================
 ``rpc_sync``                       of each function, the first ``SYNC_TIMED_FIRST``, then
-                                   one in ``SYNC_SAMPLE``: a ``_Call`` in ``_pending``, timed
+                                   one in ``SYNC_SAMPLE``: a ``Call`` in ``_pending``, timed
                                    inline, then queued; the others (``_untimed_sync``): one
                                    tuple in ``_in_flight`` while they run (the sender lists
                                    one that runs long), one in ``_untimed`` when they
@@ -59,13 +59,13 @@ import itertools
 import sys
 import threading
 import time
-import types
-from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
 from rpcctl.base.states import CallState
 from rpcctl.wire.protocol import MAX_QUEUE
+from rpcctl.rank.call_state import HELPED as _HELPED
+from rpcctl.rank.call_state import STATE
 from rpcctl.rank.observer import Observer, TorchRpc
 from rpcctl.rank.rrefs import hooks
 from rpcctl.rank.rrefs.hooks import caller as _caller
@@ -87,31 +87,23 @@ OK, ERROR, TIMEOUT = CallState.OK, CallState.ERROR, CallState.TIMEOUT  # bound o
 KINDS = ("rpc_sync", "rpc_async", "remote")
 MAX_ARGS_LOOKED_AT = 8  # request bytes: the tensors among this many positional arguments
 _Tensor: Any = ()  # torch.Tensor once installed (isinstance against () is always False)
-_TORCH_INTERNAL = "torch.distributed.rpc."
-# A call's first argument of these types is the method a helper runs (``_call_method``).
-_HELPED = frozenset((types.FunctionType, types.MethodType, types.BuiltinFunctionType))
 
 _q: Any = None  # the reporter's queue while telemetry is active; None: the hooks only call through
 _time = time.time
 _get_ident = threading.get_ident
-_pending: dict[int, _Call] = {}  # id(call) → call, for calls in flight
-_done: deque[_Call] = deque()  # ended calls, for the sender
-_watched: deque[tuple[Any, ...]] = deque()  # untimed rpc_async calls: (future, to, func, args, code, lasti, tid, t0)
-_seen_done: deque[tuple[tuple[Any, ...], str, float]] = deque()  # (watched, status, when seen) for the sender
-_untimed: deque[tuple[str, Any, Any, Any]] = deque()  # untimed calls that returned: (kind, to, func, method)
-_in_flight: dict[int, tuple[Any, ...]] = {}  # thread → (to, func, args, start, code, lasti) of its untimed rpc_sync
-_listed_sync: dict[int, int] = {}  # id(an _in_flight entry) → call id, for those the sender listed (it holds them)
-_listed_ends: deque[tuple[int, str, float]] = deque()  # (call id, status, when) of those, ended
+# The tables the hooks keep for the sender: ``STATE``'s (``call_state``), bound here as module
+# globals, which the hot path reads for less than an object's attributes.
+_pending, _done, _watched, _seen_done = STATE.pending, STATE.done, STATE.watched, STATE.seen_done
+_untimed, _in_flight, _listed_sync, _listed_ends = STATE.untimed, STATE.in_flight, STATE.listed_sync, STATE.listed_ends
 _getframe = sys._getframe
 # torch._C.Future's own done() and value() once prepared: torch.futures.Future wraps each in a
 # Python method, a frame more per watched call on the sender.
 _future_done: Any = lambda fut: fut.done()  # noqa: E731
 _future_value: Any = lambda fut: fut.value()  # noqa: E731
 _skip_codes = hooks.skip_codes  # id(code) → (code, in torch's rpc or rpcctl's?), shared with the RRef hooks
-_serving_now: dict[int, tuple[Any, float]] = {}  # thread → (python_udf, start) of the call it runs for another worker
+_serving_now = STATE.serving_now
 _sender_tid = 0  # the telemetry thread: its own calls (RRef descriptions) are not the job's
 _local_invokes: tuple[Any, ...] = ()  # rref_proxy's functions behind rref.rpc_sync().method()
-_workers: dict[int, str] = {}
 _dropped = 0
 _remote_schedules: dict[Any, Iterator[bool]] = {}  # rpc.remote: function → whether its next calls are timed
 # Functions called with the method they run (``_proxy_method``): their calls are sampled per
@@ -119,7 +111,7 @@ _remote_schedules: dict[Any, Iterator[bool]] = {}  # rpc.remote: function → wh
 _helpers: set[Any] = set()
 
 
-class _Call:
+class Call:
     __slots__ = ("kind", "to", "func", "args", "code", "lasti", "tid", "t0", "t1", "status", "listed", "counted", "nbytes", "timed")
 
     def finish(self, fut: Any) -> None:
@@ -137,7 +129,7 @@ def _failure(exc: BaseException) -> str:
     return TIMEOUT if "timeout" in text.lower() or "timed out" in text else ERROR
 
 
-def _end(call: _Call) -> None:
+def _end(call: Call) -> None:
     call.t1 = _time()
     _pending.pop(id(call), None)
     if len(_done) < MAX_QUEUE:
@@ -151,11 +143,11 @@ def _drop() -> None:
     _dropped += 1
 
 
-def _start(kind: str, to: Any, func: Any, args: Any) -> _Call | None:
+def _start(kind: str, to: Any, func: Any, args: Any) -> Call | None:
     tid = _get_ident()
     if tid == _sender_tid:
         return None
-    call = _Call()
+    call = Call()
     call.kind, call.to, call.func, call.tid, call.listed, call.counted, call.timed = kind, to, func, tid, 0, True, True
     call.args = _proxy_method(func, args)
     call.code, call.lasti = _caller(3)  # 3: this function, the hook, the hook's caller (or rpcctl's frames, walked past)
@@ -229,7 +221,7 @@ def _request_bytes(args: Any) -> int | None:
     return total
 
 
-def _sent(call: _Call, orig: Any, to: Any, func: Any, args: Any, kwargs: Any, timeout: Any) -> Any:
+def _sent(call: Call, orig: Any, to: Any, func: Any, args: Any, kwargs: Any, timeout: Any) -> Any:
     """``orig``'s result for a timed call; one that raised is ended with its failure."""
     try:
         return orig(to, func, args, kwargs, timeout)
@@ -241,7 +233,7 @@ def _sent(call: _Call, orig: Any, to: Any, func: Any, args: Any, kwargs: Any, ti
 
 def wrap_rpc_sync(orig: Any, unset_timeout: float) -> Any:
     """rpc_sync: of each function, the first ``SYNC_TIMED_FIRST`` calls, then one in
-    ``SYNC_SAMPLE``, are timed (a ``_Call``); the others run in ``_untimed_sync``: counted once
+    ``SYNC_SAMPLE``, are timed (a ``Call``); the others run in ``_untimed_sync``: counted once
     over, and listed by the sender from ``_in_flight`` if they run long. Per function, so a
     function called now and then keeps its latencies beside a hot one."""
     schedules: dict[Any, Iterator[bool]] = {}  # function → whether its next calls are timed
@@ -458,6 +450,14 @@ def _creation_future(rref: Any) -> Any:
     return rref._get_future()
 
 
+def _set_sender(tid: int) -> None:
+    global _sender_tid
+    _sender_tid = tid
+
+
+STATE.proxy_method, STATE.sent_bytes, STATE.failure, STATE.set_sender = _proxy_method, _sent_bytes, _failure, _set_sender
+
+
 class CallsObserver(Observer):
     """The calls family, as ``patch`` and the reporter drive it."""
 
@@ -468,22 +468,23 @@ class CallsObserver(Observer):
         _future_done, _future_value = torch_rpc.torch._C.Future.done, torch_rpc.torch._C.Future.value
         _Tensor = torch_rpc.torch.Tensor
         _local_invokes = (torch_rpc.rref_proxy._local_invoke, torch_rpc.rref_proxy._local_invoke_async_execution)
+        STATE.future_done, STATE.future_value, STATE.local_invokes = _future_done, _future_value, _local_invokes
         _helpers.update(_local_invokes)  # rref.rpc_sync().method(): sampled per method
 
     def activate(self, queue: Any) -> None:
         global _q
-        _q = queue
+        _q, STATE.active = queue, True
         hooks.set_remote_timer(_time_remote, functools.partial(_count_failure, "remote"), _remote_timed)  # its part of the rpc.remote hook
 
     def deactivate(self) -> None:
         global _q
-        _q = None
+        _q, STATE.active = None, False
         hooks.set_remote_timer(None, None, None)
 
     def after_fork_in_child(self) -> None:
         """A forked child starts with nothing in flight and serves nothing."""
         global _q, _dropped, _sender_tid
-        _q = None
+        _q, STATE.active = None, False
         _dropped = 0
         _remote_schedules.clear()
         hooks.set_remote_timer(None, None, None)
@@ -507,8 +508,7 @@ class CallsObserver(Observer):
             q.append({"e": "join", "t": _time()})
 
     def rpc_started(self, info: dict[str, Any]) -> None:
-        global _workers
-        _workers = info["workers"]
+        STATE.workers = info["workers"]
 
 
 OBSERVER = CallsObserver()
