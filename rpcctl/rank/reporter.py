@@ -199,7 +199,7 @@ def _adopt(family: families.Family) -> None:
     if family.imports:
         from rpcctl.rank import autohook
 
-        autohook.install()
+        autohook.watch(family.imports)
 
 
 families.listen(_adopt)
