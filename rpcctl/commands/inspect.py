@@ -4,11 +4,15 @@ Each view: a table for people (``--wide`` adds the detail columns), ``--json`` f
 document, raw units, ``[]`` when empty), ``--watch`` to refresh until the run ends. The data comes
 from ``rpcctl.inspect``; this module only parses flags and renders.
 
-The views are one table, ``VIEWS``: a ``View`` is a name, the record type (its ``COLUMNS`` make
-the table, the JSON keys and the ``--filter`` keys), the SDK function, how it renders, and its
-own options. The shared flags (RUN, ``--wide``, ``--runs-dir``, ``--json``, ``--watch``,
-``--filter``) are declared once, in ``commands.common``, and every view's command is built from
-its entry (``_command``). Adding a view: a record type, an SDK function, an entry here.
+The views are the SDK's one list, ``rpcctl.inspect.VIEWS`` (a name, the record type, whose
+``COLUMNS`` make the table, the JSON keys and the ``--filter`` keys, and the reader): every entry
+is a command, under its name (``command``: the word users know, ``gpus`` for placement). What
+this module adds to a view, by its name, is in ``SHOWN``: its help, how it renders, its own
+options; a view with none is the table of its records and their ``--json``. The shared flags (RUN,
+``--wide``, ``--runs-dir``, ``--json``, ``--watch``, ``--filter``) are declared once, in
+``commands.common``, and every view's command is built from its entry (``_command``). Adding a
+view: a record type, a reader and an entry in ``inspect.VIEWS``; an entry in ``SHOWN`` only to
+draw it otherwise than as a table.
 """
 
 from __future__ import annotations
@@ -41,15 +45,6 @@ from rpcctl.base.native_stacks import TIMEOUT_S as NATIVE_TIMEOUT_S
 from rpcctl.records.runs import load_record, resolve_run
 from rpcctl.base.stacks import stopped_message
 from rpcctl.base.states import RankStatus, RunStatus
-
-inspect_app = typer.Typer(
-    add_completion=False,  # a sub-app (rpcctl.cli builds it on its own when it is called)
-    help="Look inside a run, live or after it ended.",  # + the views' names, from VIEWS below
-    epilog="Example: rpcctl inspect rrefs (the latest run), rpcctl inspect workers RUN --wide",
-    rich_markup_mode=None,
-    no_args_is_help=True,
-)
-
 
 def _run_dir(run: str | None, runs_dir: Path | None) -> Path:
     run_dir = resolve_run(run, runs_dir)
@@ -97,22 +92,35 @@ class ViewOption:
 
 
 @dataclass(frozen=True)
-class View:
-    """One ``rpcctl inspect`` view. ``read(run_dir)``: the SDK function (records, or a report);
-    ``render(found, call)``: what the terminal shows (the JSON is ``found`` itself). A view
-    with a flow of its own (options that change what is read) gives ``run(call)`` instead.
-    ``filters``: ``--filter`` over ``record``'s columns and scalar fields."""
+class Shown:
+    """What the CLI adds to a view of ``inspect.VIEWS``. ``render(found, call)``: what the
+    terminal shows (the JSON is ``found`` itself; default: the table of the record's columns).
+    A view with a flow of its own (options that change what is read) gives ``run(call)`` instead.
+    ``filters``: ``--filter`` over the record's columns and scalar fields."""
 
-    name: str
-    record: type
     help: str
     example: str
-    read: Callable[[Path], Any] | None = None
     render: Callable[[Any, Call], Any] | None = None
     run: Callable[[Call], None] | None = None
     options: tuple[ViewOption, ...] = ()
     filters: bool = False
     wide: bool = True
+
+
+@dataclass(frozen=True)
+class View:
+    """One ``rpcctl inspect`` command: the SDK's view (``name`` its command word, ``record``,
+    ``read``) with what the CLI adds (``Shown``)."""
+
+    name: str
+    record: type
+    read: Callable[[Path], Any]
+    shown: Shown
+
+    @property
+    def render(self) -> Callable[[Any, Call], Any]:
+        return self.shown.render or _render_table
+
 
 
 @dataclass
@@ -142,7 +150,7 @@ def _plain(call: Call) -> None:
 
     def found() -> Any:
         records = view.read(call.run_dir)
-        return keep(records, call.filters) if view.filters else records
+        return keep(records, call.filters) if view.shown.filters else records
 
     if call.json:
         get_console().json(found())
@@ -158,22 +166,28 @@ def _command(view: View) -> Callable[..., None]:
         call = Call(view, given.pop("run"), given.pop("runs_dir"), given.pop("json_"), given.pop("watch"), given.pop("wide", False),
                     options=given)
         _no_json_watch(call.json, call.watch)
-        if view.filters:
+        if view.shown.filters:
             call.filters = parse_filters(filters, view.record.COLUMNS, scalar_fields(view.record))
-        (view.run or _plain)(call)
+        (view.shown.run or _plain)(call)
 
     keyword = pyinspect.Parameter.KEYWORD_ONLY
     params = [pyinspect.Parameter("run", keyword, default=None, annotation=RunArgument)]
-    params += [pyinspect.Parameter(o.name, keyword, default=o.default, annotation=o.annotation) for o in view.options]
-    shared = ([("wide", WideOption)] if view.wide else []) + [("runs_dir", RunsDirOption), ("json_", JsonOption), ("watch", WatchOption)]
-    shared += [("filter_", FilterOption)] if view.filters else []
+    params += [pyinspect.Parameter(o.name, keyword, default=o.default, annotation=o.annotation) for o in view.shown.options]
+    shared = ([("wide", WideOption)] if view.shown.wide else []) + [("runs_dir", RunsDirOption), ("json_", JsonOption), ("watch", WatchOption)]
+    shared += [("filter_", FilterOption)] if view.shown.filters else []
     params += [pyinspect.Parameter(name, keyword, default=None if name == "filter_" or name == "runs_dir" else False, annotation=annotation)
                for name, annotation in shared]
     command.__signature__ = pyinspect.Signature(params)
     command.__annotations__ = {p.name: p.annotation for p in params}
     command.__name__ = command.__qualname__ = view.name
-    command.__doc__ = view.help
+    command.__doc__ = view.shown.help
     return command
+
+
+def _render_table(found: Any, call: Call) -> Any:
+    """A view the CLI adds nothing to: its records (or its one report) as the table of its columns."""
+    records = found if isinstance(found, list) else [found]
+    return render_table(records, call.view.record.COLUMNS, detail=call.wide, empty=none_yet(call.run_dir, call.view.name))
 
 
 # -- rrefs ----------------------------------------------------------------------------------------
@@ -245,8 +259,8 @@ def _lost_story(run_dir: Path) -> str:
     return lost.story() if lost is not None else f"status {record.effective_status}"
 
 
-def _render_gpus(records: list[sdk.DeviceRecord], call: Call) -> Any:
-    table = render_table(records, sdk.DeviceRecord.COLUMNS, detail=call.wide, empty=none_yet(call.run_dir, "placement"))
+def _render_gpus(records: list[sdk.PlacementRecord], call: Call) -> Any:
+    table = render_table(records, sdk.PlacementRecord.COLUMNS, detail=call.wide, empty=none_yet(call.run_dir, "placement"))
     if records and all(r.device == "cpu" for r in records):
         return Group("No GPU in this run: every rank ran on the CPU.", "", table)
     return table
@@ -303,9 +317,10 @@ def _losses(call: Call) -> None:
     call.show(render)
 
 
-VIEWS: tuple[View, ...] = (
-    View(
-        "rrefs", sdk.RRefRecord, run=_rrefs, example="rpcctl inspect rrefs --owner worker1 --state live --wide",
+# What the CLI adds to the SDK's views (inspect.VIEWS), by the view's name.
+SHOWN: dict[str, Shown] = {
+    "rrefs": Shown(
+        run=_rrefs, example="rpcctl inspect rrefs --owner worker1 --state live --wide",
         help="""Who owns which RRef, who holds references to it, and what it is (type, shape, bytes).
 
     One row per RRef (not per fork), then a summary per owner. RRefs dropped before rpcctl's
@@ -318,8 +333,8 @@ VIEWS: tuple[View, ...] = (
             ViewOption("summary", Annotated[bool, typer.Option("--summary", help="Only the per-owner summary (count, bytes).")], False),
         ),
     ),
-    View(
-        "workers", sdk.WorkerRecord, read=sdk.workers, render=_render_workers, filters=True, example="rpcctl inspect workers --watch",
+    "workers": Shown(
+        render=_render_workers, filters=True, example="rpcctl inspect workers --watch",
         help="""Every rank and the processes it spawned: pid, state, CPU, memory, device, heartbeat.
 
     A running rank whose heartbeat is older than 5 s is flagged STALE (hung, or stopped); a rank
@@ -328,12 +343,12 @@ VIEWS: tuple[View, ...] = (
     Below the table: the CPU time rpcctl's own telemetry used, and its share of the job's.
     """,
     ),
-    View(
-        "gpus", sdk.DeviceRecord, read=sdk.gpus, render=_render_gpus, example="rpcctl inspect gpus --json",
+    "placement": Shown(
+        render=_render_gpus, example="rpcctl inspect gpus --json",
         help="Per device: the ranks placed on it, memory used/total, and bytes of RRef values on it.",
     ),
-    View(
-        "losses", sdk.LossRecord, run=_losses, wide=False,
+    "losses": Shown(
+        run=_losses, wide=False,
         example="rpcctl inspect losses --metric acc --plot acc.png --log; rpcctl inspect losses --explain 'epoch 2 step 10 loss=0.52'",
         help="""Loss per rank and step: the last steps × ranks, then min/last and a trend per rank.
 
@@ -352,21 +367,52 @@ VIEWS: tuple[View, ...] = (
             ViewOption("explain", Annotated[Optional[list[str]], typer.Option("--explain", help="Say what this printed LINE yields and why (repeatable: lines in order); reads no run.", show_default=False)]),
         ),
     ),
-    View(
-        "calls", sdk.CallsReport, read=sdk.calls, example="rpcctl inspect calls --watch",
+    "calls": Shown(
+        example="rpcctl inspect calls --watch",
         render=lambda report, call: calls_view.render(report, call.wide, none_yet(call.run_dir, "calls")),
         help=calls_view.HELP,
     ),
-    View(
-        "collectives", sdk.CollectivesReport, read=sdk.collectives, example="rpcctl inspect collectives --watch",
+    "collectives": Shown(
+        example="rpcctl inspect collectives --watch",
         render=lambda report, call: collectives_view.render(report, call.wide, none_yet(call.run_dir, "collectives")),
         help=collectives_view.HELP,
     ),
-)
+}
 
-for _view in VIEWS:
-    inspect_app.command(_view.name, epilog=f"Example: {_view.example}")(_command(_view))
-inspect_app.info.help = f"{inspect_app.info.help[:-1]}: {', '.join(view.name for view in VIEWS)}."
+
+def _shown(view: sdk.View) -> Shown:
+    return SHOWN.get(view.name) or Shown(help=f"{view.title}: one row per record (--wide: every column).",
+                                         example=f"rpcctl inspect {view.word} --json")
+
+
+def views() -> list[View]:
+    """Every command of ``rpcctl inspect``: each view of ``inspect.VIEWS``, under its word."""
+    order = list(SHOWN)  # the order `rpcctl inspect --help` has always listed them in, then any other
+    ordered = sorted(sdk.VIEWS, key=lambda v: order.index(v.name) if v.name in order else len(order))
+    return [View(v.word, v.record, v.read, _shown(v)) for v in ordered]
+
+
+def build_app() -> typer.Typer:
+    """``rpcctl inspect``: a command per view of ``inspect.VIEWS`` as it is now."""
+    app = typer.Typer(
+        add_completion=False,  # a sub-app (rpcctl.cli builds it on its own when it is called)
+        help="Look inside a run, live or after it ended: " + ", ".join(v.name for v in views()) + ".",
+        epilog="Example: rpcctl inspect rrefs (the latest run), rpcctl inspect workers RUN --wide",
+        rich_markup_mode=None,
+        no_args_is_help=True,
+    )
+    for view in views():
+        app.command(view.name, epilog=f"Example: {view.shown.example}")(_command(view))
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    """``inspect_app`` (what ``rpcctl.cli`` loads): built from ``inspect.VIEWS`` when it is asked for."""
+    if name == "inspect_app":
+        return build_app()
+    raise AttributeError(name)
+
+
 
 
 def _check_rank(run_dir: Path, rank: int) -> None:

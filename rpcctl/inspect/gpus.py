@@ -1,5 +1,5 @@
-"""The devices view: per physical GPU (or "cpu"), the ranks placed there, memory, and the
-bytes of live RRef values on it (``gpus``)."""
+"""The placement view: per physical GPU (or "cpu"), the ranks placed there, memory, and the
+bytes of live RRef values on it (``placement``; ``rpcctl inspect gpus``, the word users know)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from rpcctl.base.states import RRefState
 
 
 @dataclass
-class DeviceRecord:
+class PlacementRecord:
     device: str  # "cuda:N" (physical index) or "cpu"
     name: str | None
     ranks: list[int]
@@ -37,15 +37,15 @@ class DeviceRecord:
     )
 
 
-def gpus(run_dir: Path) -> list[DeviceRecord]:
+def placement(run_dir: Path) -> list[PlacementRecord]:
     """Per device (physical GPU, or "cpu"): ranks placed there, memory, live RRef bytes on it."""
     live_rrefs = [r for r in rrefs(run_dir) if r.state != RRefState.DELETED]
     workers_ = workers(run_dir)
-    devices: dict[str, DeviceRecord] = {}
+    devices: dict[str, PlacementRecord] = {}
 
-    def device(key: str) -> DeviceRecord:
+    def device(key: str) -> PlacementRecord:
         if key not in devices:
-            devices[key] = DeviceRecord(key, None, [], [], None, None, 0, 0)
+            devices[key] = PlacementRecord(key, None, [], [], None, None, 0, 0)
         return devices[key]
 
     visible_of: dict[str | None, list[str]] = {}
@@ -80,6 +80,9 @@ def gpus(run_dir: Path) -> list[DeviceRecord]:
         entry.rrefs += 1
         entry.rref_bytes += record.nbytes or 0
     return sorted(devices.values(), key=lambda d: (d.device == "cpu", _device_index(d.device)))
+
+
+gpus = placement  # the CLI's word for the view (``rpcctl inspect gpus``)
 
 
 def _visible(text: str | None) -> list[str]:

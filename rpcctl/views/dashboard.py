@@ -35,10 +35,13 @@ def dashboard_panels(run_dir: Path) -> list[Any]:
         return []
     panels: list[Any] = []
     if owners:
-        panels.append(render_table(owners, inspect.OwnerSummary.COLUMNS, title="RRefs by owner", hint="rpcctl inspect rrefs shows them"))
+        rrefs = inspect.view("rrefs")  # the panels name the views of inspect.VIEWS as every surface does
+        panels.append(render_table(owners, inspect.OwnerSummary.COLUMNS, title=f"{rrefs.title} by owner",
+                                   hint=f"rpcctl inspect {rrefs.word} shows them"))
     if summaries:
         columns = [c for c in inspect.LossSummary.COLUMNS if c.key in LOSS_COLUMNS]
-        panels.append(render_table(summaries, columns, title="Losses", hint="rpcctl inspect losses shows them"))
+        losses = inspect.view("losses")
+        panels.append(render_table(summaries, columns, title=losses.title, hint=f"rpcctl inspect {losses.word} shows them"))
     slow = _stragglers(Path(run_dir))
     if slow:
         panels.append(Text("\n".join(f"STRAGGLER: {sanitize(s.describe())}" for s in slow), style="yellow"))

@@ -2,7 +2,8 @@
 
 ``run_snapshot(run_dir)`` is called once for ``rpcctl report`` and about once a second by the
 live page. It reads the run only through ``rpcctl.records.runs`` (the record) and ``rpcctl.inspect``
-(the telemetry store); the in-flight call summary is shown when the SDK has ``inspect.calls``.
+(the telemetry store): every view of ``inspect.VIEWS`` once, by its name (``views``), and what the
+page adds (loss summaries, owners, usage, attempts, the telemetry's cost).
 """
 
 from __future__ import annotations
@@ -33,13 +34,14 @@ class RunSnapshot:
     rrefs: list[inspect.RRefRecord] = field(default_factory=list)
     owners: list[inspect.OwnerSummary] = field(default_factory=list)
     workers: list[inspect.WorkerRecord] = field(default_factory=list)
-    devices: list[inspect.DeviceRecord] = field(default_factory=list)
+    placement: list[inspect.PlacementRecord] = field(default_factory=list)
     usage: list[Any] = field(default_factory=list)  # inspect.UsageSample: CPU and RSS per probe
     calls: Any = None  # inspect's CallsReport (pending, summary, serving); None: calls not recorded
     collectives: Any = None  # inspect's CollectivesReport (per pg and op, per rank, stragglers)
     telemetry_cost: str | None = None
     hang_diagnoses: list[str] = field(default_factory=list)  # the hang watchdog's, oldest first
     attempts: list[inspect.RankAttempt] = field(default_factory=list)  # every rank's every restart (from the store)
+    views: dict[str, Any] = field(default_factory=dict)  # every view of inspect.VIEWS, by name: what it read
 
     @property
     def started(self) -> float:
@@ -114,17 +116,13 @@ def run_snapshot(run_dir: Path) -> RunSnapshot:
     )
     if not inspect.has_telemetry(run_dir):
         return snapshot
-    snapshot.losses = inspect.losses(run_dir)
+    found = snapshot.views = inspect.read_all(run_dir)
+    snapshot.losses, snapshot.rrefs, snapshot.workers = found["losses"], found["rrefs"], found["workers"]
+    snapshot.placement, snapshot.calls, snapshot.collectives = found["placement"], found["calls"], found["collectives"]
     snapshot.loss_summaries = inspect.loss_summaries(snapshot.losses, inspect.line_counts(run_dir))
-    snapshot.rrefs = inspect.rrefs(run_dir)
     snapshot.owners = inspect.rref_owners(run_dir, records=snapshot.rrefs)
-    snapshot.workers = inspect.workers(run_dir)
-    snapshot.devices = inspect.gpus(run_dir)
     snapshot.usage = inspect.usage(run_dir)
     snapshot.attempts = inspect.rank_attempts(run_dir)
-    calls = getattr(inspect, "calls", None)  # call tracking, where this rpcctl has it
-    snapshot.calls = calls(run_dir) if callable(calls) else None
-    snapshot.collectives = inspect.collectives(run_dir)
     cost = inspect.telemetry_cost(run_dir)
     snapshot.telemetry_cost = cost.describe() if cost is not None else None
     return snapshot

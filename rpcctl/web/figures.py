@@ -435,16 +435,16 @@ def rrefs_over_time(snap: RunSnapshot) -> dict[str, Any]:
 
 def placement(snap: RunSnapshot) -> dict[str, Any]:
     """Ranks per device and, where there are any, the bytes of live RRef values on it."""
-    devices = [label(d.device) for d in snap.devices]
-    traces = [{"type": "bar", "name": "ranks", "x": devices, "y": [len(d.ranks) for d in snap.devices], "offsetgroup": 0, "width": 0.3,
-               "hovertext": [label(rank_ranges(d.ranks)) for d in snap.devices], "meta": {"what": "ranks"}}]
+    devices = [label(d.device) for d in snap.placement]
+    traces = [{"type": "bar", "name": "ranks", "x": devices, "y": [len(d.ranks) for d in snap.placement], "offsetgroup": 0, "width": 0.3,
+               "hovertext": [label(rank_ranges(d.ranks)) for d in snap.placement], "meta": {"what": "ranks"}}]
     extra: dict[str, Any] = {}
-    if any(d.rref_bytes for d in snap.devices):
-        traces.append({"type": "bar", "name": "live RRef MiB", "x": devices, "y": [d.rref_bytes / 2**20 for d in snap.devices],
+    if any(d.rref_bytes for d in snap.placement):
+        traces.append({"type": "bar", "name": "live RRef MiB", "x": devices, "y": [d.rref_bytes / 2**20 for d in snap.placement],
                        "yaxis": "y2", "offsetgroup": 1, "width": 0.3, "meta": {"what": "rref_bytes"}})
         extra["yaxis2"] = {"title": {"text": "MiB of live RRefs"}, "overlaying": "y", "side": "right", "rangemode": "tozero"}
     return {"area": "placement", "data": traces,
-            "layout": layout("Placement per device", barmode="group", yaxis={"title": {"text": "ranks"}, **({"dtick": 1} if max((len(d.ranks) for d in snap.devices), default=0) <= 10 else {})}, height=280, **extra)}
+            "layout": layout("Placement per device", barmode="group", yaxis={"title": {"text": "ranks"}, **({"dtick": 1} if max((len(d.ranks) for d in snap.placement), default=0) <= 10 else {})}, height=280, **extra)}
 
 
 def worker_usage(snap: RunSnapshot) -> dict[str, dict[str, Any]]:

@@ -24,18 +24,14 @@ from rpcctl.web.data import run_snapshot
 
 INSTALL_HINT = "pip install 'rpcctl[report]'"
 
-# (section id, heading); a section holds its charts (data-area) above its text.
-RUN_SECTIONS = (
-    ("summary", "Run"),
-    ("timeline", "Timeline"),
-    ("losses", "Losses"),
-    ("rrefs", "RRefs"),
-    ("placement", "Placement"),
-    ("workers", "Workers"),
-    ("calls", "In-flight calls"),
-    ("collectives", "Collectives"),
-    ("profile", "Profile"),
-)
+
+def run_sections() -> tuple[tuple[str, str], ...]:
+    """(section id, heading) of a run's page: the run, its timeline, each view of
+    ``inspect.VIEWS`` (its name, its title), the profile. A section holds its charts (data-area)
+    above its text."""
+    from rpcctl import inspect
+
+    return (("summary", "Run"), ("timeline", "Timeline"), *((v.name, v.title) for v in inspect.VIEWS), ("profile", "Profile"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -84,9 +80,11 @@ def view_json(view: dict[str, Any]) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def render(view: dict[str, Any], sections: tuple[tuple[str, str], ...] = RUN_SECTIONS, *, api: str | None = None) -> str:
-    """The whole document. ``api``: the live page's polling path (relative, token appended by
-    the script from the page's own URL); None for a static file."""
+def render(view: dict[str, Any], sections: tuple[tuple[str, str], ...] | None = None, *, api: str | None = None) -> str:
+    """The whole document (``sections``: a run's, ``run_sections()``, unless given). ``api``: the
+    live page's polling path (relative, token appended by the script from the page's own URL);
+    None for a static file."""
+    sections = run_sections() if sections is None else sections
     nonce = secrets.token_urlsafe(16)
     connect = "'self'" if api else "'none'"
     csp = (f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; img-src data:; font-src data:; "

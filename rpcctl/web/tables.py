@@ -104,13 +104,13 @@ def rrefs(snap: RunSnapshot) -> str:
 
 
 def placement(snap: RunSnapshot) -> str:
-    from rpcctl.inspect import DeviceRecord
+    from rpcctl.inspect import PlacementRecord
 
     # RANKS as the ranks placed there ("rank 0", "ranks 0-3, 7": a lone "0" read as a count),
     # WORKERS as runs of names (a thousand spawned workers are "w0-w999", not a wall of names).
     shown = {"ranks": rank_ranges, "workers": name_ranges}
-    columns = [dataclasses.replace(c, fmt=shown[c.key]) if c.key in shown else c for c in DeviceRecord.COLUMNS]
-    return html_table(snap.devices, columns, detail=True, empty="no placement recorded")
+    columns = [dataclasses.replace(c, fmt=shown[c.key]) if c.key in shown else c for c in PlacementRecord.COLUMNS]
+    return html_table(snap.placement, columns, detail=True, empty="no placement recorded")
 
 
 def _rounds_fact(snap: RunSnapshot) -> list[tuple[str, str]]:
@@ -222,15 +222,25 @@ def collectives(snap: RunSnapshot) -> str:
     return "".join(parts)
 
 
+# The views this page draws its own way (by ``inspect.VIEWS`` name); any other view is the table
+# of its records' COLUMNS.
+DRAWN = {"losses": losses, "rrefs": rrefs, "placement": placement, "workers": workers, "calls": calls, "collectives": collectives}
+
+
+def view_table(snap: RunSnapshot, view: Any) -> str:
+    """A view of ``inspect.VIEWS`` that the page has no drawing of: its records (or its one
+    report) as the table of its record type's columns."""
+    found = snap.views.get(view.name)
+    records = [] if found is None else found if isinstance(found, list) else [found]
+    return html_table(records, getattr(view.record, "COLUMNS", ()), detail=True, empty=f"no {view.title.lower()} recorded")
+
+
 def run_sections(snap: RunSnapshot) -> dict[str, str]:
-    """Section id → its HTML (the page's text; charts are separate)."""
-    return {
-        "summary": summary(snap),
-        "timeline": timeline(snap),
-        "losses": losses(snap),
-        "rrefs": rrefs(snap),
-        "placement": placement(snap),
-        "workers": workers(snap),
-        "calls": calls(snap),
-        "collectives": collectives(snap),
-    }
+    """Section id → its HTML (the page's text; charts are separate): the run, its timeline, then
+    each view of ``inspect.VIEWS`` under its name."""
+    from rpcctl import inspect
+
+    out = {"summary": summary(snap), "timeline": timeline(snap)}
+    for view in inspect.VIEWS:
+        out[view.name] = DRAWN[view.name](snap) if view.name in DRAWN else view_table(snap, view)
+    return out
