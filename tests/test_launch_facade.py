@@ -8,6 +8,7 @@ facade reads), the real CLI; no rank is started here."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -64,3 +65,63 @@ def test_a_dry_run_in_a_pod_reads_the_config_once(cli, tmp_path, monkeypatch, op
     sources = {row["key"]: row["source"] for row in json.loads(result.stdout)["sources"]}
     assert sources["node_rank"] == "JOB_COMPLETION_INDEX=1" and sources["nnodes"] == f"{config}:3"
     assert opens.count(str(config)) == 1, opens
+
+
+@pytest.fixture
+def srun_step(tmp_path, monkeypatch):
+    """This process as node 1 of a two-node srun step (real variables; scontrol, with a slurm.conf
+    of its own, expands the nodelist: no daemon is asked)."""
+    if shutil.which("scontrol") is None:
+        pytest.skip("scontrol is not installed (apt-get install slurm-client)")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=rpcctltest\nSlurmctldHost=localhost\nNodeName=localhost CPUs=1\nPartitionName=p Nodes=ALL\n")
+    for name, value in {"SLURM_CONF": str(conf), "SLURM_STEP_ID": "0", "SLURM_NODEID": "1", "SLURM_STEP_NUM_NODES": "2",
+                        "SLURM_STEP_NODELIST": "localhost", "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "SLURM_JOB_ID": "77"}.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.fixture
+def library_config(tmp_path):
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    config = tmp_path / "job.yaml"
+    config.write_text("script: train.py\nnproc_per_node: 2\nmaster_port: 29512\n")
+    return config
+
+
+def test_a_library_caller_in_an_srun_step_gets_slurms_node_values(srun_step, library_config):
+    """``rpcctl.launch.job_from_config`` reads the step as ``rpcctl launch`` does: the node count,
+    this node's rank and the head host, each with the variable that gave it."""
+    from rpcctl.launch import job_from_config
+
+    job = job_from_config(library_config)
+    assert (job.spec.nnodes, job.spec.node_rank, job.spec.master_addr) == (2, 1, "localhost")
+    assert job.scheduler.scheduler == "slurm"
+    assert job.locate("node_rank") == "SLURM_NODEID=1" and job.locate("master_port") == f"{library_config}:3"
+
+
+_PER_RUN = ("RPCCTL_RUN_ID", "RPCCTL_RUN_DIR", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE", "RPCCTL_ERROR_FILE", "RPCCTL_STACK_FILE")
+
+
+def _contract(env: dict) -> dict:
+    return {k: v for k, v in env.items() if k not in _PER_RUN}
+
+
+def test_a_library_callers_dry_run_in_an_srun_step_is_the_clis(srun_step, library_config, cli, tmp_path):
+    """``rpcctl.launch.dry_run``, with no CLI: node 1 of 2 plans ranks 2 and 3 of 4 with the head
+    host as master and says SLURM gave it; ``rpcctl launch --dry-run --json`` renders the same."""
+    from rpcctl.launch import dry_run, job_from_config
+
+    described = dry_run(job_from_config(library_config), tmp_path / "runs")
+    assert [(r.rank, r.local_rank, r.node_rank) for r in described.ranks] == [(2, 0, 1), (3, 1, 1)]
+    assert all(r.env["WORLD_SIZE"] == "4" and r.env["GROUP_RANK"] == "1" and r.env["MASTER_ADDR"] == "127.0.0.1" for r in described.ranks)
+    assert described.ranks[0].command[-1] == str(library_config.parent / "train.py")
+    assert (described.scheduler.scheduler, described.nnodes, described.node_rank) == ("slurm", 2, 1)
+    sources = {row["key"]: row["source"] for row in described.sources}
+    assert sources["node_rank"] == "SLURM_NODEID=1" and sources["master_addr"] == "SLURM_JOB_NODELIST=localhost"
+    result = cli.invoke(app, ["launch", str(library_config), "--dry-run", "--json", "--runs-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 0, (result.output, result.exception)
+    shown = json.loads(result.stdout)
+    mine = described.to_dict()
+    assert shown["sources"] == mine["sources"]
+    assert [(r["argv"], _contract(r["env"]), r["device"]) for r in shown["ranks"]] == \
+        [(r["argv"], _contract(r["env"]), r["device"]) for r in mine["ranks"]]

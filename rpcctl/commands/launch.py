@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from functools import partial
 from pathlib import Path
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -15,21 +14,19 @@ import typer
 from typer.core import TyperCommand
 
 from rpcctl.commands.common import JsonOption, RunsDirOption, check_output, write_output
-from rpcctl.config import ConfigFile, dump_spec, spec_from_line
+from rpcctl.config import ConfigFile, dump_spec
 from rpcctl.config.torchrun import OPTIONS, PROGRAM_DESTS, LineValues, TorchrunOption, given_or_env, line_flags, one_node_master_addr
 from rpcctl.console import KEY, Column, Console, get_console, human_bytes, human_seconds, render_table, sanitize
 from rpcctl.base.frames import ALL_FRAMES_ENV
-from rpcctl.base.errors import ConfigError, JobCancelledError, JobFailedError, UsageError
+from rpcctl.base.errors import JobCancelledError, JobFailedError, UsageError
 from rpcctl.launch.launcher import launch as launch_job
-from rpcctl.launch.launcher import DEFAULT_MASTER_PORT, plan_job
+from rpcctl.launch.job import Resolution, config_resolution, job_from_config, job_from_line, line_resolution, over
+from rpcctl.launch.dryrun import dry_run as dry_run_job
 from rpcctl.planning.plan import ENV_COLUMNS, LaunchPlan, RankPlan
 from rpcctl.planning.preflight import check_before_spawn
 from rpcctl.records.runs import RunRecord
 from rpcctl.base.states import RunStatus
-from rpcctl.schedulers.k8s import pod_flags, weak_node_rank
 from rpcctl.planning.plan import visible_gpus
-from rpcctl.schedulers.nodes import Nodes, parse_nodes, spec_nodes
-from rpcctl.schedulers.slurm import caps_the_range, in_srun_step, slurm_flags
 
 
 def _torchrun_option(option: TorchrunOption) -> Any:
@@ -116,21 +113,22 @@ def launch(
     given = {option.dest: (arguments[option.dest], words.get(option.dest) or f"{option.shown} {arguments[option.dest]}")
              for option in OPTIONS if arguments[option.dest] not in (None, False)}
     script_args = script_args or []
-    config, flags, line = _form(target, script_args, given, set_ or [], module=module, no_python=no_python)
+    config, resolution, flags, line = _form(target, script_args, given, set_ or [], module=module, no_python=no_python)
     flags.update(_given(("hang_timeout", "--hang-timeout", hang_timeout), ("on_hang", "--keep-on-hang", "keep" if keep_on_hang else None)))
     if config is not None:
-        spec = config.spec(set_ or [], flags=flags)
+        job = job_from_config(config, set_ or [], flags=flags, resolution=resolution)
     else:
-        spec = spec_from_line(target, script_args, module=module, no_python=no_python, flags=flags)
+        job = job_from_line(target, script_args, module=module, no_python=no_python, flags=flags, resolution=resolution)
     if all_frames:  # in each rank's planned environment: the plan, --dry-run and config.yaml show it
-        spec = spec.model_copy(update={"env": {**spec.env, ALL_FRAMES_ENV: "1"}})
+        job = job.with_env(**{ALL_FRAMES_ENV: "1"})
+    spec = job.spec
     first_rank = spec.node_rank * spec.nproc_per_node  # ranks are global: this node's come from here
     if ranks is not None and line.local_ranks is not None:
         raise UsageError("--ranks and --local-ranks-filter both pick the ranks shown: give one")
     shown = parse_ranks(ranks, first_rank + spec.nproc_per_node, first_rank) if ranks is not None else None
     if line.local_ranks is not None:
         shown = parse_ranks(",".join(str(first_rank + r) for r in sorted(line.local_ranks)), first_rank + spec.nproc_per_node, first_rank)
-    located = partial(_located, config, set_ or [], flags)  # errors found later name where the key was set
+    located = job.located  # errors found later name where the key was set
     if json_ and not dry_run:
         raise UsageError("--json goes with --dry-run (a running job streams its output; see `rpcctl runs --json`)")
     if save_config is not None:
@@ -141,12 +139,11 @@ def launch(
     for notice in line.notices:
         console.info(sanitize(notice))
     if dry_run:
-        plan = located(lambda: _checked_plan(spec, runs_dir))
-        sources = value_sources(spec, plan, config, set_ or [], flags)
+        described = dry_run_job(job, runs_dir)
         if json_:
-            console.json({**plan.to_dict(), "sources": sources})
+            console.json(described.to_dict())
         else:
-            render_plan(console, plan, sources)
+            render_plan(console, described.plan, described.sources)
         return
     page = None
     if web:
@@ -160,7 +157,7 @@ def launch(
             console=console,
             live=not no_live and console.is_terminal,
             ranks_shown=shown,
-            config_path=config.path if config is not None else None,
+            config_path=job.config_path,
             on_start=page.start if page else None,
             command_line=["rpcctl", "launch", *raw],
         ))
@@ -171,12 +168,11 @@ def launch(
 
 
 def _form(target: str, script_args: list[str], given: dict[str, tuple[Any, str]], overrides: list[str], *,
-          module: bool, no_python: bool) -> tuple[ConfigFile | None, dict[str, tuple[Any, str]], LineValues]:
-    """Which form the line is (a config, or a torchrun line's SCRIPT), and the config keys its
-    options and the environment give: (the config or None, key → (value, origin), the line's
-    console filter and notices)."""
+          module: bool, no_python: bool) -> tuple[ConfigFile | None, Resolution, dict[str, tuple[Any, str]], LineValues]:
+    """Which form the line is (a config, or a torchrun line's SCRIPT), what the scheduler gives
+    (``rpcctl.launch.job``), and the config keys the line's options give: (the config or None, the
+    resolution, key → (value, origin), the line's console filter and notices)."""
     if not module and target.endswith(CONFIG_SUFFIXES):
-        config = ConfigFile(target)  # read once, at its first use
         if script_args:
             raise UsageError(
                 f"a config and a script on one line ({target} and {script_args[0]}): the config names its script (script:), "
@@ -185,21 +181,22 @@ def _form(target: str, script_args: list[str], given: dict[str, tuple[Any, str]]
         for dest in PROGRAM_DESTS:
             if dest in given:
                 raise UsageError(f"{given[dest][1]} goes with a script, not a config: the config says what runs (module:, no_python:)")
-        flags = environment_flags(config, overrides, given=given)
-        line = line_flags(given_or_env(given, {}), cpus=_cpus(), gpus=len(visible_gpus()), node_rank_known="node_rank" in flags)
-        return config, _over(flags, line.flags), line
+        config = ConfigFile(target)  # read once, at its first use
+        resolution = config_resolution(config, overrides, given)
+        line = line_flags(given_or_env(given, {}), cpus=_cpus(), gpus=len(visible_gpus()), node_rank_known="node_rank" in resolution.values)
+        return config, resolution, dict(line.flags), line
     if overrides:
         raise UsageError(f"--set {overrides[0]}: --set changes a config's keys; a torchrun line gives them as options (or write one with --save-config)")
     if no_python and module:
         raise UsageError("--no-python and -m: a module runs with Python (torchrun refuses both too)")
-    flags = line_environment_flags(os.environ, given)
+    resolution = line_resolution(given)
     values = given_or_env(given, os.environ, skip=_POD_SOURCED)
-    line = line_flags(values, cpus=_cpus(), gpus=len(visible_gpus()), node_rank_known="node_rank" in flags)
-    flags = _over(flags, line.flags)
-    localhost = one_node_master_addr(values, flags)
+    line = line_flags(values, cpus=_cpus(), gpus=len(visible_gpus()), node_rank_known="node_rank" in resolution.values)
+    flags = dict(line.flags)
+    localhost = one_node_master_addr(values, over(resolution, flags))
     if localhost:
         flags["master_addr"] = localhost
-    return None, flags, line
+    return None, resolution, flags, line
 
 
 _POD_SOURCED = ("nnodes", "node_rank", "master_addr", "master_port")  # pod_flags reads their PET_*
@@ -234,22 +231,6 @@ def _spelled(args: list[str], takes: dict[str, bool], to_the_end: bool) -> dict[
     return spelled
 
 
-def line_environment_flags(env, given: dict[str, tuple[Any, str]]) -> dict[str, tuple[Any, str]]:
-    """A torchrun line's values from the environment (a SLURM step's, else a pod's), as
-    ``environment_flags`` for a config: an Indexed Job's completion index alone is a node rank
-    only for a line of several nodes."""
-    wanted = _given_nodes(given)
-    flags = slurm_flags(env, wanted)
-    if flags:
-        return flags
-    # PET_NPROC_PER_NODE is the line's --nproc-per-node (auto, cpu, gpu, N: torchrun's words), read with the rest
-    flags = pod_flags({k: v for k, v in env.items() if k != "PET_NPROC_PER_NODE"}, gpus=len(visible_gpus()), wanted=wanted)
-    nnodes = str(given.get("nnodes", (flags.get("nnodes", (1, ""))[0], ""))[0]).partition(":")[0]
-    if weak_node_rank(flags) and nnodes.strip() in ("", "1"):
-        del flags["node_rank"]
-    return flags
-
-
 def _given(*flags: tuple[str, str, Any]) -> dict[str, tuple[Any, str]]:
     """The config keys set by a flag: key → (value, how it was written)."""
     return {key: (value, f"{flag} {value}") for key, flag, value in flags if value is not None}
@@ -269,76 +250,8 @@ def _conclude(console: Console, record: RunRecord) -> None:
         raise JobFailedError(f"job '{record.name}' {record.status} (run {record.run_id})", reported=True)
 
 
-def _given_nodes(given: dict[str, tuple[Any, str]]) -> Nodes | None:
-    """The line's --nnodes, N or MIN:MAX; None when not given or not readable (its own reader says why)."""
-    try:
-        return parse_nodes(given["nnodes"][0], given["nnodes"][1]) if "nnodes" in given else None
-    except UsageError:
-        return None
-
-
-def _over(environment: dict[str, tuple[Any, str]], line: dict[str, tuple[Any, str]]) -> dict[str, tuple[Any, str]]:
-    """The line's flags over the environment's values, but for an elastic range that a SLURM
-    step capped at its node count: that one took the flag's range in already."""
-    merged = {**environment, **line}
-    if caps_the_range(environment):
-        merged["nnodes"] = environment["nnodes"]
-    return merged
-
-
-def environment_flags(config: ConfigFile, overrides: list[str], env=os.environ, given: dict | None = None) -> dict[str, tuple[Any, str]]:
-    """Values the environment gives: a SLURM step's, else a pod's (``rpcctl.schedulers.k8s``). An Indexed
-    Job's completion index alone is a node rank only for a config of several nodes. ``given``: the
-    line's flags (an elastic ``--nnodes MIN:MAX`` there, else in the config, is kept in a SLURM step)."""
-    wanted = _given_nodes(given or {})
-    if wanted is None and in_srun_step(env):
-        wanted = spec_nodes(config.spec(overrides))
-    flags = slurm_flags(env, wanted)
-    if flags:
-        return flags
-    flags = pod_flags(env, gpus=len(visible_gpus()), wanted=wanted)
-    if weak_node_rank(flags) and config.spec(overrides, flags={k: v for k, v in flags.items() if k != "node_rank"}).nnodes == 1:
-        del flags["node_rank"]
-    return flags
-
-
-# What --dry-run says the origin of: the values a node of a multi-node job takes from flags,
-# the environment or the config.
-SOURCED_KEYS = ("nnodes", "node_rank", "master_addr", "master_port", "nproc_per_node")
+# --dry-run's table of where the node's values came from (``Job.sources``).
 SOURCE_COLUMNS = (Column("key", priority=KEY), Column("value", priority=KEY), Column("source", "FROM", wrap=True, priority=KEY))
-
-
-def value_sources(spec, plan: LaunchPlan, config: ConfigFile | None, overrides: list[str], flags: dict) -> list[dict[str, Any]]:
-    """Where each of ``SOURCED_KEYS`` came from: a flag, the environment (``SLURM_NODEID=1``,
-    ``PET_NNODES=2``), ``--set``, the file's line, or the default."""
-    rows = []
-    for key in SOURCED_KEYS:
-        value = f"{spec.min_nodes}:{spec.nnodes}" if key == "nnodes" and spec.elastic else getattr(spec, key)
-        source = config.locate(key, overrides=overrides, flags=flags) if config is not None else flags.get(key, (None, "default"))[1]
-        if config is not None and source == str(config.path):  # not in the file: the default
-            source = "default"
-        if key == "master_port" and value is None:  # several nodes: torchrun's; one: the free port the plan took
-            value, source = (DEFAULT_MASTER_PORT, "default (several nodes)") if spec.multi_node else (plan.master_port, "default (a free port)")
-        rows.append({"key": key, "value": value, "source": source})
-    return rows
-
-
-def _checked_plan(spec, runs_dir: Path | None) -> LaunchPlan:
-    check_before_spawn(spec)  # what `launch` would refuse, a dry run refuses too
-    return plan_job(spec, runs_dir)[0]
-
-
-def _located(config: ConfigFile | None, overrides: list[str], flags: dict, action):
-    """Give config errors found before spawn (a GPU that is not there, a port in use) the file
-    and line of their key, or the flag that set it."""
-    try:
-        return action()
-    except ConfigError as exc:
-        if exc.where or not exc.key:
-            raise
-        where = config.locate(exc.key, overrides=overrides, flags=flags) if config is not None else \
-            flags.get(exc.key.split(".")[0], (None, "the command line"))[1]
-        raise ConfigError(exc.message, where=where, key=exc.key) from None
 
 
 RAW_ARGS = "rpcctl_launch_args"

@@ -30,6 +30,7 @@ from rpcctl.config import JobSpec, dump_spec
 from rpcctl.console import Console, get_console
 from rpcctl.base.errors import ConfigError, JobCancelledError, RpcctlError, UsageError
 from rpcctl.records.events import Events
+from rpcctl.launch.job import DEFAULT_MASTER_PORT
 from rpcctl.supervise import listeners
 from rpcctl.planning.plan import LaunchPlan, NodeFacts, build_plan, free_port, probe_node, program
 from rpcctl.planning.preflight import check_before_spawn
@@ -38,7 +39,6 @@ from rpcctl.records.runs import RankState, RunRecord, bounded_command, check_run
 from rpcctl.base.states import RunStatus
 from rpcctl.supervise.supervisor import CANCEL_SIGNALS, Supervisor
 
-DEFAULT_MASTER_PORT = 29500  # torchrun's
 
 
 def plan_job(
