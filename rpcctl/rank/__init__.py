@@ -12,11 +12,13 @@ Modules::
     runtime     the in-rank bootstrap: runs the user's script (``python -m rpcctl.rank.runtime``)
     reporter    the rank's telemetry reporter: connects to the run's socket, one sender thread
     autohook    installs the hooks when torch (or monarch) is imported, in processes a rank spawns
-    patch       the one module that patches torch.distributed; forwards to the observers
-    observer    what an observer is (RRefs, calls, collectives): its explicit methods
+    families    the registry: each family's observer, sender processor, after-fork, events (FAMILIES)
+    patch       the one module that patches torch.distributed; forwards to the families' observers
+    observer    what an observer is (a family's hooks' side): its explicit methods
     _site/      sitecustomize.py, put on the ranks' PYTHONPATH (processes a rank spawns)
     rrefs/      RRef tracking: the hooks' hot path and the sender's Tracker
     calls       RPC call tracking, the hot path: the hooks on rpc_sync / rpc_async / remote
+    call_state  the calls family's state: what its hooks keep for its sender, one object
     call_summary  the sender's side of it: counts, long calls, what this process serves
     collectives the Flight Recorder, read by the sender thread
     children    exit codes of the processes a rank started with multiprocessing

@@ -1,6 +1,7 @@
-"""What ``patch`` forwards to: one observer per family of telemetry (RRefs, calls, collectives).
+"""What ``patch`` forwards to: one observer per family of telemetry (RRefs, calls, collectives,
+children; ``families.FAMILIES`` declares each family, its observer among its parts).
 
-An observer is a small object with these methods, each a no-op here; ``patch.OBSERVERS`` lists
+An observer is a small object with these methods, each a no-op here; ``families.OBSERVERS`` lists
 them, and ``patch`` and the reporter call them, never a family's module functions by name.
 
 ==========================  ==================================================================
