@@ -125,3 +125,54 @@ def test_a_library_callers_dry_run_in_an_srun_step_is_the_clis(srun_step, librar
     assert shown["sources"] == mine["sources"]
     assert [(r["argv"], _contract(r["env"]), r["device"]) for r in shown["ranks"]] == \
         [(r["argv"], _contract(r["env"]), r["device"]) for r in mine["ranks"]]
+
+
+def test_every_plan_is_made_by_plan_attempt():
+    """The plan has one builder: the launcher's first attempt, the supervisor's restarts and the
+    elastic rounds all call ``planning.plan.plan_attempt``; only it calls ``build_plan`` (the
+    supervisor rebuilt a restart's plan itself, and the elastic round its own)."""
+    import ast
+
+    root = Path(__file__).resolve().parent.parent / "rpcctl"
+    callers = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for call in ast.walk(fn):
+                    if isinstance(call, ast.Call) and getattr(call.func, "id", getattr(call.func, "attr", None)) == "build_plan":
+                        callers.append(f"{path.relative_to(root)}:{fn.name}")
+    assert sorted(set(callers)) == ["planning/plan.py:plan_attempt"], callers
+
+
+def test_a_restart_and_a_round_are_the_first_plan_moved(library_config, tmp_path):
+    """``plan_attempt``: a restart changes the port and the restart count only; an elastic round
+    the node count, this node's rank and where the ranks meet."""
+    from rpcctl.config import load_config
+    from rpcctl.planning.plan import Place, plan_attempt, probe_node
+
+    spec = load_config(library_config)
+    facts = probe_node(spec)
+    first = plan_attempt(spec, facts, run_id="r", run_dir=tmp_path / "r")
+    again = plan_attempt(spec, facts, run_id="r", run_dir=tmp_path / "r", restart=1, master_port=facts.master_port + 1)
+    changed = {k for a, b in zip(first.ranks, again.ranks) for k in a.env if a.env[k] != b.env[k]}
+    assert changed == {"MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "RPCCTL_RESTART"} and again.restart == 1
+    rnd = plan_attempt(spec, facts, run_id="r", run_dir=tmp_path / "r", restart=2, place=Place(3, 2, "127.0.0.1", 29600))
+    assert [r.rank for r in rnd.ranks] == [4, 5] and rnd.world_size == 6 and rnd.master_port == 29600
+    assert rnd.ranks[0].env["GROUP_RANK"] == "2" and rnd.ranks[0].env["GROUP_WORLD_SIZE"] == "3"
+
+
+def test_a_library_launch_of_a_job_names_the_line_of_a_key_refused_before_spawn(tmp_path, monkeypatch):
+    """``launch(job)``: a GPU the node does not have is refused before anything starts, at the
+    config's line (``launch(spec)`` cannot say where the key was set)."""
+    from rpcctl.base.errors import ConfigError
+    from rpcctl.launch import job_from_config, launch
+
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    config = tmp_path / "job.yaml"
+    config.write_text("script: train.py\nnproc_per_node: 1\ndevices: [7]\n")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU, whatever this machine has
+    with pytest.raises(ConfigError) as refused:
+        launch(job_from_config(config), runs_dir=tmp_path / "runs", echo=False)
+    assert refused.value.where == f"{config}:3" and refused.value.key == "devices.0"
+    assert not (tmp_path / "runs").exists()

@@ -1,6 +1,6 @@
 """The facade the CLI and ``rpcctl bench`` call: plan a job, make its run directory, supervise it.
 
-    spec ──probe_node + build_plan──▶ LaunchPlan ──(dry run: return it)
+    spec ──probe_node + plan_attempt──▶ LaunchPlan ──(dry run: return it; restarts and rounds: the supervisor, by the same)
                                           │
         runs/<run-id>/ (config.yaml, run.json) ◀── Supervisor.run() ──▶ RunRecord
                                                         │ events
@@ -30,9 +30,9 @@ from rpcctl.config import JobSpec, dump_spec
 from rpcctl.console import Console, get_console
 from rpcctl.base.errors import ConfigError, JobCancelledError, RpcctlError, UsageError
 from rpcctl.records.events import Events
-from rpcctl.launch.job import DEFAULT_MASTER_PORT
+from rpcctl.launch.job import DEFAULT_MASTER_PORT, Job
 from rpcctl.supervise import listeners
-from rpcctl.planning.plan import LaunchPlan, NodeFacts, build_plan, free_port, probe_node, program
+from rpcctl.planning.plan import LaunchPlan, NodeFacts, free_port, plan_attempt, probe_node, program
 from rpcctl.planning.preflight import check_before_spawn
 from rpcctl.base.private import private_dir, private_open
 from rpcctl.records.runs import RankState, RunRecord, bounded_command, check_runs_dir, default_runs_dir, hostname, new_run_id, now_iso, save_record
@@ -58,7 +58,7 @@ def plan_job(
     # filesystem (the usual SLURM setup) never collide: <id> on node 0, <id>.node<k> elsewhere.
     name = run_id if spec.node_rank == 0 else f"{run_id}.node{spec.node_rank}"
     run_dir = (runs_dir or default_runs_dir()).resolve() / name
-    return build_plan(spec, facts, run_id=run_id, run_dir=run_dir), facts
+    return plan_attempt(spec, facts, run_id=run_id, run_dir=run_dir), facts
 
 
 def _plan_first_round(spec: JobSpec, facts: NodeFacts, run_id: str, runs_dir: Path | None, cluster, publish: dict | None):
@@ -101,7 +101,7 @@ def join_cluster(spec: JobSpec, say=lambda message: None) -> NodeRendezvous | No
 
 
 def launch(
-    spec: JobSpec,
+    spec: JobSpec | Job,
     *,
     runs_dir: Path | None = None,
     console: Console | None = None,
@@ -116,11 +116,18 @@ def launch(
     """Run ``spec`` to the end (blocking) and return its run record. ``on_start`` is called
     once the run directory and record exist, before any rank starts (``launch --web``).
     ``command_line``: the words the launch was typed with, for the record (``rpcctl runs``).
+    A ``Job`` (``job_from_config``: its SLURM step's or pod's values taken in) runs its spec, its
+    config recorded, and an error found before spawn names the key's line or flag.
 
     The job's failure is not an exception: look at ``record.status`` (``succeeded``,
     ``failed`` or ``cancelled``) and ``record.root_cause``. Bad specs raise ``ConfigError``
     before anything is created or spawned.
     """
+    if isinstance(spec, Job):
+        job = spec
+        return job.located(lambda: launch(job.spec, runs_dir=runs_dir, console=console, echo=echo, live=live, ranks_shown=ranks_shown,
+                                          config_path=config_path or job.config_path, telemetry=telemetry, on_start=on_start,
+                                          command_line=command_line))
     console = console or get_console()
     with _cancels_raise():
         try:

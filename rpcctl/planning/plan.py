@@ -105,7 +105,32 @@ class LaunchPlan:
         return dataclasses.asdict(self)
 
 
+@dataclass(frozen=True)
+class Place:
+    """Where this node's ranks sit in an elastic round: the round's node count, this node's rank
+    among them, and where the ranks meet (group rank 0's address and port)."""
+
+    nnodes: int
+    node_rank: int
+    master_addr: str
+    master_port: int
+
+
+def plan_attempt(spec: JobSpec, facts: NodeFacts, *, run_id: str, run_dir: Path, restart: int = 0,
+                 master_port: int | None = None, place: Place | None = None) -> LaunchPlan:
+    """This node's plan of one attempt, the only way one is made: the first (restart 0, on the
+    facts probed), each restart (``master_port``: the port the nodes met on again) and each
+    elastic round (``place``). The launcher plans the first, the supervisor every later one."""
+    if place is not None:
+        spec = spec.model_copy(update={"nnodes": place.nnodes, "node_rank": place.node_rank})
+        facts = dataclasses.replace(facts, master_addr=place.master_addr, master_port=place.master_port)
+    elif master_port is not None:
+        facts = dataclasses.replace(facts, master_port=master_port)
+    return build_plan(spec, facts, run_id=run_id, run_dir=run_dir, restart=restart)
+
+
 def build_plan(spec: JobSpec, facts: NodeFacts, *, run_id: str, run_dir: Path, restart: int = 0) -> LaunchPlan:
+    """The pure core of ``plan_attempt`` (which every caller goes through): the spec and facts as given."""
     nproc = spec.nproc_per_node
     world_size = nproc * spec.nnodes
     master_addr = facts.master_addr

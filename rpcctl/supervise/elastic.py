@@ -390,16 +390,13 @@ def join_elastic(spec: Any, secret: bytes, port: int, say=lambda message: None) 
 def round_plan(spec: Any, facts: Any, rnd: Round, *, run_id: str, run_dir: Any, restart: int) -> Any:
     """The plan of this node's ranks in round ``rnd``: RANK from the nodes before this one,
     WORLD_SIZE the round's, MASTER_ADDR/PORT where group rank 0 said its ranks meet."""
-    from dataclasses import replace
-
-    from rpcctl.planning.plan import build_plan
+    from rpcctl.planning.plan import Place, plan_attempt
 
     if any(m.nproc != rnd.members[0].nproc for m in rnd.members):
         raise RendezvousError("the nodes of an elastic job run the same number of ranks each (nproc_per_node): "
                               + ", ".join(f"{m.name()}: {m.nproc}" for m in rnd.members))
-    here = spec.model_copy(update={"nnodes": rnd.nnodes, "node_rank": rnd.group_rank})
-    return build_plan(here, replace(facts, master_addr=rnd.master_addr, master_port=rnd.master_port),
-                      run_id=run_id, run_dir=run_dir, restart=restart)
+    return plan_attempt(spec, facts, run_id=run_id, run_dir=run_dir, restart=restart,
+                        place=Place(rnd.nnodes, rnd.group_rank, rnd.master_addr, rnd.master_port))
 
 
 def round_entry(rnd: Round, why: str, at: str) -> dict[str, Any]:

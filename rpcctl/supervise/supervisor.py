@@ -37,7 +37,7 @@ from rpcctl.records.events import (
 )
 from rpcctl.base.lines import MAX_MESSAGE_CHARS, Piece, cap_text
 from rpcctl.wire import protocol
-from rpcctl.planning.plan import LaunchPlan, NodeFacts, build_plan, free_port
+from rpcctl.planning.plan import LaunchPlan, NodeFacts, free_port, plan_attempt
 from rpcctl.processes.procs import ExitStatus, LogPump, RankProcesses, RankServerLost
 from rpcctl.base import backend_abort, stacks
 from rpcctl.records.runs import Failure, RankState, RunRecord, now_iso, rank_stack_file, save_record
@@ -205,13 +205,8 @@ class Supervisor:
                     self.remote_cancel = self.remote_cancel or "while the nodes were restarting"
                 return RunStatus.CANCELLED
         self.record.restarts += 1
-        self.plan = build_plan(
-            self.spec,
-            NodeFacts(**{**self.facts.__dict__, "master_port": port}),
-            run_id=self.record.run_id,
-            run_dir=self.run_dir,
-            restart=self.record.restarts,
-        )
+        self.plan = plan_attempt(self.spec, self.facts, run_id=self.record.run_id, run_dir=self.run_dir,
+                                 restart=self.record.restarts, master_port=port)
         self.record.master_port = self.plan.master_port
         return None
 
