@@ -143,12 +143,11 @@ def _made(builtin: tuple[Family, ...]) -> None:
 def register(family: Family) -> None:
     """Add a family at run time (after the others; a second family of a name is refused); those
     who listen (``listen``: the reporter) pick it up."""
-    if family.name in {known.name for known in (*_added, STEPS)} or "FAMILIES" in globals() and any(
-            known.name == family.name for known in globals()["FAMILIES"]):
+    every = globals().get("FAMILIES") or __getattr__("FAMILIES")
+    if any(known.name == family.name for known in every):
         raise ValueError(f"a family {family.name!r} is registered already")
     _added.append(family)
-    if "FAMILIES" in globals():
-        _made(_builtins)
+    _made(_builtins)
     for listener in list(_listeners):
         listener(family)
 
