@@ -41,17 +41,17 @@ class _Stored:
 
     @classmethod
     def of(cls, row: Any) -> Any:
-        keys = set(row.keys())
-        values = {}
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-            name = cls.RENAMED.get(f.name, f.name)
-            value = row[name] if name in keys else None
-            values[f.name] = loads(value) if f.name in cls.JSON else value
-        return cls(**values)
+        return cls.all([row])[0]
 
     @classmethod
     def all(cls, rows: list[Any]) -> list[Any]:
-        return [cls.of(row) for row in rows]
+        """The records of rows of one query (their columns are the same: looked up once)."""
+        if not rows:
+            return []
+        keys = set(rows[0].keys())
+        columns = [(cls.RENAMED.get(f.name, f.name), f.name in cls.JSON) for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        present = [(name if name in keys else None, json) for name, json in columns]
+        return [cls(*[None if name is None else loads(row[name]) if json else row[name] for name, json in present]) for row in rows]
 
 
 @dataclass

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from rpcctl.supervise import collective_hangs
 from rpcctl.console import human_seconds
 from rpcctl.supervise.hang_evidence import ThreadStack, where
 from rpcctl.inspect.calls import CallsReport, PendingCall, ServingRecord, same_function
+from rpcctl.inspect.stored import StoredGroup
 from rpcctl.base.states import CallState, ServingState
 
 
@@ -72,9 +72,10 @@ class Diagnosis:
         return "\n".join([self.headline, *(f"  {line}" for line in self.details)]) + "\n"
 
 
-def diagnose(procs: list[Proc], report: CallsReport, stalled_s: float, groups: list[Any] = (), ended: list[Proc] = (),
+def diagnose(procs: list[Proc], report: CallsReport, stalled_s: float, groups: list[StoredGroup] = (), ended: list[Proc] = (),
              shutdown: str | None = None) -> Diagnosis:
-    """``procs``: the attempt's running processes; ``ended``: its ranks that have ended (``Proc.ended``);
+    """``procs``: the attempt's running processes; ``groups``: their process groups (``inspect.progress``'s
+    typed records); ``ended``: its ranks that have ended (``Proc.ended``);
     ``shutdown``: who waits in rpc.shutdown for whom (``inspect.shutdown_waits``)."""
     by_name = {p.name: p for p in procs if p.name}
     by_proc_id = {p.proc_id: p for p in procs if p.proc_id is not None}
