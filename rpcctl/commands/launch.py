@@ -128,12 +128,11 @@ def launch(
     shown = parse_ranks(ranks, first_rank + spec.nproc_per_node, first_rank) if ranks is not None else None
     if line.local_ranks is not None:
         shown = parse_ranks(",".join(str(first_rank + r) for r in sorted(line.local_ranks)), first_rank + spec.nproc_per_node, first_rank)
-    located = job.located  # errors found later name where the key was set
     if json_ and not dry_run:
         raise UsageError("--json goes with --dry-run (a running job streams its output; see `rpcctl runs --json`)")
     if save_config is not None:
         check_output(save_config, "--save-config")
-        located(lambda: check_before_spawn(spec))
+        job.located(lambda: check_before_spawn(spec))  # named where its key was set
         write_output(save_config, dump_spec(spec), "--save-config")
         console.info(f"rpcctl: wrote {sanitize(str(save_config))}: `rpcctl launch {sanitize(str(save_config))}` runs this job")
     for notice in line.notices:
@@ -151,16 +150,15 @@ def launch(
 
         page = LaunchPage(console)  # checks the extra is installed before anything starts
     try:
-        record = located(lambda: launch_job(
-            spec,
+        record = launch_job(  # the job's errors before spawn name where their key was set
+            job,
             runs_dir=runs_dir,
             console=console,
             live=not no_live and console.is_terminal,
             ranks_shown=shown,
-            config_path=job.config_path,
             on_start=page.start if page else None,
             command_line=["rpcctl", "launch", *raw],
-        ))
+        )
     finally:
         if page is not None:
             page.stop()  # the page stops with the job
