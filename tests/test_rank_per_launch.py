@@ -93,11 +93,6 @@ def test_a_launch_whose_rank_process_raised_fails_naming_that_process(job):
     assert (child["name"], child["state"], child["exit_code"]) == ("trainer_2", "failed", 1), child
 
 
-# Known defect, open (issue 40): on a loaded machine the merged view reads some of ps's RRefs as
-# 'remote' (the holder's view) or their endings as 'unknown'/'leaked': which run's rows win the
-# merge depends on what each store caught before its launch ended. It failed 4 of 4 runs at a
-# load average of 3-10 and passed on a quiet one, so it does not gate CI until the merge is fixed.
-@pytest.mark.xfail(strict=False, reason="the multi-launch RRef merge depends on timing under load (issue 40, open)")
 @pytest.mark.parametrize("rank", range(WORLD))
 def test_each_launch_of_a_job_shows_its_rrefs_whole(job, rank):
     runs, _ = job
