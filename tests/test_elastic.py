@@ -278,6 +278,27 @@ def test_inspect_workers_shows_the_round(elastic_run):
     assert re.search(r"ROUND: 2 \(1 node\(s\), world size 2\), since \S+: \S+ \(pid \d+\) left the job \(cancelled\)", shown.stdout), shown.stdout
 
 
+def test_inspect_calls_shows_any_rounds_calls_by_its_attempt(elastic_run):
+    """Calls are kept per round (issue 43, item 3): ``--restart N`` shows attempt N's, the
+    latest by default. Node 0's ranks (workers 0 and 1 in every round) call each other alone,
+    and worker 2 on the other node in the grown round; past its attempts: exit 2. (The other
+    node's ranks are filed under their own restart count: attempt 0 there is round 1.)"""
+    def calls_of_node_0(*flags: str) -> set[tuple[str, str]]:
+        shown = subprocess.run([sys.executable, "-m", "rpcctl", "inspect", "calls", elastic_run["run_a"].name, "--runs-dir",
+                                str(elastic_run["tmp"] / "a"), "--json", *flags], capture_output=True, text=True, cwd=ROOT,
+                               env=elastic_run["env"], timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        return {(row["caller"], row["callee"]) for row in json.loads(shown.stdout)["summary"] if row["caller"] in ("worker0", "worker1")}
+
+    alone = {("worker0", "worker1"), ("worker1", "worker0")}
+    assert calls_of_node_0("--restart", "0") == calls_of_node_0("--restart", "2") == calls_of_node_0() == alone
+    assert calls_of_node_0("--restart", "1") == {("worker0", "worker1"), ("worker1", "worker2")}
+    past = subprocess.run([sys.executable, "-m", "rpcctl", "inspect", "calls", elastic_run["run_a"].name, "--runs-dir",
+                           str(elastic_run["tmp"] / "a"), "--restart", "3"], capture_output=True, text=True, cwd=ROOT,
+                          env=elastic_run["env"], timeout=60)
+    assert past.returncode == 2 and f"--restart 3: run {elastic_run['run_a'].name} has attempts 0-2" in past.stderr, past.stderr
+
+
 def test_the_trace_marks_each_round_and_names_the_tracks_by_round(elastic_run):
     """Every attempt of an elastic job is a round (run.json's restarts stay 0): the trace says
     "round N: M node(s), world size W" with why, never "restart N" (issue 43, item 3)."""

@@ -82,6 +82,23 @@ def _no_json_watch(json_: bool, watch: bool) -> None:
 # -- the views ----------------------------------------------------------------------------------
 
 
+RestartOption = Annotated[Optional[int], typer.Option(
+    "--restart", metavar="N", show_default=False,
+    help="Show attempt N: 0 is the first start of the ranks, N the one after the N-th restart (each round of an elastic "
+         "job is an attempt of this node's ranks; another node's ranks count their own). Default: the latest.")]
+
+
+def _attempt(call: "Call") -> dict[str, int]:
+    """The ``restart=`` to read with, checked against the attempts the run has (exit 2 past them)."""
+    restart = call.options.get("restart")
+    if restart is None:
+        return {}
+    latest = sdk.latest_attempt(call.run_dir)
+    if not 0 <= restart <= latest:
+        raise UsageError(f"--restart {restart}: run {call.run_dir.name} has attempt{'s 0-' + str(latest) if latest else ' 0 only'}")
+    return {"restart": restart}
+
+
 @dataclass(frozen=True)
 class ViewOption:
     """A view's own flag: the parameter's name, its ``Annotated[type, typer.Option(...)]``, its default."""
@@ -148,8 +165,10 @@ def _plain(call: Call) -> None:
     """A view that reads and renders: records from the SDK (filtered), as JSON or rendered (and refreshed)."""
     view = call.view
 
+    attempt = _attempt(call)
+
     def found() -> Any:
-        records = view.read(call.run_dir)
+        records = view.read(call.run_dir, **attempt)
         return keep(records, call.filters) if view.shown.filters else records
 
     if call.json:
@@ -197,15 +216,16 @@ def _rrefs(call: Call) -> None:
     owner, state, summary = call.options["owner"], call.options["state"], call.options["summary"]
     if state is not None and state not in sdk.RREF_STATES + sdk.RREF_ENDINGS:
         raise UsageError(f"--state {state}: choose from {', '.join(sdk.RREF_STATES + sdk.RREF_ENDINGS)}")
-    run_dir = call.run_dir
+    run_dir, attempt = call.run_dir, _attempt(call)
     if call.json:
-        records = sdk.rrefs(run_dir, owner=owner, state=state)
-        get_console().json(sdk.rref_owners(run_dir, records=records) if summary else records)
+        records = sdk.rrefs(run_dir, owner=owner, state=state, **attempt)
+        get_console().json(sdk.rref_owners(run_dir, records=records, **attempt) if summary else records)
         return
 
     def render() -> Any:
-        records = sdk.rrefs(run_dir, owner=owner, state=state)
-        owners = sdk.rref_owners(run_dir, records=records) if owner is None and state is None else _owners_of(run_dir, records)
+        records = sdk.rrefs(run_dir, owner=owner, state=state, **attempt)
+        owners = (sdk.rref_owners(run_dir, records=records, **attempt) if owner is None and state is None
+                  else _owners_of(run_dir, records, **attempt))
         owners_table = render_table(owners, sdk.OwnerSummary.COLUMNS, title="RRefs by owner", empty=_empty_rrefs(owner, state))
         if summary:
             return owners_table
@@ -217,9 +237,9 @@ def _rrefs(call: Call) -> None:
     call.show(render)
 
 
-def _owners_of(run_dir: Path, records: list[sdk.RRefRecord]) -> list[sdk.OwnerSummary]:
+def _owners_of(run_dir: Path, records: list[sdk.RRefRecord], **attempt: int) -> list[sdk.OwnerSummary]:
     owners = {r.owner for r in records}
-    return [o for o in sdk.rref_owners(run_dir, records=records) if o.owner in owners]
+    return [o for o in sdk.rref_owners(run_dir, records=records, **attempt) if o.owner in owners]
 
 
 def _empty_rrefs(owner: str | None, state: str | None) -> str:
@@ -331,6 +351,7 @@ SHOWN: dict[str, Shown] = {
             ViewOption("owner", Annotated[Optional[str], typer.Option("--owner", help="Only RRefs owned by this worker (name or rank).", show_default=False)]),
             ViewOption("state", Annotated[Optional[str], typer.Option("--state", help="Only RRefs in this state: pending, live or deleted; or that ended so: at-shutdown (released by rpc.shutdown, normal), at-exit (held by a process that ended without rpc.shutdown), held-unused (held to rpc.shutdown but unused long before it) or leaked.", show_default=False)]),
             ViewOption("summary", Annotated[bool, typer.Option("--summary", help="Only the per-owner summary (count, bytes).")], False),
+            ViewOption("restart", RestartOption),
         ),
     ),
     "workers": Shown(
@@ -370,12 +391,12 @@ SHOWN: dict[str, Shown] = {
     "calls": Shown(
         example="rpcctl inspect calls --watch",
         render=lambda report, call: calls_view.render(report, call.wide, none_yet(call.run_dir, "calls")),
-        help=calls_view.HELP,
+        help=calls_view.HELP, options=(ViewOption("restart", RestartOption),),
     ),
     "collectives": Shown(
         example="rpcctl inspect collectives --watch",
         render=lambda report, call: collectives_view.render(report, call.wide, none_yet(call.run_dir, "collectives")),
-        help=collectives_view.HELP,
+        help=collectives_view.HELP, options=(ViewOption("restart", RestartOption),),
     ),
 }
 

@@ -16,6 +16,7 @@ Used by ``rpcctl inspect``, the live dashboard and the launcher's end-of-run rep
     inspect.telemetry_cost(run_dir)                  -> TelemetryCost | None
     inspect.usage(run_dir)                           -> list[UsageSample] (CPU, RSS per probe)
     inspect.rank_attempts(run_dir)                   -> list[RankAttempt] (every rank's every restart)
+    inspect.latest_attempt(run_dir)                  -> int (the latest restart: what restart= may be at most)
     inspect.dump_stacks(run_dir, rank)               -> list[StackDump] (rank, then its children)
     inspect.collectives(run_dir)                     -> CollectivesReport (per group and op; per rank)
     inspect.collective_spans(run_dir)                -> list[CollectiveSpan] (sampled and in-flight collectives, for the trace)
@@ -59,7 +60,7 @@ This package re-exports every public name, so ``inspect.rrefs(...)`` is the func
 from __future__ import annotations
 
 from rpcctl.telemetry.reader import has_telemetry
-from rpcctl.inspect.attempts import RankAttempt, rank_attempts
+from rpcctl.inspect.attempts import RankAttempt, latest_attempt, rank_attempts
 from rpcctl.inspect.calls import CallsReport, CallSummary, PendingCall, ServingRecord, calls
 from rpcctl.inspect.collectives import (
     CollectiveSpan, CollectivesReport, CollectiveStraggler, CollectiveSummary, RankCollectives, collective_spans, collective_stragglers,
@@ -88,7 +89,7 @@ from rpcctl.inspect.workers import (
 )
 
 __all__ = [
-    "RankAttempt", "rank_attempts",
+    "RankAttempt", "rank_attempts", "latest_attempt",
     "CollectiveSpan", "CollectivesReport", "CollectiveStraggler", "CollectiveSummary", "RankCollectives", "collective_spans",
     "collective_stragglers", "collectives",
     "CallSummary", "CallsReport", "PendingCall", "ServingRecord", "Straggler", "calls", "stragglers",

@@ -40,3 +40,10 @@ def rank_attempts(run_dir: Path) -> list[RankAttempt]:
                     started_at=iso_time(row["started_at"]), ended_at=iso_time(row["ended_at"]))
         for row in rows
     ]
+
+
+def latest_attempt(run_dir: Path) -> int:
+    """The run's latest attempt (its restart count: 0 before any restart; an elastic round is an
+    attempt too); 0 without a store."""
+    with StoreReader(run_dir) as s:
+        return s.latest_restart()
