@@ -154,6 +154,7 @@ class ElasticRendezvous:
         self.is_host = False
         self.store: SignedStore | None = None
         self.handler: Any = None
+        self.backend: Any = None  # the signed backend the handler reads through
         self.round: Round | None = None
         self.shared: dict[str, Any] = {}  # the host's run document: run_id, telemetry_port, ...
         self.node_index = -1  # this launcher's place in the order nodes first came: its run directory's name
@@ -238,6 +239,7 @@ class ElasticRendezvous:
         backend = signed_backend(C10dRendezvousBackend(raw, s.rdzv_id), self.secret, self.where)
         timeout = RendezvousTimeout(join=timedelta(seconds=s.join_timeout), last_call=timedelta(seconds=s.last_call),
                                     close=timedelta(seconds=min(30.0, s.join_timeout)))
+        self.backend = backend
         self.handler = DynamicRendezvousHandler.from_backend(
             s.rdzv_id, raw, backend, s.min_nodes, s.max_nodes, local_addr=self.ip if self.is_host else None, timeout=timeout,
             keep_alive_interval=max(1, round(s.keep_alive)), keep_alive_max_attempt=s.keep_alive_attempts)
@@ -274,6 +276,10 @@ class ElasticRendezvous:
     def waiting(self) -> int:
         """Nodes waiting to join (a new node, or one that left the round to restart)."""
         try:
+            # The state's seal first, read straight from the store: torch's handler may answer from
+            # its cache, or wait on its keep-alive thread's lock (a forged state went unseen here for
+            # 40 s, 1 run in 12 under load, the poll loop still turning).
+            self.backend.get_state()
             return int(self.handler.num_nodes_waiting())
         except ForgedStateError as exc:  # someone wrote the state without the secret: the job cannot trust it
             raise RendezvousError(str(exc)) from None
