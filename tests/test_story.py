@@ -118,6 +118,10 @@ def test_a_timeout_keeps_every_ranks_stack_before_the_teardown(tmp_path, runs_di
 def test_a_cancel_keeps_the_stacks_before_the_teardown(tmp_path, runs_dir):
     launcher, run_dir = launch_until_running(tmp_path, runs_dir, nproc_per_node=2, args=["0=nap", "1=child"])
     wait_until(lambda: (run_dir / "grandchild-1.pid").exists(), 30, "rank 1's grandchild", run_dir / "logs")
+    # Rank 0 in its nap too (it prints this line just before): "running" is from its start, and its
+    # bootstrap may still be importing (CI, a fresh clone compiling rpcctl: its stack was there).
+    log0 = run_dir / "logs" / "rank-0.log"
+    wait_until(lambda: log0.exists() and "action nap" in log0.read_text(), 30, "rank 0's nap", run_dir / "logs")
     started = time.monotonic()
     launcher.send_signal(signal.SIGINT)
     _, err = launcher.communicate(timeout=60)
