@@ -376,6 +376,9 @@ MANY_ASYNC = textwrap.dedent(
                 future.wait()
             except RuntimeError:
                 pass
+        # The callee's slow() calls hold its RPC threads for 1 s after they timed out here: hold's
+        # quick calls queued behind them ran past LONG_S under load and were listed (CI).
+        time.sleep(1.2)
         torch.futures.wait_all([rpc.rpc_async("worker1", hold, args=(torch.zeros(1), False)) for _ in range(QUICK)])
         # Two long calls back to back, both untimed (one in ASYNC_SAMPLE is timed).
         first = rpc.rpc_async("worker1", hold, args=(torch.zeros(4), True))
