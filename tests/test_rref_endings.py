@@ -94,13 +94,18 @@ def _line(text: str) -> int:
     return next(i for i, line in enumerate(SCRIPT.splitlines(), 1) if text in line)
 
 
-def test_held_until_shutdown_leaked_and_handed_out_rrefs_are_told_apart(tmp_path, runs_dir):
-    (tmp_path / "endings.py").write_text(SCRIPT)
-    config = tmp_path / "endings.yaml"
-    config.write_text("name: endings\nscript: endings.py\nnproc_per_node: 2\ntimeout: 120\n")
+def _launch_two_workers(script: str, name: str, tmp_path, runs_dir):
+    """``script`` as the script of a 2-rank job, launched to its end: (its result, its run)."""
+    (tmp_path / f"{name}.py").write_text(script)
+    config = tmp_path / f"{name}.yaml"
+    config.write_text(f"name: {name}\nscript: {name}.py\nnproc_per_node: 2\ntimeout: 120\n")
     result = rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir), timeout=140)
     assert result.returncode == 0, result.stdout + result.stderr
-    run_dir = only_run(runs_dir)
+    return result, only_run(runs_dir)
+
+
+def test_held_until_shutdown_leaked_and_handed_out_rrefs_are_told_apart(tmp_path, runs_dir):
+    result, run_dir = _launch_two_workers(SCRIPT, "endings", tmp_path, runs_dir)
 
     records = {r.call_site.rsplit("/", 1)[-1]: r for r in inspect.rrefs(run_dir)}
     kept, leaky = records[f"endings.py:{_line('kept = ')} in main"], records[f"endings.py:{_line('leaky = ')} in main"]
@@ -144,3 +149,54 @@ def test_held_until_shutdown_leaked_and_handed_out_rrefs_are_told_apart(tmp_path
     assert [(r["rref_id"], r["ending"]) for r in unused] == [(kept.rref_id, "held unused")] and unused[0]["last_used_at"], unused
     # The filter takes the ending as the data spells it too.
     assert [r.rref_id for r in inspect.rrefs(run_dir, state="held unused")] == [kept.rref_id]
+
+
+LATE_INIT = textwrap.dedent(
+    '''
+    import os, time
+
+    import torch
+    import torch.distributed.rpc as rpc
+
+    _kept = []
+
+
+    def made_here(n):
+        _kept.append(rpc.RRef(torch.ones(n)))  # kept by its owner
+        rpc.RRef(torch.zeros(n))  # dropped at once: short-lived
+        return rpc.RRef(torch.ones(n + 1))  # handed out
+
+
+    def main():
+        rank = int(os.environ["RANK"])
+        if rank == 1:
+            agent_started = rpc._init_rpc_backend
+
+            def late(*args, **kwargs):  # the agent serves from its start; init_rpc returns 2 s later
+                agent_started(*args, **kwargs)
+                time.sleep(2.0)
+
+            rpc._init_rpc_backend = late
+        rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
+        if rank == 0:
+            handed = rpc.rpc_sync("worker1", made_here, args=(3,))
+            print(f"handed {handed.owner().name}'s", flush=True)
+            time.sleep(2.5)
+        rpc.shutdown()
+
+
+    main()
+    '''
+)
+
+
+def test_rrefs_a_peers_call_makes_before_init_rpc_returns_are_their_owners(tmp_path, runs_dir):
+    """A worker's agent serves its peers before its init_rpc returns (it still gathers device
+    maps): RRefs a handler makes then are that worker's, not an owner "?" of their own (CI: the
+    report drew a "?" owner in round 0 of test_spawned_rrefs)."""
+    _, run_dir = _launch_two_workers(LATE_INIT, "late", tmp_path, runs_dir)
+    assert_no_process_left(run_dir)
+    records = inspect.rrefs(run_dir)
+    assert sorted((r.owner, r.shape) for r in records) == [("worker1", [3]), ("worker1", [4])], records
+    owners = inspect.rref_owners(run_dir)
+    assert [(o.owner, o.owner_rank, o.short_lived) for o in owners] == [("worker1", 1, 1)], owners

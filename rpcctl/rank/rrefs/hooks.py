@@ -11,7 +11,8 @@ t)``, ``("uses", last_use)``, ``("vw", weakref, rref id)``, ``("vx", weakref, t)
 ``("unchurn", rref id)``.
 
 Also here, because they run outside the sender thread: ``_describe_on_owner`` (an RPC target,
-on the owner), and the identity ``init_rpc`` learns (``identity``), which the sender's Tracker reads.
+on the owner), and the identity ``init_rpc`` learns (``identity``; ``agent_identity`` before it
+returns), which the sender's Tracker reads.
 """
 
 from __future__ import annotations
@@ -67,6 +68,21 @@ def local_value(rref: Any) -> Any:
 _raw_local_value: Callable[[Any], Any] = lambda rref: rref.local_value()  # noqa: E731 - replaced by prepare()
 # (name, rank, {rank: name}) once init_rpc returned here; None before, and in a forked child.
 identity: tuple[str, int, dict[int, str]] | None = None
+
+
+def agent_identity() -> tuple[str, int, dict[int, str]] | None:
+    """Who this process is, from torch's RPC agent, or None before it exists. The agent serves
+    peers' calls before ``init_rpc`` returns (it still gathers the others' device maps), and
+    what those calls make here (an ``rpc.RRef(value)`` in a handler) is this worker's too."""
+    rpc = sys.modules.get("torch.distributed.rpc")
+    try:
+        if rpc is None or not rpc.api._is_current_rpc_agent_set():
+            return None
+        agent = rpc.api._get_current_rpc_agent()
+        me = agent.get_worker_info()
+        return me.name, me.id, {info.id: info.name for info in agent.get_worker_infos()}
+    except Exception:
+        return None  # torch changed or the agent is going away: identity comes at init_rpc's return
 
 
 def _drop() -> None:

@@ -85,9 +85,14 @@ class Tracker:
         self.ranks_by_name = {v: k for k, v in workers.items()}
 
     def process(self, items: list[Any], now: float, final: bool = False) -> list[dict[str, Any]]:
-        if hooks.identity is not self._identity and hooks.identity is not None:  # init_rpc returned since the last cycle
-            self._identity = hooks.identity
-            self.set_identity(*self._identity)
+        identity = hooks.identity
+        if identity is None and self.name is None and items:
+            # A peer's call can make RRefs here before init_rpc returns: named by the agent, they
+            # are this worker's ("?" was an owner of its own in the report; CI, test_spawned_rrefs).
+            identity = hooks.agent_identity()
+        if identity is not self._identity and identity is not None:  # init_rpc returned (or the agent started) since the last cycle
+            self._identity = identity
+            self.set_identity(*identity)
         hooks.sender_tid = threading.get_ident()
         if len(hooks.last_use) > MAX_USES:  # handles whose end was never queued (a full queue)
             hooks.last_use.clear()
