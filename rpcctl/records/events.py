@@ -64,6 +64,15 @@ class AttemptStarted:
 
 
 @dataclass(frozen=True)
+class RoundMeeting:
+    """Elastic: this node goes to meet the others for its attempt ``restart``. The node that hosts
+    the run's store takes part in every round, so its count is the job's: another node's ranks
+    that start from now on run in this attempt (their launchers count only the rounds they were in)."""
+
+    restart: int
+
+
+@dataclass(frozen=True)
 class Failed:
     """A failure the supervisor acts on: a rank's, a hang (``reason`` hang), a timeout, another
     node's (``remote``), the launcher's own. ``final``: this node will not restart after it."""
@@ -113,8 +122,8 @@ class Notice:
     warning: bool = False
 
 
-Event = (RankStarted | RankExited | RankOutput | AttemptStarted | Failed | Restarting | CancelRequested | Cancelled
-         | RunSaved | Notice)
+Event = (RankStarted | RankExited | RankOutput | AttemptStarted | RoundMeeting | Failed | Restarting | CancelRequested
+         | Cancelled | RunSaved | Notice)
 Listener = Callable[[Event], None]
 
 

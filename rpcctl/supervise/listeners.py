@@ -21,6 +21,7 @@ from rpcctl.records.events import (
     RankExited,
     RankOutput,
     RankStarted,
+    RoundMeeting,
     Restarting,
 )
 
@@ -81,6 +82,8 @@ def telemetry_relay(server: Any):
                 server.log_line(event.rank, event.text)
             case RankStarted():
                 server.rank_started(event.rank, event.pid, event.local_rank, event.device, event.restart)
+            case RoundMeeting(restart=restart):
+                server.round_meeting(restart)
             case RankExited():
                 server.rank_exited(event.rank, event.pid, event.state, event.exit_code)
 

@@ -33,7 +33,8 @@ from pathlib import Path
 from rpcctl.supervise.cluster import RendezvousError
 from rpcctl.config import JobSpec
 from rpcctl.records.events import (
-    AttemptStarted, CancelRequested, Cancelled, Events, Failed, Notice, RankExited, RankOutput, RankStarted, Restarting, RunSaved,
+    AttemptStarted, CancelRequested, Cancelled, Events, Failed, Notice, RankExited, RankOutput, RankStarted, Restarting, RoundMeeting,
+    RunSaved,
 )
 from rpcctl.base.lines import MAX_MESSAGE_CHARS, Piece, cap_text
 from rpcctl.wire import protocol
@@ -318,6 +319,7 @@ class Supervisor:
         in the new round: None to run it, or FAILED with one reason."""
         from rpcctl.supervise.elastic import round_entry, round_plan
 
+        self.events.publish(RoundMeeting(self.plan.restart + 1))  # before the others can start theirs in it
         try:
             rnd = self.cluster.next_round(free_port)
             plan = round_plan(self.spec, self.facts, rnd, run_id=self.record.run_id, run_dir=self.run_dir, restart=self.plan.restart + 1)

@@ -62,6 +62,9 @@ class TelemetryForwarder:
     def rank_exited(self, rank: int, pid: int, state: str, exit_code: int | None) -> None:
         self._post("exited", [rank, pid, state, exit_code])
 
+    def round_meeting(self, restart: int) -> None:
+        """Only the store's host counts the job's attempts (``TelemetryServer.round_meeting``)."""
+
     def log_line(self, rank: int, line: str) -> None:
         # Only lines that may hold a loss or an epoch header are of use to node 0 (it parses them,
         # one parser per rank): filter here rather than ship every line across.

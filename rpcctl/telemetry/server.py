@@ -6,7 +6,8 @@ Lifecycle (the launcher calls these; all but ``start``/``close`` may come from a
     env = server.start()           # store + socket exist; add env to every rank
     server.rank_started(...)       # ┐
     server.log_line(rank, line)    # ├ queued for the server thread: cheap, never block
-    server.rank_exited(...)        # ┘
+    server.rank_exited(...)        # │
+    server.round_meeting(restart)  # ┘ elastic: the attempt another node's ranks start in
     server.close()                 # drain, commit, close the socket; the db stays readable
 
 The server thread waits on the listening socket, the worker connections and a wake-up pipe,
@@ -89,6 +90,7 @@ class TelemetryServer:
         self._stopping = threading.Event()
         self._wake_r, self._wake_w = -1, -1
         self._restart_of_rank: dict[int, int] = {}
+        self._attempt = 0  # this node's attempt, as of its last round_meeting: other nodes' ranks run in it
         # Keyed by (rank, pid), not pid: on a multi-node run pids repeat across hosts, and the
         # global rank tells the hosts apart.
         self._restart_of_proc: dict[tuple[int, int], int] = {}
@@ -201,6 +203,12 @@ class TelemetryServer:
     def rank_exited(self, rank: int, pid: int, state: str, exit_code: int | None) -> None:
         self._post(("exited", rank, pid, state, exit_code, time.time()))
         self._wake()
+
+    def round_meeting(self, restart: int) -> None:
+        """This node (the store's host) meets the others for its attempt ``restart``. It is in
+        every round, so another node's ranks that start from now on are filed under it: their
+        launcher counts only the rounds it was in (a node that joined in round 1 starts at 0)."""
+        self._post(("meeting", restart))
 
     def log_line(self, rank: int, line: str) -> None:
         if self._store is None:  # closed (or telemetry failed to start): nothing is kept
@@ -484,7 +492,8 @@ class TelemetryServer:
             if call is None:
                 self.bad_messages += 1
             elif call[0] == "started":
-                self.rank_started(*call[1])
+                self._post(("started", *call[1], time.time(), True))
+                self._wake()
             elif call[0] == "exited":
                 self.rank_exited(*call[1])
             else:
@@ -549,8 +558,12 @@ class TelemetryServer:
             else:
                 loss_id = store.loss(rank, restart, parsed.step, parsed.epoch, parsed.loss, parsed.metrics, t, "log", parsed.rule)
                 self._last_loss[rank] = (key, loss_id)
+        elif kind == "meeting":
+            self._attempt = max(self._attempt, item[1])
         elif kind == "started":
-            _, rank, pid, local_rank, device, restart, t = item
+            _, rank, pid, local_rank, device, restart, t, *remote = item
+            if remote:  # another node's: in this node's attempt (the node's own count, in a static job)
+                restart = max(restart, self._attempt)
             self._restart_of_rank[rank] = restart
             self._restart_of_proc[(rank, pid)] = restart
             self._write_line_counts()  # what the previous attempt printed counts for it
