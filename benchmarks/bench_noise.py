@@ -38,8 +38,18 @@ SETUPS = {
 def run_bench(args: list[str], runs_dir: Path) -> tuple[dict, float]:
     began = time.monotonic()
     done = subprocess.run(
-        [str(Path(sys.executable).with_name("rpcctl")), "bench", "--quick", "--json", "--runs-dir", str(runs_dir), *args],
-        capture_output=True, text=True, timeout=1800,
+        [
+            str(Path(sys.executable).with_name("rpcctl")),
+            "bench",
+            "--quick",
+            "--json",
+            "--runs-dir",
+            str(runs_dir),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
     if done.returncode != 0:
         raise SystemExit(f"bench failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -89,18 +99,24 @@ def main() -> int:
                 documents[name].append(document)
                 seconds[name].append(took)
                 print(f"run {i + 1}/{args.runs}: {name}: {took:.0f} s", file=sys.stderr, flush=True)
-    figures = {name: {**summarize(docs), "seconds": statistics.median(seconds[name])} for name, docs in documents.items()}
+    figures = {
+        name: {**summarize(docs), "seconds": statistics.median(seconds[name])} for name, docs in documents.items()
+    }
     if args.json:
         print(json.dumps(figures, indent=2))
         return 0
     print(f"{'set-up':26} {'row noise':>10} {'run-to-run':>11} {'noisy rows':>11} {'time':>7}")
     for name, f in figures.items():
-        print(f"{name:26} {f['row_noise'] * 100:>9.0f}% {f['run_to_run'] * 100:>10.0f}% {f['noisy_share'] * 100:>10.0f}% {f['seconds']:>6.0f}s")
+        print(
+            f"{name:26} {f['row_noise'] * 100:>9.0f}% {f['run_to_run'] * 100:>10.0f}% {f['noisy_share'] * 100:>10.0f}% {f['seconds']:>6.0f}s"
+        )
     base = figures["one launch each"]["run_to_run"]
     for name, f in figures.items():
         if name != "one launch each" and base:
             change = f["run_to_run"] / base - 1
-            print(f"{name}: run-to-run spread of VS RPC {abs(change) * 100:.0f}% {'smaller' if change < 0 else 'larger'} than one launch each")
+            print(
+                f"{name}: run-to-run spread of VS RPC {abs(change) * 100:.0f}% {'smaller' if change < 0 else 'larger'} than one launch each"
+            )
     return 0
 
 

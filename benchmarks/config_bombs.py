@@ -48,20 +48,29 @@ def cases(folder: Path) -> list[tuple[str, list[str]]]:
         "recursive alias": "script: train.py\nargs: &a [x, *a]\n",
         "20 000-deep nesting": "script: train.py\nargs: " + "[" * 20000 + "]" * 20000 + "\n",
         "349 000 values": "script: train.py\nargs: [" + ",".join(["a"] * 349_000) + "]\n",
-        "valid, near the 1 MiB cap": "script: train.py\nenv:\n" + "".join(f"  VAR_{i}: {'v' * 100}\n" for i in range(9_000)),
-        "48 MB config": "script: train.py\nenv:\n" + "".join(f"  VAR_{i}: value-{i}-abcdefghijklmnop\n" for i in range(1_300_000)),
+        "valid, near the 1 MiB cap": "script: train.py\nenv:\n"
+        + "".join(f"  VAR_{i}: {'v' * 100}\n" for i in range(9_000)),
+        "48 MB config": "script: train.py\nenv:\n"
+        + "".join(f"  VAR_{i}: value-{i}-abcdefghijklmnop\n" for i in range(1_300_000)),
     }
     out = []
     for index, (label, text) in enumerate(files.items()):
         path = folder / ("valid.yaml" if index == 0 else f"case{index}.yaml")
         path.write_text(text)
         # --json for the valid ones: the table of 9,000 variables would time rich, not the loader
-        out.append((f"{label}, {path.stat().st_size:,} B", ["launch", str(path), "--dry-run", *(["--json"] if "valid" in label else [])]))
+        out.append(
+            (
+                f"{label}, {path.stat().st_size:,} B",
+                ["launch", str(path), "--dry-run", *(["--json"] if "valid" in label else [])],
+            )
+        )
     fifo = folder / "fifo.yaml"
     os.mkfifo(fifo)
     out.append(("a FIFO as the config", ["launch", str(fifo), "--dry-run"]))
     out.append(("/dev/zero as the config", ["launch", "/dev/zero", "--dry-run"]))
-    out.append(("--ranks 0-99999999999", ["launch", str(folder / "valid.yaml"), "--dry-run", "--ranks", "0-99999999999"]))
+    out.append(
+        ("--ranks 0-99999999999", ["launch", str(folder / "valid.yaml"), "--dry-run", "--ranks", "0-99999999999"])
+    )
     return out
 
 
@@ -105,17 +114,29 @@ def main() -> None:
             load_s = statistics.median(loads) if None not in loads else None
             rss = max(s[2] for s in samples)
             code, message = samples[0][1], samples[0][3]
-            rows.append({
-                "case": label, "wall_s": wall, "load_config_s": load_s, "peak_rss_bytes": rss, "exit_code": code,
-                "message": message, "samples_s": [s[0] for s in samples],
-            })
+            rows.append(
+                {
+                    "case": label,
+                    "wall_s": wall,
+                    "load_config_s": load_s,
+                    "peak_rss_bytes": rss,
+                    "exit_code": code,
+                    "message": message,
+                    "samples_s": [s[0] for s in samples],
+                }
+            )
             load_text = f"{load_s:7.3f} s" if load_s is not None else "      -  "
-            print(f"{label:44} exit {code}  cli {wall:5.2f} s  load_config {load_text}  {rss / 2**20:4.0f} MB  {message[:90]}", flush=True)
+            print(
+                f"{label:44} exit {code}  cli {wall:5.2f} s  load_config {load_text}  {rss / 2**20:4.0f} MB  {message[:90]}",
+                flush=True,
+            )
     worst = max(rows[1:], key=lambda r: r["wall_s"])
     slowest_load = max((r for r in rows if r["load_config_s"] is not None), key=lambda r: r["load_config_s"])
-    print(f"\nslowest CLI run: {worst['case']}: {worst['wall_s']:.2f} s (the CLI's own start, a valid config: {rows[0]['wall_s']:.2f} s); "
-          f"slowest load_config: {slowest_load['case']}: {slowest_load['load_config_s']:.3f} s; "
-          f"largest peak RSS: {max(r['peak_rss_bytes'] for r in rows[1:]) / 2**20:.0f} MB")
+    print(
+        f"\nslowest CLI run: {worst['case']}: {worst['wall_s']:.2f} s (the CLI's own start, a valid config: {rows[0]['wall_s']:.2f} s); "
+        f"slowest load_config: {slowest_load['case']}: {slowest_load['load_config_s']:.3f} s; "
+        f"largest peak RSS: {max(r['peak_rss_bytes'] for r in rows[1:]) / 2**20:.0f} MB"
+    )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 

@@ -334,14 +334,33 @@ def command(arm: str, shape: str, folder: Path, args: argparse.Namespace) -> tup
     env.pop("RPCCTL_TELEMETRY_DISABLE", None)
     python = args.base if arm == "base" else sys.executable
     if arm == "torchrun":
-        return [python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks(args)),
-                str(script), *argv(args)], env
+        return [
+            python,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            str(ranks(args)),
+            str(script),
+            *argv(args),
+        ], env
     config = folder / f"{shape}-{arm}.yaml"
-    config.write_text(json.dumps({
-        "name": f"cost-{shape}-{arm}", "script": str(script), "args": argv(args), "nproc_per_node": ranks(args),
-        "timeout": 600, "env": {"OMP_NUM_THREADS": "1", "LAUNCH_COST_TRANSPORT": env["LAUNCH_COST_TRANSPORT"],
-                                **({"RPCCTL_TELEMETRY_DISABLE": "1"} if arm == "off" else {})},
-    }))
+    config.write_text(
+        json.dumps(
+            {
+                "name": f"cost-{shape}-{arm}",
+                "script": str(script),
+                "args": argv(args),
+                "nproc_per_node": ranks(args),
+                "timeout": 600,
+                "env": {
+                    "OMP_NUM_THREADS": "1",
+                    "LAUNCH_COST_TRANSPORT": env["LAUNCH_COST_TRANSPORT"],
+                    **({"RPCCTL_TELEMETRY_DISABLE": "1"} if arm == "off" else {}),
+                },
+            }
+        )
+    )
     return [python, "-m", "rpcctl", "launch", str(config), "--no-live", "--runs-dir", str(folder / "runs")], env
 
 
@@ -363,16 +382,21 @@ def measure(args: argparse.Namespace, folder: Path) -> Runs:
     results = {shape: {arm: [] for arm in arms} for shape in args.shapes}
     for round_ in range(args.rounds):
         for shape in args.shapes:
-            order = arms[round_ % len(arms):] + arms[: round_ % len(arms)]  # rotate: drift hits every arm alike
+            order = arms[round_ % len(arms) :] + arms[: round_ % len(arms)]  # rotate: drift hits every arm alike
             for arm in order:
                 one = launch(arm, shape, folder, args)
                 results[shape][arm].append(one)
-                print(f"round {round_ + 1} {shape} {arm}: {one[0]:.1f}/s, CPU per op {one[1]:.2f} µs (caller {one[2]:.2f},"
-                      f" sender {one[3]:.2f})", file=sys.stderr)
+                print(
+                    f"round {round_ + 1} {shape} {arm}: {one[0]:.1f}/s, CPU per op {one[1]:.2f} µs (caller {one[2]:.2f},"
+                    f" sender {one[3]:.2f})",
+                    file=sys.stderr,
+                )
     return results
 
 
-LOG_LINE = compile_linear(r"round \d+ (\w+) (\w+): ([\d.]+)/s, CPU per op ([\d.]+) µs \(caller ([\d.]+), sender ([\d.]+)\)")
+LOG_LINE = compile_linear(
+    r"round \d+ (\w+) (\w+): ([\d.]+)/s, CPU per op ([\d.]+) µs \(caller ([\d.]+), sender ([\d.]+)\)"
+)
 
 
 def from_log(path: Path) -> Runs:
@@ -388,9 +412,12 @@ def summarise(results: Runs) -> dict[str, object]:
     summary: dict[str, object] = {}
     for shape, arms in results.items():
         shape_summary: dict[str, object] = {
-            arm: {"rate_median": statistics.median(r[0] for r in runs), "cpu_us_median": statistics.median(r[1] for r in runs),
-                  "caller_us_median": statistics.median(r[2] for r in runs),
-                  "sender_us_median": statistics.median(r[3] for r in runs)}
+            arm: {
+                "rate_median": statistics.median(r[0] for r in runs),
+                "cpu_us_median": statistics.median(r[1] for r in runs),
+                "caller_us_median": statistics.median(r[2] for r in runs),
+                "sender_us_median": statistics.median(r[3] for r in runs),
+            }
             for arm, runs in arms.items()
         }
         for a, b in RATIOS:
@@ -402,7 +429,8 @@ def summarise(results: Runs) -> dict[str, object]:
                 "caller": [y[2] / x[2] for x, y in zip(arms[a], arms[b])],
             }
             shape_summary[f"{a}/{b}"] = {
-                f"{key}{end}": f(values) for key, values in ratios.items()
+                f"{key}{end}": f(values)
+                for key, values in ratios.items()
                 for end, f in (("", statistics.median), ("_min", min), ("_max", max))
             }
         shape_summary["raw"] = arms
@@ -411,19 +439,25 @@ def summarise(results: Runs) -> dict[str, object]:
 
 
 def print_summary(summary: dict[str, object]) -> None:
-    print("per arm: median rate, CPU per op (the caller thread's, rpcctl's sender thread's); a/b: a's rate / b's, b's CPU per op / a's "
-          "(1.00: the same; < 1: a costs more), median (lowest..highest)")
+    print(
+        "per arm: median rate, CPU per op (the caller thread's, rpcctl's sender thread's); a/b: a's rate / b's, b's CPU per op / a's "
+        "(1.00: the same; < 1: a costs more), median (lowest..highest)"
+    )
     for shape, s in summary.items():
-        medians = ", ".join(f"{arm} {m['rate_median']:.0f}/s {m['cpu_us_median']:.1f} µs ({m['caller_us_median']:.1f},"
-                            f" {m['sender_us_median']:.1f})"
-                            for arm, m in s.items()
-                            if isinstance(m, dict) and "rate_median" in m)
+        medians = ", ".join(
+            f"{arm} {m['rate_median']:.0f}/s {m['cpu_us_median']:.1f} µs ({m['caller_us_median']:.1f},"
+            f" {m['sender_us_median']:.1f})"
+            for arm, m in s.items()
+            if isinstance(m, dict) and "rate_median" in m
+        )
         print(f"{shape}: {medians}")
         for a, b in RATIOS:
             r = s.get(f"{a}/{b}")
             if r:
-                print(f"  {a}/{b}: rate x{r['rate']:.3f} ({r['rate_min']:.3f}..{r['rate_max']:.3f}), "
-                      f"CPU x{r['cpu']:.3f} ({r['cpu_min']:.3f}..{r['cpu_max']:.3f}), caller's CPU x{r['caller']:.3f}")
+                print(
+                    f"  {a}/{b}: rate x{r['rate']:.3f} ({r['rate_min']:.3f}..{r['rate_max']:.3f}), "
+                    f"CPU x{r['cpu']:.3f} ({r['cpu_min']:.3f}..{r['cpu_max']:.3f}), caller's CPU x{r['caller']:.3f}"
+                )
 
 
 def profile(args: argparse.Namespace, folder: Path) -> None:
@@ -480,19 +514,31 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=list(SHAPES))
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
-    parser.add_argument("--seconds", type=float, default=3.0, help="each launch's timed loop (after 1/10 of it of warm-up)")
+    parser.add_argument(
+        "--seconds", type=float, default=3.0, help="each launch's timed loop (after 1/10 of it of warm-up)"
+    )
     parser.add_argument("--calls", type=int, default=20_000, help="remote and sync: at most so many calls")
-    parser.add_argument("--fanouts", type=int, default=1000, help="async: at most so many rounds of 2 x 16 calls in flight")
+    parser.add_argument(
+        "--fanouts", type=int, default=1000, help="async: at most so many rounds of 2 x 16 calls in flight"
+    )
     parser.add_argument("--steps", type=int, default=20_000, help="ddp: at most so many steps")
     parser.add_argument("--numel", type=int, default=1024, help="ddp: floats all-reduced per step")
     parser.add_argument("--nproc", type=int, default=3, help="ddp: ranks")
-    parser.add_argument("--transport", choices=("default", "uv"), default="default",
-                        help="RPC shapes: uv is TensorPipe's TCP transport alone, with no busy-polling reactor thread"
-                        " sharing the cores with the callers (see Measured)")
-    parser.add_argument("--base", help="an arm 'base', telemetry on, run by this Python: one whose sys.path finds an older"
-                        " rpcctl (see Measured)")
+    parser.add_argument(
+        "--transport",
+        choices=("default", "uv"),
+        default="default",
+        help="RPC shapes: uv is TensorPipe's TCP transport alone, with no busy-polling reactor thread"
+        " sharing the cores with the callers (see Measured)",
+    )
+    parser.add_argument(
+        "--base",
+        help="an arm 'base', telemetry on, run by this Python: one whose sys.path finds an older rpcctl (see Measured)",
+    )
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--from-log", help="summarise the progress lines (stderr) of an earlier run instead of measuring")
+    parser.add_argument(
+        "--from-log", help="summarise the progress lines (stderr) of an earlier run instead of measuring"
+    )
     parser.add_argument("--profile", choices=sorted(SHAPES), help="profile one launch of this shape per arm (py-spy)")
     parser.add_argument("--profile-out", default="profiles")
     parser.add_argument("--profile-top", type=int, default=25)

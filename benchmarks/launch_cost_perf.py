@@ -44,14 +44,38 @@ def one(shape: str, arm: str, args: argparse.Namespace, folder: Path) -> dict[tu
     """One launch under perf: the driving rank's µs per operation by (thread, function)."""
     cmd, env = launch_cost.command(arm, shape, folder, args)
     data = folder / f"{shape}-{arm}.data"
-    run = subprocess.run(["perf", "record", "-q", "-k", "CLOCK_MONOTONIC", "-e", "cpu-clock", "-F", str(FREQ), "-o",
-                          str(data), "--", *cmd], env=env, cwd=folder, capture_output=True, text=True, timeout=900)
+    run = subprocess.run(
+        [
+            "perf",
+            "record",
+            "-q",
+            "-k",
+            "CLOCK_MONOTONIC",
+            "-e",
+            "cpu-clock",
+            "-F",
+            str(FREQ),
+            "-o",
+            str(data),
+            "--",
+            *cmd,
+        ],
+        env=env,
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     found = WINDOW.search(run.stdout + run.stderr)
     if run.returncode != 0 or not found:
         raise SystemExit(f"{shape} {arm}: exit {run.returncode}\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}")
     n, t0, t1, pid = int(found.group(1)), float(found.group(2)), float(found.group(3)), found.group(4)
-    script = subprocess.run(["perf", "script", "-i", str(data), "-F", "comm,pid,tid,time,ip,sym,dso"],
-                            capture_output=True, text=True, timeout=900).stdout
+    script = subprocess.run(
+        ["perf", "script", "-i", str(data), "-F", "comm,pid,tid,time,ip,sym,dso"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    ).stdout
     data.unlink()
     samples: collections.Counter[tuple[str, str]] = collections.Counter()
     for line in script.splitlines():
@@ -73,8 +97,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--transport", choices=("default", "uv"), default="default", help="as launch_cost.py's")
-    parser.add_argument("--threads", nargs="+", default=["main"], metavar="THREAD",
-                        help="whose functions to list (main, python: rpcctl's sender among others, pt_thread_pool, TP_*)")
+    parser.add_argument(
+        "--threads",
+        nargs="+",
+        default=["main"],
+        metavar="THREAD",
+        help="whose functions to list (main, python: rpcctl's sender among others, pt_thread_pool, TP_*)",
+    )
     args = parser.parse_args(argv)
     if shutil.which("perf") is None:
         raise SystemExit("needs perf (linux-perf)")
@@ -85,8 +114,10 @@ def main(argv: list[str] | None = None) -> None:
         for i in range(args.pairs):
             for arm in ("on", "off") if i % 2 == 0 else ("off", "on"):
                 per_op = one(args.shape, arm, args, Path(tmp))
-                print(f"pair {i + 1} {arm}: main thread {sum(v for (t, _), v in per_op.items() if t == 'main'):.1f} µs per op",
-                      file=sys.stderr)
+                print(
+                    f"pair {i + 1} {arm}: main thread {sum(v for (t, _), v in per_op.items() if t == 'main'):.1f} µs per op",
+                    file=sys.stderr,
+                )
                 for key, us in per_op.items():
                     mean[arm][key] += us / args.pairs
     threads: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])

@@ -44,8 +44,24 @@ def main() -> None:
         config = Path(tmp) / "rpc_hello.yaml"
         config.write_text(f"name: rpc-hello\nscript: {SCRIPT}\nnproc_per_node: {args.nproc}\n")
         commands = {
-            "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}", str(SCRIPT)],
-            "rpcctl": [sys.executable, "-m", "rpcctl", "launch", str(config), "--no-live", "--runs-dir", str(Path(tmp) / "runs")],
+            "torchrun": [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc-per-node={args.nproc}",
+                str(SCRIPT),
+            ],
+            "rpcctl": [
+                sys.executable,
+                "-m",
+                "rpcctl",
+                "launch",
+                str(config),
+                "--no-live",
+                "--runs-dir",
+                str(Path(tmp) / "runs"),
+            ],
         }
         timed(commands["rpcctl"], env)  # warm the page cache for both (same torch files)
         samples: dict[str, list[float]] = {"torchrun": [], "rpcctl": []}
@@ -53,7 +69,10 @@ def main() -> None:
             order = ["torchrun", "rpcctl"] if i % 2 == 0 else ["rpcctl", "torchrun"]
             for name in order:
                 samples[name].append(timed(commands[name], env))
-            print(f"pair {i + 1}/{args.pairs}: torchrun {samples['torchrun'][-1]:.2f}s  rpcctl {samples['rpcctl'][-1]:.2f}s", file=sys.stderr)
+            print(
+                f"pair {i + 1}/{args.pairs}: torchrun {samples['torchrun'][-1]:.2f}s  rpcctl {samples['rpcctl'][-1]:.2f}s",
+                file=sys.stderr,
+            )
 
     ratios = [r / t for r, t in zip(samples["rpcctl"], samples["torchrun"])]
     summary = {
@@ -66,8 +85,12 @@ def main() -> None:
         "samples": samples,
     }
     print(f"ranks: {args.nproc}, pairs: {args.pairs}, cpus: {os.cpu_count()}")
-    print(f"torchrun --standalone  median {summary['torchrun_median_s']:.2f}s  (min {min(samples['torchrun']):.2f}, max {max(samples['torchrun']):.2f})")
-    print(f"rpcctl launch          median {summary['rpcctl_median_s']:.2f}s  (min {min(samples['rpcctl']):.2f}, max {max(samples['rpcctl']):.2f})")
+    print(
+        f"torchrun --standalone  median {summary['torchrun_median_s']:.2f}s  (min {min(samples['torchrun']):.2f}, max {max(samples['torchrun']):.2f})"
+    )
+    print(
+        f"rpcctl launch          median {summary['rpcctl_median_s']:.2f}s  (min {min(samples['rpcctl']):.2f}, max {max(samples['rpcctl']):.2f})"
+    )
     print(f"rpcctl / torchrun      median of paired ratios {summary['ratio_median']:.2f}x  (target <= 0.60x)")
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2))

@@ -68,7 +68,9 @@ def main() -> None:
         rss_before = peak_rss_bytes()
         cpu_before = os.times()
         wall_before = time.perf_counter()
-        child = subprocess.Popen([sys.executable, "-c", WRITER, str(total), str(args.chunk), separator], stdout=write_fd)
+        child = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(total), str(args.chunk), separator], stdout=write_fd
+        )
         os.close(write_fd)
         child.wait()
         pump.drain(timeout=600)
@@ -77,9 +79,14 @@ def main() -> None:
         logged = log_path.stat().st_size
     cpu = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
     figures = {
-        "mb": args.mb, "separator": args.separator, "chunk": args.chunk, "pump_cpu_s": round(cpu, 3),
-        "wall_s": round(wall, 3), "peak_rss_growth_bytes": peak_rss_bytes() - rss_before,
-        "pieces": pieces, "log_bytes": logged,
+        "mb": args.mb,
+        "separator": args.separator,
+        "chunk": args.chunk,
+        "pump_cpu_s": round(cpu, 3),
+        "wall_s": round(wall, 3),
+        "peak_rss_growth_bytes": peak_rss_bytes() - rss_before,
+        "pieces": pieces,
+        "log_bytes": logged,
     }
     if args.json:
         print(json.dumps(figures))

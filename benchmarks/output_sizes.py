@@ -40,14 +40,18 @@ BIG = "import os\nraise RuntimeError('x' * int(float(os.environ['MESSAGE_MB']) *
 
 
 def rpcctl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rpcctl", *args], capture_output=True, text=True, cwd=cwd, timeout=1800)
+    return subprocess.run(
+        [sys.executable, "-m", "rpcctl", *args], capture_output=True, text=True, cwd=cwd, timeout=1800
+    )
 
 
 def launch(folder: Path, name: str, script: str, env: dict[str, str]) -> tuple[Path, int]:
     """Run the job to its end; return its run directory and the bytes `rpcctl launch` printed."""
     (folder / f"{name}.py").write_text(script)
     config = folder / f"{name}.yaml"
-    config.write_text(json.dumps({"script": f"{name}.py", "nproc_per_node": 1, "preload": [], "env": env, "timeout": 1200}))
+    config.write_text(
+        json.dumps({"script": f"{name}.py", "nproc_per_node": 1, "preload": [], "env": env, "timeout": 1200})
+    )
     result = rpcctl("launch", str(config), "--no-live", "--runs-dir", str(folder / "runs"), cwd=folder)
     [run_dir] = [p for p in (folder / "runs").iterdir() if p.name.startswith(name)]
     return run_dir, len(result.stdout.encode()) + len(result.stderr.encode())
@@ -63,7 +67,11 @@ def output_size(folder: Path, command: list[str], out: Path) -> int | None:
 
 def live_view_size(run_dir: Path) -> int:
     code = f"from pathlib import Path; from rpcctl.web import page; print(len(page.view_json(page.run_view(Path({str(run_dir)!r})))))"
-    return int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=run_dir.parent).stdout)
+    return int(
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=run_dir.parent
+        ).stdout
+    )
 
 
 def measure(folder: Path, message_mb: float, metrics: int, steps: int) -> list[tuple[str, str, int | None]]:
@@ -71,18 +79,26 @@ def measure(folder: Path, message_mb: float, metrics: int, steps: int) -> list[t
     run_dir, printed = launch(folder, "big", BIG, {"MESSAGE_MB": str(message_mb)})
     what = f"{message_mb:g} MB exception"
     error_file = run_dir / "errors" / "rank-0.json"
-    rows += [(what, "run.json", (run_dir / "run.json").stat().st_size),
-             (what, "errors/rank-0.json", error_file.stat().st_size if error_file.exists() else None),
-             (what, "printed by rpcctl launch", printed),
-             (what, "report", output_size(folder, ["report", str(run_dir)], folder / "big.html")),
-             (what, "live page /api/view", live_view_size(run_dir))]
+    rows += [
+        (what, "run.json", (run_dir / "run.json").stat().st_size),
+        (what, "errors/rank-0.json", error_file.stat().st_size if error_file.exists() else None),
+        (what, "printed by rpcctl launch", printed),
+        (what, "report", output_size(folder, ["report", str(run_dir)], folder / "big.html")),
+        (what, "live page /api/view", live_view_size(run_dir)),
+    ]
     run_dir, _ = launch(folder, "metrics", METRICS, {"METRICS": str(metrics), "STEPS": str(steps)})
     what = f"{metrics} metrics x {steps} steps"
-    rows += [(what, "report", output_size(folder, ["report", str(run_dir)], folder / "m.html")),
-             (what, "report --all", output_size(folder, ["report", str(run_dir), "--all"], folder / "m-all.html")),
-             (what, "trace", output_size(folder, ["trace", str(run_dir)], folder / "m.json")),
-             (what, "trace --max-events 0", output_size(folder, ["trace", str(run_dir), "--max-events", "0"], folder / "m-all.json")),
-             (what, "live page /api/view", live_view_size(run_dir))]
+    rows += [
+        (what, "report", output_size(folder, ["report", str(run_dir)], folder / "m.html")),
+        (what, "report --all", output_size(folder, ["report", str(run_dir), "--all"], folder / "m-all.html")),
+        (what, "trace", output_size(folder, ["trace", str(run_dir)], folder / "m.json")),
+        (
+            what,
+            "trace --max-events 0",
+            output_size(folder, ["trace", str(run_dir), "--max-events", "0"], folder / "m-all.json"),
+        ),
+        (what, "live page /api/view", live_view_size(run_dir)),
+    ]
     return rows
 
 

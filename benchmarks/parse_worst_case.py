@@ -81,8 +81,13 @@ def _ours() -> dict[str, dict[str, float]]:
         results[name] = {
             "bytes": len(line.encode()),
             "loss_parser_s": _best_of(LossParser().explain, line),
-            "stack_parser_s": _best_of(lambda text: (watchdog.parse_stacks("Thread 0x1 (most recent call first):\n" + text),
-                                                     frames.hide_own_frames("Thread 0x1 (most recent call first):\n" + text)), line),
+            "stack_parser_s": _best_of(
+                lambda text: (
+                    watchdog.parse_stacks("Thread 0x1 (most recent call first):\n" + text),
+                    frames.hide_own_frames("Thread 0x1 (most recent call first):\n" + text),
+                ),
+                line,
+            ),
             "splitter_s": _best_of(lambda text: LineSplitter().feed(text.encode()), line),
         }
     return results
@@ -99,16 +104,26 @@ print(json.dumps(time.perf_counter() - start))
 
 
 def _theirs(revision: str, limit: float) -> dict[str, float | None]:
-    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{revision}:rpcctl/telemetry/losses.py"],
-                            check=True, capture_output=True, text=True).stdout
+    source = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{revision}:rpcctl/telemetry/losses.py"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     results: dict[str, float | None] = {}
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "then_losses.py"
         path.write_text(source)
         for name, line in SHAPES.items():
             try:
-                done = subprocess.run([sys.executable, "-W", "ignore", "-c", _CHILD, str(path)], input=line,
-                                      capture_output=True, text=True, timeout=limit, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                done = subprocess.run(
+                    [sys.executable, "-W", "ignore", "-c", _CHILD, str(path)],
+                    input=line,
+                    capture_output=True,
+                    text=True,
+                    timeout=limit,
+                    env={**os.environ, "PYTHONPATH": str(ROOT)},
+                )
                 results[name] = json.loads(done.stdout)
             except subprocess.TimeoutExpired:
                 results[name] = None  # past the limit

@@ -72,11 +72,17 @@ def workload(calls: int) -> None:
         for size in SIZES:
             payload = torch.ones(size, dtype=torch.uint8)
             n = max(4, min(calls, (256 << 20) // size))
-            measure(f"echo {size >> 10} KiB" if size < (1 << 20) else f"echo {size >> 20} MiB", n,
-                    lambda payload=payload: rpc.rpc_sync("worker1", echo, args=(payload,)))
+            measure(
+                f"echo {size >> 10} KiB" if size < (1 << 20) else f"echo {size >> 20} MiB",
+                n,
+                lambda payload=payload: rpc.rpc_sync("worker1", echo, args=(payload,)),
+            )
         tiny = torch.ones(8, dtype=torch.uint8)
-        measure("64 in flight", max(4, calls // 4),
-                lambda: torch.futures.wait_all([rpc.rpc_async("worker1", echo, args=(tiny,)) for _ in range(64)]))
+        measure(
+            "64 in flight",
+            max(4, calls // 4),
+            lambda: torch.futures.wait_all([rpc.rpc_async("worker1", echo, args=(tiny,)) for _ in range(64)]),
+        )
         result["64 in flight"]["faults_per_call"] /= 64
         result["64 in flight"]["p50_s"] /= 64
         print("RESULT " + json.dumps(result), flush=True)
@@ -87,13 +93,28 @@ def settings() -> dict[str, dict[str, str]]:
     sys.path.insert(0, str(ROOT))
     from rpcctl.base.rpc_settings import AUTO_SETTINGS, MALLOC_REUSE
 
-    return {"default": {}, "thp": {"THP_MEM_ALLOC_ENABLE": "1"}, "malloc": dict(MALLOC_REUSE), "auto": dict(AUTO_SETTINGS["env"])}
+    return {
+        "default": {},
+        "thp": {"THP_MEM_ALLOC_ENABLE": "1"},
+        "malloc": dict(MALLOC_REUSE),
+        "auto": dict(AUTO_SETTINGS["env"]),
+    }
 
 
 def launch(env_settings: dict[str, str], calls: int, tmp: Path) -> dict:
     config = tmp / "job.yaml"
-    config.write_text(json.dumps({"name": "rpc-allocation", "script": str(Path(__file__).resolve()), "args": ["--workload", "--calls", str(calls)],
-                                  "nproc_per_node": 2, "timeout": 600, "env": env_settings}))
+    config.write_text(
+        json.dumps(
+            {
+                "name": "rpc-allocation",
+                "script": str(Path(__file__).resolve()),
+                "args": ["--workload", "--calls", str(calls)],
+                "nproc_per_node": 2,
+                "timeout": 600,
+                "env": env_settings,
+            }
+        )
+    )
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env["RPCCTL_TELEMETRY_DISABLE"] = "1"  # the allocations measured are RPC's alone
@@ -120,21 +141,30 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="rpcctl-rpc-allocation-") as tmp:
         for r in range(args.rounds):
             names = list(configs)
-            names = names[r % len(names):] + names[: r % len(names)]  # rotate: drift hits every setting alike
+            names = names[r % len(names) :] + names[: r % len(names)]  # rotate: drift hits every setting alike
             for name in names:
                 samples[name].append(launch(configs[name], args.calls, Path(tmp)))
                 print(f"round {r + 1}/{args.rounds}: {name} done", file=sys.stderr, flush=True)
     cases = list(samples["default"][0])
-    report = {name: {case: {"faults_per_call": statistics.median(s[case]["faults_per_call"] for s in runs),
-                            "p50_s": statistics.median(s[case]["p50_s"] for s in runs)} for case in cases}
-              for name, runs in samples.items()}
+    report = {
+        name: {
+            case: {
+                "faults_per_call": statistics.median(s[case]["faults_per_call"] for s in runs),
+                "p50_s": statistics.median(s[case]["p50_s"] for s in runs),
+            }
+            for case in cases
+        }
+        for name, runs in samples.items()
+    }
     if args.json:
         print(json.dumps({"settings": configs, "rounds": args.rounds, "results": report}, indent=2))
         return
     print(f"page faults per call, both ranks (median of {args.rounds} launches; wall p50 in brackets):")
     print(f"{'':14}" + "".join(f"{name:>22}" for name in configs))
     for case in cases:
-        cells = "".join(f"{report[n][case]['faults_per_call']:10.1f} [{report[n][case]['p50_s'] * 1e3:7.2f} ms]" for n in configs)
+        cells = "".join(
+            f"{report[n][case]['faults_per_call']:10.1f} [{report[n][case]['p50_s'] * 1e3:7.2f} ms]" for n in configs
+        )
         print(f"{case:14}{cells}")
 
 

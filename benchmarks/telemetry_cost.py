@@ -241,8 +241,10 @@ def workload(shapes: list[str], rounds: int, profile: bool, threads: bool, resul
         if "rpcctl.rank.reporter" not in sys.modules:
             raise SystemExit("run under `rpcctl launch` with telemetry on: there is nothing to turn off here")
         ctx = {"rpc": rpc, "torch": torch, "x": torch.ones(16)}
-        result: dict = {s: {"ratio": [], "on": [], "off": [], "cpu_on_us": [], "cpu_off_us": [], "job_on_us": [], "job_off_us": []}
-                        for s in shapes}
+        result: dict = {
+            s: {"ratio": [], "on": [], "off": [], "cpu_on_us": [], "cpu_off_us": [], "job_on_us": [], "job_off_us": []}
+            for s in shapes
+        }
         for shape in shapes:  # warm-up: connections, thread pools, first pickling, the model
             SHAPES[shape][0](ctx, max(1, SHAPES[shape][1] // 10))
         for r in range(rounds):
@@ -291,7 +293,9 @@ def _profile(shapes: list[str], ctx: dict) -> dict[str, list]:
         rows = []
         for (path, line, name), (_, calls, own, cumulative, _) in stats.items():
             if path.startswith(telemetry_dir):
-                rows.append([f"{Path(path).name}:{line} {name}", calls / done, own / done * 1e6, cumulative / done * 1e6])
+                rows.append(
+                    [f"{Path(path).name}:{line} {name}", calls / done, own / done * 1e6, cumulative / done * 1e6]
+                )
         rows.sort(key=lambda row: -row[2])
         out[shape] = rows[:12]
     return out
@@ -305,22 +309,46 @@ def spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
-def measure(shapes: list[str], rounds: int, profile: bool = False, timeout: float = 900.0, threads: bool = False) -> dict:
+def measure(
+    shapes: list[str], rounds: int, profile: bool = False, timeout: float = 900.0, threads: bool = False
+) -> dict:
     """Launch the workload once under rpcctl (2 ranks, telemetry on) and summarise its pairs."""
     script = Path(__file__).resolve()
-    args = ["--workload", "--shapes", ",".join(shapes), "--rounds", str(rounds), *(["--profile"] if profile else []),
-            *(["--threads"] if threads else [])]
+    args = [
+        "--workload",
+        "--shapes",
+        ",".join(shapes),
+        "--rounds",
+        str(rounds),
+        *(["--profile"] if profile else []),
+        *(["--threads"] if threads else []),
+    ]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(prefix="rpcctl-telemetry-cost-") as tmp:
         result = Path(tmp) / "result.json"
         args += ["--result", str(result)]
         config = Path(tmp) / "job.yaml"
-        config.write_text(json.dumps({"name": "telemetry-cost", "script": str(script), "args": args, "nproc_per_node": 2, "timeout": timeout}))
-        cmd = [sys.executable, "-m", "rpcctl", "launch", str(config), "--no-live", "--runs-dir", str(Path(tmp) / "runs")]
+        config.write_text(
+            json.dumps(
+                {"name": "telemetry-cost", "script": str(script), "args": args, "nproc_per_node": 2, "timeout": timeout}
+            )
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "rpcctl",
+            "launch",
+            str(config),
+            "--no-live",
+            "--runs-dir",
+            str(Path(tmp) / "runs"),
+        ]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout + 60)
         if proc.returncode != 0 or not result.exists():
-            raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+            raise SystemExit(
+                f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+            )
         raw = json.loads(result.read_text())
     report = {"rounds": rounds, "blocks_per_side": BLOCKS, "target": 0.97, "shapes": {}}
     for shape in shapes:
@@ -339,10 +367,16 @@ def measure(shapes: list[str], rounds: int, profile: bool = False, timeout: floa
             "job_cpu_off_over_on": spread([off / on for on, off in zip(row["job_on_us"], row["job_off_us"])]),
         }
         if "threads" in row:  # µs per op by thread group, on and off, the largest extra first
-            groups = {g: {side: (c[side][0] / c[side][1] * 1e6 if c[side][1] else 0.0) for side in ("on", "off")}
-                      for g, c in row["threads"].items()}
+            groups = {
+                g: {side: (c[side][0] / c[side][1] * 1e6 if c[side][1] else 0.0) for side in ("on", "off")}
+                for g, c in row["threads"].items()
+            }
             report["shapes"][shape]["thread_cpu_us_per_op"] = dict(
-                sorted(((g, c) for g, c in groups.items() if " gc " not in g), key=lambda item: item[1]["off"] - item[1]["on"]))
+                sorted(
+                    ((g, c) for g, c in groups.items() if " gc " not in g),
+                    key=lambda item: item[1]["off"] - item[1]["on"],
+                )
+            )
             # collections per million operations, and µs of collecting per operation, by rank and generation
             report["shapes"][shape]["gc"] = {g: c for g, c in groups.items() if " gc " in g and (c["on"] or c["off"])}
     if "profile" in raw:
@@ -351,29 +385,39 @@ def measure(shapes: list[str], rounds: int, profile: bool = False, timeout: floa
 
 
 def render(report: dict) -> str:
-    lines = [f"telemetry on / off in the same ranks: {report['rounds']} rounds of {report['blocks_per_side']} alternating blocks per side",
-             "(speed: ops/s on over off; job CPU: both ranks' CPU per op, off over on; each the median of rounds,",
-             " lowest-highest round beside it; CPU µs/op on / off: the calling thread's, and both ranks' all threads')",
-             f"  {'shape':14}{'speed':>7}  {'range':>13}  {'job CPU':>7}  {'range':>13}  {'ops/s on':>9}  {'ops/s off':>9}"
-             f"  {'caller µs/op':>15}  {'job µs/op':>15}"]
+    lines = [
+        f"telemetry on / off in the same ranks: {report['rounds']} rounds of {report['blocks_per_side']} alternating blocks per side",
+        "(speed: ops/s on over off; job CPU: both ranks' CPU per op, off over on; each the median of rounds,",
+        " lowest-highest round beside it; CPU µs/op on / off: the calling thread's, and both ranks' all threads')",
+        f"  {'shape':14}{'speed':>7}  {'range':>13}  {'job CPU':>7}  {'range':>13}  {'ops/s on':>9}  {'ops/s off':>9}"
+        f"  {'caller µs/op':>15}  {'job µs/op':>15}",
+    ]
     for shape, row in report["shapes"].items():
         r, j = row["on_over_off"], row["job_cpu_off_over_on"]
         verdict = "" if min(r["median"], j["median"]) >= report["target"] else f"  below {report['target']}"
         cpu = f"{row['caller_cpu_us_per_op_on']:6.1f} / {row['caller_cpu_us_per_op_off']:<6.1f}"
         job = f"{row['job_cpu_us_per_op_on']:6.1f} / {row['job_cpu_us_per_op_off']:<6.1f}"
-        lines.append(f"  {shape:14}{r['median']:7.3f}  {r['min']:6.3f}-{r['max']:<6.3f}  {j['median']:7.3f}  {j['min']:6.3f}-{j['max']:<6.3f}"
-                     f"  {row['ops_per_s_on']:9.0f}  {row['ops_per_s_off']:9.0f}  {cpu:>15}  {job:>15}{verdict}")
+        lines.append(
+            f"  {shape:14}{r['median']:7.3f}  {r['min']:6.3f}-{r['max']:<6.3f}  {j['median']:7.3f}  {j['min']:6.3f}-{j['max']:<6.3f}"
+            f"  {row['ops_per_s_on']:9.0f}  {row['ops_per_s_off']:9.0f}  {cpu:>15}  {job:>15}{verdict}"
+        )
     for shape, row in report["shapes"].items():
         if "thread_cpu_us_per_op" in row:
             lines.append(f"\n{shape}: CPU by thread, µs per operation on / off (largest extra first)")
-            lines.extend(f"  {g:34} {c['on']:8.1f} / {c['off']:<8.1f} {c['on'] - c['off']:+8.1f}"
-                         for g, c in list(row["thread_cpu_us_per_op"].items())[:10])
+            lines.extend(
+                f"  {g:34} {c['on']:8.1f} / {c['off']:<8.1f} {c['on'] - c['off']:+8.1f}"
+                for g, c in list(row["thread_cpu_us_per_op"].items())[:10]
+            )
             if row.get("gc"):
-                lines.append(f"{shape}: garbage collections per million operations (n) and µs per operation collecting (s), on / off")
+                lines.append(
+                    f"{shape}: garbage collections per million operations (n) and µs per operation collecting (s), on / off"
+                )
                 lines.extend(f"  {g:34} {c['on']:8.1f} / {c['off']:<8.1f}" for g, c in row["gc"].items())
     for shape, rows in report.get("profile", {}).items():
         lines.append(f"\n{shape}: telemetry functions by own time (µs per operation; calls per operation)")
-        lines.extend(f"  {own:7.2f} µs  {cum:7.2f} µs cumulative  {calls:5.2f}×  {name}" for name, calls, own, cum in rows)
+        lines.extend(
+            f"  {own:7.2f} µs  {cum:7.2f} µs cumulative  {calls:5.2f}×  {name}" for name, calls, own, cum in rows
+        )
     return "\n".join(lines)
 
 
@@ -386,10 +430,17 @@ def _positive(text: str) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=_positive, default=9, help="on/off pairs per shape (default 9: on 2 cores, 5 leave the median ±3%% from run to run)")
+    parser.add_argument(
+        "--rounds",
+        type=_positive,
+        default=9,
+        help="on/off pairs per shape (default 9: on 2 cores, 5 leave the median ±3%% from run to run)",
+    )
     parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma list of: {', '.join(SHAPES)}")
     parser.add_argument("--profile", action="store_true", help="also profile the hooks (cProfile, hooks on)")
-    parser.add_argument("--only", choices=("rrefs", "calls"), help="turn only this family of hooks on and off (the others stay on)")
+    parser.add_argument(
+        "--only", choices=("rrefs", "calls"), help="turn only this family of hooks on and off (the others stay on)"
+    )
     parser.add_argument("--threads", action="store_true", help="also show both ranks' CPU by thread, on and off")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--workload", action="store_true", help=argparse.SUPPRESS)

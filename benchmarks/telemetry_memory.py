@@ -40,7 +40,12 @@ server.close()
 
 
 def _hello() -> bytes:
-    return json.dumps({"k": "hello", "pid": os.getpid(), "ppid": 1, "host": "h", "rank": 0, "kind": "child", "t": time.time()}).encode() + b"\n"
+    return (
+        json.dumps(
+            {"k": "hello", "pid": os.getpid(), "ppid": 1, "host": "h", "rank": 0, "kind": "child", "t": time.time()}
+        ).encode()
+        + b"\n"
+    )
 
 
 def _connect(path: str) -> socket.socket:
@@ -54,8 +59,15 @@ def _connect(path: str) -> socket.socket:
 def measure(tree: Path, connections: int, mib: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="rpcctl-memory-") as run_dir:
         env = {**os.environ, "PYTHONPATH": str(tree)}
-        server = subprocess.Popen([sys.executable, "-c", SERVER, run_dir], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, cwd=tree, env=env)
+        server = subprocess.Popen(
+            [sys.executable, "-c", SERVER, run_dir],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tree,
+            env=env,
+        )
         try:
             path = json.loads(server.stdout.readline())["socket"]
             process = psutil.Process(server.pid)
@@ -95,7 +107,9 @@ def measure(tree: Path, connections: int, mib: int) -> dict[str, float]:
 def _line_buffer_s(tree: Path) -> float:
     """Seconds the tree's ``LineBuffer`` takes to join one 3 MiB line fed in 4 KiB chunks (what a
     server that keeps up with a slow writer reads), best of 3."""
-    spec = importlib.util.spec_from_file_location(f"channel_{abs(hash(str(tree)))}", tree / "rpcctl" / "telemetry" / "channel.py")
+    spec = importlib.util.spec_from_file_location(
+        f"channel_{abs(hash(str(tree)))}", tree / "rpcctl" / "telemetry" / "channel.py"
+    )
     module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     piece, best = b"y" * 4096, float("inf")
@@ -110,22 +124,34 @@ def _line_buffer_s(tree: Path) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--before", default="d4c3efb", help="the revision to compare with (default: the one before the bounds)")
+    parser.add_argument(
+        "--before", default="d4c3efb", help="the revision to compare with (default: the one before the bounds)"
+    )
     parser.add_argument("--connections", type=int, default=40)
     parser.add_argument("--mib", type=int, default=8, help="MiB each connection sends of its unfinished line")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="rpcctl-before-") as before:
-        archive = subprocess.run(["git", "archive", args.before, "rpcctl"], cwd=ROOT, capture_output=True, check=True).stdout
+        archive = subprocess.run(
+            ["git", "archive", args.before, "rpcctl"], cwd=ROOT, capture_output=True, check=True
+        ).stdout
         subprocess.run(["tar", "-x", "-C", before], input=archive, check=True)
-        rows = [(f"before ({args.before})", measure(Path(before), args.connections, args.mib)),
-                ("this tree", measure(ROOT, args.connections, args.mib))]
-    print(f"{args.connections} connections, each sending {args.mib} MiB of a line that never ends (a MiB to each in turn)\n")
+        rows = [
+            (f"before ({args.before})", measure(Path(before), args.connections, args.mib)),
+            ("this tree", measure(ROOT, args.connections, args.mib)),
+        ]
+    print(
+        f"{args.connections} connections, each sending {args.mib} MiB of a line that never ends (a MiB to each in turn)\n"
+    )
     print(f"{'server':<22}{'RSS before':>12}{'peak':>10}{'grew':>10}{'cut off':>9}{'LineBuffer: 3 MiB in 4 KiB':>28}")
     for name, row in rows:
-        print(f"{name:<22}{row['base']:>9.0f} MB{row['peak']:>7.0f} MB{row['peak'] - row['base']:>7.0f} MB{row['cut']:>9}{row['line_s']:>26.3f} s")
+        print(
+            f"{name:<22}{row['base']:>9.0f} MB{row['peak']:>7.0f} MB{row['peak'] - row['base']:>7.0f} MB{row['cut']:>9}{row['line_s']:>26.3f} s"
+        )
     (_, old), (_, new) = rows
-    print(f"\ngrowth: {(old['peak'] - old['base']) / max(1.0, new['peak'] - new['base']):.1f}x less;"
-          f" the 3 MiB line: {old['line_s'] / max(1e-6, new['line_s']):.1f}x faster")
+    print(
+        f"\ngrowth: {(old['peak'] - old['base']) / max(1.0, new['peak'] - new['base']):.1f}x less;"
+        f" the 3 MiB line: {old['line_s'] / max(1e-6, new['line_s']):.1f}x faster"
+    )
     for name, row in rows:
         if row["said"].strip():
             print(f"\n{name}, on its stderr:\n{row['said'].rstrip()}")

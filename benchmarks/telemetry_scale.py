@@ -112,15 +112,30 @@ from rpcctl.telemetry.server import TelemetryServer  # noqa: E402
 # Events per second of one rank, by kind: measured with --measure (see the docstring) on this
 # machine, 2026-12-06, 3 ranks, 462 steps each in 8 s (58 steps/s: the machine was at load 17),
 # 96 events/s a rank. --measure replaces them for the run.
-RATES: dict[str, float] = {"call": 0.13, "cend": 0.13, "cent": 8.47, "churn": 3.41, "coll": 5.77, "cop": 1.22, "cstat": 8.26,
-                           "desc": 4.42, "loss": 58.37, "probe": 0.8, "rel": 1.35, "rref": 1.47, "vfree": 2.53}
+RATES: dict[str, float] = {
+    "call": 0.13,
+    "cend": 0.13,
+    "cent": 8.47,
+    "churn": 3.41,
+    "coll": 5.77,
+    "cop": 1.22,
+    "cstat": 8.26,
+    "desc": 4.42,
+    "loss": 58.37,
+    "probe": 0.8,
+    "rel": 1.35,
+    "rref": 1.47,
+    "vfree": 2.53,
+}
 # A GPU job's rank at 5 steps/s, 4 collectives a step (DDP buckets), derived from RATES (not
 # measured): what follows the step rate scales to 5/58 of it; coll stays (the group's state
 # changes every cycle at 20 collectives/s), cent is 20/16 a second past the first 64 listed,
 # cop and probe stay. About 20 events/s.
 STEP_SCALE = 5 / 58.37
-GPU_RATES = {kind: round(rate * STEP_SCALE, 2) if kind not in ("coll", "cop", "probe", "cent", "cstat") else rate
-             for kind, rate in RATES.items()}
+GPU_RATES = {
+    kind: round(rate * STEP_SCALE, 2) if kind not in ("coll", "cop", "probe", "cent", "cstat") else rate
+    for kind, rate in RATES.items()
+}
 GPU_RATES.update(cent=1.25, cstat=5.0)
 FAKE_PID = 10_000_000  # synthetic ranks' pids: above any pid_max, never a real process
 STRAGGLER_S = 0.02
@@ -143,7 +158,11 @@ class CountingServer(TelemetryServer):
         if message.get("k") == "batch" and conn.proc is not None and isinstance(message.get("ev"), list):
             self.events += len(message["ev"])
             if self.keep is not None:
-                self.keep.extend((conn.proc.rank, str(e.get("e")), float(e.get("t") or 0)) for e in message["ev"] if isinstance(e, dict))
+                self.keep.extend(
+                    (conn.proc.rank, str(e.get("e")), float(e.get("t") or 0))
+                    for e in message["ev"]
+                    if isinstance(e, dict)
+                )
         super()._handle(conn, message)
 
 
@@ -211,13 +230,28 @@ def measure(seconds: float) -> tuple[dict[str, float], str]:
         (folder / "loop.py").write_text(LOOP)
         server = CountingServer(folder / "run", world_size=3)
         server.keep = []
-        env = {**os.environ, **server.start(), "WORLD_SIZE": "3", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
-               "OMP_NUM_THREADS": "1", "RPCCTL_RUN_ID": "measure"}
+        env = {
+            **os.environ,
+            **server.start(),
+            "WORLD_SIZE": "3",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(free_port()),
+            "OMP_NUM_THREADS": "1",
+            "RPCCTL_RUN_ID": "measure",
+        }
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH"), str(ROOT)]))
         rpc_port = str(free_port())
-        procs = [subprocess.Popen([sys.executable, str(folder / "loop.py"), str(seconds), rpc_port], cwd=folder,
-                                  env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                 for r in range(3)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, str(folder / "loop.py"), str(seconds), rpc_port],
+                cwd=folder,
+                env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for r in range(3)
+        ]
         outputs = []
         try:
             for proc in procs:
@@ -241,7 +275,9 @@ def measure(seconds: float) -> tuple[dict[str, float], str]:
                 raise SystemExit(f"rank {rank} reported {len(losses)} losses: no loop to measure")
             begin, end = min(losses), max(losses)
             for kind in {k for k, _ in mine}:
-                per_kind.setdefault(kind, []).append(sum(1 for k, t in mine if k == kind and begin <= t <= end) / (end - begin))
+                per_kind.setdefault(kind, []).append(
+                    sum(1 for k, t in mine if k == kind and begin <= t <= end) / (end - begin)
+                )
         rates = {kind: round(statistics.mean(v), 2) for kind, v in sorted(per_kind.items()) if statistics.mean(v) > 0}
         return rates, f"3 ranks, {seconds:.0f} s, steps per rank {', '.join(steps)}"
 
@@ -264,8 +300,15 @@ class SyntheticRank:
         self.started = time.time()
 
     def hello(self) -> dict[str, Any]:
-        return {"k": "hello", "pid": FAKE_PID + self.rank, "ppid": 1, "host": socket.gethostname(), "rank": self.rank, "kind": "rank",
-                "t": time.time()}
+        return {
+            "k": "hello",
+            "pid": FAKE_PID + self.rank,
+            "ppid": 1,
+            "host": socket.gethostname(),
+            "rank": self.rank,
+            "kind": "rank",
+            "t": time.time(),
+        }
 
     def cycle(self, now: float, dt: float) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -285,37 +328,112 @@ class SyntheticRank:
         r = self.rank
         self.ids += 1
         if kind == "probe":
-            return {"e": "probe", "t": now, "cpu_percent": 97.0, "rss_bytes": 512 << 20, "threads": 12, "device": "cpu",
-                    "cuda_visible_devices": None, "dropped": 0, "cpu_s": now - self.started, "telemetry_cpu_s": 0.01 * (now - self.started)}
+            return {
+                "e": "probe",
+                "t": now,
+                "cpu_percent": 97.0,
+                "rss_bytes": 512 << 20,
+                "threads": 12,
+                "device": "cpu",
+                "cuda_visible_devices": None,
+                "dropped": 0,
+                "cpu_s": now - self.started,
+                "telemetry_cpu_s": 0.01 * (now - self.started),
+            }
         if kind == "coll":
-            return {"e": "coll", "pg": "0", "name": "default_pg", "size": self.world, "enq": self.seq, "done": self.seq - 1, "t": now}
+            return {
+                "e": "coll",
+                "pg": "0",
+                "name": "default_pg",
+                "size": self.world,
+                "enq": self.seq,
+                "done": self.seq - 1,
+                "t": now,
+            }
         if kind == "cop":
-            return {"e": "cop", "pg": "0", "op": "all_reduce", "n": 300, "bytes": 300 * 4096, "sum": 0.3, "max": 0.004,
-                    "h": {"9": 150, "10": 140, "12": 10}, "t": now}
+            return {
+                "e": "cop",
+                "pg": "0",
+                "op": "all_reduce",
+                "n": 300,
+                "bytes": 300 * 4096,
+                "sum": 0.3,
+                "max": 0.004,
+                "h": {"9": 150, "10": 140, "12": 10},
+                "t": now,
+            }
         if kind == "cent":  # every rank lists the same sequence numbers, rank N-1 late into each
             self.listed += 16
             entered = self.started + self.listed / 300 + (STRAGGLER_S if r == self.world - 1 else 0.0001 * (r % 7))
-            return {"e": "cent", "pg": "0", "seq": self.listed, "op": "all_reduce", "sizes": [[1024]], "dtypes": ["Float"],
-                    "bytes": 4096, "entered": entered, "completed": entered + STRAGGLER_S + 0.003, "t": now}
+            return {
+                "e": "cent",
+                "pg": "0",
+                "seq": self.listed,
+                "op": "all_reduce",
+                "sizes": [[1024]],
+                "dtypes": ["Float"],
+                "bytes": 4096,
+                "entered": entered,
+                "completed": entered + STRAGGLER_S + 0.003,
+                "t": now,
+            }
         if kind == "loss":
             self.step += 1
             return {"e": "loss", "step": self.step, "loss": 1.0 / self.step, "t": now}
         if kind == "cstat":
-            return {"e": "cstat", "callee": "w0", "func": "echo", "kind": "rpc_sync", "n": 30, "err": 0, "tmo": 0, "sum": 0.03,
-                    "max": 0.002, "h": {"9": 20, "10": 10}, "bytes": 30 * 64, "t": now}
+            return {
+                "e": "cstat",
+                "callee": "w0",
+                "func": "echo",
+                "kind": "rpc_sync",
+                "n": 30,
+                "err": 0,
+                "tmo": 0,
+                "sum": 0.03,
+                "max": 0.002,
+                "h": {"9": 20, "10": 10},
+                "bytes": 30 * 64,
+                "t": now,
+            }
         if kind == "churn":
             return {"e": "churn", "owner": "w0", "callee": "w0", "site": "loop.py:38 in <module>", "n": 1, "t": now}
         if kind == "rref":
-            return {"e": "rref", "id": f"{r}:{self.ids}", "fork": f"{r}:{self.ids}", "owner": "w0", "owner_rank": 0, "kind": "remote",
-                    "callee": "w0", "site": "loop.py:38 in <module>", "confirmed": True, "t": now}
+            return {
+                "e": "rref",
+                "id": f"{r}:{self.ids}",
+                "fork": f"{r}:{self.ids}",
+                "owner": "w0",
+                "owner_rank": 0,
+                "kind": "remote",
+                "callee": "w0",
+                "site": "loop.py:38 in <module>",
+                "confirmed": True,
+                "t": now,
+            }
         if kind in ("rel", "used", "conf", "vfree"):
             return {"e": kind, "id": f"{r}:{self.ids - 3}", "fork": f"{r}:{self.ids - 3}", "t": now}
         if kind in ("desc", "fork"):
-            return {"e": kind, "id": f"0:{self.ids}", "fork": f"{r}:{self.ids}", "owner_rank": 0, "type": "Tensor",
-                    "value": {"type": "Tensor", "shape": [64], "dtype": "float32", "device": "cpu", "nbytes": 256}, "t": now}
+            return {
+                "e": kind,
+                "id": f"0:{self.ids}",
+                "fork": f"{r}:{self.ids}",
+                "owner_rank": 0,
+                "type": "Tensor",
+                "value": {"type": "Tensor", "shape": [64], "dtype": "float32", "device": "cpu", "nbytes": 256},
+                "t": now,
+            }
         if kind in ("call", "srv"):
-            return {"e": kind, "id": self.ids, "kind": "rpc_sync", "callee": "w0", "func": "echo", "site": "loop.py:33", "thread": 1,
-                    "nbytes": 64, "t": now}
+            return {
+                "e": kind,
+                "id": self.ids,
+                "kind": "rpc_sync",
+                "callee": "w0",
+                "func": "echo",
+                "site": "loop.py:33",
+                "thread": 1,
+                "nbytes": 64,
+                "t": now,
+            }
         if kind in ("cend", "send"):
             return {"e": kind, "id": self.ids - 1, "status": "ok", "t": now}
         return None  # rpc, join, pgjoin, shutdown, bye: once a run, not a rate
@@ -333,7 +451,9 @@ def sender(socket_path: str, first: int, count: int, world: int, rates: dict[str
         sock.sendall(protocol.encode(rank.hello()))
         socks.append(sock)
     # One real event a rank sends once: joined RPC (so that inspect workers names it).
-    pending: list[list[dict[str, Any]]] = [[{"e": "pgjoin", "call": "init_process_group", "t": time.time()}] for _ in ranks]
+    pending: list[list[dict[str, Any]]] = [
+        [{"e": "pgjoin", "call": "init_process_group", "t": time.time()}] for _ in ranks
+    ]
     generated = sent = dropped = 0
     print("ready", flush=True)
     start_at = float(sys.stdin.readline())
@@ -363,7 +483,9 @@ def sender(socket_path: str, first: int, count: int, world: int, rates: dict[str
         time.sleep(max(0.0, tick - time.time()))
     behind = max(0.0, time.time() - tick)
     for i in range(len(ranks)):
-        socks[i].sendall(protocol.encode({"k": "batch", "ev": pending[i] + [{"e": "bye", "dropped": 0, "t": time.time()}]}))
+        socks[i].sendall(
+            protocol.encode({"k": "batch", "ev": pending[i] + [{"e": "bye", "dropped": 0, "t": time.time()}]})
+        )
         sent += len(pending[i]) + 1
     for sock in socks:
         sock.close()
@@ -382,12 +504,29 @@ def write_record(run_dir: Path, world: int) -> None:
     from rpcctl.base.states import RankStatus, RunStatus
 
     me = psutil.Process()
-    save_record(RunRecord(
-        run_id=run_dir.name, name="telemetry-scale", status=RunStatus.RUNNING, run_dir=str(run_dir), config_path=None, script="synthetic",
-        world_size=world, nproc_per_node=world, start_method="spawn", host=socket.gethostname(), launcher_pid=os.getpid(),
-        launcher_started=me.create_time(), master_addr="127.0.0.1", master_port=0, started_at=now_iso(),
-        ranks=[RankState(rank=r, local_rank=r, pid=FAKE_PID + r, state=RankStatus.RUNNING, started_at=now_iso()) for r in range(world)],
-    ))
+    save_record(
+        RunRecord(
+            run_id=run_dir.name,
+            name="telemetry-scale",
+            status=RunStatus.RUNNING,
+            run_dir=str(run_dir),
+            config_path=None,
+            script="synthetic",
+            world_size=world,
+            nproc_per_node=world,
+            start_method="spawn",
+            host=socket.gethostname(),
+            launcher_pid=os.getpid(),
+            launcher_started=me.create_time(),
+            master_addr="127.0.0.1",
+            master_port=0,
+            started_at=now_iso(),
+            ranks=[
+                RankState(rank=r, local_rank=r, pid=FAKE_PID + r, state=RankStatus.RUNNING, started_at=now_iso())
+                for r in range(world)
+            ],
+        )
+    )
 
 
 def thread_cpu(native_id: int | None) -> float:
@@ -429,8 +568,24 @@ def run_size(world: int, seconds: float, senders: int, rates: dict[str, float]) 
         share = [world // senders + (1 if i < world % senders else 0) for i in range(senders)]
         procs, first = [], 0
         for count in share:
-            procs.append(subprocess.Popen([sys.executable, __file__, "--sender", str(server.socket_path), str(first), str(count), str(world),
-                                           json.dumps(rates), str(seconds)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--sender",
+                        str(server.socket_path),
+                        str(first),
+                        str(count),
+                        str(world),
+                        json.dumps(rates),
+                        str(seconds),
+                    ],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+            )
             first += count
         for proc in procs:  # every rank connected and said hello
             if proc.stdout.readline().strip() != "ready":
@@ -466,14 +621,25 @@ def run_size(world: int, seconds: float, senders: int, rates: dict[str, float]) 
         db_bytes = sum(p.stat().st_size for p in run_dir.glob("telemetry.db*"))
         server.close()
         return {
-            "ranks": world, "seconds": round(wall, 2), "senders": senders,
+            "ranks": world,
+            "seconds": round(wall, 2),
+            "senders": senders,
             "offered_per_s": round(sum(r["generated"] for r in results) / wall),
             "stored_per_s": round(received_during / wall),
-            "stored": stored, "sent": sent, "dropped": sum(r["dropped"] for r in results) + server.bad_messages,
-            "senders_behind_s": round(max(r["behind_s"] for r in results), 2), "drain_s": round(drain, 2),
-            "server_cpu_pct": round(100 * cpu_during / wall), "events_per_cpu_s": round(stored / max(cpu_all, 1e-3)), "rss_growth_mb": round(rss / 2**20, 1), "db_mb": round(db_bytes / 2**20, 1),
-            "inspect_collectives_s": round(cli_coll_s, 2), "inspect_workers_s": round(cli_workers_s, 2),
-            "sdk_collectives_s": round(sdk_coll_s, 3), "sdk_workers_s": round(sdk_workers_s, 3), "collectives_json_kb": round(coll_bytes / 1024),
+            "stored": stored,
+            "sent": sent,
+            "dropped": sum(r["dropped"] for r in results) + server.bad_messages,
+            "senders_behind_s": round(max(r["behind_s"] for r in results), 2),
+            "drain_s": round(drain, 2),
+            "server_cpu_pct": round(100 * cpu_during / wall),
+            "events_per_cpu_s": round(stored / max(cpu_all, 1e-3)),
+            "rss_growth_mb": round(rss / 2**20, 1),
+            "db_mb": round(db_bytes / 2**20, 1),
+            "inspect_collectives_s": round(cli_coll_s, 2),
+            "inspect_workers_s": round(cli_workers_s, 2),
+            "sdk_collectives_s": round(sdk_coll_s, 3),
+            "sdk_workers_s": round(sdk_workers_s, 3),
+            "collectives_json_kb": round(coll_bytes / 1024),
             "straggler_found": [s.rank for s in report.stragglers] == [world - 1],
         }
 
@@ -484,12 +650,23 @@ def _timed(fn: Any) -> float:
     return time.perf_counter() - started
 
 
-COLUMNS = (("ranks", "RANKS"), ("offered_per_s", "OFFERED/s"), ("stored_per_s", "STORED/s"), ("dropped", "DROPPED"),
-           ("senders_behind_s", "SENDERS BEHIND s"), ("drain_s", "DRAIN s"), ("server_cpu_pct", "SERVER CPU %"),
-           ("events_per_cpu_s", "EVENTS/CPU s"),
-           ("rss_growth_mb", "RSS +MB"), ("db_mb", "DB MB"), ("inspect_collectives_s", "INSPECT COLL s"),
-           ("inspect_workers_s", "INSPECT WORKERS s"), ("sdk_collectives_s", "SDK COLL s"), ("sdk_workers_s", "SDK WORKERS s"),
-           ("straggler_found", "STRAGGLER"))
+COLUMNS = (
+    ("ranks", "RANKS"),
+    ("offered_per_s", "OFFERED/s"),
+    ("stored_per_s", "STORED/s"),
+    ("dropped", "DROPPED"),
+    ("senders_behind_s", "SENDERS BEHIND s"),
+    ("drain_s", "DRAIN s"),
+    ("server_cpu_pct", "SERVER CPU %"),
+    ("events_per_cpu_s", "EVENTS/CPU s"),
+    ("rss_growth_mb", "RSS +MB"),
+    ("db_mb", "DB MB"),
+    ("inspect_collectives_s", "INSPECT COLL s"),
+    ("inspect_workers_s", "INSPECT WORKERS s"),
+    ("sdk_collectives_s", "SDK COLL s"),
+    ("sdk_workers_s", "SDK WORKERS s"),
+    ("straggler_found", "STRAGGLER"),
+)
 
 
 def main() -> None:
@@ -503,7 +680,9 @@ def main() -> None:
     parser.add_argument("--senders", type=int, default=4, help="sender processes (default 4)")
     parser.add_argument("--quick", action="store_true", help="8 and 64 ranks, 3 s each")
     parser.add_argument("--measure", action="store_true", help="measure the per-rank rates on a real 3-rank job first")
-    parser.add_argument("--gpu-rates", action="store_true", help="a GPU job's rates (5 steps/s, 4 collectives a step: GPU_RATES)")
+    parser.add_argument(
+        "--gpu-rates", action="store_true", help="a GPU job's rates (5 steps/s, 4 collectives a step: GPU_RATES)"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rates = dict(GPU_RATES if args.gpu_rates else RATES)
@@ -521,8 +700,10 @@ def main() -> None:
     if args.json:
         print(json.dumps({"rates_per_rank": rates, "load": os.getloadavg(), "sizes": rows}, indent=1))
         return
-    print(f"per rank and second: {', '.join(f'{k} {v:g}' for k, v in rates.items())} ({sum(rates.values()):.0f} events);"
-          f" load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(
+        f"per rank and second: {', '.join(f'{k} {v:g}' for k, v in rates.items())} ({sum(rates.values()):.0f} events);"
+        f" load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
     widths = [max(len(title), *(len(str(r[key])) for r in rows)) for key, title in COLUMNS]
     print("  ".join(title.rjust(w) for (_, title), w in zip(COLUMNS, widths)))
     for row in rows:

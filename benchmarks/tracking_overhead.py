@@ -69,6 +69,7 @@ def workload(calls: int, window: int, rounds: int) -> None:
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
     if rank == 0:
         x = torch.ones(16)
+
         def one_round(hold: bool) -> float:
             kept = []
             start = time.perf_counter()
@@ -95,7 +96,7 @@ def workload(calls: int, window: int, rounds: int) -> None:
             for i in range(2 * rounds):
                 for shape in ("churn", "hold"):
                     measured = {}
-                    for on in ((True, False) if i % 2 == 0 else (False, True)):
+                    for on in (True, False) if i % 2 == 0 else (False, True):
                         hooks._q = tracking if on else None
                         measured[on] = one_round(shape == "hold")
                     hooks._q = tracking
@@ -121,7 +122,16 @@ def _tracked(hooks, handles: list, released=None) -> list:
     items = []
     for handle in handles:
         ref = hooks.Ref(handle, released)
-        ref.kind, ref.to, ref.func, ref.target, ref.code, ref.lasti, ref.t, ref.seen = "r", "worker1", echo, None, echo.__code__, 0, 0.0, 0
+        ref.kind, ref.to, ref.func, ref.target, ref.code, ref.lasti, ref.t, ref.seen = (
+            "r",
+            "worker1",
+            echo,
+            None,
+            echo.__code__,
+            0,
+            0.0,
+            0,
+        )
         items.append(ref)
     return items
 
@@ -258,8 +268,11 @@ def _telemetry_share(runs: Path) -> float | None:
     sys.path.insert(0, str(ROOT))
     from rpcctl import inspect
 
-    latest = max((p for p in runs.iterdir() if json.loads((p / "run.json").read_text()).get("name") == "rpcctl"),
-                 key=lambda p: p.stat().st_mtime, default=None)
+    latest = max(
+        (p for p in runs.iterdir() if json.loads((p / "run.json").read_text()).get("name") == "rpcctl"),
+        key=lambda p: p.stat().st_mtime,
+        default=None,
+    )
     cost = inspect.telemetry_cost(latest) if latest is not None else None
     return cost.share if cost is not None else None
 
@@ -284,7 +297,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds per launch (median taken)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--micro", action="store_true", help="only the in-process cost breakdown (seconds, no RPC)")
-    parser.add_argument("--gil", action="store_true", help="only the GIL waits the sender thread causes other threads (no RPC)")
+    parser.add_argument(
+        "--gil", action="store_true", help="only the GIL waits the sender thread causes other threads (no RPC)"
+    )
     parser.add_argument("--workload", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.workload:
@@ -292,14 +307,25 @@ def main() -> None:
         return
     if args.gil:
         waits = gil()
-        _emit(waits, args.json, "Sender thread at work (lists 2000 RRefs, then sees them all released; 4000 events per cycle):", [
-            f"  {label:18} sender CPU {w['sender_cpu_ms_per_cycle']:5.1f} ms/cycle;  another thread waits for the GIL"
-            f" p50 {w['wait_p50_us']:6.0f} µs  p99 {w['wait_p99_us']:6.0f} µs  max {w['wait_max_us']:6.0f} µs"
-            for label, w in waits.items()])
+        _emit(
+            waits,
+            args.json,
+            "Sender thread at work (lists 2000 RRefs, then sees them all released; 4000 events per cycle):",
+            [
+                f"  {label:18} sender CPU {w['sender_cpu_ms_per_cycle']:5.1f} ms/cycle;  another thread waits for the GIL"
+                f" p50 {w['wait_p50_us']:6.0f} µs  p99 {w['wait_p99_us']:6.0f} µs  max {w['wait_max_us']:6.0f} µs"
+                for label, w in waits.items()
+            ],
+        )
         return
     if args.micro:
         costs = micro()
-        _emit(costs, args.json, "CPU per rpc.remote, best of 15 (µs):", [f"  {name:50}{value:8.2f}" for name, value in costs.items()])
+        _emit(
+            costs,
+            args.json,
+            "CPU per rpc.remote, best of 15 (µs):",
+            [f"  {name:50}{value:8.2f}" for name, value in costs.items()],
+        )
         return
 
     script = Path(__file__).resolve()
@@ -313,13 +339,50 @@ def main() -> None:
         configs = {}
         for name, extra_env in (("rpcctl", {}), ("rpcctl-no-telemetry", {"RPCCTL_TELEMETRY_DISABLE": "1"})):
             config = Path(tmp) / f"{name}.yaml"
-            config.write_text(json.dumps({"name": name, "script": str(script), "args": work_args, "nproc_per_node": 2,
-                                          "timeout": timeout, "env": extra_env}))
+            config.write_text(
+                json.dumps(
+                    {
+                        "name": name,
+                        "script": str(script),
+                        "args": work_args,
+                        "nproc_per_node": 2,
+                        "timeout": timeout,
+                        "env": extra_env,
+                    }
+                )
+            )
             configs[name] = config
         commands = {
-            "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script), *work_args],
-            "rpcctl": [sys.executable, "-m", "rpcctl", "launch", str(configs["rpcctl"]), "--no-live", "--runs-dir", str(runs)],
-            "rpcctl-no-telemetry": [sys.executable, "-m", "rpcctl", "launch", str(configs["rpcctl-no-telemetry"]), "--no-live", "--runs-dir", str(runs)],
+            "torchrun": [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node",
+                "2",
+                str(script),
+                *work_args,
+            ],
+            "rpcctl": [
+                sys.executable,
+                "-m",
+                "rpcctl",
+                "launch",
+                str(configs["rpcctl"]),
+                "--no-live",
+                "--runs-dir",
+                str(runs),
+            ],
+            "rpcctl-no-telemetry": [
+                sys.executable,
+                "-m",
+                "rpcctl",
+                "launch",
+                str(configs["rpcctl-no-telemetry"]),
+                "--no-live",
+                "--runs-dir",
+                str(runs),
+            ],
         }
         shares: list[float] = []
         for trial in range(args.trials):
@@ -328,7 +391,9 @@ def main() -> None:
                 if name == "rpcctl" and (share := _telemetry_share(runs)) is not None:
                     shares.append(share)
             if not args.json:
-                line = "  ".join(f"{n}: churn {s[-1]['churn']:.0f}/s hold {s[-1]['hold']:.0f}/s" for n, s in samples.items())
+                line = "  ".join(
+                    f"{n}: churn {s[-1]['churn']:.0f}/s hold {s[-1]['hold']:.0f}/s" for n, s in samples.items()
+                )
                 print(f"trial {trial + 1}/{args.trials}  {line}", file=sys.stderr, flush=True)
 
     report = {"calls": args.calls, "window": args.window, "rounds": args.rounds, "trials": args.trials, "results": {}}
@@ -346,17 +411,26 @@ def main() -> None:
     if args.json:
         print(json.dumps(report, indent=2))
         return
-    print(f"\nrpc.remote throughput, median of {args.trials} trials ({args.calls} RRefs per round, {args.window} in flight):")
+    print(
+        f"\nrpc.remote throughput, median of {args.trials} trials ({args.calls} RRefs per round, {args.window} in flight):"
+    )
     print(f"{'':22}{'churn':>12}{'ratio':>8}{'hold':>12}{'ratio':>8}")
     for name, shapes in report["results"].items():
         c, h = shapes["churn"], shapes["hold"]
-        print(f"{name:22}{c['calls_per_s']:10.0f}/s{c['ratio_to_torchrun']:8.3f}{h['calls_per_s']:10.0f}/s{h['ratio_to_torchrun']:8.3f}")
+        print(
+            f"{name:22}{c['calls_per_s']:10.0f}/s{c['ratio_to_torchrun']:8.3f}{h['calls_per_s']:10.0f}/s{h['ratio_to_torchrun']:8.3f}"
+        )
     if "paired_on_off" in report:
         p = report["paired_on_off"]
-        print(f"{'paired, on / off':22}{'':12}{p['churn']:8.3f}{'':12}{p['hold']:8.3f}   (same processes, alternating rounds)")
+        print(
+            f"{'paired, on / off':22}{'':12}{p['churn']:8.3f}{'':12}{p['hold']:8.3f}   (same processes, alternating rounds)"
+        )
     if "telemetry_cpu_share" in report:
-        print(f"\ntelemetry's own threads (ranks' senders + launcher's server) used {report['telemetry_cpu_share']:.2%} of the\n"
-              "CPU time the ranks used (median over trials; measured by those threads, so not blurred by load)")
+        print(
+            f"\ntelemetry's own threads (ranks' senders + launcher's server) used {report['telemetry_cpu_share']:.2%} of the\n"
+            "CPU time the ranks used (median over trials; measured by those threads, so not blurred by load)"
+        )
+
 
 if __name__ == "__main__":
     main()

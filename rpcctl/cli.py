@@ -49,10 +49,21 @@ _plain_help()
 # CLI's start-up was 0.62 s of CPU with every command imported).
 # name: (module, attribute, the Example line; None for a sub-app, which has its own)
 COMMANDS: dict[str, tuple[str, str, str | None]] = {
-    "launch": ("rpcctl.commands.launch", "launch", "rpcctl launch configs/remote_call.yaml --set timeout=60 --ranks 0-1"),
-    "sbatch": ("rpcctl.commands.sbatch", "sbatch", "rpcctl sbatch configs/remote_call.yaml --nodes 2 --time 00:30:00 > job.sh"),
-    "k8s": ("rpcctl.commands.k8s", "k8s",
-            "rpcctl k8s configs/parameter_server.yaml --nodes 2 --image registry.example.com/train:1.0 -o job.k8s.yaml"),
+    "launch": (
+        "rpcctl.commands.launch",
+        "launch",
+        "rpcctl launch configs/remote_call.yaml --set timeout=60 --ranks 0-1",
+    ),
+    "sbatch": (
+        "rpcctl.commands.sbatch",
+        "sbatch",
+        "rpcctl sbatch configs/remote_call.yaml --nodes 2 --time 00:30:00 > job.sh",
+    ),
+    "k8s": (
+        "rpcctl.commands.k8s",
+        "k8s",
+        "rpcctl k8s configs/parameter_server.yaml --nodes 2 --image registry.example.com/train:1.0 -o job.k8s.yaml",
+    ),
     "runs": ("rpcctl.commands.runs", "runs", "rpcctl runs --limit 5 (or --json for every field)"),
     "logs": ("rpcctl.commands.runs", "logs", "rpcctl logs --merge --timestamps --follow"),
     "stop": ("rpcctl.commands.runs", "stop", "rpcctl stop remote-call-20261203 --wait 30"),
@@ -147,7 +158,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
 ) -> None:
     """Launch, inspect and benchmark torch.distributed.rpc jobs."""
 

@@ -25,7 +25,6 @@ from rich.table import Table
 from rich.text import Text
 
 
-
 class _Serialised:
     """A live panel's console whose every print holds the panel's lock (``Console.above``)."""
 
@@ -69,7 +68,9 @@ class Console:
         try:
             self._log, self._log_path = private_open(path, "a", encoding="utf-8", errors="backslashreplace"), path
         except OSError as exc:
-            self.err.print(f"[yellow]warning:[/yellow] cannot write {sanitize(str(path), markup=True)}: {sanitize(exc.strerror or str(exc), markup=True)}")
+            self.err.print(
+                f"[yellow]warning:[/yellow] cannot write {sanitize(str(path), markup=True)}: {sanitize(exc.strerror or str(exc), markup=True)}"
+            )
         try:
             yield
         finally:
@@ -115,8 +116,10 @@ class Console:
             log.flush()
         except OSError as exc:
             self._log = None
-            self.err.print(f"[yellow]warning:[/yellow] stopped writing {sanitize(str(self._log_path), markup=True)}: "
-                           f"{sanitize(exc.strerror or str(exc), markup=True)}")
+            self.err.print(
+                f"[yellow]warning:[/yellow] stopped writing {sanitize(str(self._log_path), markup=True)}: "
+                f"{sanitize(exc.strerror or str(exc), markup=True)}"
+            )
             with contextlib.suppress(OSError):
                 log.close()
 
@@ -294,8 +297,10 @@ class FittedTable:
         self.rows = rows
         self.title = title
         self.hint = hint
-        self.natural = [max(cell_len(line) for line in [c.title] + [ln for row in rows for ln in row[i].plain.split("\n")])
-                        for i, c in enumerate(self.columns)]
+        self.natural = [
+            max(cell_len(line) for line in [c.title] + [ln for row in rows for ln in row[i].plain.split("\n")])
+            for i, c in enumerate(self.columns)
+        ]
 
     def _floor(self, i: int) -> int:
         column = self.columns[i]
@@ -327,8 +332,13 @@ class FittedTable:
         table = Table(header_style="bold", box=None, pad_edge=False)
         for i, width in widths.items():
             column = self.columns[i]
-            table.add_column(column.title, justify=column.justify, width=width, no_wrap=column.clip or width >= self.natural[i],
-                             overflow="ellipsis" if column.clip else "fold")
+            table.add_column(
+                column.title,
+                justify=column.justify,
+                width=width,
+                no_wrap=column.clip or width >= self.natural[i],
+                overflow="ellipsis" if column.clip else "fold",
+            )
         for row in self.rows:
             table.add_row(*(row[i] for i in widths))
         yield table
@@ -386,7 +396,11 @@ def _has_something_to_say(column: Column, records: Sequence[Any]) -> bool:
 def to_jsonable(value: Any) -> Any:
     """Plain JSON data in raw units: dataclasses → dicts, datetimes → ISO-8601, NaN → null."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value) if f.metadata.get("json", True)}
+        return {
+            f.name: to_jsonable(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if f.metadata.get("json", True)
+        }
     if isinstance(value, dict):
         return {str(k): to_jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):

@@ -19,8 +19,16 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 INSTALL = "apt-get install -y chromium chromium-driver && pip install -c constraints.txt -e '.[test]'"
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--window-size=1400,2400",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1400,2400",
 )
 
 
@@ -66,7 +74,9 @@ class Browser:
             if value:
                 return value
             time.sleep(0.2)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {value!r}); console: {self.console()}")
+        raise AssertionError(
+            f"timed out after {timeout}s waiting for {what} (last: {value!r}); console: {self.console()}"
+        )
 
     def console(self) -> list[str]:
         try:

@@ -34,7 +34,8 @@ def _isolated(monkeypatch, tmp_path):
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "200")
     monkeypatch.delenv("RPCCTL_DEBUG", raising=False)
-    for name in [n for n in os.environ if n.startswith("PET_")] + ["JOB_COMPLETION_INDEX"]:  # a CI job that runs in a pod
+    # a CI job that runs in a pod
+    for name in [n for n in os.environ if n.startswith("PET_")] + ["JOB_COMPLETION_INDEX"]:
         monkeypatch.delenv(name, raising=False)
     from rpcctl.console import set_console
 
@@ -181,6 +182,19 @@ def pids_gone(pids) -> bool:
 
 
 __all__ = [
-    "ROOT", "WORKERS", "write_config", "rpcctl", "start_rpcctl", "launch_job", "launch_until_running", "only_run", "record", "wait_until",
-    "processes_of_run", "assert_no_process_left", "pids_gone", "signal", "os",
+    "ROOT",
+    "WORKERS",
+    "write_config",
+    "rpcctl",
+    "start_rpcctl",
+    "launch_job",
+    "launch_until_running",
+    "only_run",
+    "record",
+    "wait_until",
+    "processes_of_run",
+    "assert_no_process_left",
+    "pids_gone",
+    "signal",
+    "os",
 ]

@@ -94,7 +94,9 @@ MONARCH_CHECKS = {
     "remote_call": _check_monarch_remote_call,
     "remote_object": _check_monarch_remote_object,
     "remote_state": _check_monarch_remote_state,
-    "shard_aggregate": lambda out: (all(f"held by proc {r}" in out for r in range(3)) and "shard_aggregate OK" in out) or _fail(out),
+    "shard_aggregate": lambda out: (
+        (all(f"held by proc {r}" in out for r in range(3)) and "shard_aggregate OK" in out) or _fail(out)
+    ),
     "parameter_server": _check_monarch_parameter_server,
 }
 

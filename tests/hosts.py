@@ -22,7 +22,9 @@ class Host:
     address: str
     hostname: str
 
-    def command(self, argv: list[str], *, hostname: str | None = None, hosts_file: str | os.PathLike[str] | None = None) -> list[str]:
+    def command(
+        self, argv: list[str], *, hostname: str | None = None, hosts_file: str | os.PathLike[str] | None = None
+    ) -> list[str]:
         """``argv`` run on this host, with its own hostname (``hostname``: another one, as a pod
         has its pod's name). ``hosts_file``: the test's own file, bind-mounted over /etc/hosts in
         a mount namespace of this process alone, so names resolve as the test says, when it

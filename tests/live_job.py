@@ -19,7 +19,9 @@ def live_job(tmp: Path, name: str, script: str, nproc: int, preload: str, *launc
     then SIGTERM the launcher (ours, by its pid), wait, and check that no process is left."""
     (tmp / f"{name}.py").write_text(script)
     config = tmp / f"{name}.yaml"
-    config.write_text(f"name: {name}\nscript: {name}.py\nnproc_per_node: {nproc}\ngrace: 2\ntimeout: 100\npreload: [{preload}]\n")
+    config.write_text(
+        f"name: {name}\nscript: {name}.py\nnproc_per_node: {nproc}\ngrace: 2\ntimeout: 100\npreload: [{preload}]\n"
+    )
     launcher = start_rpcctl("launch", str(config), "--no-live", "--runs-dir", str(tmp / "runs"), *launch_args)
     run_dir = None
     try:

@@ -29,15 +29,21 @@ def _take_terminal() -> None:
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
-def run_on_terminal(args: list[str], on_output: Callable[[bytes, int], bytes | None], timeout: float) -> tuple[int, bytes]:
+def run_on_terminal(
+    args: list[str], on_output: Callable[[bytes, int], bytes | None], timeout: float
+) -> tuple[int, bytes]:
     """Run rpcctl on a fresh pty; ``on_output(all_bytes, pid)`` may return bytes to type."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLS, 0, 0))
     env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(COLS), "LINES": str(ROWS)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "rpcctl", *args],
-        stdin=slave, stdout=slave, stderr=slave, env=env,
-        start_new_session=True, preexec_fn=_take_terminal,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        start_new_session=True,
+        preexec_fn=_take_terminal,
     )
     os.close(slave)
     output = b""

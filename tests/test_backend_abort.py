@@ -14,15 +14,24 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.mark.parametrize("mode", ["size", "dtype"])
 def test_a_gloo_abort_on_mismatched_collectives_is_told_in_glooss_words(mode, tmp_path, runs_dir):
-    result, run_dir, rec = launch_job(tmp_path, runs_dir, name=f"abort-{mode}", script=str(WORKERS / "backend_abort.py"),
-                                      args=[mode], nproc_per_node=2, timeout=40, preload=["torch"])
+    result, run_dir, rec = launch_job(
+        tmp_path,
+        runs_dir,
+        name=f"abort-{mode}",
+        script=str(WORKERS / "backend_abort.py"),
+        args=[mode],
+        nproc_per_node=2,
+        timeout=40,
+        preload=["torch"],
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     cause = rec["root_cause"]
     assert cause["signal"] == "SIGABRT", cause
-    expected = ("gloo: Received data size doesn't match expected size (8 vs 4): a collective mismatch? "
-                "at ")
+    expected = "gloo: Received data size doesn't match expected size (8 vs 4): a collective mismatch? at "
     assert cause["message"].startswith(expected), cause["message"]
-    assert "backend_abort.py:" in cause["message"] and "in <module> (`dist.all_reduce(t)`)" in cause["message"], cause["message"]
+    assert "backend_abort.py:" in cause["message"] and "in <module> (`dist.all_reduce(t)`)" in cause["message"], cause[
+        "message"
+    ]
     assert cause["error_type"] == "gloo::EnforceNotMet", cause
     # The traceback is what gloo threw and the main thread's stack, not every thread's dump.
     assert "what():  [enforce fail at " in cause["traceback"], cause["traceback"]
@@ -77,14 +86,25 @@ Fatal Python error: Aborted
 """
 
 
-@pytest.mark.parametrize("text, backend, message", [
-    (NCCL_TIMEOUT, "NCCL", "NCCL: Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1024, "
-                           "NumelOut=1024, Timeout(ms)=600000) ran for 600021 milliseconds before timing out at "),
-    (GLOO_PEER_GONE, "gloo", "gloo: Connection closed by peer [127.0.0.1]:45210"),
-    (CUDA_IN_THE_WATCHDOG, "c10d", "c10d: CUDA error: an illegal memory access was encountered"),
-    (HEARTBEAT, "NCCL", "NCCL: ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring "
-                        "enqueued collectives."),
-])
+@pytest.mark.parametrize(
+    "text, backend, message",
+    [
+        (
+            NCCL_TIMEOUT,
+            "NCCL",
+            "NCCL: Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1024, "
+            "NumelOut=1024, Timeout(ms)=600000) ran for 600021 milliseconds before timing out at ",
+        ),
+        (GLOO_PEER_GONE, "gloo", "gloo: Connection closed by peer [127.0.0.1]:45210"),
+        (CUDA_IN_THE_WATCHDOG, "c10d", "c10d: CUDA error: an illegal memory access was encountered"),
+        (
+            HEARTBEAT,
+            "NCCL",
+            "NCCL: ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring "
+            "enqueued collectives.",
+        ),
+    ],
+)
 def test_the_shapes_backends_abort_with_are_read(text, backend, message):
     found = backend_abort.read(text.splitlines())
     assert found is not None and found.backend == backend, found
@@ -98,11 +118,14 @@ def test_where_an_aborted_rank_was_is_its_main_threads_frame():
 
 
 def test_a_rank_that_printed_no_abort_has_none():
-    assert backend_abort.read(["Traceback (most recent call last):", "  File \"x.py\", line 1", "ValueError: x"]) is None
+    assert backend_abort.read(["Traceback (most recent call last):", '  File "x.py", line 1', "ValueError: x"]) is None
     assert backend_abort.read([]) is None
 
 
 def test_an_abort_message_from_a_rank_is_bounded():
     text = ["terminate called after throwing an instance of 'gloo::EnforceNotMet'", "  what():  " + "x" * 100_000]
     found = backend_abort.read(text)
-    assert len(found.describe()) <= backend_abort.MAX_MESSAGE_CHARS + 100 and len(found.detail) <= backend_abort.MAX_DETAIL_CHARS + 200
+    assert (
+        len(found.describe()) <= backend_abort.MAX_MESSAGE_CHARS + 100
+        and len(found.detail) <= backend_abort.MAX_DETAIL_CHARS + 200
+    )

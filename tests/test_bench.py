@@ -144,23 +144,40 @@ def test_throughput_result_reports_the_median_rate_and_its_noise():
 
 def row(transport, suite="latency", op="rpc_sync", p50=100.0, rate=None, world=2, size=8, spread=0.0, in_flight=1):
     return BenchResult(
-        suite=suite, transport=transport, op=op, payload_bytes=size, in_flight=in_flight, world_size=world, n=10, repeats=5,
-        p50_us=p50, p90_us=p50, p99_us=p50 * 2, min_us=p50 / 2, max_us=p50 * 3, mean_us=p50, gbps=None, calls_per_s=rate,
-        spread=spread, noisy=stats.is_noisy(spread),
+        suite=suite,
+        transport=transport,
+        op=op,
+        payload_bytes=size,
+        in_flight=in_flight,
+        world_size=world,
+        n=10,
+        repeats=5,
+        p50_us=p50,
+        p90_us=p50,
+        p99_us=p50 * 2,
+        min_us=p50 / 2,
+        max_us=p50 * 3,
+        mean_us=p50,
+        gbps=None,
+        calls_per_s=rate,
+        spread=spread,
+        noisy=stats.is_noisy(spread),
     )
 
 
 def test_ratios_use_the_rpc_row_of_the_same_case():
-    rows = with_ratios([
-        row("rpc", p50=200.0),
-        row("rpc", op="rpc_async", p50=400.0),
-        row("rpc-tuned", op="rpc_async", p50=200.0),
-        row("gloo", op="send_recv", p50=50.0),
-        row("memcpy", op="copy", p50=2.0, world=1),
-        row("rpc", suite="throughput", op="rpc_async", rate=1000.0, in_flight=8),
-        row("tcp", suite="throughput", op="echo", rate=30000.0, in_flight=8),
-        row("tcp", suite="throughput", op="echo", rate=30000.0, in_flight=64),
-    ])
+    rows = with_ratios(
+        [
+            row("rpc", p50=200.0),
+            row("rpc", op="rpc_async", p50=400.0),
+            row("rpc-tuned", op="rpc_async", p50=200.0),
+            row("gloo", op="send_recv", p50=50.0),
+            row("memcpy", op="copy", p50=2.0, world=1),
+            row("rpc", suite="throughput", op="rpc_async", rate=1000.0, in_flight=8),
+            row("tcp", suite="throughput", op="echo", rate=30000.0, in_flight=8),
+            row("tcp", suite="throughput", op="echo", rate=30000.0, in_flight=64),
+        ]
+    )
     ratios = {(r.transport, r.op, r.in_flight): r.vs_rpc for r in rows}
     assert ratios[("rpc", "rpc_sync", 1)] == 1.0
     assert ratios[("rpc-tuned", "rpc_async", 1)] == 2.0  # against rpc's rpc_async, not rpc_sync
@@ -175,23 +192,51 @@ def test_document_has_the_issue_schema_and_round_trips(tmp_path):
     report.save(tmp_path / "r.json")
     data = json.loads((tmp_path / "r.json").read_text())
     assert set(data) >= {"results", "machine"}
-    assert set(data["results"][0]) >= {"transport", "op", "payload_bytes", "p50_us", "p99_us", "gbps", "calls_per_s", "n"}
+    assert set(data["results"][0]) >= {
+        "transport",
+        "op",
+        "payload_bytes",
+        "p50_us",
+        "p99_us",
+        "gbps",
+        "calls_per_s",
+        "n",
+    }
     assert data["results"][0]["gbps"] is None
     again = BenchReport.from_dict(data)
     assert again.results[0] == report.results[0]
 
 
 def test_minimal_schema_documents_load():
-    data = {"results": [{"transport": "rpc", "op": "rpc_sync", "payload_bytes": 1024, "p50_us": 500.0, "p99_us": 900.0,
-                         "gbps": 0.004, "calls_per_s": None, "n": 100}], "machine": {}}
+    data = {
+        "results": [
+            {
+                "transport": "rpc",
+                "op": "rpc_sync",
+                "payload_bytes": 1024,
+                "p50_us": 500.0,
+                "p99_us": 900.0,
+                "gbps": 0.004,
+                "calls_per_s": None,
+                "n": 100,
+            }
+        ],
+        "machine": {},
+    }
     report = BenchReport.from_dict(data)
     assert report.results[0].suite == "payload" and report.results[0].spread == 0.0
 
 
 def test_tables_are_grouped_by_suite_with_ratios():
     console, out, _ = capture_console()
-    report = BenchReport(results=[row("rpc", p50=200.0), row("gloo", op="send_recv", p50=50.0),
-                                  row("rpc", suite="train", op="train_step", rate=50.0, size=None, world=3, spread=0.5)], machine={})
+    report = BenchReport(
+        results=[
+            row("rpc", p50=200.0),
+            row("gloo", op="send_recv", p50=50.0),
+            row("rpc", suite="train", op="train_step", rate=50.0, size=None, world=3, spread=0.5),
+        ],
+        machine={},
+    )
     for table in render_report(report, order=["rpc", "gloo"]):
         console.print(table)
     text = out.export_text()
@@ -205,10 +250,22 @@ def test_tables_are_grouped_by_suite_with_ratios():
 
 
 def test_compare_flags_only_changes_beyond_the_noise():
-    old = BenchReport([row("rpc", p50=100.0, spread=0.02), row("gloo", op="send_recv", p50=100.0, spread=0.6),
-                       row("tcp", op="echo", p50=10.0)], {})
-    new = BenchReport([row("rpc", p50=150.0, spread=0.02), row("gloo", op="send_recv", p50=125.0, spread=0.1),
-                       row("memcpy", op="copy", p50=1.0, world=1)], {})
+    old = BenchReport(
+        [
+            row("rpc", p50=100.0, spread=0.02),
+            row("gloo", op="send_recv", p50=100.0, spread=0.6),
+            row("tcp", op="echo", p50=10.0),
+        ],
+        {},
+    )
+    new = BenchReport(
+        [
+            row("rpc", p50=150.0, spread=0.02),
+            row("gloo", op="send_recv", p50=125.0, spread=0.1),
+            row("memcpy", op="copy", p50=1.0, world=1),
+        ],
+        {},
+    )
     verdicts = {c.transport: c.verdict for c in compare(old, new)}
     assert verdicts == {"rpc": "slower", "gloo": "same", "tcp": "removed", "memcpy": "added"}
     assert summary_counts(compare(old, new))["slower"] == 1
@@ -216,8 +273,12 @@ def test_compare_flags_only_changes_beyond_the_noise():
 
 def test_compare_command_prints_ratios_and_can_fail_on_regression(tmp_path):
     old, new = tmp_path / "old.json", tmp_path / "new.json"
-    BenchReport([row("rpc", p50=100.0), row("rpc", suite="throughput", op="rpc_async", rate=1000.0, in_flight=8)], {"cpu": "a"}).save(old)
-    BenchReport([row("rpc", p50=200.0), row("rpc", suite="throughput", op="rpc_async", rate=2000.0, in_flight=8)], {"cpu": "a"}).save(new)
+    BenchReport(
+        [row("rpc", p50=100.0), row("rpc", suite="throughput", op="rpc_async", rate=1000.0, in_flight=8)], {"cpu": "a"}
+    ).save(old)
+    BenchReport(
+        [row("rpc", p50=200.0), row("rpc", suite="throughput", op="rpc_async", rate=2000.0, in_flight=8)], {"cpu": "a"}
+    ).save(new)
     console, out, err = capture_console()
     result = CliRunner().invoke(bench_app, ["compare", str(old), str(new)])
     assert result.exit_code == 0, result.output
@@ -332,7 +393,9 @@ def test_every_column_key_is_a_field_or_property_of_its_record():
     from rpcctl.bench.results import SUITE_COLUMNS
 
     def attributes(cls):
-        return {f.name for f in dataclasses.fields(cls)} | {n for n in dir(cls) if isinstance(getattr(cls, n, None), property)}
+        return {f.name for f in dataclasses.fields(cls)} | {
+            n for n in dir(cls) if isinstance(getattr(cls, n, None), property)
+        }
 
     views = [(BenchResult, c) for columns in SUITE_COLUMNS.values() for c in columns]
     views += [(Comparison, c) for c in Comparison.COLUMNS] + [(TransportInfo, c) for c in TransportInfo.COLUMNS]
@@ -347,12 +410,18 @@ def test_every_column_key_is_a_field_or_property_of_its_record():
 def test_verdict_ranks_only_beyond_the_noise():
     from rpcctl.bench.api import verdict
 
-    rows = with_ratios([
-        row("rpc", p50=100.0, spread=0.02), row("tcp", op="echo", p50=25.0, spread=0.02),
-        row("gloo", op="send_recv", p50=97.0, spread=0.02), row("ray", op="actor_call", p50=400.0, spread=0.02),
-    ])
+    rows = with_ratios(
+        [
+            row("rpc", p50=100.0, spread=0.02),
+            row("tcp", op="echo", p50=25.0, spread=0.02),
+            row("gloo", op="send_recv", p50=97.0, spread=0.02),
+            row("ray", op="actor_call", p50=400.0, spread=0.02),
+        ]
+    )
     line = verdict(BenchReport(rows, {}))
-    assert line.startswith("verdict: faster than rpc: tcp 4.00×; slower: ray 0.25×; within the noise of rpc: gloo 1.03×"), line
+    assert line.startswith(
+        "verdict: faster than rpc: tcp 4.00×; slower: ray 0.25×; within the noise of rpc: gloo 1.03×"
+    ), line
     assert "\n" not in line
     noisy = with_ratios([row("rpc", p50=100.0, spread=0.6), row("tcp", op="echo", p50=80.0, spread=0.6)])
     assert "within the noise of rpc: tcp 1.25×" in verdict(BenchReport(noisy, {}))
@@ -381,12 +450,22 @@ def test_deprecated_spellings_still_work_and_say_so():
     _, _, err = capture_console()
     subcommands = {"compare"}
     assert rewrite_deprecated(["-s", "latency", "-t", "rpc", "--detail"], subcommands) == [
-        "--suite", "latency", "--transport", "rpc", "--wide"]
+        "--suite",
+        "latency",
+        "--transport",
+        "rpc",
+        "--wide",
+    ]
     assert rewrite_deprecated(["--json", "out.json", "--quick"], subcommands) == ["--output", "out.json", "--quick"]
     assert rewrite_deprecated(["--json=out.json"], subcommands) == ["--output", "out.json"]
     assert rewrite_deprecated(["--json", "-"], subcommands) == ["--json"]
     warnings = err.export_text()
-    for old, new in (("-s", "--suite"), ("-t", "--transport"), ("--detail", "--wide"), ("--json FILE", "--output out.json")):
+    for old, new in (
+        ("-s", "--suite"),
+        ("-t", "--transport"),
+        ("--detail", "--wide"),
+        ("--json FILE", "--output out.json"),
+    ):
         assert f"'{old}' is deprecated: use '{new}'" in warnings, warnings
     # the switch itself, and a subcommand's own flags, are left alone
     assert rewrite_deprecated(["--json", "--quick"], subcommands) == ["--json", "--quick"]
@@ -421,11 +500,16 @@ def test_auto_env_and_backend_options():
     from rpcctl.base import rpc_settings
 
     env = rpc_settings.auto_rpc_env()
-    assert env == {"THP_MEM_ALLOC_ENABLE": "1", "MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "67108864"}
+    assert env == {
+        "THP_MEM_ALLOC_ENABLE": "1",
+        "MALLOC_MMAP_THRESHOLD_": "33554432",
+        "MALLOC_TRIM_THRESHOLD_": "67108864",
+    }
     assert rpc_settings.backend_options_kwargs(env) == {}  # all of it is environment, read by c10 and glibc
     assert rpc_settings.backend_options_kwargs({}) == {}
     kwargs = rpc_settings.backend_options_kwargs(
-        {"RPCCTL_RPC_TRANSPORTS": "shm, uv", "RPCCTL_RPC_CHANNELS": "cma,basic", "RPCCTL_RPC_WORKER_THREADS": "4"})
+        {"RPCCTL_RPC_TRANSPORTS": "shm, uv", "RPCCTL_RPC_CHANNELS": "cma,basic", "RPCCTL_RPC_WORKER_THREADS": "4"}
+    )
     assert kwargs == {"_transports": ["shm", "uv"], "_channels": ["cma", "basic"], "num_worker_threads": 4}
 
 
@@ -495,7 +579,13 @@ def test_a_units_program_runs_every_case_through_an_adapter(tmp_path):
     document = {"transport": spec.to_dict(), "timing": TINY.to_dict(), "cases": [c.to_dict() for c in unit.cases]}
     results = run_unit(document, RankContext(0, 1, "127.0.0.1", 0), Events(events))
     assert [(r["suite"], r["payload_bytes"], r["in_flight"]) for r in results] == [
-        ("latency", 8, 1), ("payload", 1024, 1), ("payload", 4096, 1), ("throughput", 8, 1), ("throughput", 8, 8), ("throughput", 8, 64)]
+        ("latency", 8, 1),
+        ("payload", 1024, 1),
+        ("payload", 4096, 1),
+        ("throughput", 8, 1),
+        ("throughput", 8, 8),
+        ("throughput", 8, 64),
+    ]
     for r in results:
         assert r["bytes_per_call"] == 2 * r["payload_bytes"]
         assert 0 < r["min_us"] <= r["p50_us"] <= r["p90_us"] <= r["p99_us"] <= r["max_us"]
@@ -513,7 +603,11 @@ class Corrupting(Loopback):
 def test_an_echo_that_loses_bytes_fails_the_case():
     register(Corrupting)
     spec = TransportSpec("test-corrupting", "test-corrupting", "")
-    document = {"transport": spec.to_dict(), "timing": TINY.to_dict(), "cases": [Case("payload", "echo", 64, 1, 1).to_dict()]}
+    document = {
+        "transport": spec.to_dict(),
+        "timing": TINY.to_dict(),
+        "cases": [Case("payload", "echo", 64, 1, 1).to_dict()],
+    }
     with pytest.raises(AssertionError, match="differs"):
         run_unit(document, RankContext(0, 1, "127.0.0.1", 0))
 
@@ -528,7 +622,11 @@ def test_adapters_load_from_module_paths():
 
 def test_memcpy_in_process_moves_the_payload_both_ways():
     spec = transports()["memcpy"]
-    document = {"transport": spec.to_dict(), "timing": TINY.to_dict(), "cases": [Case("payload", "copy", 1 << 16, 1, 1).to_dict()]}
+    document = {
+        "transport": spec.to_dict(),
+        "timing": TINY.to_dict(),
+        "cases": [Case("payload", "copy", 1 << 16, 1, 1).to_dict()],
+    }
     (result,) = run_unit(document, RankContext(0, 1, "127.0.0.1", 0))
     assert result["bytes_per_call"] == 2 << 16 and result["gbps"] > 0
 
@@ -548,6 +646,7 @@ def test_ray_adapter_against_a_stand_in(monkeypatch):
                 instance = cls()
                 actor = types.SimpleNamespace(echo=types.SimpleNamespace(remote=lambda x: Ref(instance.echo(x))))
                 return actor
+
         return Handle()
 
     fake.init = lambda **kw: calls.append(("init", kw))
@@ -556,8 +655,14 @@ def test_ray_adapter_against_a_stand_in(monkeypatch):
     fake.get = lambda ref: ref.value
     monkeypatch.setitem(sys.modules, "ray", fake)
     spec = transports()["ray"]
-    document = {"transport": spec.to_dict(), "timing": TINY.to_dict(),
-                "cases": [Case("latency", "actor_call", 8, 1, 1).to_dict(), Case("throughput", "actor_call", 8, 8, 1).to_dict()]}
+    document = {
+        "transport": spec.to_dict(),
+        "timing": TINY.to_dict(),
+        "cases": [
+            Case("latency", "actor_call", 8, 1, 1).to_dict(),
+            Case("throughput", "actor_call", 8, 8, 1).to_dict(),
+        ],
+    }
     results = run_unit(document, RankContext(0, 1, "127.0.0.1", 0))
     assert len(results) == 2 and results[1]["calls_per_s"] > 0
     assert calls[0][0] == "init" and calls[-1] == ("shutdown",)
@@ -570,7 +675,9 @@ def test_payloads_are_identical_for_every_transport():
     import subprocess
 
     code = "import hashlib; from rpcctl.bench.suites import payload; print(hashlib.sha256(payload(4096).numpy().tobytes()).hexdigest())"
-    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    other = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.strip()
     here = payload(4096)
     assert hashlib.sha256(here.numpy().tobytes()).hexdigest() == other
     assert here.numel() == 4096 and here.dtype.itemsize == 1
@@ -610,8 +717,14 @@ def fake_launch(effects):
             case = Case(**case_dict)
             factor = effects(unit["transport"]["settings"], case)
             per_call = 0.001 / factor
-            measured = {"samples_s": [per_call] * 20, "repeat_medians_s": [per_call] * 4, "repeat_rates": [1 / per_call] * 4}
-            events.emit("result", result=result_from_measurement(unit["transport"]["name"], case, measured, bytes_per_call=None))
+            measured = {
+                "samples_s": [per_call] * 20,
+                "repeat_medians_s": [per_call] * 4,
+                "repeat_rates": [1 / per_call] * 4,
+            }
+            events.emit(
+                "result", result=result_from_measurement(unit["transport"]["name"], case, measured, bytes_per_call=None)
+            )
         run_dir = Path(runs_dir) / unit["transport"]["name"]
         run_dir.mkdir(parents=True, exist_ok=True)
         return types.SimpleNamespace(status="succeeded", run_dir=str(run_dir), root_cause=None, reason=None)
@@ -658,7 +771,9 @@ def test_tune_discounts_a_gain_that_is_only_drift(tmp_path):
 
     capture_console()
     result = tuning.run_tuning(QUICK, tmp_path, launch=fake_launch(drifting))
-    assert not any(c.wins or c.loses for c in result.candidates), [(c.name, c.score, c.tolerance) for c in result.candidates]
+    assert not any(c.wins or c.loses for c in result.candidates), [
+        (c.name, c.score, c.tolerance) for c in result.candidates
+    ]
     assert result.chosen == {} and result.finalists == []
 
 
@@ -685,7 +800,9 @@ def test_missing_frameworks_are_notes_with_the_install_command_and_the_rest_runs
     real = importlib.util.find_spec
     missing = {"ray", "tensorflow", "horovod", "monarch"}
     # the system edge: which packages are installed
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name.split(".")[0] in missing else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name.split(".")[0] in missing else real(name, *a)
+    )
     from rpcctl.bench import api
 
     plan = api.plan(["compare"], None, quick=True)
@@ -707,8 +824,12 @@ def test_compare_preset_plans_shared_ops_in_rotated_rounds():
     assert order == [("rpc", 0), ("gloo", 0), ("memcpy", 0), ("gloo", 1), ("memcpy", 1), ("rpc", 1)]
     assert plan.timing.repeats == 2 and plan.rounds == 2  # the repeats split between the rounds
     rpc = next(u for u in plan.units if u.transport.name == "rpc")
-    assert {(c.suite, c.op) for c in rpc.cases} == {("latency", "rpc_sync"), ("payload", "rpc_sync"), ("throughput", "rpc_async"),
-                                                     ("startup", "first_call")}
+    assert {(c.suite, c.op) for c in rpc.cases} == {
+        ("latency", "rpc_sync"),
+        ("payload", "rpc_sync"),
+        ("throughput", "rpc_async"),
+        ("startup", "first_call"),
+    }
     gloo = next(u for u in plan.units if u.transport.name == "gloo")
     assert {c.op for c in gloo.cases if c.suite == "collective"} == {"all_reduce"}
     assert all(u.start_method == "spawn" for u in plan.units)  # the start-up row needs fresh interpreters
@@ -725,8 +846,13 @@ def test_rounds_pool_their_repeats_into_one_row():
     case = Case("latency", "echo", 8, 1, 2)
 
     def outcome(per_call_s):
-        measured = {"samples_s": [per_call_s] * 10, "repeat_medians_s": [per_call_s] * 2, "repeat_rates": [1 / per_call_s] * 2,
-                    "calls_per_repeat": 5, "warmup_calls": 3}
+        measured = {
+            "samples_s": [per_call_s] * 10,
+            "repeat_medians_s": [per_call_s] * 2,
+            "repeat_rates": [1 / per_call_s] * 2,
+            "calls_per_repeat": 5,
+            "warmup_calls": 3,
+        }
         return UnitOutcome(None, "succeeded", [result_from_measurement("tcp", case, measured, 16)], measured=[measured])
 
     (merged,) = merge_rounds([outcome(0.001), outcome(0.003)])
@@ -737,11 +863,14 @@ def test_rounds_pool_their_repeats_into_one_row():
 
 
 def test_collective_rows_compare_with_gloo_never_with_rpc():
-    rows = with_ratios([
-        row("rpc", p50=100.0), row("gloo", suite="collective", op="all_reduce", p50=200.0, size=1024),
-        row("horovod", suite="collective", op="all_reduce", p50=400.0, size=1024),
-        row("horovod", suite="collective", op="all_gather", p50=400.0, size=1024),
-    ])
+    rows = with_ratios(
+        [
+            row("rpc", p50=100.0),
+            row("gloo", suite="collective", op="all_reduce", p50=200.0, size=1024),
+            row("horovod", suite="collective", op="all_reduce", p50=400.0, size=1024),
+            row("horovod", suite="collective", op="all_gather", p50=400.0, size=1024),
+        ]
+    )
     ratios = {(r.transport, r.op): (r.vs_rpc, r.vs_gloo) for r in rows}
     assert ratios[("horovod", "all_reduce")] == (None, 0.5) and ratios[("gloo", "all_reduce")] == (None, 1.0)
     assert ratios[("horovod", "all_gather")] == (None, None)  # gloo measured no all_gather here

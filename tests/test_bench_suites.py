@@ -31,7 +31,18 @@ def quick(tmp_path_factory):
     runs = tmp_path_factory.mktemp("bench-runs")
     out = runs / "quick.json"
     result = CliRunner().invoke(
-        bench_app, ["--quick", "--repeats", str(REPEATS), "--transport", ",".join(TRANSPORTS), "--runs-dir", str(runs), "-o", str(out)]
+        bench_app,
+        [
+            "--quick",
+            "--repeats",
+            str(REPEATS),
+            "--transport",
+            ",".join(TRANSPORTS),
+            "--runs-dir",
+            str(runs),
+            "-o",
+            str(out),
+        ],
     )
     assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
     document = json.loads(out.read_text())
@@ -57,7 +68,13 @@ def test_quick_bench_runs_every_suite_and_saves_one_document(quick):
     assert json.loads((bench_dir / "results.json").read_text()) == document
     assert {"results", "machine"} <= set(document) and document["machine"]["logical_cpus"] >= 1
     assert {r["suite"] for r in document["results"]} == {"latency", "payload", "throughput", "train"}
-    for title in ("latency: one round trip", "payload: echo", "throughput: calls/s", "train: parameter-server", "VS RPC"):
+    for title in (
+        "latency: one round trip",
+        "payload: echo",
+        "throughput: calls/s",
+        "train: parameter-server",
+        "VS RPC",
+    ):
         assert title in result.stdout
     assert result.stderr.strip().splitlines()[-1].startswith("verdict: "), result.stderr  # the last word
     for run_dir in launches(bench_dir):
@@ -69,7 +86,13 @@ def test_latency_rows(quick):
     _, document, _ = quick
     latency = rows(document, "latency")
     assert {(r["transport"], r["op"]) for r in latency} == {
-        ("rpc", "rpc_sync"), ("rpc", "rpc_async"), ("rpc", "remote"), ("gloo", "send_recv"), ("tcp", "echo"), ("memcpy", "copy")}
+        ("rpc", "rpc_sync"),
+        ("rpc", "rpc_async"),
+        ("rpc", "remote"),
+        ("gloo", "send_recv"),
+        ("tcp", "echo"),
+        ("memcpy", "copy"),
+    }
     for row in latency:
         assert_sane(row)
         assert row["payload_bytes"] == TINY_BYTES and row["bytes_per_call"] == 2 * TINY_BYTES
@@ -113,7 +136,20 @@ def test_train_rows_per_world_size(quick):
 def test_tuned_rpc_gets_what_it_asks_for(tmp_path):
     out = tmp_path / "tuned.json"
     result = CliRunner().invoke(  # the old spelling --json FILE still writes the file (with a warning)
-        bench_app, ["--quick", "--repeats", "2", "--suite", "latency", "--transport", "rpc-tuned", "--runs-dir", str(tmp_path), "--json", str(out)]
+        bench_app,
+        [
+            "--quick",
+            "--repeats",
+            "2",
+            "--suite",
+            "latency",
+            "--transport",
+            "rpc-tuned",
+            "--runs-dir",
+            str(tmp_path),
+            "--json",
+            str(out),
+        ],
     )
     assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
     assert f"'--json FILE' is deprecated: use '--output {out}'" in result.stderr
@@ -170,15 +206,29 @@ def test_ray_for_real_when_installed(tmp_path):
     pytest.importorskip("ray")
     out = tmp_path / "ray.json"
     result = CliRunner().invoke(
-        bench_app, ["--quick", "--repeats", "2", "--suite", "latency,payload", "--transport", "ray",
-                    "--runs-dir", str(tmp_path / "runs"), "-o", str(out)]
+        bench_app,
+        [
+            "--quick",
+            "--repeats",
+            "2",
+            "--suite",
+            "latency,payload",
+            "--transport",
+            "ray",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "-o",
+            str(out),
+        ],
     )
     assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
     document = json.loads(out.read_text())
     ray_rows = [r for r in document["results"] if r["transport"] == "ray"]
     assert {r["op"] for r in ray_rows} == {"actor_call"} and {r["suite"] for r in ray_rows} == {"latency", "payload"}
     for row in ray_rows:
-        assert all(math.isfinite(row[k]) and row[k] > 0 for k in ("p50_us", "p99_us")) and row["p50_us"] <= row["p99_us"], row
+        assert (
+            all(math.isfinite(row[k]) and row[k] > 0 for k in ("p50_us", "p99_us")) and row["p50_us"] <= row["p99_us"]
+        ), row
     sizes = sorted(r["payload_bytes"] for r in ray_rows if r["suite"] == "payload")
     assert all(r["gbps"] > 0 for r in ray_rows if r["suite"] == "payload") and len(sizes) >= 5
     for run_dir in launches(Path(document["settings"]["run_dir"])):
@@ -195,7 +245,10 @@ def needs(module: str, reason: str) -> None:
 
 def run_bench(tmp_path, *args: str) -> dict:
     out = tmp_path / "out.json"
-    result = CliRunner().invoke(bench_app, ["--quick", "--repeats", "2", "--rounds", "1", "--runs-dir", str(tmp_path / "runs"), "-o", str(out), *args])
+    result = CliRunner().invoke(
+        bench_app,
+        ["--quick", "--repeats", "2", "--rounds", "1", "--runs-dir", str(tmp_path / "runs"), "-o", str(out), *args],
+    )
     assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
     document = json.loads(out.read_text())
     for run_dir in launches(Path(document["settings"]["run_dir"])):
@@ -218,10 +271,14 @@ def test_tensorflow_rpc_and_allreduce_for_real(tmp_path):
     """tf-rpc (gRPC echo) and tf-allreduce (MultiWorkerMirroredStrategy) through rpcctl's
     launcher: real rows up to gRPC's cap, "not supported" rows with the reason above it."""
     needs("tensorflow", "tensorflow-cpu is an extra: pip install 'rpcctl[tensorflow]'")
-    document = run_bench(tmp_path, "--suite", "latency,payload,collective,startup", "--transport", "tf-rpc,tf-allreduce")
+    document = run_bench(
+        tmp_path, "--suite", "latency,payload,collective,startup", "--transport", "tf-rpc,tf-allreduce"
+    )
     rows = {(r["transport"], r["suite"], r["payload_bytes"]): r for r in document["results"]}
     latency = rows[("tf-rpc", "latency", TINY_BYTES)]
-    assert latency["kind"] == "point-to-point" and latency["op"] == "call" and latency["bytes_per_call"] == 2 * TINY_BYTES
+    assert (
+        latency["kind"] == "point-to-point" and latency["op"] == "call" and latency["bytes_per_call"] == 2 * TINY_BYTES
+    )
     for size in QUICK.payload_sizes:
         row = rows[("tf-rpc", "payload", size)]
         if size < 4 << 20:
@@ -247,7 +304,9 @@ def test_monarch_endpoint_and_rdma_for_real(tmp_path):
     document = run_bench(tmp_path, "--suite", "latency,payload,startup", "--transport", "monarch,monarch-rdma")
     rows = {(r["transport"], r["suite"], r["payload_bytes"]): r for r in document["results"]}
     latency = rows[("monarch", "latency", TINY_BYTES)]
-    assert latency["op"] == "endpoint_call" and latency["bytes_per_call"] == 2 * TINY_BYTES and latency["world_size"] == 1
+    assert (
+        latency["op"] == "endpoint_call" and latency["bytes_per_call"] == 2 * TINY_BYTES and latency["world_size"] == 1
+    )
     assert_sane(latency, repeats=2)
     for transport, op in (("monarch", "endpoint_call"), ("monarch-rdma", "rdma_echo")):
         for size in QUICK.payload_sizes:
@@ -258,7 +317,9 @@ def test_monarch_endpoint_and_rdma_for_real(tmp_path):
     assert ("monarch-rdma", "latency", TINY_BYTES) not in rows  # RDMA is offered for payloads only
     backend = document["settings"]["observed"]["monarch-rdma@1"]["rdma_backend"]
     assert backend in ("ibverbs", "tcp")
-    assert any(n.startswith("monarch-rdma: no ibverbs device here") for n in document["notes"]) == (backend == "tcp"), document["notes"]
+    assert any(n.startswith("monarch-rdma: no ibverbs device here") for n in document["notes"]) == (backend == "tcp"), (
+        document["notes"]
+    )
 
 
 def test_horovod_collectives_for_real_against_gloo(tmp_path):
@@ -283,8 +344,24 @@ def test_compare_preset_interleaves_rounds_and_pools_them(tmp_path):
     """--suite compare over rpc and gloo in two rounds: one shared op per suite, each transport
     launched once per round (spawned, for the start-up row), the rounds' repeats pooled."""
     out = tmp_path / "cmp.json"
-    result = CliRunner().invoke(bench_app, ["--quick", "--repeats", "2", "--rounds", "2", "--suite", "compare", "--transport", "rpc,gloo",
-                                            "--runs-dir", str(tmp_path / "runs"), "-o", str(out)])
+    result = CliRunner().invoke(
+        bench_app,
+        [
+            "--quick",
+            "--repeats",
+            "2",
+            "--rounds",
+            "2",
+            "--suite",
+            "compare",
+            "--transport",
+            "rpc,gloo",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "-o",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
     document = json.loads(out.read_text())
     plan = json.loads((Path(document["settings"]["run_dir"]) / "plan.json").read_text())

@@ -16,7 +16,7 @@ from rpcctl.wire import histogram
 pytestmark = pytest.mark.timeout(180)
 
 SCRIPT = textwrap.dedent(
-    '''
+    """
     import os, sys, time
     from pathlib import Path
 
@@ -75,7 +75,7 @@ SCRIPT = textwrap.dedent(
 
 
     main()
-    '''
+    """
 )
 
 
@@ -132,7 +132,12 @@ def test_a_live_job_shows_its_calls_in_flight_the_summary_and_the_callee_view(tm
     sync, launcher = _start_synced(tmp_path, runs_dir, SCRIPT)
     try:
         run_dir = only_run(runs_dir)
-        wait_until(lambda: (sync / "fast-done").exists() or launcher.poll() is not None, 90, "the fast calls", logs=run_dir / "logs")
+        wait_until(
+            lambda: (sync / "fast-done").exists() or launcher.poll() is not None,
+            90,
+            "the fast calls",
+            logs=run_dir / "logs",
+        )
         assert launcher.poll() is None, launcher.communicate()
 
         # The held call shows as pending, named as the owner calls it, at its call site; the
@@ -143,7 +148,13 @@ def test_a_live_job_shows_its_calls_in_flight_the_summary_and_the_callee_view(tm
 
         report = wait_until(held, 30, "the held call in flight", logs=run_dir / "logs")
         [call] = report.pending
-        assert (call.caller, call.callee, call.func, call.kind, call.state) == ("worker0", "worker1", "PS.hold", "rpc_sync", "pending")
+        assert (call.caller, call.callee, call.func, call.kind, call.state) == (
+            "worker0",
+            "worker1",
+            "PS.hold",
+            "rpc_sync",
+            "pending",
+        )
         assert call.call_site.endswith(f"calls_job.py:{_line('ps.rpc_sync().hold(')} in main")
         assert call.age_s >= tracking.LONG_S and call.nbytes == 64
         [served] = report.serving
@@ -192,7 +203,7 @@ def test_a_live_job_shows_its_calls_in_flight_the_summary_and_the_callee_view(tm
 
 
 HELD_TO_THE_END = textwrap.dedent(
-    '''
+    """
     import os
     import torch.distributed.rpc as rpc
 
@@ -217,7 +228,7 @@ HELD_TO_THE_END = textwrap.dedent(
             pass
         rpc.rpc_sync("worker1", add, args=(0, 0))  # the owner has run them all: their creation is done
     rpc.shutdown()
-    '''
+    """
 ).replace("WARM_UP", warm_up("add, args=(0, 0)"))
 
 
@@ -227,7 +238,9 @@ def test_remote_calls_held_to_a_quick_end_are_all_counted(tmp_path, runs_dir):
     still held at a sub-second shutdown are counted by the last report."""
     _launch_to_end(tmp_path, runs_dir, HELD_TO_THE_END, "held")
     document = json.loads(rpcctl("inspect", "calls", "--json", "--runs-dir", str(runs_dir)).stdout)
-    remote = next(s for s in document["summary"] if s["kind"] == "remote" and s["func"] == "add" and s["callee"] == "worker1")
+    remote = next(
+        s for s in document["summary"] if s["kind"] == "remote" and s["func"] == "add" and s["callee"] == "worker1"
+    )
     first = tracking.REMOTE_TIMED_FIRST
     assert remote["count"] == first + 20 and remote["pending"] == 0, remote
     assert remote["timed"] == first + len(range(0, 20, tracking.REMOTE_SAMPLE)), remote  # what p50/p99 are of
@@ -235,12 +248,19 @@ def test_remote_calls_held_to_a_quick_end_are_all_counted(tmp_path, runs_dir):
     assert (rare["count"], rare["timed"]) == (3, 3), rare  # sampled per function: a process's count would time none
     alone = next(s for s in document["summary"] if s["func"] == "add" and s["callee"] == "nobody")
     # No duration known: none is shown (it read MAX 0.00 ms)
-    assert (alone["count"], alone["errors"], alone["timed"], alone["p50_s"], alone["max_s"], alone["mean_s"]) == (1, 1, 0, None, None, None), alone
+    assert (alone["count"], alone["errors"], alone["timed"], alone["p50_s"], alone["max_s"], alone["mean_s"]) == (
+        1,
+        1,
+        0,
+        None,
+        None,
+        None,
+    ), alone
     assert_no_process_left(only_run(runs_dir))
 
 
 SLOW_REMOTES = textwrap.dedent(
-    '''
+    """
     import os, sys, time
     from pathlib import Path
 
@@ -268,7 +288,7 @@ SLOW_REMOTES = textwrap.dedent(
         except Exception:
             pass
     rpc.shutdown()
-    '''
+    """
 ).replace("WARM_UP", warm_up("slow_make, args=(False,)"))
 
 
@@ -280,7 +300,12 @@ def test_remote_calls_still_being_created_are_listed_pending_timed_or_not(tmp_pa
     sync, launcher = _start_synced(tmp_path, runs_dir, SLOW_REMOTES, name="slow")
     try:
         run_dir = only_run(runs_dir)
-        wait_until(lambda: (sync / "sent").exists() or launcher.poll() is not None, 60, "the remote calls", logs=run_dir / "logs")
+        wait_until(
+            lambda: (sync / "sent").exists() or launcher.poll() is not None,
+            60,
+            "the remote calls",
+            logs=run_dir / "logs",
+        )
 
         def both_pending():
             report = inspect.calls(run_dir)
@@ -291,7 +316,9 @@ def test_remote_calls_still_being_created_are_listed_pending_timed_or_not(tmp_pa
         line = next(i for i, text in enumerate(SLOW_REMOTES.splitlines(), 1) if "first = rpc.remote" in text)
         assert {(c.caller, c.callee, c.kind, c.state) for c in pending} == {("worker0", "worker1", "remote", "pending")}
         sites = sorted(c.call_site for c in pending)
-        assert sites[0].endswith(f"slow.py:{line} in <module>") and sites[1].endswith(f"slow.py:{line + 1} in <module>"), sites
+        assert sites[0].endswith(f"slow.py:{line} in <module>") and sites[1].endswith(
+            f"slow.py:{line + 1} in <module>"
+        ), sites
         assert all(c.age_s >= tracking.LONG_S for c in pending), pending
         (sync / "release").write_text("1")
         out, err = launcher.communicate(timeout=60)
@@ -301,7 +328,9 @@ def test_remote_calls_still_being_created_are_listed_pending_timed_or_not(tmp_pa
     document = json.loads(rpcctl("inspect", "calls", "--json", "--runs-dir", str(runs_dir)).stdout)
     assert document["pending"] == []
     made = next(s for s in document["summary"] if s["func"] == "slow_make" and s["callee"] == "worker1")
-    assert made["count"] == tracking.REMOTE_TIMED_FIRST + 2 and made["errors"] == 0 and made["max_s"] >= tracking.LONG_S, made
+    assert (
+        made["count"] == tracking.REMOTE_TIMED_FIRST + 2 and made["errors"] == 0 and made["max_s"] >= tracking.LONG_S
+    ), made
     refused = next(s for s in document["summary"] if s["func"] == "slow_make" and s["callee"] == "nobody")
     assert (refused["count"], refused["errors"]) == (1, 1), refused
     history = inspect.calls(run_dir, history=True)
@@ -314,15 +343,18 @@ def test_torchscript_functions_are_named_by_their_own_name(tmp_path, monkeypatch
     DistributedOptimizer's remote steps showed ("torch.jit.torch.jit.ScriptFunction"); it is
     named like a Python function: module and name."""
     torch = pytest.importorskip("torch")
-    (tmp_path / "scripted_steps.py").write_text(textwrap.dedent(
-        '''
+    (tmp_path / "scripted_steps.py").write_text(
+        textwrap.dedent(
+            """
         import torch
 
 
         @torch.jit.script
         def scaled(x: torch.Tensor) -> torch.Tensor:
             return x * 2
-        '''))
+        """
+        )
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     import scripted_steps
 
@@ -332,7 +364,7 @@ def test_torchscript_functions_are_named_by_their_own_name(tmp_path, monkeypatch
 
 
 MANY_ASYNC = textwrap.dedent(
-    '''
+    """
     import os, sys, time
     from pathlib import Path
 
@@ -387,7 +419,7 @@ MANY_ASYNC = textwrap.dedent(
         assert first.wait() + second.wait() == 12
         time.sleep(1.0)  # the callee's slow() calls, long timed out here, end before shutdown
     rpc.shutdown()
-    '''
+    """
 )
 
 
@@ -427,7 +459,9 @@ def test_rpc_async_calls_past_the_first_are_sampled_for_time_but_all_counted_and
         run_dir, pending = _two_holds_pending(runs_dir, sync, launcher)
         line = next(i for i, source in enumerate(script.splitlines(), 1) if "first = rpc.rpc_async" in source)
         assert sorted((c.kind, c.call_site.rsplit("/", 1)[-1], c.nbytes) for c in pending) == [
-            ("rpc_async", f"many.py:{line} in <module>", 16), ("rpc_async", f"many.py:{line + 1} in <module>", 32)], pending
+            ("rpc_async", f"many.py:{line} in <module>", 16),
+            ("rpc_async", f"many.py:{line + 1} in <module>", 32),
+        ], pending
         assert all(c.age_s >= tracking.LONG_S and c.state == "pending" and c.thread for c in pending), pending
         _release(sync, launcher)
     finally:
@@ -451,7 +485,7 @@ def test_rpc_async_calls_past_the_first_are_sampled_for_time_but_all_counted_and
 
 
 MANY_SYNC = textwrap.dedent(
-    '''
+    """
     import os, sys, threading, time
     from pathlib import Path
 
@@ -495,11 +529,13 @@ MANY_SYNC = textwrap.dedent(
         assert rpc.rpc_sync("worker1", hold, args=(torch.zeros(4), True)) == 4
         other.join()
     rpc.shutdown()
-    '''
+    """
 )
 
 
-def test_rpc_sync_calls_past_a_functions_first_are_sampled_for_time_but_all_counted_and_long_ones_listed(tmp_path, runs_dir):
+def test_rpc_sync_calls_past_a_functions_first_are_sampled_for_time_but_all_counted_and_long_ones_listed(
+    tmp_path, runs_dir
+):
     """Of each function, the first SYNC_TIMED_FIRST rpc_sync calls are timed, then one in
     SYNC_SAMPLE (a timed call cost the caller ~4 µs, an untimed one ~2.2); the others are
     counted with their outcome, and one running for LONG_S is listed by the sender from the
@@ -545,8 +581,19 @@ def test_a_caller_far_ahead_of_the_sender_counts_the_watched_calls_done_itself()
         else:
             future.set_result(i)
     futures[-1].set_result(-1)  # done, but behind one still running: left for the sender
-    watched = [(future, "worker1", test_a_caller_far_ahead_of_the_sender_counts_the_watched_calls_done_itself, (), None, 0, 1, 0.0)
-               for future in futures]
+    watched = [
+        (
+            future,
+            "worker1",
+            test_a_caller_far_ahead_of_the_sender_counts_the_watched_calls_done_itself,
+            (),
+            None,
+            0,
+            1,
+            0.0,
+        )
+        for future in futures
+    ]
     tracking._watched.extend(watched)
     try:
         tracking._harvest_done()
@@ -584,15 +631,25 @@ def test_the_sender_counts_each_watched_call_by_callee_and_function_a_helpers_by
 
     me = test_the_sender_counts_each_watched_call_by_callee_and_function_a_helpers_by_its_method
     running = watched(torch.futures.Future(), "worker1", me)
-    entries = ([watched(done(i), "worker1", me, (i,)) for i in range(5)] + [watched(done(error=ValueError("boom")), "worker1", me)] * 2
-               + [watched(done(), "worker1", _call_helper, (_method_run_by_a_helper, 1))] * 3
-               + [watched(done(), _Unhashable(), me)] + [running])
+    entries = (
+        [watched(done(i), "worker1", me, (i,)) for i in range(5)]
+        + [watched(done(error=ValueError("boom")), "worker1", me)] * 2
+        + [watched(done(), "worker1", _call_helper, (_method_run_by_a_helper, 1))] * 3
+        + [watched(done(), _Unhashable(), me)]
+        + [running]
+    )
     tracking._watched.extend(entries)
     try:
         out = call_summary.Summariser().process(1.0)
-        counts = {(e["callee"], e["func"].replace(f"{__name__}.", "")): (e["n"], e["err"]) for e in out if e["e"] == "cstat"}
+        counts = {
+            (e["callee"], e["func"].replace(f"{__name__}.", "")): (e["n"], e["err"]) for e in out if e["e"] == "cstat"
+        }
         helper = "_call_helper → _method_run_by_a_helper"
-        assert counts == {("worker1", me.__name__): (7, 2), ("worker1", helper): (3, 0), ("worker2", me.__name__): (1, 0)}, counts
+        assert counts == {
+            ("worker1", me.__name__): (7, 2),
+            ("worker1", helper): (3, 0),
+            ("worker2", me.__name__): (1, 0),
+        }, counts
         assert list(tracking._watched) == [running]
     finally:
         tracking._watched.clear()
@@ -603,7 +660,7 @@ def _call_helper(method, *args):
 
 
 BACK_TO_BACK = textwrap.dedent(
-    '''
+    """
     import os, time
 
     import torch
@@ -626,7 +683,7 @@ BACK_TO_BACK = textwrap.dedent(
             torch.futures.wait_all([rpc.rpc_async("worker1", short) for _ in range(32)])
         rpc.rpc_sync("worker1", long)
     rpc.shutdown()
-    '''
+    """
 )
 
 
@@ -645,7 +702,7 @@ def test_the_callee_lists_a_function_served_for_long_not_short_ones_back_to_back
 
 
 HELD_THEN_DROPPED = textwrap.dedent(
-    '''
+    """
     import os, time
 
     import torch.distributed.rpc as rpc
@@ -664,7 +721,7 @@ HELD_THEN_DROPPED = textwrap.dedent(
         del kept  # ... then goes before shutdown: its release is queued, and must not count again
         time.sleep(0.6)
     rpc.shutdown()
-    '''
+    """
 )
 
 
@@ -681,7 +738,7 @@ def test_a_remote_call_whose_handle_was_reported_then_dropped_is_counted_once(tm
 
 HOT, RARE = tracking.ASYNC_TIMED_FIRST + 2 * tracking.ASYNC_SAMPLE, 20  # a method's calls past the first, and another's
 HELPED = textwrap.dedent(
-    f'''
+    f"""
     import os
     import torch
     import torch.distributed.rpc as rpc
@@ -716,7 +773,7 @@ HELPED = textwrap.dedent(
 
 
     main()
-    '''
+    """
 )
 
 
@@ -728,8 +785,10 @@ def test_a_method_called_through_a_helper_is_sampled_as_its_own_function(tmp_pat
     _launch_to_end(tmp_path, runs_dir, HELPED, "helped")
     document = json.loads(rpcctl("inspect", "calls", "--json", "--runs-dir", str(runs_dir)).stdout)
     rows = {(s["func"], s["kind"]): s for s in document["summary"] if s["caller"] == "worker0"}
-    for kind, first, every in (("rpc_sync", tracking.SYNC_TIMED_FIRST, tracking.SYNC_SAMPLE),
-                               ("rpc_async", tracking.ASYNC_TIMED_FIRST, tracking.ASYNC_SAMPLE)):
+    for kind, first, every in (
+        ("rpc_sync", tracking.SYNC_TIMED_FIRST, tracking.SYNC_SAMPLE),
+        ("rpc_async", tracking.ASYNC_TIMED_FIRST, tracking.ASYNC_SAMPLE),
+    ):
         hot, rare = rows[("_call_method → PS.hot", kind)], rows[("_call_method → PS.rare", kind)]
         assert (hot["count"], hot["timed"]) == (HOT, _timed_of(HOT, first, every)), hot
         assert (rare["count"], rare["timed"]) == (RARE, RARE), rare

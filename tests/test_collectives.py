@@ -20,8 +20,16 @@ pytestmark = pytest.mark.timeout(120)
 def _finished(tmp_path_factory, mode: str):
     """One run of collectives_job.py MODE (3 ranks), shared by the tests that read it."""
     tmp_path = tmp_path_factory.mktemp(f"coll-{mode}")
-    result, run_dir, _ = launch_job(tmp_path, tmp_path / "runs", name=f"coll-{mode}", script=str(WORKERS / "collectives_job.py"),
-                                    args=[mode], nproc_per_node=3, timeout=60, preload=["torch"])
+    result, run_dir, _ = launch_job(
+        tmp_path,
+        tmp_path / "runs",
+        name=f"coll-{mode}",
+        script=str(WORKERS / "collectives_job.py"),
+        args=[mode],
+        nproc_per_node=3,
+        timeout=60,
+        preload=["torch"],
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     return run_dir
 
@@ -63,8 +71,15 @@ def test_the_last_read_waits_for_gloo_to_mark_what_was_waited_on_completed(tmp_p
     """gloo marks a collective completed on its own thread after wait() returns; the last read
     at exit saw the previous one as the last completed (CI, stop 33: a rank's LAST COMPLETED
     was short of 9; before the fix this job counted ~20 of 200 reads behind per rank)."""
-    result, run_dir, _ = launch_job(tmp_path, runs_dir, name="final-read", script=str(WORKERS / "final_read.py"),
-                                    nproc_per_node=2, timeout=60, preload=["torch"])
+    result, run_dir, _ = launch_job(
+        tmp_path,
+        runs_dir,
+        name="final-read",
+        script=str(WORKERS / "final_read.py"),
+        nproc_per_node=2,
+        timeout=60,
+        preload=["torch"],
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     log = "".join(p.read_text() for p in sorted((run_dir / "logs").glob("rank*.log")))
     assert re.findall(r"behind (\d+) backwards (\d+)", log) == [("0", "0"), ("0", "0")], log
@@ -73,14 +88,28 @@ def test_the_last_read_waits_for_gloo_to_mark_what_was_waited_on_completed(tmp_p
 def test_the_users_own_recorder_settings_are_left_alone():
     env = {"PATH": "/bin"}
     assert collectives.configure_env(env) and env[collectives.ENV_BUFFER] == str(collectives.BUFFER)
-    for theirs in ({"TORCH_FR_BUFFER_SIZE": "0"}, {"TORCH_NCCL_TRACE_BUFFER_SIZE": "10"}, {"TORCH_FR_DUMP_TEMP_FILE": "/x"}):
+    for theirs in (
+        {"TORCH_FR_BUFFER_SIZE": "0"},
+        {"TORCH_NCCL_TRACE_BUFFER_SIZE": "10"},
+        {"TORCH_FR_DUMP_TEMP_FILE": "/x"},
+    ):
         env = dict(theirs)
         assert not collectives.configure_env(env) and env == theirs
 
 
 def _hung(tmp_path, runs_dir, mode: str) -> str:
-    result, run_dir, rec = launch_job(tmp_path, runs_dir, name=f"coll-{mode}", script=str(WORKERS / "collectives_job.py"), args=[mode],
-                                      nproc_per_node=3, timeout=40, hang_timeout=6, preload=["torch"])  # the job ends before rpcctl()'s 60 s: a missed verdict shows its output
+    result, run_dir, rec = launch_job(
+        tmp_path,
+        runs_dir,
+        name=f"coll-{mode}",
+        script=str(WORKERS / "collectives_job.py"),
+        args=[mode],
+        # the job ends before rpcctl()'s 60 s: a missed verdict shows its output
+        nproc_per_node=3,
+        timeout=40,
+        hang_timeout=6,
+        preload=["torch"],
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     assert rec["root_cause"]["reason"] == "hang"
     assert (run_dir / "hang" / "diagnosis.txt").is_file()
@@ -97,22 +126,32 @@ def test_a_rank_that_has_not_entered_a_collective_is_named_with_its_stack(tmp_pa
     assert rpcctl("trace", "-o", str(out), "--runs-dir", str(runs_dir)).returncode == 0
     events = validate(json.loads(out.read_text()))
     names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
-    stuck = sorted(names[e["pid"]].split(" ")[1] for e in events
-                   if e["ph"] == "X" and e["cat"] == "collective" and e["args"]["seq"] == 4 and e["args"]["pg"] == "0")
+    stuck = sorted(
+        names[e["pid"]].split(" ")[1]
+        for e in events
+        if e["ph"] == "X" and e["cat"] == "collective" and e["args"]["seq"] == 4 and e["args"]["pg"] == "0"
+    )
     assert stuck == ["0", "1"], stuck
-    assert all(e["args"]["state"] == "in flight" and e["name"] == "all_reduce #4" and e["dur"] > 3e6 for e in events
-               if e["ph"] == "X" and e["cat"] == "collective" and e["args"]["seq"] == 4), "in flight for the hang's seconds"
+    assert all(
+        e["args"]["state"] == "in flight" and e["name"] == "all_reduce #4" and e["dur"] > 3e6
+        for e in events
+        if e["ph"] == "X" and e["cat"] == "collective" and e["args"]["seq"] == 4
+    ), "in flight for the hang's seconds"
 
 
 def test_a_collective_mismatch_is_named(tmp_path, runs_dir):
     message = _hung(tmp_path, runs_dir, "mismatch")
-    assert "collective mismatch in pg 0: rank 1 called broadcast #4 where ranks 0, 2 called all_reduce #4" in message, message
+    assert "collective mismatch in pg 0: rank 1 called broadcast #4 where ranks 0, 2 called all_reduce #4" in message, (
+        message
+    )
 
 
 def test_a_rank_missing_at_init_process_group_is_named_with_its_stack(tmp_path, runs_dir):
     message = _hung(tmp_path, runs_dir, "missing")
     assert message.startswith("hang: rank 2 (pid "), message
-    assert "has not entered init_process_group; it is at " in message and "in load_config (`time.sleep(600)`)" in message, message
+    assert (
+        "has not entered init_process_group; it is at " in message and "in load_config (`time.sleep(600)`)" in message
+    ), message
     assert "rank 0 (pid" in message and "rank 1 (pid" in message and "wait in it" in message, message
 
 
@@ -130,7 +169,9 @@ def test_the_straggler_is_flagged_on_its_rank_in_inspect_workers(slow_run):
     workers = json.loads(rpcctl("inspect", "workers", str(slow_run), "--json").stdout)
     flagged = {w["rank"]: w["straggler"] for w in workers if w["straggler"]}
     assert list(flagged) == [1], workers
-    assert re.fullmatch(r"rank 1: last into \d of 9 collectives of pg 0; the others waited .+ for it \(p50, max .+\)", flagged[1]), flagged
+    assert re.fullmatch(
+        r"rank 1: last into \d of 9 collectives of pg 0; the others waited .+ for it \(p50, max .+\)", flagged[1]
+    ), flagged
     table = rpcctl("inspect", "workers", str(slow_run)).stdout
     assert "STRAGGLER: rank 1: last into" in table, table
 
@@ -165,10 +206,19 @@ def test_collectives_are_on_each_ranks_trace_track_linked_across_ranks(slow_run,
         by_rank.setdefault(names[span["pid"]].split(" ")[1], []).append(span)
         assert threads[(span["pid"], span["tid"])].startswith(f"collectives pg {span['args']['pg']}")
     assert sorted(by_rank) == ["0", "1", "2"], sorted(by_rank)
-    default = {rank: sorted((s["args"]["seq"], s["name"]) for s in mine if s["args"]["pg"] == "0") for rank, mine in by_rank.items()}
-    expected = [(i, f"all_reduce #{i}") for i in range(1, 6)] + [(i, f"broadcast #{i}") for i in range(6, 9)] + [(9, "barrier #9")]
+    default = {
+        rank: sorted((s["args"]["seq"], s["name"]) for s in mine if s["args"]["pg"] == "0")
+        for rank, mine in by_rank.items()
+    }
+    expected = (
+        [(i, f"all_reduce #{i}") for i in range(1, 6)]
+        + [(i, f"broadcast #{i}") for i in range(6, 9)]
+        + [(9, "barrier #9")]
+    )
     assert default == {"0": expected, "1": expected, "2": expected}
-    assert all(s["args"]["bytes"] == 4096 and s["args"]["state"] == "completed" for s in spans if s["args"]["op"] != "barrier")
+    assert all(
+        s["args"]["bytes"] == 4096 and s["args"]["state"] == "completed" for s in spans if s["args"]["op"] != "barrier"
+    )
     # One flow per (pg, seq), through every rank that ran it, in order of entry: the straggler last into each all_reduce.
     flows = {}
     for e in events:
@@ -196,15 +246,26 @@ def test_the_report_has_a_collectives_section_with_the_straggler(slow_run, tmp_p
     assert result.returncode == 0, result.stderr
     page = out.read_text()
     assert '<section id="sec-collectives">' in page
-    view = json.loads(re.search(r'<script type="application/json" id="rpcctl-view">(.*?)</script>', page, re.S).group(1))
+    view = json.loads(
+        re.search(r'<script type="application/json" id="rpcctl-view">(.*?)</script>', page, re.S).group(1)
+    )
     html = view["html"]["collectives"]
     assert re.search(r"<li>pg 0: rank 1 entered last in \d of 9 collectives; the others waited .+ for it", html), html
     assert "all_reduce" in html and "broadcast" in html and "LAST COMPLETED" in html and "P99" in html
 
 
 def test_a_cycle_through_rpc_and_a_collective_is_named(tmp_path, runs_dir):
-    result, run_dir, rec = launch_job(tmp_path, runs_dir, name="coll-cycle", script=str(WORKERS / "rpc_collective_cycle.py"),
-                                      nproc_per_node=3, timeout=40, hang_timeout=6, preload=["torch"])  # the job ends before rpcctl()'s 60 s: a missed verdict shows its output
+    result, run_dir, rec = launch_job(
+        tmp_path,
+        runs_dir,
+        name="coll-cycle",
+        script=str(WORKERS / "rpc_collective_cycle.py"),
+        # the job ends before rpcctl()'s 60 s: a missed verdict shows its output
+        nproc_per_node=3,
+        timeout=40,
+        hang_timeout=6,
+        preload=["torch"],
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     message = rec["root_cause"]["message"]
     assert "rank 1 (worker1, pid " in message and "on rpc_sync → worker0 (reduce_on_worker0" in message, message
@@ -235,20 +296,48 @@ def test_a_process_group_id_from_a_rank_reaches_the_terminal_escaped(tmp_path):
     server.start()
     socks = []
     try:
-        save_record(RunRecord(run_id="forged", name="forged", status="running", run_dir=str(run_dir), config_path=None, script="x.py",
-                              world_size=3, nproc_per_node=3, start_method="spawn", host=socket.gethostname(), launcher_pid=os.getpid(),
-                              launcher_started=psutil.Process().create_time(), master_addr="127.0.0.1", master_port=0, started_at=now_iso(),
-                              ranks=[RankState(rank=r, local_rank=r, pid=10_000_000 + r, state="running") for r in range(3)]))
+        save_record(
+            RunRecord(
+                run_id="forged",
+                name="forged",
+                status="running",
+                run_dir=str(run_dir),
+                config_path=None,
+                script="x.py",
+                world_size=3,
+                nproc_per_node=3,
+                start_method="spawn",
+                host=socket.gethostname(),
+                launcher_pid=os.getpid(),
+                launcher_started=psutil.Process().create_time(),
+                master_addr="127.0.0.1",
+                master_port=0,
+                started_at=now_iso(),
+                ranks=[RankState(rank=r, local_rank=r, pid=10_000_000 + r, state="running") for r in range(3)],
+            )
+        )
         now = time.time()
         for rank in range(3):
             server.rank_started(rank, 10_000_000 + rank, rank, "cpu", 0)
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.connect(str(server.socket_path))
             late = 0.2 if rank == 2 else 0.0
-            events = [{"e": "cent", "pg": "\x1b]0;owned\x07\x1b[2J", "seq": seq, "op": "all_reduce", "entered": now + seq + late,
-                       "completed": now + seq + 0.3, "t": now} for seq in range(1, 7)]
-            sock.sendall(protocol.encode({"k": "hello", "pid": 10_000_000 + rank, "rank": rank, "kind": "rank", "t": now})
-                         + protocol.encode({"k": "batch", "ev": events}))
+            events = [
+                {
+                    "e": "cent",
+                    "pg": "\x1b]0;owned\x07\x1b[2J",
+                    "seq": seq,
+                    "op": "all_reduce",
+                    "entered": now + seq + late,
+                    "completed": now + seq + 0.3,
+                    "t": now,
+                }
+                for seq in range(1, 7)
+            ]
+            sock.sendall(
+                protocol.encode({"k": "hello", "pid": 10_000_000 + rank, "rank": rank, "kind": "rank", "t": now})
+                + protocol.encode({"k": "batch", "ev": events})
+            )
             socks.append(sock)
         deadline = time.monotonic() + 10
         while not inspect.collectives(run_dir).stragglers and time.monotonic() < deadline:
@@ -281,7 +370,9 @@ patch.activate([])
 poller = collectives.poller()
 """
 
-RPC_ONLY_THEN_A_GROUP = COUNTING_READS + """idle = [poller.process(time.time()) for _ in range(3)]  # torch.distributed imported, no group yet
+RPC_ONLY_THEN_A_GROUP = (
+    COUNTING_READS
+    + """idle = [poller.process(time.time()) for _ in range(3)]  # torch.distributed imported, no group yet
 before = len(reads)
 dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
 dist.all_reduce(torch.ones(4))
@@ -289,6 +380,7 @@ dist.destroy_process_group()  # gone before the sender's next cycle: still count
 events = poller.process(time.time(), final=True)
 print(json.dumps({"idle": idle, "before": before, "after": len(reads), "events": events}))
 """
+)
 
 
 def test_the_sender_reads_no_recorder_before_a_process_group_exists(tmp_path):
@@ -300,8 +392,13 @@ def test_the_sender_reads_no_recorder_before_a_process_group_exists(tmp_path):
     import sys
 
     env = {**os.environ, collectives.ENV_BUFFER: "16", "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", RPC_ONLY_THEN_A_GROUP, str(tmp_path / "pg")], capture_output=True, text=True,
-                         env=env, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", RPC_ONLY_THEN_A_GROUP, str(tmp_path / "pg")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.splitlines()[-1])
     assert result["idle"] == [[], [], []]
@@ -311,7 +408,9 @@ def test_the_sender_reads_no_recorder_before_a_process_group_exists(tmp_path):
     assert ("all_reduce", 1) in ops, result["events"]
 
 
-A_GROUP_THEN_IDLE = COUNTING_READS + """dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+A_GROUP_THEN_IDLE = (
+    COUNTING_READS
+    + """dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
 dist.all_reduce(torch.ones(4))
 time.sleep(0.2)  # gloo retires it on its own thread
 t = time.time()
@@ -324,6 +423,7 @@ after = poller.process(t + 5 * collectives.SAMPLE_EVERY_S)
 dist.destroy_process_group()
 print(json.dumps({"first": first, "idle": idle, "idle_reads": idle_reads, "after": after}))
 """
+)
 
 
 def test_the_sender_reads_no_entries_when_no_collective_completed_since_the_last_read(tmp_path):
@@ -335,8 +435,13 @@ def test_the_sender_reads_no_entries_when_no_collective_completed_since_the_last
     import sys
 
     env = {**os.environ, collectives.ENV_BUFFER: "16", "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", A_GROUP_THEN_IDLE, str(tmp_path / "pg")], capture_output=True, text=True,
-                         env=env, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", A_GROUP_THEN_IDLE, str(tmp_path / "pg")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.splitlines()[-1])
     assert ("all_reduce", 1) in {(e["op"], e["n"]) for e in result["first"] if e["e"] == "cop"}, result["first"]
@@ -345,7 +450,9 @@ def test_the_sender_reads_no_entries_when_no_collective_completed_since_the_last
     assert ("all_reduce", 1) in {(e["op"], e["n"]) for e in result["after"] if e["e"] == "cop"}, result["after"]
 
 
-A_DEFAULT_GROUP_COLLECTIVE_WHILE_INIT_RPC_RUNS = COUNTING_READS + """from datetime import timedelta
+A_DEFAULT_GROUP_COLLECTIVE_WHILE_INIT_RPC_RUNS = (
+    COUNTING_READS
+    + """from datetime import timedelta
 dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
 collectives.OBSERVER.rpc_starting()  # the recorder lists no group yet: none has run a collective
 dist.all_reduce(torch.ones(4))  # a peer's RPC handler, on this rank, before its init_rpc returned
@@ -358,6 +465,7 @@ events = poller.process(time.time(), final=True)
 dist.destroy_process_group()
 print(json.dumps(events))
 """
+)
 
 
 def test_a_default_group_collective_run_while_init_rpc_runs_is_not_taken_for_rpcs_own(tmp_path):
@@ -371,8 +479,13 @@ def test_a_default_group_collective_run_while_init_rpc_runs_is_not_taken_for_rpc
     import sys
 
     env = {**os.environ, collectives.ENV_BUFFER: "16", "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", A_DEFAULT_GROUP_COLLECTIVE_WHILE_INIT_RPC_RUNS, str(tmp_path / "pg")],
-                         capture_output=True, text=True, env=env, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", A_DEFAULT_GROUP_COLLECTIVE_WHILE_INIT_RPC_RUNS, str(tmp_path / "pg")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     events = json.loads(out.stdout.splitlines()[-1])
     ops = {(e["pg"], e["op"], e["n"]) for e in events if e["e"] == "cop"}
@@ -385,9 +498,17 @@ def test_a_collective_retired_after_the_next_one_is_counted_by_its_op_not_lost()
     is retired. Counted past #2, #2 was skipped for good and counted as overwritten (op "?": 599 of
     600 all_reduce plus one "?", once in CI; tests/test_fork_workers.py). The entries are shaped as
     torch 2.13's recorder writes them (a system edge: the order is a race no real job forces)."""
+
     def entry(seq, retired):
-        return {"pg_id": 0, "collective_seq_id": seq, "retired": retired, "profiling_name": "gloo:all_reduce",
-                "input_sizes": [[4]], "input_dtypes": ["Float"], "time_created_ns": seq * 10**9}
+        return {
+            "pg_id": 0,
+            "collective_seq_id": seq,
+            "retired": retired,
+            "profiling_name": "gloo:all_reduce",
+            "input_sizes": [[4]],
+            "input_dtypes": ["Float"],
+            "time_created_ns": seq * 10**9,
+        }
 
     poller = collectives.Poller()
     poller.groups["0"] = group = collectives._Group()

@@ -19,7 +19,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "rpcctl"
 
 
 def attributes(cls: type) -> set[str]:
-    return {f.name for f in dataclasses.fields(cls)} | {n for n in dir(cls) if isinstance(getattr(cls, n, None), property)}
+    return {f.name for f in dataclasses.fields(cls)} | {
+        n for n in dir(cls) if isinstance(getattr(cls, n, None), property)
+    }
 
 
 def missing_keys(cls: type, columns) -> list[str]:
@@ -36,7 +38,13 @@ def declared_views() -> dict[str, tuple[type, list[Column]]]:
             if not isinstance(node, ast.ClassDef):
                 continue
             for stmt in node.body:
-                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+                targets = (
+                    stmt.targets
+                    if isinstance(stmt, ast.Assign)
+                    else [stmt.target]
+                    if isinstance(stmt, ast.AnnAssign)
+                    else []
+                )
                 if any(isinstance(t, ast.Name) and t.id == "COLUMNS" for t in targets):
                     module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
                     cls = getattr(importlib.import_module(module), node.name)
@@ -53,7 +61,15 @@ VIEWS = declared_views()
 
 def test_every_view_is_found():
     names = {name.rsplit(".", 1)[-1] for name in VIEWS}
-    assert {"RunRecord", "WorkerRecord", "RRefRecord", "OwnerSummary", "LossSummary", "PendingCall", "Comparison"} <= names
+    assert {
+        "RunRecord",
+        "WorkerRecord",
+        "RRefRecord",
+        "OwnerSummary",
+        "LossSummary",
+        "PendingCall",
+        "Comparison",
+    } <= names
     assert "bench suite latency" in VIEWS
 
 
@@ -76,7 +92,9 @@ def test_a_wrong_key_is_caught():
 def test_filters_parse_against_the_declared_columns(tmp_path, runs_dir):
     ok, ok_dir, _ = launch_job(tmp_path, runs_dir, nproc_per_node=1, name="good", args=["0=ok"])
     # a second job's run directory: launch_job wants one run per directory, so move the first aside
-    failed, failed_dir, _ = launch_job(tmp_path, tmp_path / "other", nproc_per_node=2, name="bad", args=["1=exit:3", "0=hang"])
+    failed, failed_dir, _ = launch_job(
+        tmp_path, tmp_path / "other", nproc_per_node=2, name="bad", args=["1=exit:3", "0=hang"]
+    )
     failed_dir = failed_dir.rename(runs_dir / failed_dir.name)
     assert (ok.returncode, failed.returncode) == (0, 1)
     where = ("--runs-dir", str(runs_dir))
@@ -94,14 +112,20 @@ def test_filters_parse_against_the_declared_columns(tmp_path, runs_dir):
     assert (empty.returncode, empty.stdout, empty.stderr) == (0, "no runs match status=cancelled\n", "")
     unknown = rpcctl("runs", *where, "--filter", "state=failed")
     assert unknown.returncode == 2 and unknown.stdout == ""
-    assert unknown.stderr.startswith("error: --filter 'state=failed': unknown key 'state' (valid keys: run_id, name, status, "
-                                     "world_size, started_at, duration_s, restarts, round, cause, "), unknown.stderr
-    assert unknown.stderr.endswith(", max_restarts, reason, exit_code; or a column's header)\n"), unknown.stderr  # the record's keys too
+    assert unknown.stderr.startswith(
+        "error: --filter 'state=failed': unknown key 'state' (valid keys: run_id, name, status, "
+        "world_size, started_at, duration_s, restarts, round, cause, "
+    ), unknown.stderr
+    # the record's keys too
+    assert unknown.stderr.endswith(", max_restarts, reason, exit_code; or a column's header)\n"), unknown.stderr
     malformed = rpcctl("runs", *where, "--filter", "status")
     assert malformed.returncode == 2 and "expected KEY=VALUE, KEY!=VALUE or KEY>N" in malformed.stderr
     for spec in ("restarts>", "restarts>nan", "duration_s<=-inf"):
         nothing = rpcctl("runs", *where, "--filter", spec)
-        assert nothing.returncode == 2 and "needs a number or a time to compare with" in nothing.stderr, (spec, nothing.stderr)
+        assert nothing.returncode == 2 and "needs a number or a time to compare with" in nothing.stderr, (
+            spec,
+            nothing.stderr,
+        )
 
     def names(*filters: str) -> list[str]:
         args = [arg for f in filters for arg in ("--filter", f)]
@@ -113,7 +137,10 @@ def test_filters_parse_against_the_declared_columns(tmp_path, runs_dir):
     assert names("duration>0", "duration_s<3600") == ["bad", "good"]  # numbers in raw units
     assert names("nnodes=1") == ["bad", "good"]  # a key of the record that no column shows
     first, second = sorted([record(ok_dir)["started_at"], record(failed_dir)["started_at"]])
-    assert names(f"started_at>{first}") == ["bad"] and names(f"started_at>={first}", f"started_at<={second}") == ["bad", "good"]
+    assert names(f"started_at>{first}") == ["bad"] and names(f"started_at>={first}", f"started_at<={second}") == [
+        "bad",
+        "good",
+    ]
     table = rpcctl("runs", *where, "--filter", "duration_s>1e9", "--filter", "status!=failed")
     assert (table.returncode, table.stdout) == (0, "no runs match duration_s>1e9, status!=failed\n")
 
@@ -124,11 +151,16 @@ def test_filters_parse_against_the_declared_columns(tmp_path, runs_dir):
     assert (none.returncode, none.stdout.splitlines()[0]) == (0, "no workers match state=succeeded")
     bad = rpcctl("inspect", "workers", str(failed_dir), "--filter", "ranq=1")
     assert bad.returncode == 2 and "unknown key 'ranq' (valid keys: world, rank, name, kind," in bad.stderr
-    ranks = json.loads(rpcctl("inspect", "workers", str(failed_dir), "--json", "--filter", "rank=1").stdout)  # a key of --json
+    # a key of --json
+    ranks = json.loads(rpcctl("inspect", "workers", str(failed_dir), "--json", "--filter", "rank=1").stdout)
     assert [(w["rank"], w["state"]) for w in ranks] == [(1, "failed")]
-    below = json.loads(rpcctl("inspect", "workers", str(failed_dir), "--json", "--filter", "exit_code!=3", "--filter", "pid>1").stdout)
+    below = json.loads(
+        rpcctl("inspect", "workers", str(failed_dir), "--json", "--filter", "exit_code!=3", "--filter", "pid>1").stdout
+    )
     assert [w["rank"] for w in below] == [0]
-    assert len(json.loads(rpcctl("inspect", "workers", str(failed_dir), "--json", "--filter", "stale=false").stdout)) == 2
+    assert (
+        len(json.loads(rpcctl("inspect", "workers", str(failed_dir), "--json", "--filter", "stale=false").stdout)) == 2
+    )
 
 
 def test_a_long_filter_without_an_operator_is_refused_at_once():
@@ -155,10 +187,16 @@ def test_display_fields_are_not_filter_keys():
         with pytest.raises(UsageError, match=r"valid keys: world, rank, name, kind,") as refused:
             parse_filters([spec], WorkerRecord.COLUMNS, fields)
         assert "_shown" not in str(refused.value).split("valid keys:")[1]
-    by_header, by_key = parse_filters(["RANK=1"], WorkerRecord.COLUMNS, fields), parse_filters(["rank=1"], WorkerRecord.COLUMNS, fields)
+    by_header, by_key = (
+        parse_filters(["RANK=1"], WorkerRecord.COLUMNS, fields),
+        parse_filters(["rank=1"], WorkerRecord.COLUMNS, fields),
+    )
     assert [f.column.key for f in by_header + by_key] == ["rank", "rank"]
     blank = {f.name: None for f in dataclasses.fields(WorkerRecord) if f.default is dataclasses.MISSING}
-    rank1, child = WorkerRecord(**{**blank, "rank": 1, "kind": "rank", "name": "w1"}), WorkerRecord(**{**blank, "rank": 1, "kind": "child"})
+    rank1, child = (
+        WorkerRecord(**{**blank, "rank": 1, "kind": "rank", "name": "w1"}),
+        WorkerRecord(**{**blank, "rank": 1, "kind": "child"}),
+    )
     other = WorkerRecord(**{**blank, "rank": 2, "kind": "rank", "name": "w2"})
     assert keep([rank1, child, other], by_header) == [rank1, child]  # a child is its rank's, though RANK shows └
     assert keep([rank1, child, other], parse_filters(["NAME=w2"], WorkerRecord.COLUMNS, fields)) == [other]

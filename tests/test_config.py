@@ -202,7 +202,9 @@ def test_expanded_values_take_the_field_type(write, monkeypatch):
     monkeypatch.setenv("RPCCTL_T_INIT", "true")
     monkeypatch.setenv("RPCCTL_T_TIMEOUT", "2.5")
     spec = load_config(
-        write("script: train.py\nnproc_per_node: ${RPCCTL_T_N}\nrpc:\n  init: ${RPCCTL_T_INIT}\n  rpc_timeout: ${RPCCTL_T_TIMEOUT}\n")
+        write(
+            "script: train.py\nnproc_per_node: ${RPCCTL_T_N}\nrpc:\n  init: ${RPCCTL_T_INIT}\n  rpc_timeout: ${RPCCTL_T_TIMEOUT}\n"
+        )
     )
     assert (spec.nproc_per_node, spec.rpc.init, spec.rpc.rpc_timeout) == (3, True, 2.5)
     monkeypatch.setenv("RPCCTL_T_TIMEOUT", "inf")
@@ -234,7 +236,9 @@ rpc:
 
 
 def test_set_into_an_aliased_mapping_changes_only_that_key(write):
-    spec = load_config(write("script: train.py\nrpc:\n  device_maps: {w1: &m {'0': '1'}, w2: *m}\n"), ["rpc.device_maps.w2.0=cuda:2"])
+    spec = load_config(
+        write("script: train.py\nrpc:\n  device_maps: {w1: &m {'0': '1'}, w2: *m}\n"), ["rpc.device_maps.w2.0=cuda:2"]
+    )
     assert spec.rpc.device_maps == {"w1": {"0": "1"}, "w2": {"0": "cuda:2"}}
 
 
@@ -358,7 +362,9 @@ def test_explicit_name_is_kept(write):
 
 def test_args_and_env_coerced_to_strings(write):
     spec = load_config(
-        write("script: train.py\nargs: [--epochs, 3, 0.5, -1, x]\nenv: {INT: 1, FLOAT: 1.5, T: true, F: false, S: text}\n")
+        write(
+            "script: train.py\nargs: [--epochs, 3, 0.5, -1, x]\nenv: {INT: 1, FLOAT: 1.5, T: true, F: false, S: text}\n"
+        )
     )
     assert spec.args == ["--epochs", "3", "0.5", "-1", "x"]
     assert all(isinstance(a, str) for a in spec.args)
@@ -367,7 +373,14 @@ def test_args_and_env_coerced_to_strings(write):
 
 @pytest.mark.parametrize(
     ("devices", "expected"),
-    [("cpu", "cpu"), ("auto", "auto"), ("inherit", "inherit"), ("[0, 1]", [0, 1]), ("['cuda:3', cpu]", [3, "cpu"]), ("['2', cpu]", [2, "cpu"])],
+    [
+        ("cpu", "cpu"),
+        ("auto", "auto"),
+        ("inherit", "inherit"),
+        ("[0, 1]", [0, 1]),
+        ("['cuda:3', cpu]", [3, "cpu"]),
+        ("['2', cpu]", [2, "cpu"]),
+    ],
 )
 def test_devices_forms(write, devices, expected):
     spec = load_config(write(f"script: train.py\nnproc_per_node: 2\ndevices: {devices}\n"))
@@ -389,7 +402,8 @@ def test_dump_spec_round_trips(write):
 @dataclass
 class Bad:
     text: str | None  # config text; None: see `path`
-    where: str | None  # "{file}:LINE", "{file}:LINE:" (a prefix: YAML syntax errors add a column), "{file}", "--set ...", None
+    # "{file}:LINE", "{file}:LINE:" (a prefix: YAML syntax errors add a column), "{file}", "--set ...", None
+    where: str | None
     key: str | None
     phrases: tuple[str, ...]
     overrides: list[str] = field(default_factory=list)
@@ -401,24 +415,40 @@ class Bad:
 BAD: dict[str, Bad] = {
     # --- YAML itself
     "yaml-unclosed-bracket": Bad(
-        "script: train.py\nargs: [a, b\nnproc_per_node: 2\n", "{file}:3:", None, ("YAML syntax error", "expected ',' or ']'")
+        "script: train.py\nargs: [a, b\nnproc_per_node: 2\n",
+        "{file}:3:",
+        None,
+        ("YAML syntax error", "expected ',' or ']'"),
     ),
     "yaml-bad-indentation": Bad(
-        "script: train.py\nrpc:\n  init: true\n   name: x\n", "{file}:4:", None, ("YAML syntax error", "mapping values are not allowed")
+        "script: train.py\nrpc:\n  init: true\n   name: x\n",
+        "{file}:4:",
+        None,
+        ("YAML syntax error", "mapping values are not allowed"),
     ),
     "yaml-dedent-mid-mapping": Bad(
-        "script: train.py\nrpc:\n    init: true\n  name: x\n", "{file}:4:", None, ("YAML syntax error", "while parsing a block mapping")
+        "script: train.py\nrpc:\n    init: true\n  name: x\n",
+        "{file}:4:",
+        None,
+        ("YAML syntax error", "while parsing a block mapping"),
     ),
-    "yaml-tab-indent": Bad("script: train.py\n\tnproc_per_node: 2\n", "{file}:2:", None, ("YAML syntax error", "tab character")),
+    "yaml-tab-indent": Bad(
+        "script: train.py\n\tnproc_per_node: 2\n", "{file}:2:", None, ("YAML syntax error", "tab character")
+    ),
     "empty-file": Bad("", "{file}", None, ("config file is empty", "'script'")),
     "comments-only-file": Bad("# nothing here\n\n", "{file}", None, ("config file is empty",)),
-    "file-is-a-list": Bad("- script: train.py\n- nproc_per_node: 2\n", "{file}:1", None, ("must be a mapping", "got a list")),
+    "file-is-a-list": Bad(
+        "- script: train.py\n- nproc_per_node: 2\n", "{file}:1", None, ("must be a mapping", "got a list")
+    ),
     "file-is-a-scalar": Bad("\n\njust some text\n", "{file}:3", None, ("must be a mapping", "got a single value")),
     "missing-config-file": Bad(None, None, None, ("config file not found",), path="missing"),
     "config-path-is-directory": Bad(None, None, None, ("is a directory",), path="dir"),
     # --- keys
     "unknown-top-level-key": Bad(
-        "script: train.py\nnprocs_per_node: 2\n", "{file}:2", "nprocs_per_node", ("unknown key 'nprocs_per_node'", "did you mean 'nproc_per_node'?")
+        "script: train.py\nnprocs_per_node: 2\n",
+        "{file}:2",
+        "nprocs_per_node",
+        ("unknown key 'nprocs_per_node'", "did you mean 'nproc_per_node'?"),
     ),
     "unknown-nested-key": Bad(
         "script: train.py\nrpc:\n  init: true\n  num_worker_thread: 4\n",
@@ -432,40 +462,80 @@ BAD: dict[str, Bad] = {
     "missing-required-script": Bad("nproc_per_node: 2\n", "{file}", "script", ("missing required key 'script'",)),
     "script-file-missing": Bad("name: x\nscript: nope.py\n", "{file}:2", "script", ("script not found", "nope.py")),
     "duplicate-top-level-key": Bad(
-        "script: train.py\nnproc_per_node: 2\nnproc_per_node: 3\n", "{file}:3", "nproc_per_node", ("duplicate key 'nproc_per_node'",)
+        "script: train.py\nnproc_per_node: 2\nnproc_per_node: 3\n",
+        "{file}:3",
+        "nproc_per_node",
+        ("duplicate key 'nproc_per_node'",),
     ),
-    "duplicate-nested-key": Bad("script: train.py\nrpc:\n  init: true\n  init: false\n", "{file}:4", "rpc.init", ("duplicate key 'init'",)),
+    "duplicate-nested-key": Bad(
+        "script: train.py\nrpc:\n  init: true\n  init: false\n", "{file}:4", "rpc.init", ("duplicate key 'init'",)
+    ),
     # --- types and ranges
-    "wrong-type-int": Bad("script: train.py\n\nnproc_per_node: two\n", "{file}:3", "nproc_per_node", ("valid integer", "'two'")),
-    "wrong-type-fraction": Bad("script: train.py\nnproc_per_node: 2.5\n", "{file}:2", "nproc_per_node", ("fractional part",)),
-    "nproc-zero": Bad("script: train.py\nnproc_per_node: 0\n", "{file}:2", "nproc_per_node", ("greater than or equal to 1", "got 0")),
-    "nproc-too-big": Bad("script: train.py\nnproc_per_node: 5000\n", "{file}:2", "nproc_per_node", ("less than or equal to 1024",)),
+    "wrong-type-int": Bad(
+        "script: train.py\n\nnproc_per_node: two\n", "{file}:3", "nproc_per_node", ("valid integer", "'two'")
+    ),
+    "wrong-type-fraction": Bad(
+        "script: train.py\nnproc_per_node: 2.5\n", "{file}:2", "nproc_per_node", ("fractional part",)
+    ),
+    "nproc-zero": Bad(
+        "script: train.py\nnproc_per_node: 0\n", "{file}:2", "nproc_per_node", ("greater than or equal to 1", "got 0")
+    ),
+    "nproc-too-big": Bad(
+        "script: train.py\nnproc_per_node: 5000\n", "{file}:2", "nproc_per_node", ("less than or equal to 1024",)
+    ),
     "timeout-negative": Bad("script: train.py\ntimeout: -1\n", "{file}:2", "timeout", ("greater than 0", "got -1")),
     "timeout-zero": Bad("script: train.py\ntimeout: 0\n", "{file}:2", "timeout", ("greater than 0",)),
-    "grace-negative": Bad("script: train.py\ngrace: -1\n", "{file}:2", "grace", ("greater than or equal to 0", "got -1")),
-    "max-restarts-negative": Bad("script: train.py\nmax_restarts: -1\n", "{file}:2", "max_restarts", ("greater than or equal to 0",)),
+    "grace-negative": Bad(
+        "script: train.py\ngrace: -1\n", "{file}:2", "grace", ("greater than or equal to 0", "got -1")
+    ),
+    "max-restarts-negative": Bad(
+        "script: train.py\nmax_restarts: -1\n", "{file}:2", "max_restarts", ("greater than or equal to 0",)
+    ),
     "nested-out-of-range": Bad(
-        "script: train.py\nrpc:\n  num_worker_threads: 0\n", "{file}:3", "rpc.num_worker_threads", ("greater than or equal to 1",)
+        "script: train.py\nrpc:\n  num_worker_threads: 0\n",
+        "{file}:3",
+        "rpc.num_worker_threads",
+        ("greater than or equal to 1",),
     ),
     "master-port-out-of-range": Bad("script: train.py\nmaster_port: 70000\n", "{file}:2", "master_port", ("65535",)),
-    "start-method-unknown": Bad("script: train.py\nstart_method: forkserver\n", "{file}:2", "start_method", ("'fork' or 'spawn'", "forkserver")),
+    "start-method-unknown": Bad(
+        "script: train.py\nstart_method: forkserver\n", "{file}:2", "start_method", ("'fork' or 'spawn'", "forkserver")
+    ),
     "args-not-a-list": Bad("script: train.py\nargs: {a: 1}\n", "{file}:2", "args", ("valid list",)),
     "env-not-a-mapping": Bad("script: train.py\nenv: [A, B]\n", "{file}:2", "env", ("valid dictionary",)),
     "name-invalid": Bad("script: train.py\nname: 'bad name'\n", "{file}:2", "name", ("bad name",)),
     # --- ${VAR}
     "unset-var-in-list": Bad(
-        f"script: train.py\nargs:\n  - --lr\n  - ${{{UNSET}}}\n", "{file}:4", "args.1", (f"{UNSET} is not set", f"${{{UNSET}:-default}}")
+        f"script: train.py\nargs:\n  - --lr\n  - ${{{UNSET}}}\n",
+        "{file}:4",
+        "args.1",
+        (f"{UNSET} is not set", f"${{{UNSET}:-default}}"),
     ),
-    "unset-var-in-mapping": Bad(f"script: train.py\nenv:\n  FOO: pre-${{{UNSET}}}\n", "{file}:3", "env.FOO", (f"{UNSET} is not set",)),
+    "unset-var-in-mapping": Bad(
+        f"script: train.py\nenv:\n  FOO: pre-${{{UNSET}}}\n", "{file}:3", "env.FOO", (f"{UNSET} is not set",)
+    ),
     # --- --set / -n
-    "set-without-equals": Bad("script: train.py\n", "--set nproc_per_node", None, ("expected KEY=VALUE",), overrides=["nproc_per_node"]),
+    "set-without-equals": Bad(
+        "script: train.py\n", "--set nproc_per_node", None, ("expected KEY=VALUE",), overrides=["nproc_per_node"]
+    ),
     "set-empty-key": Bad("script: train.py\n", "--set =3", None, ("expected KEY=VALUE",), overrides=["=3"]),
-    "set-empty-path-part": Bad("script: train.py\n", "--set a..b=1", None, ("bad key path 'a..b'",), overrides=["a..b=1"]),
+    "set-empty-path-part": Bad(
+        "script: train.py\n", "--set a..b=1", None, ("bad key path 'a..b'",), overrides=["a..b=1"]
+    ),
     "set-unparsable-value": Bad(
-        "script: train.py\n", "--set args=[1, 2", "args", ("cannot parse value",), overrides=["args=[1, 2"], one_line=False
+        "script: train.py\n",
+        "--set args=[1, 2",
+        "args",
+        ("cannot parse value",),
+        overrides=["args=[1, 2"],
+        one_line=False,
     ),
     "set-into-list": Bad(
-        "script: train.py\nargs: [a]\n", "--set args.x=1", "args.x", ("'args' is not a mapping", "no key 'x'"), overrides=["args.x=1"]
+        "script: train.py\nargs: [a]\n",
+        "--set args.x=1",
+        "args.x",
+        ("'args' is not a mapping", "no key 'x'"),
+        overrides=["args.x=1"],
     ),
     "set-into-scalar": Bad(
         "script: train.py\nnproc_per_node: 2\n",
@@ -475,10 +545,18 @@ BAD: dict[str, Bad] = {
         overrides=["nproc_per_node.x=1"],
     ),
     "set-unknown-key": Bad(
-        "script: train.py\n", "--set nprocs_per_node=2", "nprocs_per_node", ("did you mean 'nproc_per_node'?",), overrides=["nprocs_per_node=2"]
+        "script: train.py\n",
+        "--set nprocs_per_node=2",
+        "nprocs_per_node",
+        ("did you mean 'nproc_per_node'?",),
+        overrides=["nprocs_per_node=2"],
     ),
     "set-unknown-nested-key": Bad(
-        "script: train.py\nrpc: {init: true}\n", "--set rpc.bogus=1", "rpc.bogus", ("unknown key 'rpc.bogus'",), overrides=["rpc.bogus=1"]
+        "script: train.py\nrpc: {init: true}\n",
+        "--set rpc.bogus=1",
+        "rpc.bogus",
+        ("unknown key 'rpc.bogus'",),
+        overrides=["rpc.bogus=1"],
     ),
     "set-out-of-range": Bad(
         "script: train.py\nnproc_per_node: 2\n",
@@ -487,32 +565,60 @@ BAD: dict[str, Bad] = {
         ("greater than or equal to 1",),
         overrides=["nproc_per_node=0"],
     ),
-    "set-wrong-type": Bad("script: train.py\n", "--set rpc.init=maybe", "rpc.init", ("valid boolean",), overrides=["rpc.init=maybe"]),
+    "set-wrong-type": Bad(
+        "script: train.py\n", "--set rpc.init=maybe", "rpc.init", ("valid boolean",), overrides=["rpc.init=maybe"]
+    ),
     "set-missing-script": Bad(
-        "script: train.py\n", "--set script=gone.py", "script", ("script not found", "gone.py"), overrides=["script=gone.py"]
+        "script: train.py\n",
+        "--set script=gone.py",
+        "script",
+        ("script not found", "gone.py"),
+        overrides=["script=gone.py"],
     ),
     "n-zero": Bad("script: train.py\n", "-n 0", "nproc_per_node", ("greater than or equal to 1",), nproc=0),
     # --- devices
     "devices-bad-entry": Bad(
-        "script: train.py\nnproc_per_node: 2\ndevices: [0, gpu]\n", "{file}:3", "devices.1", ("device entry 'gpu'", "GPU index", "'cpu'")
+        "script: train.py\nnproc_per_node: 2\ndevices: [0, gpu]\n",
+        "{file}:3",
+        "devices.1",
+        ("device entry 'gpu'", "GPU index", "'cpu'"),
     ),
-    "devices-bad-word": Bad("script: train.py\ndevices: gpu\n", "{file}:2", "devices", ("'cpu', 'auto', 'inherit'", "'gpu'")),
+    "devices-bad-word": Bad(
+        "script: train.py\ndevices: gpu\n", "{file}:2", "devices", ("'cpu', 'auto', 'inherit'", "'gpu'")
+    ),
     "devices-bad-type": Bad("script: train.py\ndevices: {a: 1}\n", "{file}:2", "devices", ("or a list", "got dict")),
     "devices-bool-entry": Bad("script: train.py\ndevices: [true]\n", "{file}:2", "devices.0", ("device entry True",)),
     # --- losses
-    "losses-bad-regex": Bad("script: train.py\nlosses:\n  pattern: 'loss=(\\d+'\n", "{file}:3", "losses.pattern", ("not a valid regex",)),
+    "losses-bad-regex": Bad(
+        "script: train.py\nlosses:\n  pattern: 'loss=(\\d+'\n", "{file}:3", "losses.pattern", ("not a valid regex",)
+    ),
     "losses-no-loss-group": Bad(
-        "script: train.py\nlosses:\n  pattern: 'loss=(?P<value>\\d+)'\n", "{file}:3", "losses.pattern", ("(?P<loss>...)",)
+        "script: train.py\nlosses:\n  pattern: 'loss=(?P<value>\\d+)'\n",
+        "{file}:3",
+        "losses.pattern",
+        ("(?P<loss>...)",),
     ),
     # --- env
-    "env-bad-var-name": Bad("script: train.py\nenv: {GOOD: 1, 1BAD: x}\n", "{file}:2", "env.1BAD", ("'1BAD' is not a valid environment variable name",)),
+    "env-bad-var-name": Bad(
+        "script: train.py\nenv: {GOOD: 1, 1BAD: x}\n",
+        "{file}:2",
+        "env.1BAD",
+        ("'1BAD' is not a valid environment variable name",),
+    ),
     "env-var-name-with-dash": Bad("script: train.py\nenv:\n  MY-VAR: x\n", "{file}:3", "env.MY-VAR", ("'MY-VAR'",)),
     # --- rpc.name
     "rpc-name-unknown-field": Bad(
-        "script: train.py\nrpc:\n  name: 'w{rnk}'\n", "{file}:3", "rpc.name", ("bad name template", "only {rank} and {local_rank}")
+        "script: train.py\nrpc:\n  name: 'w{rnk}'\n",
+        "{file}:3",
+        "rpc.name",
+        ("bad name template", "only {rank} and {local_rank}"),
     ),
-    "rpc-name-positional": Bad("script: train.py\nrpc:\n  name: 'w{0}'\n", "{file}:3", "rpc.name", ("bad name template",)),
-    "rpc-name-unclosed-brace": Bad("script: train.py\nrpc:\n  name: 'w{rank'\n", "{file}:3", "rpc.name", ("bad name template",)),
+    "rpc-name-positional": Bad(
+        "script: train.py\nrpc:\n  name: 'w{0}'\n", "{file}:3", "rpc.name", ("bad name template",)
+    ),
+    "rpc-name-unclosed-brace": Bad(
+        "script: train.py\nrpc:\n  name: 'w{rank'\n", "{file}:3", "rpc.name", ("bad name template",)
+    ),
     # --- found by this corpus, fixed since
     "devices-length-mismatch": Bad(
         "script: train.py\nnproc_per_node: 2\ndevices: [0, 1, 2]\n",
@@ -521,58 +627,120 @@ BAD: dict[str, Bad] = {
         ("devices lists 3 entries but nproc_per_node is 2",),
     ),
     "devices-length-mismatch-via-n": Bad(
-        "script: train.py\nnproc_per_node: 2\ndevices: [0, 1]\n", "{file}:3", "devices", ("nproc_per_node is 3",), nproc=3
+        "script: train.py\nnproc_per_node: 2\ndevices: [0, 1]\n",
+        "{file}:3",
+        "devices",
+        ("nproc_per_node is 3",),
+        nproc=3,
     ),
     "devices-length-mismatch-via-set": Bad(
-        "script: train.py\nnproc_per_node: 2\n", "--set devices=[0]", "devices", ("devices lists 1 entries",), overrides=["devices=[0]"]
+        "script: train.py\nnproc_per_node: 2\n",
+        "--set devices=[0]",
+        "devices",
+        ("devices lists 1 entries",),
+        overrides=["devices=[0]"],
     ),
     "set-below-a-non-mapping-leaf": Bad(
         "script: train.py\n", "--set rpc.init.x=1", "rpc.init", ("valid boolean",), overrides=["rpc.init.x=1"]
     ),
     "null-list-entry": Bad("script: train.py\nargs:\n  - --x\n  - null\n", "{file}:4", "args.1", ("(got None)",)),
     "null-env-value": Bad("script: train.py\nenv:\n  FOO:\n", "{file}:3", "env.FOO", ("(got None)",)),
-    "bool-for-int": Bad("script: train.py\nnproc_per_node: true\n", "{file}:2", "nproc_per_node", ("expected a number, got True",)),
+    "bool-for-int": Bad(
+        "script: train.py\nnproc_per_node: true\n", "{file}:2", "nproc_per_node", ("expected a number, got True",)
+    ),
     "yaml-unhashable-key": Bad("script: train.py\n? [a, b]\n: 1\n", "{file}:2:3", None, ("unhashable",)),
     # --- issue 15 item 11: silently accepted before (each of these loaded, with a wrong value)
-    "quoted-int": Bad('script: train.py\nnproc_per_node: "4"\n', "{file}:2", "nproc_per_node", ("got the string '4'", "without quotes")),
-    "quoted-float": Bad("script: train.py\ngrace: '5'\n", "{file}:2", "grace", ("got the string '5'",)),
-    "quoted-bool": Bad('script: train.py\nrpc:\n  init: "true"\n', "{file}:3", "rpc.init", ("got the string 'true'", "without quotes")),
-    "int-for-bool": Bad("script: train.py\nrpc:\n  init: 1\n", "{file}:3", "rpc.init", ("expected true or false, got 1",)),
-    "set-quoted-int": Bad(
-        "script: train.py\n", "--set nproc_per_node='2'", "nproc_per_node", ("got the string '2'",), overrides=["nproc_per_node='2'"]
+    "quoted-int": Bad(
+        'script: train.py\nnproc_per_node: "4"\n',
+        "{file}:2",
+        "nproc_per_node",
+        ("got the string '4'", "without quotes"),
     ),
-    "octal-looking-int": Bad("script: train.py\nnproc_per_node: 010\n", "{file}:2", "nproc_per_node", ("ambiguous number 010", "octal 8", "write 10")),
-    "octal-looking-arg": Bad("script: train.py\nargs:\n  - --mode\n  - 0755\n", "{file}:4", "args.1", ("octal 493", "quote it ('0755')")),
-    "octal-looking-set": Bad("script: train.py\n", "--set master_port=029500", "master_port", ("ambiguous number 029500", "write 29500"), overrides=["master_port=029500"]),
+    "quoted-float": Bad("script: train.py\ngrace: '5'\n", "{file}:2", "grace", ("got the string '5'",)),
+    "quoted-bool": Bad(
+        'script: train.py\nrpc:\n  init: "true"\n', "{file}:3", "rpc.init", ("got the string 'true'", "without quotes")
+    ),
+    "int-for-bool": Bad(
+        "script: train.py\nrpc:\n  init: 1\n", "{file}:3", "rpc.init", ("expected true or false, got 1",)
+    ),
+    "set-quoted-int": Bad(
+        "script: train.py\n",
+        "--set nproc_per_node='2'",
+        "nproc_per_node",
+        ("got the string '2'",),
+        overrides=["nproc_per_node='2'"],
+    ),
+    "octal-looking-int": Bad(
+        "script: train.py\nnproc_per_node: 010\n",
+        "{file}:2",
+        "nproc_per_node",
+        ("ambiguous number 010", "octal 8", "write 10"),
+    ),
+    "octal-looking-arg": Bad(
+        "script: train.py\nargs:\n  - --mode\n  - 0755\n", "{file}:4", "args.1", ("octal 493", "quote it ('0755')")
+    ),
+    "octal-looking-set": Bad(
+        "script: train.py\n",
+        "--set master_port=029500",
+        "master_port",
+        ("ambiguous number 029500", "write 29500"),
+        overrides=["master_port=029500"],
+    ),
     "exponent-without-dot": Bad("script: train.py\ngrace: 1e3\n", "{file}:2", "grace", ("needs a dot",)),
-    "base-60-looking-arg": Bad("script: train.py\nargs: [--time, 1:30]\n", "{file}:2", "args.1", ("base 60", "quote it ('1:30')")),
-    "rpc-timeout-inf": Bad("script: train.py\nrpc:\n  rpc_timeout: .inf\n", "{file}:3", "rpc.rpc_timeout", ("finite number", "inf")),
-    "rpc-timeout-nan": Bad("script: train.py\nrpc:\n  rpc_timeout: .nan\n", "{file}:3", "rpc.rpc_timeout", ("finite number",)),
-    "rpc-timeout-negative": Bad("script: train.py\nrpc:\n  rpc_timeout: -1\n", "{file}:3", "rpc.rpc_timeout", ("greater than 0",)),
+    "base-60-looking-arg": Bad(
+        "script: train.py\nargs: [--time, 1:30]\n", "{file}:2", "args.1", ("base 60", "quote it ('1:30')")
+    ),
+    "rpc-timeout-inf": Bad(
+        "script: train.py\nrpc:\n  rpc_timeout: .inf\n", "{file}:3", "rpc.rpc_timeout", ("finite number", "inf")
+    ),
+    "rpc-timeout-nan": Bad(
+        "script: train.py\nrpc:\n  rpc_timeout: .nan\n", "{file}:3", "rpc.rpc_timeout", ("finite number",)
+    ),
+    "rpc-timeout-negative": Bad(
+        "script: train.py\nrpc:\n  rpc_timeout: -1\n", "{file}:3", "rpc.rpc_timeout", ("greater than 0",)
+    ),
     "timeout-inf": Bad("script: train.py\ntimeout: .inf\n", "{file}:2", "timeout", ("finite number",)),
-    "var-unterminated": Bad("script: train.py\nenv:\n  A: ${HOME\n", "{file}:3", "env.A", ("unterminated", "'}' is missing")),
-    "var-shell-form": Bad("script: train.py\nenv:\n  A: ${HOME-x}\n", "{file}:3", "env.A", ("only ${NAME} and ${NAME:-default}",)),
-    "var-no-name": Bad("script: train.py\nenv:\n  A: ${}\n", "{file}:3", "env.A", ("expected ${NAME}", "$$ for a literal $")),
+    "var-unterminated": Bad(
+        "script: train.py\nenv:\n  A: ${HOME\n", "{file}:3", "env.A", ("unterminated", "'}' is missing")
+    ),
+    "var-shell-form": Bad(
+        "script: train.py\nenv:\n  A: ${HOME-x}\n", "{file}:3", "env.A", ("only ${NAME} and ${NAME:-default}",)
+    ),
+    "var-no-name": Bad(
+        "script: train.py\nenv:\n  A: ${}\n", "{file}:3", "env.A", ("expected ${NAME}", "$$ for a literal $")
+    ),
     "var-nested-default-unset": Bad(
         f"script: train.py\nenv:\n  A: ${{{UNSET}:-${{{UNSET}_B}}}}\n", "{file}:3", "env.A", (f"{UNSET}_B is not set",)
     ),
     # --- issue 15 item 9: YAML bombs and odd shapes (the bounded-memory ones are in Part 4)
     "yaml-recursive-alias": Bad("script: train.py\nargs: &a [x, *a]\n", "{file}:2", "args.1", ("recursive alias *a",)),
-    "yaml-alias-without-anchor": Bad("script: train.py\nargs: *nope\n", "{file}:2", "args", ("alias *nope has no anchor",)),
+    "yaml-alias-without-anchor": Bad(
+        "script: train.py\nargs: *nope\n", "{file}:2", "args", ("alias *nope has no anchor",)
+    ),
     "yaml-too-deep-block": Bad(
-        "script: train.py\nenv:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 40)), "{file}:34",
+        "script: train.py\nenv:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 40)),
+        "{file}:34",
         "env." + ".".join(f"k{i}" for i in range(1, 32)),
         ("nested more than 32 levels",),
     ),
     "yaml-two-documents": Bad("script: train.py\n---\nscript: other.py\n", "{file}:2", None, ("one YAML document",)),
-    "yaml-python-tag": Bad("script: !!python/name:os.system train.py\n", "{file}:1", "script", ("unsupported YAML tag",)),
+    "yaml-python-tag": Bad(
+        "script: !!python/name:os.system train.py\n", "{file}:1", "script", ("unsupported YAML tag",)
+    ),
     "yaml-set-tag": Bad("script: train.py\nargs: !!set {a, b}\n", "{file}:2", "args", ("unsupported YAML tag",)),
     # --- issue 13: a nested typo names the nested key, on its own line
     "unknown-nested-key-named-like-a-type": Bad(
-        "script: train.py\nrpc:\n  int: true\n", "{file}:3", "rpc.int", ("unknown key 'rpc.int'", "did you mean 'rpc.init'?")
+        "script: train.py\nrpc:\n  int: true\n",
+        "{file}:3",
+        "rpc.int",
+        ("unknown key 'rpc.int'", "did you mean 'rpc.init'?"),
     ),
     "set-unknown-nested-key-named-like-a-type": Bad(
-        "script: train.py\n", "--set rpc.int=true", "rpc.int", ("unknown key 'rpc.int'", "did you mean 'rpc.init'?"), overrides=["rpc.int=true"]
+        "script: train.py\n",
+        "--set rpc.int=true",
+        "rpc.int",
+        ("unknown key 'rpc.int'", "did you mean 'rpc.init'?"),
+        overrides=["rpc.int=true"],
     ),
     "env-key-named-like-a-type": Bad("script: train.py\nenv:\n  str: [x]\n", "{file}:3", "env.str", ("got ['x']",)),
 }
@@ -719,7 +887,11 @@ def run_bounded(statement: str, cwd: Path, timeout: float = 60) -> dict:
     """Run ``statement`` in a child with ``MEMORY_BUDGET``: its RpcctlError (or None) and peak RSS growth."""
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", _BOUNDED, str(MEMORY_BUDGET), statement], capture_output=True, text=True, timeout=timeout, cwd=cwd
+            [sys.executable, "-c", _BOUNDED, str(MEMORY_BUDGET), statement],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=cwd,
         )
     except subprocess.TimeoutExpired:
         pytest.fail(f"{statement} did not finish in {timeout} s")
@@ -844,7 +1016,9 @@ def cli(monkeypatch, tmp_path):
     set_console(
         Console(
             out=RichConsole(width=400, no_color=True, highlight=False, force_terminal=False, soft_wrap=False),
-            err=RichConsole(stderr=True, width=400, no_color=True, highlight=False, force_terminal=False, soft_wrap=True),
+            err=RichConsole(
+                stderr=True, width=400, no_color=True, highlight=False, force_terminal=False, soft_wrap=True
+            ),
         )
     )
     runner = CliRunner()
@@ -869,9 +1043,27 @@ def _assert_config_error(result, runs: Path, *must_contain: str) -> str:
 
 
 CLI_BAD = {
-    "unknown-key": ("script: train.py\nnprocs_per_node: 2\n", [], 2, "nprocs_per_node", "did you mean 'nproc_per_node'?"),
-    "out-of-range": ("script: train.py\nname: ok\nnproc_per_node: 0\n", [], 3, "nproc_per_node", "greater than or equal to 1"),
-    "nested-typo": ("script: train.py\nrpc:\n  num_worker_thread: 4\n", [], 3, "rpc.num_worker_thread", "num_worker_threads"),
+    "unknown-key": (
+        "script: train.py\nnprocs_per_node: 2\n",
+        [],
+        2,
+        "nprocs_per_node",
+        "did you mean 'nproc_per_node'?",
+    ),
+    "out-of-range": (
+        "script: train.py\nname: ok\nnproc_per_node: 0\n",
+        [],
+        3,
+        "nproc_per_node",
+        "greater than or equal to 1",
+    ),
+    "nested-typo": (
+        "script: train.py\nrpc:\n  num_worker_thread: 4\n",
+        [],
+        3,
+        "rpc.num_worker_thread",
+        "num_worker_threads",
+    ),
     "missing-script": ("script: missing.py\n", [], 1, "script", "script not found"),
     "unset-var": (f"script: train.py\nargs: [--x]\nenv:\n  A: ${{{UNSET}}}\n", [], 4, "env.A", "is not set"),
     "bad-regex": ("script: train.py\nlosses:\n  pattern: '('\n", [], 3, "losses.pattern", "not a valid regex"),
@@ -928,14 +1120,18 @@ def test_cli_gpu_that_does_not_exist(cli, tmp_path, script):
     cfg.write_text("script: train.py\ndevices: [0]\n")
     runs = tmp_path / "runs"
     # CUDA_VISIBLE_DEVICES="" makes probe_node see no GPUs, whatever this machine has.
-    result = cli.invoke(app, ["launch", str(cfg), "--runs-dir", str(runs), "--dry-run"], env={"CUDA_VISIBLE_DEVICES": ""})
+    result = cli.invoke(
+        app, ["launch", str(cfg), "--runs-dir", str(runs), "--dry-run"], env={"CUDA_VISIBLE_DEVICES": ""}
+    )
     _assert_config_error(result, runs, "key 'devices.0'", "GPU 0 does not exist", "visible GPUs: none")
 
 
 def test_cli_gpu_that_does_not_exist_names_the_file(cli, tmp_path, script):
     cfg = tmp_path / "gpu.yaml"
     cfg.write_text("script: train.py\ndevices: [0]\n")
-    result = cli.invoke(app, ["launch", str(cfg), "--runs-dir", str(tmp_path / "runs"), "--dry-run"], env={"CUDA_VISIBLE_DEVICES": ""})
+    result = cli.invoke(
+        app, ["launch", str(cfg), "--runs-dir", str(tmp_path / "runs"), "--dry-run"], env={"CUDA_VISIBLE_DEVICES": ""}
+    )
     assert f"{cfg}:2" in result.stderr
 
 
@@ -977,7 +1173,10 @@ def test_parse_ranks(text, expected):
     assert parse_ranks(text, 4) == expected
 
 
-@pytest.mark.parametrize(("text", "phrase"), [("x", "'x'"), ("1-", "'1-'"), ("", "''"), ("4", "rank 4 does not exist"), ("0-9", "rank 4"), ("-1", "'-1'")])
+@pytest.mark.parametrize(
+    ("text", "phrase"),
+    [("x", "'x'"), ("1-", "'1-'"), ("", "''"), ("4", "rank 4 does not exist"), ("0-9", "rank 4"), ("-1", "'-1'")],
+)
 def test_parse_ranks_errors(text, phrase):
     with pytest.raises(UsageError) as info:
         parse_ranks(text, 4)
@@ -1036,7 +1235,9 @@ BAD_HOSTS = {
 @pytest.mark.parametrize("source", ["file", "set", "flag", "env"])
 @pytest.mark.parametrize("host", list(BAD_HOSTS), ids=list(BAD_HOSTS))
 @pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "launch"])
-def test_a_master_addr_no_resolver_takes_is_one_message_naming_its_source(cli, tmp_path, script, monkeypatch, source, host, dry_run):
+def test_a_master_addr_no_resolver_takes_is_one_message_naming_its_source(
+    cli, tmp_path, script, monkeypatch, source, host, dry_run
+):
     """A DNS label over 63 characters, an empty label, a name over 253 or a control character,
     from the file, --set, --master-addr or $PET_MASTER_ADDR: exit 2 naming where it came from,
     before anything starts (the resolver raised UnicodeError: a traceback, in --dry-run too)."""
@@ -1061,7 +1262,8 @@ def test_a_master_addr_no_resolver_takes_is_one_message_naming_its_source(cli, t
     cfg.write_text(text)
     runs = tmp_path / "runs"
     result = cli.invoke(app, ["launch", str(cfg), "--runs-dir", str(runs), *args, *(["--dry-run"] if dry_run else [])])
-    if "\n" in value and source in ("set", "flag"):  # the message quotes it with repr in its "(got ...)"; its first line is checked
+    # the message quotes it with repr in its "(got ...)"; its first line is checked
+    if "\n" in value and source in ("set", "flag"):
         assert result.exit_code == 2 and "Traceback" not in result.output and not runs.exists(), result.output
         assert result.stderr.startswith(f"error: {where.splitlines()[0]}") and phrase in result.stderr, result.stderr
         return
@@ -1069,7 +1271,9 @@ def test_a_master_addr_no_resolver_takes_is_one_message_naming_its_source(cli, t
     assert error.startswith(f"error: {where}"), error
 
 
-@pytest.mark.parametrize("host", ["10.0.0.1", "node-0.train.default.svc.cluster.local", "a" * 63 + ".b", "fqdn.example."])
+@pytest.mark.parametrize(
+    "host", ["10.0.0.1", "node-0.train.default.svc.cluster.local", "a" * 63 + ".b", "fqdn.example."]
+)
 def test_a_master_addr_that_is_a_host_name_or_an_address_is_taken(write, host):
     spec = load_config(write(f"script: train.py\nnnodes: 2\nmaster_addr: {json.dumps(host)}\n"))
     assert spec.master_addr == host

@@ -93,14 +93,82 @@ def test_any_text_after_a_valid_start(folder, text):
 
 
 TRICKY_VALUES = [
-    "1", "010", "0755", "09", "1:30", "1_000", "0x1F", "0b11", ".inf", "-.inf", ".nan", "-1", "1e3", "1.0e+3", "2.5",
-    '"4"', "'true'", "true", "yes", "off", "null", "~", "", "[]", "{}", "[0, cpu]", "{a: 1}", "train.py", "nope.py",
-    "${RPCCTL_FUZZ_SET}", "${RPCCTL_FUZZ_UNSET}", "${RPCCTL_FUZZ_UNSET:-${RPCCTL_FUZZ_SET}}", "${RPCCTL_FUZZ_UNSET:-${X", "${}",
-    "$$", "${A-x}", "&a [x, *a]", "&b {k: v}", "*b", "*a", "*missing", "!!python/object:os.system x", "!!set {a}", "!!binary aGk=",
-    "!custom x", "!!int '3'", "!!float x", "[[[[[[[[", "]]]]", "{{{{", "'unterminated", '"\\x"', "|\n  block\n  text", ">-\n  folded",
-    "worker{rank}", "w {rank}", "{rank", "cuda:0", "2024-01-01", "\t", "? [a]\n: 1", "<<: *b",
+    "1",
+    "010",
+    "0755",
+    "09",
+    "1:30",
+    "1_000",
+    "0x1F",
+    "0b11",
+    ".inf",
+    "-.inf",
+    ".nan",
+    "-1",
+    "1e3",
+    "1.0e+3",
+    "2.5",
+    '"4"',
+    "'true'",
+    "true",
+    "yes",
+    "off",
+    "null",
+    "~",
+    "",
+    "[]",
+    "{}",
+    "[0, cpu]",
+    "{a: 1}",
+    "train.py",
+    "nope.py",
+    "${RPCCTL_FUZZ_SET}",
+    "${RPCCTL_FUZZ_UNSET}",
+    "${RPCCTL_FUZZ_UNSET:-${RPCCTL_FUZZ_SET}}",
+    "${RPCCTL_FUZZ_UNSET:-${X",
+    "${}",
+    "$$",
+    "${A-x}",
+    "&a [x, *a]",
+    "&b {k: v}",
+    "*b",
+    "*a",
+    "*missing",
+    "!!python/object:os.system x",
+    "!!set {a}",
+    "!!binary aGk=",
+    "!custom x",
+    "!!int '3'",
+    "!!float x",
+    "[[[[[[[[",
+    "]]]]",
+    "{{{{",
+    "'unterminated",
+    '"\\x"',
+    "|\n  block\n  text",
+    ">-\n  folded",
+    "worker{rank}",
+    "w {rank}",
+    "{rank",
+    "cuda:0",
+    "2024-01-01",
+    "\t",
+    "? [a]\n: 1",
+    "<<: *b",
 ]
-KEY_PIECES = SPEC_KEYS + ["rpc", "losses", "pattern", "device_maps", "devices", "worker1", "0", "? x", "- x", "&k key", "*k"]
+KEY_PIECES = SPEC_KEYS + [
+    "rpc",
+    "losses",
+    "pattern",
+    "device_maps",
+    "devices",
+    "worker1",
+    "0",
+    "? x",
+    "- x",
+    "&k key",
+    "*k",
+]
 
 
 @st.composite
@@ -141,9 +209,23 @@ def hazards(draw) -> str:
         lines.append(f"args: *l{levels - 1}")
         return "\n".join(lines) + "\n"
     if kind == "recursive":
-        return "script: train.py\n" + draw(st.sampled_from(["args: &a [x, *a]", "env: &e {A: *e}", "rpc: &r {device_maps: {w: *r}}", "args: &a [[[*a]]]"])) + "\n"
+        return (
+            "script: train.py\n"
+            + draw(
+                st.sampled_from(
+                    ["args: &a [x, *a]", "env: &e {A: *e}", "rpc: &r {device_maps: {w: *r}}", "args: &a [[[*a]]]"]
+                )
+            )
+            + "\n"
+        )
     depth = draw(st.integers(1, 40))
-    return "script: train.py\nenv:\n  A: " + "${RPCCTL_FUZZ_UNSET:-" * depth + "x" + "}" * draw(st.integers(0, depth)) + "\n"
+    return (
+        "script: train.py\nenv:\n  A: "
+        + "${RPCCTL_FUZZ_UNSET:-" * depth
+        + "x"
+        + "}" * draw(st.integers(0, depth))
+        + "\n"
+    )
 
 
 @FUZZ
@@ -153,11 +235,21 @@ def test_known_hazards(folder, text):
 
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=20).map(_utf8), st.sampled_from(TRICKY_VALUES),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20).map(_utf8),
+    st.sampled_from(TRICKY_VALUES),
 )
-documents = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8).map(_utf8), inner, max_size=4), max_leaves=20)
-spec_like = st.dictionaries(st.sampled_from(list(JobSpec.model_fields)), documents, max_size=8).map(lambda d: {"script": "train.py", **d})
+documents = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8).map(_utf8), inner, max_size=4),
+    max_leaves=20,
+)
+spec_like = st.dictionaries(st.sampled_from(list(JobSpec.model_fields)), documents, max_size=8).map(
+    lambda d: {"script": "train.py", **d}
+)
 
 
 @FUZZ
@@ -167,6 +259,13 @@ def test_structured_documents(folder, document):
 
 
 @FUZZ
-@given(st.lists(st.tuples(st.sampled_from(SPEC_KEYS + ["rpc.device_maps.w1.cuda:0", "a..b", ""]), st.sampled_from(TRICKY_VALUES)), max_size=4))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(SPEC_KEYS + ["rpc.device_maps.w1.cuda:0", "a..b", ""]), st.sampled_from(TRICKY_VALUES)
+        ),
+        max_size=4,
+    )
+)
 def test_set_overrides(folder, pairs):
     check_loads_or_refuses(folder, "script: train.py\n", [f"{key}={value}" for key, value in pairs])

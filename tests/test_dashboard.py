@@ -19,7 +19,7 @@ from rpcctl.views.dashboard import dashboard_panels
 pytestmark = pytest.mark.timeout(150)
 
 SCRIPT = textwrap.dedent(
-    '''
+    """
     import os, sys, time
     from pathlib import Path
 
@@ -59,7 +59,7 @@ SCRIPT = textwrap.dedent(
 
 
     main()
-    '''
+    """
 )
 
 
@@ -74,7 +74,7 @@ def _panel_rows(run_dir) -> dict[str, list[str]]:
     header = lines[start + 1].split()
     assert header[:4] == ["OWNER", "LIVE", "PENDING", "DELETED"], lines
     rows = {}
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if not line.strip() or line.strip() == "Losses":
             break
         cells = line.split()
@@ -87,14 +87,22 @@ def test_the_live_panel_counts_rref_states_as_inspect_rrefs_does(tmp_path, runs_
     sync.mkdir()
     (tmp_path / "pending.py").write_text(SCRIPT)
     config = tmp_path / "pending.yaml"
-    config.write_text(f"name: pending\nscript: pending.py\nargs: [{json.dumps(str(sync))}]\nnproc_per_node: 2\ntimeout: 120\n")
+    config.write_text(
+        f"name: pending\nscript: pending.py\nargs: [{json.dumps(str(sync))}]\nnproc_per_node: 2\ntimeout: 120\n"
+    )
     launcher = start_rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir))
     try:
         run_dir = only_run(runs_dir)
-        wait_until(lambda: (sync / "created").exists() or launcher.poll() is not None, 90, "the RRefs", logs=run_dir / "logs")
+        wait_until(
+            lambda: (sync / "created").exists() or launcher.poll() is not None, 90, "the RRefs", logs=run_dir / "logs"
+        )
         assert launcher.poll() is None, launcher.communicate()
-        wait_until(lambda: sorted(r.state for r in inspect.rrefs(run_dir)) == ["live", "pending"], 30, "one live and one pending RRef",
-                   logs=run_dir / "logs")
+        wait_until(
+            lambda: sorted(r.state for r in inspect.rrefs(run_dir)) == ["live", "pending"],
+            30,
+            "one live and one pending RRef",
+            logs=run_dir / "logs",
+        )
 
         result = rpcctl("inspect", "rrefs", "--json", "--runs-dir", str(runs_dir))
         assert result.returncode == 0, result.stderr

@@ -35,4 +35,3 @@ def test_the_plan_the_probe_and_inspect_gpus_read_it_the_same_way(monkeypatch):
     assert visible_gpus() == ["3"]
     assert gpus._physical("cuda:0", gpus._visible("3,-1,2")) == "cuda:3"
     assert gpus._physical("cuda:1", gpus._visible("3,-1,2")) == "cuda:1"  # not visible: left as the process named it
-

@@ -23,8 +23,14 @@ ORDERS = [
 @pytest.mark.parametrize("order", ORDERS)
 def test_process_groups_and_rpc_in_any_order(order, tmp_path, runs_dir):
     result, run_dir, rec = launch_job(
-        tmp_path, runs_dir, name="orders", script=str(WORKERS / "dist_orders.py"), args=[order],
-        nproc_per_node=2, timeout=60, preload=["torch"],
+        tmp_path,
+        runs_dir,
+        name="orders",
+        script=str(WORKERS / "dist_orders.py"),
+        args=[order],
+        nproc_per_node=2,
+        timeout=60,
+        preload=["torch"],
     )
     out = result.stdout + result.stderr
     assert result.returncode == 0, out

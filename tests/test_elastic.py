@@ -36,8 +36,20 @@ class Node:
     """One elastic_node.py process and the JSON lines it printed."""
 
     def __init__(self, port: int, nproc: int, env: dict[str, str]):
-        argv = [sys.executable, str(WORKERS / "elastic_node.py"), "127.0.0.1", str(port), "1", "2", str(nproc), "1", "3"]
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env)
+        argv = [
+            sys.executable,
+            str(WORKERS / "elastic_node.py"),
+            "127.0.0.1",
+            str(port),
+            "1",
+            "2",
+            str(nproc),
+            "1",
+            "3",
+        ]
+        self.proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env
+        )
         self.lines: list[dict] = []
         self.text: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -53,7 +65,11 @@ class Node:
         return [line for line in self.lines if key in line]
 
     def wait(self, key: str, count: int = 1, timeout: float = 40) -> list[dict]:
-        return wait_until(lambda: len(self.seen(key)) >= count and self.seen(key), timeout, f"{count} '{key}' line(s): {''.join(self.text)}")
+        return wait_until(
+            lambda: len(self.seen(key)) >= count and self.seen(key),
+            timeout,
+            f"{count} '{key}' line(s): {''.join(self.text)}",
+        )
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -147,17 +163,43 @@ STEPS = 20
 
 def elastic_config(tmp, port: int, checkpoint, endpoint: str = "127.0.0.1", **keys):
     return write_config(
-        tmp, name="grow", script=str(WORKERS / "elastic_train.py"), args=[str(checkpoint), str(STEPS), "0.05", str(tmp / "hold"), "rpc"],
-        nproc_per_node=2, nnodes="1:2", master_addr=endpoint, master_port=port, rdzv_timeout=10, rdzv_last_call=1,
-        preload=["torch", "torch.distributed"], **keys,  # each round's ranks fork from a server that imported torch once
+        tmp,
+        name="grow",
+        script=str(WORKERS / "elastic_train.py"),
+        args=[str(checkpoint), str(STEPS), "0.05", str(tmp / "hold"), "rpc"],
+        nproc_per_node=2,
+        nnodes="1:2",
+        master_addr=endpoint,
+        master_port=port,
+        rdzv_timeout=10,
+        rdzv_last_call=1,
+        # each round's ranks fork from a server that imported torch once
+        preload=["torch", "torch.distributed"],
+        **keys,
     )
 
 
 def launcher(host, config, runs: str, env: dict[str, str], *line: str) -> subprocess.Popen:
     """``rpcctl launch`` of ``config``, or (``line``) of a torchrun line instead, on an emulated ``host``."""
-    argv = [sys.executable, "-m", "rpcctl", "launch", "--no-live", "--runs-dir", runs, *(list(line) if line else [str(config)])]
-    return subprocess.Popen(host.command(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            cwd=ROOT, env=env)
+    argv = [
+        sys.executable,
+        "-m",
+        "rpcctl",
+        "launch",
+        "--no-live",
+        "--runs-dir",
+        runs,
+        *(list(line) if line else [str(config)]),
+    ]
+    return subprocess.Popen(
+        host.command(argv),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        cwd=ROOT,
+        env=env,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -197,20 +239,56 @@ def elastic_run(tmp_path_factory, hosts):
     try:
         run_a = only_run(tmp / "a", timeout=30)
         wait_until(lambda: "step=3 " in rank_log(run_a, 0), 40, "A's ranks training alone", run_a / "logs")
-        b = launcher(host_b, None, str(tmp / "b"), env, "--nnodes", "1:2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",  # torchrun's line
-                     "--rdzv-endpoint", f"{host_a.address}:{port}", "--rdzv-id", "grow", "--rdzv-conf", "join_timeout=10,last_call_timeout=1",
-                     str(WORKERS / "elastic_train.py"), *yaml.safe_load(config.read_text())["args"])
+        # torchrun's line
+        b = launcher(
+            host_b,
+            None,
+            str(tmp / "b"),
+            env,
+            "--nnodes",
+            "1:2",
+            "--nproc-per-node",
+            "2",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"{host_a.address}:{port}",
+            "--rdzv-id",
+            "grow",
+            "--rdzv-conf",
+            "join_timeout=10,last_call_timeout=1",
+            str(WORKERS / "elastic_train.py"),
+            *yaml.safe_load(config.read_text())["args"],
+        )
         run_b = only_run(tmp / "b", timeout=40)
-        wait_until(lambda: re.search(r"resume step=3 rank=\d world=4", all_logs(run_b)), 40, "B's ranks at world 4", run_b / "logs")
+        wait_until(
+            lambda: re.search(r"resume step=3 rank=\d world=4", all_logs(run_b)),
+            40,
+            "B's ranks at world 4",
+            run_b / "logs",
+        )
         hold.write_text("6")
-        wait_until(lambda: re.search(r"^step=6 rank=\d world=4", all_logs(run_b), re.M), 30, "B's ranks training at world 4", run_b / "logs")
+        wait_until(
+            lambda: re.search(r"^step=6 rank=\d world=4", all_logs(run_b), re.M),
+            30,
+            "B's ranks training at world 4",
+            run_b / "logs",
+        )
         b_ranks = [r["pid"] for r in record(run_b)["ranks"]]
-        os.kill(record(run_b)["launcher_pid"], signal.SIGTERM)  # node B leaves (a spot node's preemption): its launcher, by its pid
+        # node B leaves (a spot node's preemption): its launcher, by its pid
+        os.kill(record(run_b)["launcher_pid"], signal.SIGTERM)
         b.communicate(timeout=30)
         wait_until(lambda: len(record(run_a).get("rounds", [])) == 3, 30, "A's third round", run_a / "logs")
         hold.unlink()
         a_out, a_err = a.communicate(timeout=60)
-        yield {"a": (a.returncode, a_out, a_err), "run_a": run_a, "run_b": run_b, "b_ranks": b_ranks, "tmp": tmp, "env": env}
+        yield {
+            "a": (a.returncode, a_out, a_err),
+            "run_a": run_a,
+            "run_b": run_b,
+            "b_ranks": b_ranks,
+            "tmp": tmp,
+            "env": env,
+        }
     finally:
         for proc in (a, b):
             if proc is not None and proc.poll() is None:
@@ -237,7 +315,8 @@ def test_the_job_grows_and_shrinks_and_the_first_node_goes_on_to_the_end(elastic
 def test_every_round_restarts_the_ranks_at_the_new_world_size_rank_and_restart_count(elastic_run):
     a, b = all_logs(elastic_run["run_a"]), all_logs(elastic_run["run_b"])
     resumed = re.findall(r"resume step=\d+ rank=(\d) world=(\d) restart=(\d)", a)
-    assert {(w, c) for _, w, c in resumed} == {("2", "0"), ("4", "1"), ("2", "2")}, resumed  # TORCHELASTIC_RESTART_COUNT
+    # TORCHELASTIC_RESTART_COUNT
+    assert {(w, c) for _, w, c in resumed} == {("2", "0"), ("4", "1"), ("2", "2")}, resumed
     grown = {int(r) for r, w, _ in resumed if w == "4"}
     joined = {int(r) for r in re.findall(r"resume step=\d+ rank=(\d) world=4", b)}
     assert grown | joined == {0, 1, 2, 3} and len(grown) == len(joined) == 2  # a node's ranks side by side
@@ -266,16 +345,39 @@ def test_rpc_calls_cross_the_nodes_in_the_grown_world(elastic_run):
 
 
 def test_runs_shows_the_round(elastic_run):
-    shown = subprocess.run([sys.executable, "-m", "rpcctl", "runs", "--runs-dir", str(elastic_run["tmp"] / "a")],
-                           capture_output=True, text=True, cwd=ROOT, env=elastic_run["env"], timeout=60)
+    shown = subprocess.run(
+        [sys.executable, "-m", "rpcctl", "runs", "--runs-dir", str(elastic_run["tmp"] / "a")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=elastic_run["env"],
+        timeout=60,
+    )
     assert shown.returncode == 0 and "ROUND" in shown.stdout and "2 (1 node)" in shown.stdout, shown.stdout
 
 
 def test_inspect_workers_shows_the_round(elastic_run):
-    shown = subprocess.run([sys.executable, "-m", "rpcctl", "inspect", "workers", elastic_run["run_a"].name, "--runs-dir", str(elastic_run["tmp"] / "a")],
-                           capture_output=True, text=True, cwd=ROOT, env=elastic_run["env"], timeout=60)
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rpcctl",
+            "inspect",
+            "workers",
+            elastic_run["run_a"].name,
+            "--runs-dir",
+            str(elastic_run["tmp"] / "a"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=elastic_run["env"],
+        timeout=60,
+    )
     assert shown.returncode == 0, shown.stderr
-    assert re.search(r"ROUND: 2 \(1 node\(s\), world size 2\), since \S+: \S+ \(pid \d+\) left the job \(cancelled\)", shown.stdout), shown.stdout
+    assert re.search(
+        r"ROUND: 2 \(1 node\(s\), world size 2\), since \S+: \S+ \(pid \d+\) left the job \(cancelled\)", shown.stdout
+    ), shown.stdout
 
 
 def test_inspect_calls_shows_any_rounds_calls_by_its_attempt(elastic_run):
@@ -284,35 +386,93 @@ def test_inspect_calls_shows_any_rounds_calls_by_its_attempt(elastic_run):
     and worker 2 on the other node in the grown round; the other node's ranks (workers 2 and 3)
     are filed under node 0's attempt, round 1, though their own launcher's count was 0 there
     (they were filed under attempt 0, the first round's). Past its attempts: exit 2."""
+
     def calls(*flags: str) -> set[tuple[str, str]]:
-        shown = subprocess.run([sys.executable, "-m", "rpcctl", "inspect", "calls", elastic_run["run_a"].name, "--runs-dir",
-                                str(elastic_run["tmp"] / "a"), "--json", *flags], capture_output=True, text=True, cwd=ROOT,
-                               env=elastic_run["env"], timeout=60)
+        shown = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rpcctl",
+                "inspect",
+                "calls",
+                elastic_run["run_a"].name,
+                "--runs-dir",
+                str(elastic_run["tmp"] / "a"),
+                "--json",
+                *flags,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=elastic_run["env"],
+            timeout=60,
+        )
         assert shown.returncode == 0, shown.stderr
         return {(row["caller"], row["callee"]) for row in json.loads(shown.stdout)["summary"]}
 
     alone = {("worker0", "worker1"), ("worker1", "worker0")}
     assert calls("--restart", "0") == calls("--restart", "2") == calls() == alone
     grown = calls("--restart", "1")
-    assert {c for c in grown if c[0] in ("worker0", "worker1")} == {("worker0", "worker1"), ("worker1", "worker2")}, grown
-    assert {c for c in grown if c[0] in ("worker2", "worker3")} == {("worker2", "worker3"), ("worker3", "worker0")}, grown
-    past = subprocess.run([sys.executable, "-m", "rpcctl", "inspect", "calls", elastic_run["run_a"].name, "--runs-dir",
-                           str(elastic_run["tmp"] / "a"), "--restart", "3"], capture_output=True, text=True, cwd=ROOT,
-                          env=elastic_run["env"], timeout=60)
-    assert past.returncode == 2 and f"--restart 3: run {elastic_run['run_a'].name} has attempts 0-2" in past.stderr, past.stderr
+    assert {c for c in grown if c[0] in ("worker0", "worker1")} == {("worker0", "worker1"), ("worker1", "worker2")}, (
+        grown
+    )
+    assert {c for c in grown if c[0] in ("worker2", "worker3")} == {("worker2", "worker3"), ("worker3", "worker0")}, (
+        grown
+    )
+    past = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rpcctl",
+            "inspect",
+            "calls",
+            elastic_run["run_a"].name,
+            "--runs-dir",
+            str(elastic_run["tmp"] / "a"),
+            "--restart",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=elastic_run["env"],
+        timeout=60,
+    )
+    assert past.returncode == 2 and f"--restart 3: run {elastic_run['run_a'].name} has attempts 0-2" in past.stderr, (
+        past.stderr
+    )
 
 
 def test_the_trace_marks_each_round_and_names_the_tracks_by_round(elastic_run):
     """Every attempt of an elastic job is a round (run.json's restarts stay 0): the trace says
     "round N: M node(s), world size W" with why, never "restart N" (issue 43, item 3)."""
     out = elastic_run["tmp"] / "a.trace.json"
-    shown = subprocess.run([sys.executable, "-m", "rpcctl", "trace", elastic_run["run_a"].name, "--runs-dir", str(elastic_run["tmp"] / "a"),
-                            "-o", str(out)], capture_output=True, text=True, cwd=ROOT, env=elastic_run["env"], timeout=60)
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rpcctl",
+            "trace",
+            elastic_run["run_a"].name,
+            "--runs-dir",
+            str(elastic_run["tmp"] / "a"),
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=elastic_run["env"],
+        timeout=60,
+    )
     assert shown.returncode == 0, shown.stderr
     events = json.loads(out.read_text())["traceEvents"]
     marks = [(e["name"], e["args"].get("why")) for e in events if e["ph"] == "i" and e.get("s") == "g"]
-    assert [name for name, _ in marks] == ["round 0: 1 node(s), world size 2", "round 1: 2 node(s), world size 4",
-                                           "round 2: 1 node(s), world size 2"], marks
+    assert [name for name, _ in marks] == [
+        "round 0: 1 node(s), world size 2",
+        "round 1: 2 node(s), world size 4",
+        "round 2: 1 node(s), world size 2",
+    ], marks
     assert marks[0][1] == "start" and "left the job" in marks[2][1], marks
     tracks = [e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"]
     assert any(", round 1)" in t for t in tracks) and not any("restart" in t for t in tracks), tracks
@@ -323,8 +483,24 @@ def test_the_report_lists_each_round_and_names_each_attempt_by_its_round(elastic
     """The report's facts say how many rounds and where membership stands; its events list each
     round with why, and each rank's start by its round, not "restart N" (issue 43, item 3)."""
     out = elastic_run["tmp"] / "a.html"
-    made = subprocess.run([sys.executable, "-m", "rpcctl", "report", elastic_run["run_a"].name, "--runs-dir", str(elastic_run["tmp"] / "a"),
-                           "-o", str(out)], capture_output=True, text=True, cwd=ROOT, env=elastic_run["env"], timeout=60)
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rpcctl",
+            "report",
+            elastic_run["run_a"].name,
+            "--runs-dir",
+            str(elastic_run["tmp"] / "a"),
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=elastic_run["env"],
+        timeout=60,
+    )
     assert made.returncode == 0, made.stderr
     view = re.search(r'<script type="application/json" id="rpcctl-view">(.*?)</script>', out.read_text(), re.S)
     page = json.dumps(json.loads(view.group(1)), ensure_ascii=False)  # the page's sections, as it draws them
@@ -332,7 +508,9 @@ def test_the_report_lists_each_round_and_names_each_attempt_by_its_round(elastic
     assert "round 0: 1 node(s), world size 2 (start)" in page and "round 1: 2 node(s), world size 4 (" in page
     assert re.search(r"rank 0 started \(round 1, pid \d+", page) and not re.search(r"started \(restart \d", page)
     # The other node's ranks, in this node's store, by the round they ran in (their own count says 0).
-    assert re.search(r"rank [23] started \(round 1, pid \d+", page) and not re.search(r"rank [23] started \(round 0", page)
+    assert re.search(r"rank [23] started \(round 1, pid \d+", page) and not re.search(
+        r"rank [23] started \(round 0", page
+    )
 
 
 def test_an_elastic_pod_whose_own_name_resolves_late_hosts_its_rendezvous(hosts, tmp_path):
@@ -342,10 +520,27 @@ def test_an_elastic_pod_whose_own_name_resolves_late_hosts_its_rendezvous(hosts,
     a, _ = hosts
     master = "grow-0.grow"
     write_hosts(tmp_path / "hosts", {})  # not published yet
-    env = {"PET_NNODES": "1:2", "PET_MASTER_ADDR": master, "PET_MASTER_PORT": "29844", "JOB_COMPLETION_INDEX": "0",
-           "RPCCTL_SECRET": secrets.token_hex(16), "RPCCTL_RUNS_DIR": str(tmp_path / "runs")}
-    argv = [sys.executable, "-m", "rpcctl", "launch", "--nproc-per-node", "1", "--no-live", "--rdzv-conf",
-            "join_timeout=40,last_call_timeout=1", str(WORKERS / "dist_orders.py"), "pg,ar,destroy"]
+    env = {
+        "PET_NNODES": "1:2",
+        "PET_MASTER_ADDR": master,
+        "PET_MASTER_PORT": "29844",
+        "JOB_COMPLETION_INDEX": "0",
+        "RPCCTL_SECRET": secrets.token_hex(16),
+        "RPCCTL_RUNS_DIR": str(tmp_path / "runs"),
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "rpcctl",
+        "launch",
+        "--nproc-per-node",
+        "1",
+        "--no-live",
+        "--rdzv-conf",
+        "join_timeout=40,last_call_timeout=1",
+        str(WORKERS / "dist_orders.py"),
+        "pg,ar,destroy",
+    ]
     log = tmp_path / "pod0"
     pod = start_pod(a, "grow-0", env, argv, tmp_path / "hosts", log)
     try:
@@ -364,20 +559,54 @@ def test_an_elastic_pod_whose_own_name_resolves_late_hosts_its_rendezvous(hosts,
 
 
 def test_a_dry_run_of_a_torchrun_elastic_line_meets_no_one(tmp_path):
-    shown = subprocess.run([sys.executable, "-m", "rpcctl", "launch", "--dry-run", "--json", "--nnodes", "1:2", "--nproc-per-node", "2",
-                            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", str(WORKERS / "elastic_train.py")],
-                           capture_output=True, text=True, cwd=ROOT, env={**os.environ, "RPCCTL_SECRET": secrets.token_hex(16)}, timeout=60)
-    assert shown.returncode == 0 and json.loads(shown.stdout[shown.stdout.index("{"):])["world_size"] == 4, shown.stderr  # node 0 of MAX
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rpcctl",
+            "launch",
+            "--dry-run",
+            "--json",
+            "--nnodes",
+            "1:2",
+            "--nproc-per-node",
+            "2",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"127.0.0.1:{free_port()}",
+            str(WORKERS / "elastic_train.py"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "RPCCTL_SECRET": secrets.token_hex(16)},
+        timeout=60,
+    )
+    # node 0 of MAX
+    assert shown.returncode == 0 and json.loads(shown.stdout[shown.stdout.index("{") :])["world_size"] == 4, (
+        shown.stderr
+    )
 
 
 def test_below_min_nodes_the_job_ends_with_one_reason(tmp_path):
     env = {**os.environ, "RPCCTL_SECRET": secrets.token_hex(16)}
     config = elastic_config(tmp_path, free_port(), tmp_path / "checkpoint.json")
-    config.write_text(config.read_text().replace("nnodes: '1:2'", "nnodes: '2:2'").replace("rdzv_timeout: 10", "rdzv_timeout: 1"))
-    done = subprocess.run([sys.executable, "-m", "rpcctl", "launch", str(config), "--no-live", "--runs-dir", str(tmp_path / "runs")],
-                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+    config.write_text(
+        config.read_text().replace("nnodes: '1:2'", "nnodes: '2:2'").replace("rdzv_timeout: 10", "rdzv_timeout: 1")
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "rpcctl", "launch", str(config), "--no-live", "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=60,
+    )
     assert done.returncode == 1, done.stderr
-    assert "did not gather 2 node(s) (--nnodes 2:2) within 1 s" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert "did not gather 2 node(s) (--nnodes 2:2) within 1 s" in done.stderr and "Traceback" not in done.stderr, (
+        done.stderr
+    )
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -391,7 +620,9 @@ def test_a_signal_while_the_host_waits_for_min_nodes_ends_in_one_line(tmp_path, 
     from conftest import kill_if_running, start_rpcctl
 
     config = elastic_config(tmp_path, free_port(), tmp_path / "checkpoint.json")
-    config.write_text(config.read_text().replace("nnodes: '1:2'", "nnodes: '2:2'").replace("rdzv_timeout: 10", "rdzv_timeout: 60"))
+    config.write_text(
+        config.read_text().replace("nnodes: '1:2'", "nnodes: '2:2'").replace("rdzv_timeout: 10", "rdzv_timeout: 60")
+    )
     runs = tmp_path / "runs"
     monkeypatch.setenv("RPCCTL_SECRET", secrets.token_hex(16))  # start_rpcctl passes the test's environment on
     launcher = start_rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs))

@@ -40,16 +40,30 @@ def _imports(path: Path) -> set[str]:
 
 def test_the_live_view_and_the_supervisor_do_not_know_each_other():
     assert not {m for m in _imports(PACKAGE / "supervise" / "live.py") if m.startswith("rpcctl.supervise.supervisor")}
-    assert not {m for m in _imports(PACKAGE / "supervise" / "supervisor.py") if m.startswith(("rpcctl.supervise.live", "rpcctl.console"))}
+    assert not {
+        m
+        for m in _imports(PACKAGE / "supervise" / "supervisor.py")
+        if m.startswith(("rpcctl.supervise.live", "rpcctl.console"))
+    }
 
 
 def test_the_cli_neither_signals_nor_polls_processes_nor_imports_the_supervisor():
     for path in CLI:
         imports = _imports(path)
-        assert not {m for m in imports if m.startswith(("rpcctl.supervise.supervisor", "rpcctl.processes.procs", "psutil", "signal"))}, path
-        calls = {node.func.attr for node in ast.walk(ast.parse(path.read_text()))
-                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
-        assert not calls & {"send_signal", "kill", "terminate", "sleep"}, (path, calls & {"send_signal", "kill", "terminate", "sleep"})
+        assert not {
+            m
+            for m in imports
+            if m.startswith(("rpcctl.supervise.supervisor", "rpcctl.processes.procs", "psutil", "signal"))
+        }, path
+        calls = {
+            node.func.attr
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        }
+        assert not calls & {"send_signal", "kill", "terminate", "sleep"}, (
+            path,
+            calls & {"send_signal", "kill", "terminate", "sleep"},
+        )
 
 
 def test_only_the_console_sets_its_err():
@@ -57,8 +71,16 @@ def test_only_the_console_sets_its_err():
         if path.name == "console.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
-            assert not any(isinstance(t, ast.Attribute) and t.attr == "err" for t in targets), f"{path}:{node.lineno} sets .err"
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, (ast.AugAssign, ast.AnnAssign))
+                else []
+            )
+            assert not any(isinstance(t, ast.Attribute) and t.attr == "err" for t in targets), (
+                f"{path}:{node.lineno} sets .err"
+            )
 
 
 def test_a_failing_listener_neither_stops_the_publisher_nor_keeps_the_event_from_the_others(capfd):
@@ -79,9 +101,22 @@ def test_a_failing_listener_neither_stops_the_publisher_nor_keeps_the_event_from
 
 def _record(run_dir: Path, pid: int, started: float, status: RunStatus = RunStatus.RUNNING) -> RunRecord:
     return RunRecord(
-        run_id=run_dir.name, name="job", status=status, run_dir=str(run_dir), config_path=None, script="train.py", world_size=2,
-        nproc_per_node=2, start_method="fork", host="here", launcher_pid=pid, launcher_started=started, master_addr="127.0.0.1",
-        master_port=29500, started_at=now_iso(), ranks=[RankState(rank=0, local_rank=0), RankState(rank=1, local_rank=1)],
+        run_id=run_dir.name,
+        name="job",
+        status=status,
+        run_dir=str(run_dir),
+        config_path=None,
+        script="train.py",
+        world_size=2,
+        nproc_per_node=2,
+        start_method="fork",
+        host="here",
+        launcher_pid=pid,
+        launcher_started=started,
+        master_addr="127.0.0.1",
+        master_port=29500,
+        started_at=now_iso(),
+        ranks=[RankState(rank=0, local_rank=0), RankState(rank=1, local_rank=1)],
     )
 
 
@@ -92,13 +127,24 @@ def test_the_live_view_draws_from_the_snapshots_and_lines_it_is_told(tmp_path):
     console = Console(out=RichConsole(file=buffer, width=150, no_color=True), err=RichConsole(file=io.StringIO()))
     record = _record(tmp_path / "run-1", os.getpid(), psutil.Process().create_time())
     view = LiveView(console, record)
-    running = dataclasses.replace(record, ranks=[RankState(0, 0, pid=os.getpid(), state=RankStatus.RUNNING), RankState(1, 1, state=RankStatus.FAILED, exit_code=3)])
+    running = dataclasses.replace(
+        record,
+        ranks=[
+            RankState(0, 0, pid=os.getpid(), state=RankStatus.RUNNING),
+            RankState(1, 1, state=RankStatus.FAILED, exit_code=3),
+        ],
+    )
     view(RunSaved(running))  # the record it was made with says both ranks are pending
-    for event in (RankOutput(0, "epoch 1 done", final=True, new=True), RankOutput(0, "train 3/10", final=False, new=True),
-                  RankOutput(1, "Traceback ends", final=True, new=True)):
+    for event in (
+        RankOutput(0, "epoch 1 done", final=True, new=True),
+        RankOutput(0, "train 3/10", final=False, new=True),
+        RankOutput(1, "Traceback ends", final=True, new=True),
+    ):
         view(event)
     console.print(view)
-    rows = {line.split()[0]: line.split() for line in buffer.getvalue().splitlines() if line.split()[:1] in (["0"], ["1"])}
+    rows = {
+        line.split()[0]: line.split() for line in buffer.getvalue().splitlines() if line.split()[:1] in (["0"], ["1"])
+    }
     assert rows["0"][1:3] == [str(os.getpid()), "running"] and rows["0"][-2:] == ["train", "3/10"], buffer.getvalue()
     assert rows["1"][1:4] == ["-", "failed", "cpu"] and rows["1"][-3:] == ["3", "Traceback", "ends"], buffer.getvalue()
     view(RankOutput(0, "train 10/10", final=True, new=True))  # the bar's last state ends its line

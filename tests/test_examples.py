@@ -13,7 +13,9 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.mark.parametrize("example", list(CHECKS))
 def test_example_succeeds_under_rpcctl(example, runs_dir):
-    result = rpcctl("launch", f"configs/{example}.yaml", "--no-live", "--runs-dir", str(runs_dir), cwd=ROOT, timeout=110)
+    result = rpcctl(
+        "launch", f"configs/{example}.yaml", "--no-live", "--runs-dir", str(runs_dir), cwd=ROOT, timeout=110
+    )
     run_dir = only_run(runs_dir)
     assert_no_process_left(run_dir)
     assert result.returncode == 0, result.stdout + result.stderr

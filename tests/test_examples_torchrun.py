@@ -39,10 +39,18 @@ def _run_torchrun_logging_to(example: str, log_dir: Path) -> tuple[int, str, flo
     cfg = yaml.safe_load((CONFIGS / f"{example}.yaml").read_text())
     script = (CONFIGS / cfg["script"]).relative_to(REPO)
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone",
-        "--nproc-per-node", str(cfg["nproc_per_node"]),
-        "--log-dir", str(log_dir), "--redirects", "3",
-        str(script), *cfg.get("args", []),
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(cfg["nproc_per_node"]),
+        "--log-dir",
+        str(log_dir),
+        "--redirects",
+        "3",
+        str(script),
+        *cfg.get("args", []),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     seen: set[psutil.Process] = set()
@@ -72,9 +80,7 @@ def _run_torchrun_logging_to(example: str, log_dir: Path) -> tuple[int, str, flo
         elapsed = time.monotonic() - start
         out.seek(0)
         # torchrun's own messages, then every rank's stdout and stderr, whole.
-        output = out.read() + "".join(
-            f.read_text(errors="replace") for f in sorted(log_dir.rglob("std*.log"))
-        )
+        output = out.read() + "".join(f.read_text(errors="replace") for f in sorted(log_dir.rglob("std*.log")))
 
     assert seen, "torchrun never started any rank"
     # psutil.Process.is_running() also checks the create time, so a reused pid is not a

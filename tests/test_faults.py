@@ -109,13 +109,18 @@ def test_log_pump_keeps_draining_after_enospc(tmp_path):
 
     lines: list[str] = []
     errors: list[tuple[int, Path, int, OSError]] = []
-    pump = LogPump(lambda rank, piece: piece.final and lines.append(piece.text), lambda *e: errors.append(e),
-                   open_log=lambda path, mode, buffering: _FillsUp(path, mode, buffering, room=1000))
+    pump = LogPump(
+        lambda rank, piece: piece.final and lines.append(piece.text),
+        lambda *e: errors.append(e),
+        open_log=lambda path, mode, buffering: _FillsUp(path, mode, buffering, room=1000),
+    )
     pump.start()
     log = tmp_path / "logs" / "rank-1.log"
     write_fd = pump.add(1, log)
     # A real process writes 4 MB: far more than a pipe holds, so it blocks unless the pump drains.
-    writer = subprocess.Popen([sys.executable, "-c", "import sys\nfor i in range(40000): print(f'line {i:06d} ' + 'x' * 88)"], stdout=write_fd)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfor i in range(40000): print(f'line {i:06d} ' + 'x' * 88)"], stdout=write_fd
+    )
     os.close(write_fd)
     assert writer.wait(timeout=60) == 0
     pump.drain(timeout=30)
@@ -130,7 +135,9 @@ def test_log_pump_keeps_draining_after_enospc(tmp_path):
 def tmpfs(where: Path, options: str):
     """A real tmpfs at ``where`` (root only; the test is skipped where it cannot mount)."""
     where.mkdir(exist_ok=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True, text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True, text=True
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs ({options}) here: {mounted.stderr.strip()}")
     try:
@@ -238,7 +245,11 @@ def test_run_dir_removed_mid_run_does_not_fail_the_job(tmp_path, runs_dir):
     launcher, run_dir = launch_until_running(tmp_path, runs_dir, nproc_per_node=2, args=["0=slow:3", "1=slow:3"])
     run_id = record(run_dir)["run_id"]
     for rank in (0, 1):  # past rpcctl's bootstrap, which makes files in the run directory
-        wait_until(lambda rank=rank: "started" in (run_dir / "logs" / f"rank-{rank}.log").read_text(), 30, f"rank {rank} started")
+        wait_until(
+            lambda rank=rank: "started" in (run_dir / "logs" / f"rank-{rank}.log").read_text(),
+            30,
+            f"rank {rank} started",
+        )
     shutil.rmtree(run_dir)
     out, err = launcher.communicate(timeout=60)
     assert launcher.returncode == 0, err
@@ -276,20 +287,36 @@ def _ignore_term_grandchild_script(tmp_path: Path) -> Path:
 
 
 def test_kill_9_of_the_rank_server_takes_every_rank_tree_down(tmp_path, runs_dir):
-    launcher, run_dir = launch_until_running(tmp_path, runs_dir, nproc_per_node=2, script=str(_ignore_term_grandchild_script(tmp_path)))
+    launcher, run_dir = launch_until_running(
+        tmp_path, runs_dir, nproc_per_node=2, script=str(_ignore_term_grandchild_script(tmp_path))
+    )
     for rank in (0, 1):
-        wait_until(lambda rank=rank: (run_dir / f"kids-{rank}.pid").exists(), 30, f"rank {rank}'s grandchildren", run_dir / "logs")
+        wait_until(
+            lambda rank=rank: (run_dir / f"kids-{rank}.pid").exists(),
+            30,
+            f"rank {rank}'s grandchildren",
+            run_dir / "logs",
+        )
     kids = [int(pid) for rank in (0, 1) for pid in (run_dir / f"kids-{rank}.pid").read_text().split()]
     ranks = [r["pid"] for r in record(run_dir)["ranks"]]
-    server = next(p for p in psutil.Process(launcher.pid).children() if "rpcctl.processes.rank_server" in " ".join(p.cmdline()))
+    server = next(
+        p for p in psutil.Process(launcher.pid).children() if "rpcctl.processes.rank_server" in " ".join(p.cmdline())
+    )
     server.kill()
     _, err = launcher.communicate(timeout=60)
     assert launcher.returncode == 1, err
     assert "Traceback" not in err
-    wait_until(lambda: pids_gone([*kids, *ranks, server.pid]), 10, "the ranks, their grandchildren and the rank server to be gone")
+    wait_until(
+        lambda: pids_gone([*kids, *ranks, server.pid]),
+        10,
+        "the ranks, their grandchildren and the rank server to be gone",
+    )
     assert_no_process_left(run_dir)
     rec = record(run_dir)
-    assert rec["status"] == "failed" and f"the rank server (pid {server.pid}) killed by SIGKILL" in rec["root_cause"]["message"], rec
+    assert (
+        rec["status"] == "failed"
+        and f"the rank server (pid {server.pid}) killed by SIGKILL" in rec["root_cause"]["message"]
+    ), rec
     assert {r["state"] for r in rec["ranks"]} == {"killed"}
 
 
@@ -309,13 +336,29 @@ def test_logs_follow_goes_on_with_a_log_renamed_or_truncated_under_it(tmp_path, 
     script = tmp_path / "gated.py"
     script.write_text(GATED)
     gate = tmp_path / "gate"
-    launcher, run_dir = launch_until_running(tmp_path, runs_dir, script=str(script), nproc_per_node=1, env={"GATE": str(gate)})
+    launcher, run_dir = launch_until_running(
+        tmp_path, runs_dir, script=str(script), nproc_per_node=1, env={"GATE": str(gate)}
+    )
     log = run_dir / "logs" / "rank-0.log"
     follower = None
     try:
         wait_until(lambda: b"before 4\n" in log.read_bytes(), 30, "the rank's lines")
-        follower = subprocess.Popen([sys.executable, "-m", "rpcctl", "logs", "-f", *(["--raw"] if raw else []), run_dir.name,
-                                     "--runs-dir", str(runs_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        follower = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "rpcctl",
+                "logs",
+                "-f",
+                *(["--raw"] if raw else []),
+                run_dir.name,
+                "--runs-dir",
+                str(runs_dir),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
         shown: list[str] = []
         reader = threading.Thread(target=lambda: shown.extend(follower.stdout), daemon=True)
@@ -323,7 +366,11 @@ def test_logs_follow_goes_on_with_a_log_renamed_or_truncated_under_it(tmp_path, 
         wait_until(lambda: any("before 4" in line for line in shown), 30, "logs -f showing the lines")
         log.rename(log.with_name("rank-0.log.1"))  # logrotate's `create`: a new file at the same path
         log.write_text("new file, line 1\nnew file, line 2\n")
-        wait_until(lambda: any("new file, line 2" in line for line in shown), 10, f"logs -f showing the new file's lines: {shown}")
+        wait_until(
+            lambda: any("new file, line 2" in line for line in shown),
+            10,
+            f"logs -f showing the new file's lines: {shown}",
+        )
         with open(log, "r+") as f:  # logrotate's `copytruncate`
             f.truncate(0)
             f.write("truncated\n")
@@ -339,7 +386,11 @@ def test_logs_follow_goes_on_with_a_log_renamed_or_truncated_under_it(tmp_path, 
             follower.kill()
             follower.communicate()
     prefix = "" if raw else "[rank0]: "
-    assert out.splitlines() == [f"{prefix}before {i}" for i in range(5)] + [f"{prefix}new file, line 1", f"{prefix}new file, line 2", f"{prefix}truncated"], (out, err)
+    assert out.splitlines() == [f"{prefix}before {i}" for i in range(5)] + [
+        f"{prefix}new file, line 1",
+        f"{prefix}new file, line 2",
+        f"{prefix}truncated",
+    ], (out, err)
     assert err.splitlines() == [
         f"rpcctl: rank 0's log {log} was replaced (renamed or rotated): following the new file",
         f"rpcctl: rank 0's log {log} was truncated: reading it again from its start",

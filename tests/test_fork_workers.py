@@ -35,8 +35,17 @@ LOSSES = {7: 0.25, 8: 0.5, 9: 0.75, 10: 1.0}
 
 
 def _launch(tmp_path, runs_dir, mode: str, code: int = 0, **keys):
-    result, run_dir, _ = launch_job(tmp_path, runs_dir, name=f"fork-{mode}", script=JOB, args=[mode], nproc_per_node=1,
-                                    timeout=100, preload=["torch"], **keys)
+    result, run_dir, _ = launch_job(
+        tmp_path,
+        runs_dir,
+        name=f"fork-{mode}",
+        script=JOB,
+        args=[mode],
+        nproc_per_node=1,
+        timeout=100,
+        preload=["torch"],
+        **keys,
+    )
     assert result.returncode == code, result.stdout + result.stderr
     return run_dir
 
@@ -52,20 +61,25 @@ def test_fork_workers_of_both_kinds_are_counted_exactly(tmp_path, runs_dir):
     counts = {(s["pg"], s["op"]): (s["count"], s["ranks"]) for s in report["summary"]}
     # mp.Process with the fork context (world 0), then mp.spawn(start_method="fork") (world 1):
     # 300 all_reduce on each of the two workers of each, no fewer (each counts at most its own 300).
-    assert counts == {("0", "all_reduce"): (2 * ALL_REDUCES, [0, 1]), ("w1:0", "all_reduce"): (2 * ALL_REDUCES, [0, 1])}, counts
+    assert counts == {
+        ("0", "all_reduce"): (2 * ALL_REDUCES, [0, 1]),
+        ("w1:0", "all_reduce"): (2 * ALL_REDUCES, [0, 1]),
+    }, counts
     done = sorted((r["pg"], r["rank"], r["entered"], r["completed"]) for r in report["ranks"])
     assert done == [(pg, rank, ALL_REDUCES, ALL_REDUCES) for pg in ("0", "w1:0") for rank in (0, 1)], done
 
 
 def test_a_fork_worker_that_raises_right_after_init_rpc_keeps_its_rpc_name(tmp_path, runs_dir):
-    run_dir = _launch(tmp_path, runs_dir, "rpc-raise", code=1)  # its processes raised: the job failed (issue 40, item 1)
+    # its processes raised: the job failed (issue 40, item 1)
+    run_dir = _launch(tmp_path, runs_dir, "rpc-raise", code=1)
     # The four raise at once: the root cause is whichever raised first, and counts the others.
     message = json.loads((run_dir / "run.json").read_text())["root_cause"]["message"]
     assert re.match(rf"forked[0-{RAISERS - 1}] \(pid \d+, ForkProcess-\d+, rank 0 ", message), message
     assert f"(and {RAISERS - 1} more of its processes raised)" in message, message
     children = [w for w in inspect.workers(run_dir) if w.kind == "child"]
     assert sorted((str(w.name), w.state, w.exit_code) for w in children) == [
-        (f"forked{i}", "failed", 1) for i in range(RAISERS)], children
+        (f"forked{i}", "failed", 1) for i in range(RAISERS)
+    ], children
 
 
 def test_a_loss_reported_just_before_the_end_is_kept_however_the_worker_ends(tmp_path, runs_dir):

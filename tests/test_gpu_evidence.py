@@ -10,7 +10,10 @@ import pytest
 
 from rpcctl.base import gpu_now
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="needs an NVIDIA GPU (nvidia-smi)")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="needs an NVIDIA GPU (nvidia-smi)"),
+]
 
 
 def test_each_gpu_is_read_with_its_memory_and_use_without_cuda():

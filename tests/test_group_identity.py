@@ -22,8 +22,17 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def _hung(tmp_path, runs_dir, mode: str) -> str:
-    result, run_dir, rec = launch_job(tmp_path, runs_dir, name=f"groups-{mode}", script=str(WORKERS / "subgroups_job.py"),
-                                      args=[mode], nproc_per_node=3, timeout=40, hang_timeout=6, preload=["torch"])
+    result, run_dir, rec = launch_job(
+        tmp_path,
+        runs_dir,
+        name=f"groups-{mode}",
+        script=str(WORKERS / "subgroups_job.py"),
+        args=[mode],
+        nproc_per_node=3,
+        timeout=40,
+        hang_timeout=6,
+        preload=["torch"],
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     assert rec["root_cause"]["reason"] == "hang", rec["root_cause"]
     return rec["root_cause"]["message"]
@@ -51,7 +60,9 @@ def test_a_member_that_never_enters_a_subgroups_first_collective_is_named(tmp_pa
 def rpc_ddp_run(tmp_path_factory):
     """configs/rpc_ddp.yaml, as a user runs it."""
     runs_dir = tmp_path_factory.mktemp("rpc-ddp") / "runs"
-    result = rpcctl("launch", str(ROOT / "configs" / "rpc_ddp.yaml"), "--runs-dir", str(runs_dir), "--no-live", timeout=110)
+    result = rpcctl(
+        "launch", str(ROOT / "configs" / "rpc_ddp.yaml"), "--runs-dir", str(runs_dir), "--no-live", timeout=110
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = only_run(runs_dir)
     assert_no_process_left(run_dir)
@@ -65,7 +76,9 @@ def test_inspect_collectives_shows_each_group_of_a_ddp_rpc_job_apart(rpc_ddp_run
         ops.setdefault(s["pg"], {})[s["op"]] = s["ranks"]
     # The trainers' group (c10d's name 1): DDP's all_reduce and broadcasts, the final all_gather; trainers only.
     assert set(ops) == {"1", "rpc"}, ops
-    assert ops["1"]["all_reduce"] == [1, 2] and ops["1"]["broadcast"] == [1, 2] and ops["1"]["all_gather"] == [1, 2], ops
+    assert ops["1"]["all_reduce"] == [1, 2] and ops["1"]["broadcast"] == [1, 2] and ops["1"]["all_gather"] == [1, 2], (
+        ops
+    )
     # RPC's own group: the all_gathers and the barrier of init_rpc, on every rank.
     assert ops["rpc"]["all_gather"] == [0, 1, 2] and ops["rpc"]["barrier"] == [0, 1, 2], ops
     groups = {(r["rank"], r["pg"]): r for r in report["ranks"]}
@@ -79,9 +92,14 @@ def test_inspect_collectives_shows_each_group_of_a_ddp_rpc_job_apart(rpc_ddp_run
 
 def test_the_trace_puts_each_group_of_a_ddp_rpc_job_on_its_own_lane(rpc_ddp_run):
     events = validate(json.loads(rpcctl("trace", str(rpc_ddp_run), "-o", "-").stdout))
-    rank_of = {e["pid"]: e["args"]["name"].split(" ")[1] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    rank_of = {
+        e["pid"]: e["args"]["name"].split(" ")[1] for e in events if e["ph"] == "M" and e["name"] == "process_name"
+    }
     spans = [(e["args"]["pg"], rank_of[e["pid"]]) for e in events if e["ph"] == "X" and e["cat"] == "collective"]
-    assert {pg: {rank for p, rank in spans if p == pg} for pg, _ in spans} == {"1": {"1", "2"}, "rpc": {"0", "1", "2"}}, spans
+    assert {pg: {rank for p, rank in spans if p == pg} for pg, _ in spans} == {
+        "1": {"1", "2"},
+        "rpc": {"0", "1", "2"},
+    }, spans
 
 
 def test_a_store_written_before_groups_had_members_still_reads(rpc_ddp_run, tmp_path):

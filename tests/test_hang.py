@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(240)
 HANG_TIMEOUT = 6
 
 SCRIPT = textwrap.dedent(
-    '''
+    """
     import os, sys, threading, time
 
     import torch.distributed.rpc as rpc
@@ -73,7 +73,7 @@ SCRIPT = textwrap.dedent(
                 if i == 50:
                     print("calling", flush=True)
     rpc.shutdown()
-    '''
+    """
 )
 
 
@@ -84,12 +84,16 @@ def _line(text: str, script: str = SCRIPT) -> int:
 def _job(tmp_path: Path, mode: str, nproc: int) -> Path:
     (tmp_path / "hang_job.py").write_text(SCRIPT)
     config = tmp_path / f"{mode}.yaml"
-    config.write_text(f"name: {mode}\nscript: hang_job.py\nargs: [{mode}]\nnproc_per_node: {nproc}\ngrace: 2\ntimeout: 200\n")
+    config.write_text(
+        f"name: {mode}\nscript: hang_job.py\nargs: [{mode}]\nnproc_per_node: {nproc}\ngrace: 2\ntimeout: 200\n"
+    )
     return config
 
 
 def _hung(runs_dir: Path, config: Path, *extra: str, before=None) -> tuple[str, str, int, Path]:
-    launcher = start_rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir), "--hang-timeout", str(HANG_TIMEOUT), *extra)
+    launcher = start_rpcctl(
+        "launch", str(config), "--no-live", "--runs-dir", str(runs_dir), "--hang-timeout", str(HANG_TIMEOUT), *extra
+    )
     try:
         run_dir = only_run(runs_dir)
         if before is not None:
@@ -106,7 +110,11 @@ def _evidence(run_dir: Path) -> tuple[str, str, dict]:
     assert folder.stat().st_mode & 0o077 == 0
     for name in ("stacks.txt", "calls.json", "diagnosis.txt"):
         assert (folder / name).stat().st_mode & 0o077 == 0, name
-    return (folder / "diagnosis.txt").read_text(), (folder / "stacks.txt").read_text(), json.loads((folder / "calls.json").read_text())
+    return (
+        (folder / "diagnosis.txt").read_text(),
+        (folder / "stacks.txt").read_text(),
+        json.loads((folder / "calls.json").read_text()),
+    )
 
 
 def _root_cause(run_dir: Path) -> dict:
@@ -125,7 +133,10 @@ def test_a_callee_asleep_is_named_with_what_it_runs_and_where(tmp_path, runs_dir
     assert "on rpc_sync → worker1 (slow_update, " in headline and f"hang_job.py:{call_line} in <module>); " in headline
     assert "worker1 is running slow_update for worker0" in headline
     # ... and, read from outside at the verdict (py-spy), the C function it waits in (issue 41)
-    assert ", blocked at " in headline and f"hang_job.py:{_line('time.sleep(600)')} in slow_update (`time.sleep(600)`), in time_sleep (" in headline
+    assert (
+        ", blocked at " in headline
+        and f"hang_job.py:{_line('time.sleep(600)')} in slow_update (`time.sleep(600)`), in time_sleep (" in headline
+    )
     assert "root cause: hang: rank 0" in err and err.count(headline) == 1, err  # said once, in the verdict
     assert "no call ended" in err and err.count("no call ended") == 1, err
     assert _root_cause(run_dir)["message"] == f"hang: {headline}"
@@ -142,7 +153,9 @@ def test_a_lock_deadlock_across_two_workers_is_named_as_a_cycle(tmp_path, runs_d
     assert "worker2 runs middle, which waits on rpc_sync → worker1 (inner" in headline
     assert "worker1 is running inner for worker2" in headline
     assert f"hang_job.py:{_line('return 1') - 1} in inner (`with LOCK:`)" in headline
-    assert headline.endswith("a deadlock: worker1 → worker2 → worker1 wait on each other; worker0 waits on the cycle"), headline
+    assert headline.endswith(
+        "a deadlock: worker1 → worker2 → worker1 wait on each other; worker0 waits on the cycle"
+    ), headline
     assert headline in err
 
 
@@ -151,7 +164,11 @@ def test_a_rank_stuck_before_init_rpc_is_named_within_seconds(tmp_path, runs_dir
     assert code == 1, err
     at = f"hang_job.py:{_line('def load_data') + 1} in load_data (`time.sleep(600)`)"
     # The early warning, before the hang timeout's teardown, and the diagnosis.
-    assert "rank 2 (pid " in err and "has not joined RPC after " in err and at in err.split("has not joined RPC after ", 1)[1]
+    assert (
+        "rank 2 (pid " in err
+        and "has not joined RPC after " in err
+        and at in err.split("has not joined RPC after ", 1)[1]
+    )
     diagnosis, _, _ = _evidence(run_dir)
     headline = diagnosis.splitlines()[0]
     assert headline.startswith("rank 2 (pid ") and "has not joined RPC; it is at " in headline and at in headline
@@ -161,8 +178,16 @@ def test_a_rank_stuck_before_init_rpc_is_named_within_seconds(tmp_path, runs_dir
 
 def test_a_rank_stopped_with_sigstop_is_named_as_stopped(tmp_path, runs_dir):
     def stop_rank_1(run_dir: Path, launcher) -> None:
-        wait_until(lambda: "calling" in (run_dir / "logs" / "rank-0.log").read_text() if (run_dir / "logs" / "rank-0.log").exists() else False,
-                   90, "rank 0 calling worker1", logs=run_dir / "logs")
+        wait_until(
+            lambda: (
+                "calling" in (run_dir / "logs" / "rank-0.log").read_text()
+                if (run_dir / "logs" / "rank-0.log").exists()
+                else False
+            ),
+            90,
+            "rank 0 calling worker1",
+            logs=run_dir / "logs",
+        )
         os.kill(record(run_dir)["ranks"][1]["pid"], signal.SIGSTOP)
 
     out, err, code, run_dir = _hung(runs_dir, _job(tmp_path, "sigstop", 2), before=stop_rank_1)
@@ -216,14 +241,14 @@ def test_a_bad_hang_timeout_is_refused_before_anything_starts(tmp_path, runs_dir
 
 
 GIL_HOLDER = textwrap.dedent(
-    '''
+    """
     import ctypes, os, time
 
     if os.environ["RANK"] == "1":
         time.sleep(1.5)  # its telemetry has connected and beaten
         ctypes.PyDLL(None).sleep(60)  # libc's sleep through PyDLL: the GIL held throughout
     print("done", flush=True)
-    '''
+    """
 )
 
 
@@ -234,7 +259,9 @@ def test_a_rank_whose_heartbeat_goes_stale_is_dumped_and_named_while_it_runs(tmp
     (tmp_path / "gil_holder.py").write_text(GIL_HOLDER)
     config = tmp_path / "gil.yaml"
     config.write_text("name: gil\nscript: gil_holder.py\nnproc_per_node: 2\ngrace: 2\ntimeout: 120\n")
-    result = rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir), "--hang-timeout", "100", timeout=150)
+    result = rpcctl(
+        "launch", str(config), "--no-live", "--runs-dir", str(runs_dir), "--hang-timeout", "100", timeout=150
+    )
     run_dir = only_run(runs_dir)
     assert_no_process_left(run_dir)
     assert result.returncode == 0, result.stderr  # the dump woke the sleep: the job went on

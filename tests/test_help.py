@@ -21,7 +21,8 @@ def _commands() -> list[tuple[str, ...]]:
 
     def walk(command, path: tuple[str, ...]) -> None:
         found.append(path)
-        if hasattr(command, "list_commands"):  # a group (typer vendors click: no `import click`); the root loads its commands lazily
+        # a group (typer vendors click: no `import click`); the root loads its commands lazily
+        if hasattr(command, "list_commands"):
             for name in command.list_commands(None):
                 walk(command.get_command(None, name), (*path, name))
 
@@ -53,7 +54,17 @@ def _option_entries(text: str) -> list[str]:
 
 def test_every_command_is_found():
     names = {" ".join(p) for p in COMMANDS}
-    assert {"", "launch", "runs", "inspect", "inspect rrefs", "inspect calls", "bench", "bench compare", "stack"} <= names
+    assert {
+        "",
+        "launch",
+        "runs",
+        "inspect",
+        "inspect rrefs",
+        "inspect calls",
+        "bench",
+        "bench compare",
+        "stack",
+    } <= names
 
 
 @pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(p) or "rpcctl")

@@ -42,10 +42,16 @@ DAMAGED_RECORDS = {
     "not-utf8": b"\xff\xfe\x00garbage",
     "a-list": b"[]",
     "wrong-types": json.dumps({"run_id": 5, "status": "running", "started_at": 17, "ranks": "all"}).encode(),
-    "bad-time": json.dumps({**json.loads('{"run_id": "x", "name": "x", "status": "succeeded", "run_dir": "x", "config_path": null, '
-                                         '"script": "s", "world_size": 1, "nproc_per_node": 1, "start_method": "fork", "host": "h", '
-                                         '"launcher_pid": 1, "launcher_started": 0, "master_addr": "a", "master_port": 1}'),
-                            "started_at": "yesterday"}).encode(),
+    "bad-time": json.dumps(
+        {
+            **json.loads(
+                '{"run_id": "x", "name": "x", "status": "succeeded", "run_dir": "x", "config_path": null, '
+                '"script": "s", "world_size": 1, "nproc_per_node": 1, "start_method": "fork", "host": "h", '
+                '"launcher_pid": 1, "launcher_started": 0, "master_addr": "a", "master_port": 1}'
+            ),
+            "started_at": "yesterday",
+        }
+    ).encode(),
 }
 
 
@@ -94,7 +100,12 @@ def test_a_link_to_a_run_is_listed_once_by_its_real_directory(tmp_path, runs_dir
     elsewhere.parent.mkdir()
     (elsewhere / "logs").mkdir(parents=True)
     old = json.loads((run_dir / "run.json").read_text())
-    old.update(run_id="old-run", run_dir=str(elsewhere), started_at="2020-01-01T00:00:00+00:00", ended_at="2020-01-01T00:00:01+00:00")
+    old.update(
+        run_id="old-run",
+        run_dir=str(elsewhere),
+        started_at="2020-01-01T00:00:00+00:00",
+        ended_at="2020-01-01T00:00:01+00:00",
+    )
     (elsewhere / "run.json").write_text(json.dumps(old))
     (runs_dir / "archived").symlink_to(elsewhere)
 
@@ -115,15 +126,32 @@ def test_a_stamp_without_an_offset_reads_as_utc_in_every_view(runs_dir):
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    stamps = {"edited-1": ("2026-01-02T00:00:00", "2026-01-02T00:01:30+00:00"),  # 90 s, the newer run
-              "written-1": ("2026-01-01T23:00:00+00:00", "2026-01-01T23:00:05+00:00")}
+    stamps = {
+        "edited-1": ("2026-01-02T00:00:00", "2026-01-02T00:01:30+00:00"),  # 90 s, the newer run
+        "written-1": ("2026-01-01T23:00:00+00:00", "2026-01-01T23:00:05+00:00"),
+    }
     for run_id, (started, ended) in stamps.items():
         (runs_dir / run_id).mkdir(parents=True)
-        save_record(RunRecord(
-            run_id=run_id, name=run_id, status="succeeded", run_dir=str(runs_dir / run_id), config_path=None,
-            script="s.py", world_size=1, nproc_per_node=1, start_method="fork", host="h", launcher_pid=gone.pid,
-            launcher_started=0, master_addr="127.0.0.1", master_port=1, started_at=started, ended_at=ended,
-        ))
+        save_record(
+            RunRecord(
+                run_id=run_id,
+                name=run_id,
+                status="succeeded",
+                run_dir=str(runs_dir / run_id),
+                config_path=None,
+                script="s.py",
+                world_size=1,
+                nproc_per_node=1,
+                start_method="fork",
+                host="h",
+                launcher_pid=gone.pid,
+                launcher_started=0,
+                master_addr="127.0.0.1",
+                master_port=1,
+                started_at=started,
+                ended_at=ended,
+            )
+        )
     # A POSIX zone 5:30 east of UTC: a stamp read as local time would show 00:00, not 05:30.
     env = {**os.environ, "TZ": "IST-5:30", "COLUMNS": "200"}
     listed = rpcctl("runs", "--runs-dir", str(runs_dir), env=env)
@@ -160,12 +188,25 @@ def test_stop_refuses_a_record_whose_pid_is_not_the_runs_launcher(tmp_path, runs
         run_dir.mkdir(parents=True)
         from rpcctl.records.runs import RunRecord, save_record
 
-        save_record(RunRecord(
-            run_id="forged-1", name="forged", status="running", run_dir=str(run_dir), config_path=None, script="s.py",
-            world_size=1, nproc_per_node=1, start_method="fork", host="h", launcher_pid=bystander.pid,
-            launcher_started=psutil.Process(bystander.pid).create_time(), master_addr="127.0.0.1", master_port=1,
-            started_at="2026-01-01T00:00:00+00:00",
-        ))
+        save_record(
+            RunRecord(
+                run_id="forged-1",
+                name="forged",
+                status="running",
+                run_dir=str(run_dir),
+                config_path=None,
+                script="s.py",
+                world_size=1,
+                nproc_per_node=1,
+                start_method="fork",
+                host="h",
+                launcher_pid=bystander.pid,
+                launcher_started=psutil.Process(bystander.pid).create_time(),
+                master_addr="127.0.0.1",
+                master_port=1,
+                started_at="2026-01-01T00:00:00+00:00",
+            )
+        )
         result = rpcctl("stop", "forged-1", "--runs-dir", str(runs_dir))
         assert result.returncode == 1, result.stderr
         assert f"refusing to signal pid {bystander.pid}" in result.stderr
@@ -254,7 +295,11 @@ def test_rank_text_with_markup_and_escape_sequences_is_shown_as_text(tmp_path, r
         assert "[rank0]: " in out and "\\x9b2J" in out
         assert "red [/bad] [bold]not bold[/bold]" in re.sub(r"\x1b\[[0-9;]*m", "", out)
     # `logs --raw`: the bytes as the rank wrote them.
-    raw = subprocess.run([sys.executable, "-m", "rpcctl", "logs", "--raw", "--rank", "0", "--runs-dir", str(runs_dir)], capture_output=True, timeout=60)
+    raw = subprocess.run(
+        [sys.executable, "-m", "rpcctl", "logs", "--raw", "--rank", "0", "--runs-dir", str(runs_dir)],
+        capture_output=True,
+        timeout=60,
+    )
     assert raw.returncode == 0 and raw.stdout == (run_dir / "logs" / "rank-0.log").read_bytes()
     assert (HOSTILE + "\n").encode() in raw.stdout
     # The root cause (stderr) and the runs table: plain text, no escape at all, markup literal.
@@ -293,7 +338,11 @@ def test_run_files_are_private_whatever_the_umask(tmp_path, runs_dir, umask):
     config = write_config(tmp_path, script=str(script), nproc_per_node=2, env={"SECRET": "hunter2"})
     launcher = subprocess.Popen(
         [sys.executable, "-m", "rpcctl", "launch", str(config), "--runs-dir", str(runs_dir), "--no-live"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, umask=umask, start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        umask=umask,
+        start_new_session=True,
     )
     try:
         run_dir = only_run(runs_dir)
@@ -350,7 +399,9 @@ def test_malformed_telemetry_lines_are_dropped_and_the_server_goes_on(tmp_path):
             good.connect(str(server.socket_path))
             good.sendall(protocol.encode({"k": "hello", "pid": os.getpid(), "rank": 0, "host": "h", "kind": "rank"}))
             good.sendall(protocol.encode({"k": "batch", "ev": [{"e": "loss", "step": 1, "loss": {"not": "a number"}}]}))
-            good.sendall(protocol.encode({"k": "batch", "ev": [{"e": "loss", "step": 2, "loss": 0.5, "t": time.time()}]}))
+            good.sendall(
+                protocol.encode({"k": "batch", "ev": [{"e": "loss", "step": 2, "loss": 0.5, "t": time.time()}]})
+            )
             wait_until(lambda: server.bad_messages >= 3, 20, "the bad messages to be counted")
             time.sleep(0.5)
     finally:
@@ -398,8 +449,12 @@ def test_a_runs_dir_others_could_swap_a_run_in_is_refused_before_anything_starts
     config = write_config(tmp_path, nproc_per_node=1)
     result = rpcctl("launch", str(config), "--runs-dir", str(runs), "--no-live")
     assert result.returncode == 2, result.stderr
-    assert result.stderr.startswith(f"error: --runs-dir {runs}: {unsafe} ") and len(result.stderr.splitlines()) == 1, result.stderr
-    assert ("another user (uid 65534)" if case == "another-users" else "writable by every user (mode 777)") in result.stderr
+    assert result.stderr.startswith(f"error: --runs-dir {runs}: {unsafe} ") and len(result.stderr.splitlines()) == 1, (
+        result.stderr
+    )
+    assert (
+        "another user (uid 65534)" if case == "another-users" else "writable by every user (mode 777)"
+    ) in result.stderr
     assert list(runs.iterdir()) == []  # no run directory, nothing started
 
 
@@ -420,8 +475,13 @@ def test_a_runs_dir_rpcctl_makes_is_not_writable_by_others_whatever_the_umask(tm
     runs = tmp_path / "new" / "runs"
     config = write_config(tmp_path, nproc_per_node=1)
     for _ in range(2):  # the second run uses the runs directory the first one made
-        result = subprocess.run([sys.executable, "-m", "rpcctl", "launch", str(config), "--runs-dir", str(runs), "--no-live"],
-                                capture_output=True, text=True, umask=0, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-m", "rpcctl", "launch", str(config), "--runs-dir", str(runs), "--no-live"],
+            capture_output=True,
+            text=True,
+            umask=0,
+            timeout=60,
+        )
         assert result.returncode == 0, result.stderr
     assert stat.S_IMODE(runs.stat().st_mode) == 0o755 and stat.S_IMODE(runs.parent.stat().st_mode) == 0o755
 
@@ -452,7 +512,11 @@ def test_private_files_and_dirs_never_follow_a_link(tmp_path):
     target.chmod(0o644)
     target_dir = tmp_path / "target-dir"
     target_dir.mkdir(mode=0o755)
-    for name, call in [("a", lambda p: private_open(p, "a")), ("w", lambda p: private_open(p, "w")), ("file", private_file)]:
+    for name, call in [
+        ("a", lambda p: private_open(p, "a")),
+        ("w", lambda p: private_open(p, "w")),
+        ("file", private_file),
+    ]:
         link = tmp_path / f"link-{name}"
         link.symlink_to(target)
         with pytest.raises(OSError):

@@ -75,7 +75,11 @@ def test_ctrl_c_at_any_early_moment_is_one_line_and_exit_130(a_run, entry, comma
         delay = 0.04 * i
         result = _interrupt_at(argv, delay)
         frames = _our_frames(result.stderr)
-        if result.returncode == 130 and result.stderr.strip().splitlines()[-1:] == [LINE] and "Traceback" not in result.stderr:
+        if (
+            result.returncode == 130
+            and result.stderr.strip().splitlines()[-1:] == [LINE]
+            and "Traceback" not in result.stderr
+        ):
             ours += 1
             if command == "--help":
                 assert result.stderr.strip() == LINE, result.stderr
@@ -89,8 +93,11 @@ def test_ctrl_c_at_any_early_moment_is_one_line_and_exit_130(a_run, entry, comma
     assert ours >= 10, (ours, before)  # most tries came while our code ran
 
 
-@pytest.mark.parametrize("argv", [["runs", "--limit", "1"], ["inspect", "workers"], ["bench", "compare", "no-old.json", "no-new.json"]],
-                         ids=["runs", "inspect-workers", "bench-compare"])
+@pytest.mark.parametrize(
+    "argv",
+    [["runs", "--limit", "1"], ["inspect", "workers"], ["bench", "compare", "no-old.json", "no-new.json"]],
+    ids=["runs", "inspect-workers", "bench-compare"],
+)
 def test_the_early_handling_ends_where_the_commands_own_code_begins(tmp_path, argv):
     """From the command's first line, SIGINT is Python's KeyboardInterrupt again (``launch``,
     ``--watch`` and ``web`` handle it as their own), in a command, a view of a sub-app and a

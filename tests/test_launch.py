@@ -54,7 +54,9 @@ def test_env_contract_reaches_the_script(tmp_path, runs_dir):
         "'RPCCTL_RUN_ID','RPCCTL_RUN_DIR','MY_VAR','TP_SOCKET_IFNAME','GLOO_SOCKET_IFNAME']\n"
         "print('ENV', json.dumps({k: os.environ.get(k) for k in keys}), json.dumps(sys.argv), __name__)\n"
     )
-    result, run_dir, rec = launch(tmp_path, runs_dir, script=str(script), nproc_per_node=2, args=["--lr", 0.5], env={"MY_VAR": "x"})
+    result, run_dir, rec = launch(
+        tmp_path, runs_dir, script=str(script), nproc_per_node=2, args=["--lr", 0.5], env={"MY_VAR": "x"}
+    )
     assert result.returncode == 0, result.stderr
     seen = {}
     for line in result.stdout.splitlines():
@@ -83,7 +85,9 @@ def test_env_contract_reaches_the_script(tmp_path, runs_dir):
         ("sigsegv", None, "SIGSEGV", "killed by SIGSEGV"),
     ],
 )
-def test_failing_rank_is_the_root_cause_and_takes_the_job_down(tmp_path, runs_dir, action, exit_code, signal_name, message):
+def test_failing_rank_is_the_root_cause_and_takes_the_job_down(
+    tmp_path, runs_dir, action, exit_code, signal_name, message
+):
     started = time.monotonic()
     result, run_dir, rec = launch(tmp_path, runs_dir, nproc_per_node=3, args=[f"1={action}", "0=hang", "2=hang"])
     assert result.returncode == 1
@@ -96,7 +100,9 @@ def test_failing_rank_is_the_root_cause_and_takes_the_job_down(tmp_path, runs_di
     assert "root cause: rank 1" in result.stderr and message in result.stderr
     # JobFailedError(reported=True): the boundary adds no second message. Counted as lines of
     # rpcctl's own: the rank's last lines quoted below the verdict may hold "Fatal Python error:".
-    assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [result.stderr.splitlines()[0]], result.stderr
+    assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [
+        result.stderr.splitlines()[0]
+    ], result.stderr
     assert pids_gone(r["pid"] for r in rec["ranks"])
 
 
@@ -191,12 +197,17 @@ def test_an_rpcctl_folder_in_the_working_directory_is_never_imported(tmp_path, r
     (work / "rpcctl" / "__init__.py").write_text("raise SystemExit('imported the rpcctl/ of the working directory')\n")
     (work / "kept_here.py").write_text("")
     script = tmp_path / "which.py"
-    script.write_text("import sys, rpcctl\nprint('rpcctl:', rpcctl.__file__, 'preloaded:', 'kept_here' in sys.modules)\n")
+    script.write_text(
+        "import sys, rpcctl\nprint('rpcctl:', rpcctl.__file__, 'preloaded:', 'kept_here' in sys.modules)\n"
+    )
     preload = ["kept_here"] if start_method == "fork" else []
     config = write_config(tmp_path, script=str(script), nproc_per_node=2, start_method=start_method, preload=preload)
     result = subprocess.run(  # the console script, as a user runs it
         [str(Path(sys.executable).parent / "rpcctl"), "launch", str(config), "--no-live", "--runs-dir", str(runs_dir)],
-        cwd=work, capture_output=True, text=True, timeout=60,
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert_no_process_left(only_run(runs_dir))
     assert result.returncode == 0, result.stdout + result.stderr
@@ -268,7 +279,9 @@ def test_early_death_before_rendezvous_does_not_leave_the_others_waiting(tmp_pat
 
 @pytest.mark.timeout(120)
 def test_rpc_job_listens_on_loopback_only(tmp_path, runs_dir):
-    config = write_config(tmp_path, nproc_per_node=2, args=["0=rpc", "1=rpc"], preload=["torch", "torch.distributed.rpc"])
+    config = write_config(
+        tmp_path, nproc_per_node=2, args=["0=rpc", "1=rpc"], preload=["torch", "torch.distributed.rpc"]
+    )
     launcher = start_rpcctl("launch", str(config), "--runs-dir", str(runs_dir), "--no-live")
     run_dir = only_run(runs_dir)
     listening: dict[int, set[str]] = {}
@@ -321,7 +334,10 @@ def test_rank_0_keeps_the_rendezvous_store_until_every_rank_has_shut_down(tmp_pa
     config.write_text("name: order\nscript: order.py\nnproc_per_node: 3\n")
     result = rpcctl("launch", str(config), "--runs-dir", str(runs_dir), "--no-live", timeout=90)
     assert result.returncode == 0, result.stderr
-    returned = {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"\[rank(\d)\]: shutdown returned at ([\d.]+)", result.stdout)}
+    returned = {
+        int(m.group(1)): float(m.group(2))
+        for m in re.finditer(r"\[rank(\d)\]: shutdown returned at ([\d.]+)", result.stdout)
+    }
     assert sorted(returned) == [0, 1, 2], result.stdout
     assert returned[0] >= max(returned[1], returned[2]), returned
     assert_no_process_left(only_run(runs_dir))

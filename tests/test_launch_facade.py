@@ -43,10 +43,14 @@ def opens():
 @pytest.fixture
 def cli(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
-    set_console(Console(
-        out=RichConsole(width=1000, no_color=True, highlight=False, force_terminal=False, soft_wrap=False),
-        err=RichConsole(stderr=True, width=1000, no_color=True, highlight=False, force_terminal=False, soft_wrap=True),
-    ))
+    set_console(
+        Console(
+            out=RichConsole(width=1000, no_color=True, highlight=False, force_terminal=False, soft_wrap=False),
+            err=RichConsole(
+                stderr=True, width=1000, no_color=True, highlight=False, force_terminal=False, soft_wrap=True
+            ),
+        )
+    )
     yield CliRunner(env={"CUDA_VISIBLE_DEVICES": ""})
     set_console(None)
 
@@ -74,9 +78,18 @@ def srun_step(tmp_path, monkeypatch):
     if shutil.which("scontrol") is None:
         pytest.skip("scontrol is not installed (apt-get install slurm-client)")
     conf = tmp_path / "slurm.conf"
-    conf.write_text("ClusterName=rpcctltest\nSlurmctldHost=localhost\nNodeName=localhost CPUs=1\nPartitionName=p Nodes=ALL\n")
-    for name, value in {"SLURM_CONF": str(conf), "SLURM_STEP_ID": "0", "SLURM_NODEID": "1", "SLURM_STEP_NUM_NODES": "2",
-                        "SLURM_STEP_NODELIST": "localhost", "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "SLURM_JOB_ID": "77"}.items():
+    conf.write_text(
+        "ClusterName=rpcctltest\nSlurmctldHost=localhost\nNodeName=localhost CPUs=1\nPartitionName=p Nodes=ALL\n"
+    )
+    for name, value in {
+        "SLURM_CONF": str(conf),
+        "SLURM_STEP_ID": "0",
+        "SLURM_NODEID": "1",
+        "SLURM_STEP_NUM_NODES": "2",
+        "SLURM_STEP_NODELIST": "localhost",
+        "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+        "SLURM_JOB_ID": "77",
+    }.items():
         monkeypatch.setenv(name, value)
 
 
@@ -99,7 +112,14 @@ def test_a_library_caller_in_an_srun_step_gets_slurms_node_values(srun_step, lib
     assert job.locate("node_rank") == "SLURM_NODEID=1" and job.locate("master_port") == f"{library_config}:3"
 
 
-_PER_RUN = ("RPCCTL_RUN_ID", "RPCCTL_RUN_DIR", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE", "RPCCTL_ERROR_FILE", "RPCCTL_STACK_FILE")
+_PER_RUN = (
+    "RPCCTL_RUN_ID",
+    "RPCCTL_RUN_DIR",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_ERROR_FILE",
+    "RPCCTL_ERROR_FILE",
+    "RPCCTL_STACK_FILE",
+)
 
 
 def _contract(env: dict) -> dict:
@@ -113,18 +133,24 @@ def test_a_library_callers_dry_run_in_an_srun_step_is_the_clis(srun_step, librar
 
     described = dry_run(job_from_config(library_config), tmp_path / "runs")
     assert [(r.rank, r.local_rank, r.node_rank) for r in described.ranks] == [(2, 0, 1), (3, 1, 1)]
-    assert all(r.env["WORLD_SIZE"] == "4" and r.env["GROUP_RANK"] == "1" and r.env["MASTER_ADDR"] == "127.0.0.1" for r in described.ranks)
+    assert all(
+        r.env["WORLD_SIZE"] == "4" and r.env["GROUP_RANK"] == "1" and r.env["MASTER_ADDR"] == "127.0.0.1"
+        for r in described.ranks
+    )
     assert described.ranks[0].command[-1] == str(library_config.parent / "train.py")
     assert (described.scheduler.scheduler, described.nnodes, described.node_rank) == ("slurm", 2, 1)
     sources = {row["key"]: row["source"] for row in described.sources}
     assert sources["node_rank"] == "SLURM_NODEID=1" and sources["master_addr"] == "SLURM_JOB_NODELIST=localhost"
-    result = cli.invoke(app, ["launch", str(library_config), "--dry-run", "--json", "--runs-dir", str(tmp_path / "runs")])
+    result = cli.invoke(
+        app, ["launch", str(library_config), "--dry-run", "--json", "--runs-dir", str(tmp_path / "runs")]
+    )
     assert result.exit_code == 0, (result.output, result.exception)
     shown = json.loads(result.stdout)
     mine = described.to_dict()
     assert shown["sources"] == mine["sources"]
-    assert [(r["argv"], _contract(r["env"]), r["device"]) for r in shown["ranks"]] == \
-        [(r["argv"], _contract(r["env"]), r["device"]) for r in mine["ranks"]]
+    assert [(r["argv"], _contract(r["env"]), r["device"]) for r in shown["ranks"]] == [
+        (r["argv"], _contract(r["env"]), r["device"]) for r in mine["ranks"]
+    ]
 
 
 def test_every_plan_is_made_by_plan_attempt():
@@ -140,7 +166,10 @@ def test_every_plan_is_made_by_plan_attempt():
         for fn in ast.walk(tree):
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 for call in ast.walk(fn):
-                    if isinstance(call, ast.Call) and getattr(call.func, "id", getattr(call.func, "attr", None)) == "build_plan":
+                    if (
+                        isinstance(call, ast.Call)
+                        and getattr(call.func, "id", getattr(call.func, "attr", None)) == "build_plan"
+                    ):
                         callers.append(f"{path.relative_to(root)}:{fn.name}")
     assert sorted(set(callers)) == ["planning/plan.py:plan_attempt"], callers
 
@@ -157,7 +186,9 @@ def test_a_restart_and_a_round_are_the_first_plan_moved(library_config, tmp_path
     again = plan_attempt(spec, facts, run_id="r", run_dir=tmp_path / "r", restart=1, master_port=facts.master_port + 1)
     changed = {k for a, b in zip(first.ranks, again.ranks) for k in a.env if a.env[k] != b.env[k]}
     assert changed == {"MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "RPCCTL_RESTART"} and again.restart == 1
-    rnd = plan_attempt(spec, facts, run_id="r", run_dir=tmp_path / "r", restart=2, place=Place(3, 2, "127.0.0.1", 29600))
+    rnd = plan_attempt(
+        spec, facts, run_id="r", run_dir=tmp_path / "r", restart=2, place=Place(3, 2, "127.0.0.1", 29600)
+    )
     assert [r.rank for r in rnd.ranks] == [4, 5] and rnd.world_size == 6 and rnd.master_port == 29600
     assert rnd.ranks[0].env["GROUP_RANK"] == "2" and rnd.ranks[0].env["GROUP_WORLD_SIZE"] == "3"
 

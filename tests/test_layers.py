@@ -218,19 +218,32 @@ def private_imports(modules: dict[str, Path]) -> list[str]:
     for name, path in modules.items():
         package = _package_of(name, path)
         tree = ast.parse(path.read_text(), str(path))
-        imported = {alias.asname or alias.name: f"{node.module}.{alias.name}" for node in ast.walk(tree)
-                    if isinstance(node, ast.ImportFrom) and node.module and not node.level for alias in node.names
-                    if f"{node.module}.{alias.name}" in modules}
+        imported = {
+            alias.asname or alias.name: f"{node.module}.{alias.name}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level
+            for alias in node.names
+            if f"{node.module}.{alias.name}" in modules
+        }
         for node in _runtime_nodes(tree):
             targets: list[tuple[str, str]] = []  # (the module that holds it, the private name)
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in imported and _private(node.attr):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in imported
+                and _private(node.attr)
+            ):
                 targets.append((imported[node.value.id], node.attr))
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
                     parts = package.split(".")
                     base = ".".join(parts[: len(parts) - (node.level - 1)] + ([node.module] if node.module else []))
-                targets += [(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base, a.name) for a in node.names if _private(a.name)]
+                targets += [
+                    (f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base, a.name)
+                    for a in node.names
+                    if _private(a.name)
+                ]
                 targets += [(base.rpartition(".")[0], part) for part in base.split(".")[-1:] if _private(part)]
             elif isinstance(node, ast.Import):
                 for alias in node.names:
@@ -239,7 +252,11 @@ def private_imports(modules: dict[str, Path]) -> list[str]:
             for holder, private in targets:
                 if not holder.startswith("rpcctl") or holder not in modules:
                     continue
-                home = _package_of(holder, modules[holder]) if not holder.endswith("." + private) else holder.rpartition(".")[0]
+                home = (
+                    _package_of(holder, modules[holder])
+                    if not holder.endswith("." + private)
+                    else holder.rpartition(".")[0]
+                )
                 if not _within(name, home):
                     found.append(f"{name} imports {private} from {holder}")
     return sorted(set(found))
@@ -275,7 +292,9 @@ def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     that crosses from one to another."""
     folders: dict[str, set[str]] = {}
     for name, imports in graph.items():
-        folders.setdefault(folder_of(name), set()).update(folder_of(i) for i in imports if folder_of(i) != folder_of(name))
+        folders.setdefault(folder_of(name), set()).update(
+            folder_of(i) for i in imports if folder_of(i) != folder_of(name)
+        )
     return folders
 
 
@@ -286,10 +305,14 @@ def test_every_folder_is_a_row_and_nothing_else_is_loose():
     loose = sorted(m for m in modules if m.count(".") == 1 and not (PACKAGE / (m.split(".")[1])).is_dir())
     assert sorted(set(loose) | {"rpcctl"}) == sorted(LOOSE), f"modules outside a folder: {sorted(set(loose) - LOOSE)}"
     rows = layer_table(DESIGN.read_text())
-    named = {name.rstrip("/") for _, names in rows for name in names if name.endswith("/") and "/" not in name.rstrip("/")}
+    named = {
+        name.rstrip("/") for _, names in rows for name in names if name.endswith("/") and "/" not in name.rstrip("/")
+    }
     folders = {path.name for path in PACKAGE.iterdir() if path.is_dir() and (path / "__init__.py").exists()}
     assert folders <= named, f"folders with no row in docs/design.md's layer table: {sorted(folders - named)}"
-    misnamed = [(layer, names[0]) for layer, names in rows if names and names[0].endswith("/") and names[0].rstrip("/") != layer]
+    misnamed = [
+        (layer, names[0]) for layer, names in rows if names and names[0].endswith("/") and names[0].rstrip("/") != layer
+    ]
     assert not misnamed, f"a layer is named after its folder (row, first folder): {misnamed}"
 
 
@@ -312,12 +335,16 @@ def test_nothing_imports_upward():
 def test_an_upward_import_is_found():
     rows = [("low", ["a"]), ("high", ["b/"])]
     layers = layer_of_modules(rows, ["rpcctl.a", "rpcctl.b", "rpcctl.b.c"])
-    assert upward_imports({"rpcctl.a": {"rpcctl.b.c"}, "rpcctl.b.c": {"rpcctl.a"}}, layers) == ["rpcctl.a (low) imports rpcctl.b.c (high)"]
+    assert upward_imports({"rpcctl.a": {"rpcctl.b.c"}, "rpcctl.b.c": {"rpcctl.a"}}, layers) == [
+        "rpcctl.a (low) imports rpcctl.b.c (high)"
+    ]
 
 
 def test_no_private_name_is_imported_from_another_package():
     offenders = private_imports(all_modules())
-    assert not offenders, "private names used outside their package (make them public, in the lower layer):\n" + "\n".join(offenders)
+    assert not offenders, (
+        "private names used outside their package (make them public, in the lower layer):\n" + "\n".join(offenders)
+    )
 
 
 def test_print_the_layers():
@@ -330,8 +357,10 @@ def test_print_the_layers():
     lines = []
     for index, (layer, _names) in enumerate(rows):
         members = sorted(m for m, (i, _) in layers.items() if i == index)
-        uses = sorted({rows[layers[imp][0]][0] for m in members for imp in graph[m] if imp in layers and layers[imp][0] != index},
-                      key=lambda name: [r[0] for r in rows].index(name))
+        uses = sorted(
+            {rows[layers[imp][0]][0] for m in members for imp in graph[m] if imp in layers and layers[imp][0] != index},
+            key=lambda name: [r[0] for r in rows].index(name),
+        )
         lines.append(f"{index:2d} {layer:<10} imports from: {', '.join(uses) or '-'}")
         lines.extend(f"     {m.removeprefix('rpcctl.') or 'rpcctl'}" for m in members)
     print("\n".join(lines))
@@ -340,7 +369,8 @@ def test_print_the_layers():
 
 # -- the store owns its SQL ---------------------------------------------------------------------
 
-SQL_HOMES = ("rpcctl.telemetry.schema", "rpcctl.telemetry.store", "rpcctl.telemetry.reader")  # the DDL; the writer; every read
+# the DDL; the writer; every read
+SQL_HOMES = ("rpcctl.telemetry.schema", "rpcctl.telemetry.store", "rpcctl.telemetry.reader")
 SQL = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|PRAGMA|WITH)\b|\b(FROM|WHERE|VALUES)\b.*\?")
 
 
@@ -358,11 +388,15 @@ def sql_outside_the_store(modules: dict[str, Path]) -> list[str]:
 
 def test_all_sql_lives_beside_the_store():
     offenders = sql_outside_the_store(all_modules())
-    assert not offenders, "SQL outside telemetry/schema.py, store.py and reader.py (add a StoreReader method):\n" + "\n".join(offenders)
+    assert not offenders, (
+        "SQL outside telemetry/schema.py, store.py and reader.py (add a StoreReader method):\n" + "\n".join(offenders)
+    )
 
 
 def test_sql_is_recognised():
-    assert SQL.search("SELECT * FROM procs WHERE restart = ?") and SQL.search(" AND ended_at IS NULL FROM x WHERE a = ?")
+    assert SQL.search("SELECT * FROM procs WHERE restart = ?") and SQL.search(
+        " AND ended_at IS NULL FROM x WHERE a = ?"
+    )
     assert not SQL.search("Select a transport") and not SQL.search("from the store, where it lands")
 
 
@@ -373,7 +407,10 @@ def test_only_the_sdk_reads_the_store():
         name
         for name, path in all_modules().items()
         for node in _runtime_nodes(ast.parse(path.read_text(), str(path)))
-        if isinstance(node, ast.ImportFrom) and node.module == "rpcctl.telemetry.reader"
+        if isinstance(node, ast.ImportFrom)
+        and node.module == "rpcctl.telemetry.reader"
         and any(alias.name == "StoreReader" for alias in node.names)
     )
-    assert readers and all(_within(name, "rpcctl.inspect") for name in readers), f"read the store through rpcctl.inspect: {readers}"
+    assert readers and all(_within(name, "rpcctl.inspect") for name in readers), (
+        f"read the store through rpcctl.inspect: {readers}"
+    )

@@ -16,13 +16,18 @@ from rpcctl import inspect
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.mark.parametrize("library, module, source", [("hf", "transformers", "transformers"), ("lightning", "pytorch_lightning", "lightning")])
+@pytest.mark.parametrize(
+    "library, module, source", [("hf", "transformers", "transformers"), ("lightning", "pytorch_lightning", "lightning")]
+)
 def test_losses_arrive_at_the_librarys_global_step_and_once(library, module, source, tmp_path, runs_dir):
     if importlib.util.find_spec(module) is None:
         pytest.skip(f"{module} is not installed: pip install -c constraints.txt -e '.[test,corpus]' to run this test")
     truth_file = tmp_path / "truth.json"
-    config = write_config(tmp_path, name=library, script=str(WORKERS / "library_steps.py"), args=[library, str(truth_file)])
-    result = rpcctl("launch", str(config), "--runs-dir", str(runs_dir), "--no-live", timeout=100)  # the libraries take seconds to import
+    config = write_config(
+        tmp_path, name=library, script=str(WORKERS / "library_steps.py"), args=[library, str(truth_file)]
+    )
+    # the libraries take seconds to import
+    result = rpcctl("launch", str(config), "--runs-dir", str(runs_dir), "--no-live", timeout=100)
     run_dir = only_run(runs_dir)
     assert_no_process_left(run_dir)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -48,7 +48,11 @@ def test_chunk_boundaries_do_not_matter():
 def test_a_cleared_bar_then_a_message_is_the_message():
     # tqdm.write (Hugging Face's dict lines): clear the bar with spaces, print, redraw the bar.
     data = b"\r 12%|#         | 1/8\r                    \r{'loss': '1.9'}\n\r 25%|##        | 2/8"
-    assert pieces(data) == [(" 12%|#         | 1/8", True, False), ("{'loss': '1.9'}", True, True), (" 25%|##        | 2/8", True, True)]
+    assert pieces(data) == [
+        (" 12%|#         | 1/8", True, False),
+        ("{'loss': '1.9'}", True, True),
+        (" 25%|##        | 2/8", True, True),
+    ]
 
 
 def test_terminal_control_sequences_are_removed():
@@ -58,9 +62,15 @@ def test_terminal_control_sequences_are_removed():
 
 
 def test_a_long_line_is_cut_for_the_console_and_says_how_much_the_log_file_has():
-    assert pieces(b"x" * 100 + b"\nshort\n", max_bytes=10) == [("x" * 10 + " … [90 more bytes in the log file]", True, True), ("short", True, True)]
+    assert pieces(b"x" * 100 + b"\nshort\n", max_bytes=10) == [
+        ("x" * 10 + " … [90 more bytes in the log file]", True, True),
+        ("short", True, True),
+    ]
     # Every \r state is cut on its own: a cut never swallows the separators.
-    assert [t for t, _, _ in pieces(b"a" * 30 + b"\r" + b"b" * 5 + b"\n", max_bytes=10)] == ["a" * 10 + " … [20 more bytes in the log file]", "b" * 5]
+    assert [t for t, _, _ in pieces(b"a" * 30 + b"\r" + b"b" * 5 + b"\n", max_bytes=10)] == [
+        "a" * 10 + " … [20 more bytes in the log file]",
+        "b" * 5,
+    ]
 
 
 def test_final_lines_are_what_rpcctl_logs_prints(tmp_path):

@@ -88,6 +88,9 @@ def test_inspect_watch_follows_a_running_job_and_exits_when_it_ends(tmp_path, ru
     # It redrew while the job ran (one render per second; the job runs ~6 s)...
     assert output.count(b"Per rank") >= 3, screen
     # ...and the screen it leaves is the finished run's: all 20 steps of both ranks.
-    per_rank = screen[screen.index("Per rank"):].splitlines()[2:4]
+    per_rank = screen[screen.index("Per rank") :].splitlines()[2:4]
     # RANK N FIRST MIN AT LAST AT: the count, then LAST and where it is.
-    assert [row.split()[:2] + row.split()[6:9] for row in per_rank] == [["0", "20", "0.05", "step", "19"], ["1", "20", "1.05", "step", "19"]], screen
+    assert [row.split()[:2] + row.split()[6:9] for row in per_rank] == [
+        ["0", "20", "0.05", "step", "19"],
+        ["1", "20", "1.05", "step", "19"],
+    ], screen

@@ -75,7 +75,8 @@ def test_timestamps_are_utc_times_within_the_run_and_in_order(tmp_path, runs_dir
 def test_a_damaged_index_costs_the_times_never_a_line(tmp_path, runs_dir):
     run_dir = _turns_job(tmp_path, runs_dir)
     index = times_path(run_dir / "logs" / "rank-1.log")
-    index.write_bytes(b"garbage\n" + b"9" * 5_000_000 + b"\nnan nan\n-5 1.0\n0 1e400\n0 -99999999999999\n")  # no newline at the end either
+    # no newline at the end either
+    index.write_bytes(b"garbage\n" + b"9" * 5_000_000 + b"\nnan nan\n-5 1.0\n0 1e400\n0 -99999999999999\n")
     result = rpcctl("logs", "--merge", "--timestamps", "--runs-dir", str(runs_dir))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -99,7 +100,10 @@ def test_the_index_writes_one_entry_per_resolution_at_most(tmp_path):
         writer.note(offset=10 * i, now=1000.0 + i * 0.0001)
     writer.note(offset=10_000, now=1000.0 + 0.1 + RESOLUTION)
     writer.close()
-    entries = [(int(offset), float(moment)) for offset, moment in (line.split() for line in times_path(log).read_text().splitlines())]
+    entries = [
+        (int(offset), float(moment))
+        for offset, moment in (line.split() for line in times_path(log).read_text().splitlines())
+    ]
     assert 10 <= len(entries) <= 12, entries  # 0.1 s at 10 ms apiece, not 1001
     assert entries[0] == (0, 1000.0) and entries[-1] == (10_000, 1000.11)
     assert all(later[1] - earlier[1] >= RESOLUTION - 1e-3 for earlier, later in zip(entries, entries[1:])), entries

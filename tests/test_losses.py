@@ -35,22 +35,54 @@ CORPUS_SCRIPTS = Path(__file__).resolve().parent / "corpus" / "scripts"
     [
         ('{"step": 1, "loss": 1.0}', "dict", 1.0, 1, None, {}),
         ('{"epoch": 2, "global_step": 40, "train_loss": 0.5, "lr": 0.001}', "dict", 0.5, 40, 2, {"lr": 0.001}),
-        ("{'loss': '1.0', 'grad_norm': '0.3', 'learning_rate': '5e-05', 'epoch': '0.25'}", "dict", 1.0, None, None,
-         {"grad_norm": 0.3, "learning_rate": 5e-05, "epoch": 0.25}),
+        (
+            "{'loss': '1.0', 'grad_norm': '0.3', 'learning_rate': '5e-05', 'epoch': '0.25'}",
+            "dict",
+            1.0,
+            None,
+            None,
+            {"grad_norm": 0.3, "learning_rate": 5e-05, "epoch": 0.25},
+        ),
         ("Epoch 0:  75%|███████▌  | 3/4 [00:00<00:00, 25.00it/s, v_num=0, train_loss=0.330]", "bar", 0.33, 3, 0, {}),
         ("Epoch 1/1  ━━━━━━━━━━━━ 4/4 0:00:00 • 0:00:00 353.65it/s train_loss: 1.602", "bar", 1.602, 4, 1, {}),
-        ("1/4 ━━━━━━━━━━━━━━━━━━━━ 0s 4ms/step - loss: 16.6221 - mae: 3.5156", "bar", 16.6221, 1, None, {"mae": 3.5156}),
-        ("train:  50%|█████     | 30/60 [00:00<00:00, 100.0it/s, loss=0.123, acc=0.5]", "bar", 0.123, 30, None, {"acc": 0.5}),
+        (
+            "1/4 ━━━━━━━━━━━━━━━━━━━━ 0s 4ms/step - loss: 16.6221 - mae: 3.5156",
+            "bar",
+            16.6221,
+            1,
+            None,
+            {"mae": 3.5156},
+        ),
+        (
+            "train:  50%|█████     | 30/60 [00:00<00:00, 100.0it/s, loss=0.123, acc=0.5]",
+            "bar",
+            0.123,
+            30,
+            None,
+            {"acc": 0.5},
+        ),
         ("epoch 2 step 10 loss=0.52 acc=0.9", "text", 0.52, 10, 2, {"acc": 0.9}),
         ("Train Epoch: 1 [640/60000 (1%)]\tLoss: 2.300000", "text", 2.3, 640, 1, {}),
-        ("Epoch: [0][ 3/8]\tLoss 6.9078e+00 (6.9078e+00)\tAcc@1  50.00 ( 48.12)", "text", 6.9078, 3, 0, {"Acc@1": 50.0}),
+        (
+            "Epoch: [0][ 3/8]\tLoss 6.9078e+00 (6.9078e+00)\tAcc@1  50.00 ( 48.12)",
+            "text",
+            6.9078,
+            3,
+            0,
+            {"Acc@1": 50.0},
+        ),
         ("Epoch 3: 0.52", "epoch", 0.52, None, 3, {}),
     ],
 )
 def test_each_rule_yields_loss_step_epoch_and_metrics(line, rule, loss, step, epoch, metrics):
     explained = LossParser().explain(line)
     assert explained.rule == rule, explained.reason
-    assert (explained.parsed.loss, explained.parsed.step, explained.parsed.epoch, explained.parsed.metrics) == (loss, step, epoch, metrics)
+    assert (explained.parsed.loss, explained.parsed.step, explained.parsed.epoch, explained.parsed.metrics) == (
+        loss,
+        step,
+        epoch,
+        metrics,
+    )
 
 
 @pytest.mark.parametrize(
@@ -85,9 +117,19 @@ def test_explain_on_the_command_line(tmp_path):
     assert "yields: loss 0.52, epoch 2, step 3, acc 0.9  (rule: bar)" in result.stdout
     assert "yields: nothing" in result.stdout
     document = json.loads(rpcctl("inspect", "losses", "--json", "--explain", "[bold]loss=1[/bold] {'x': 1}").stdout)
-    assert document == [{"line": "[bold]loss=1[/bold] {'x': 1}", "rule": "dict", "matched": False, "loss": None, "epoch": None,
-                         "step": None, "metrics": {}, "why": "a Python dict without a training loss key (loss, train_loss, training_loss, "
-                         "train/loss, train_loss_step)"}]
+    assert document == [
+        {
+            "line": "[bold]loss=1[/bold] {'x': 1}",
+            "rule": "dict",
+            "matched": False,
+            "loss": None,
+            "epoch": None,
+            "step": None,
+            "metrics": {},
+            "why": "a Python dict without a training loss key (loss, train_loss, training_loss, "
+            "train/loss, train_loss_step)",
+        }
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -130,20 +172,41 @@ def test_epoch_local_steps_are_keyed_by_epoch_and_step_everywhere(tmp_path, runs
     assert {r.keyed_by for r in records} == {inspect.BY_STEP}
 
     table = rpcctl("inspect", "losses", "--runs-dir", str(runs_dir), "--last", "5", env=_columns(200)).stdout
-    grid = table[table.index("Last 5 steps"):table.index("Per rank")].splitlines()
+    grid = table[table.index("Last 5 steps") : table.index("Per rank")].splitlines()
     assert grid[1].split() == ["EPOCH", "STEP", "RANK", "0"]
-    assert [row.split() for row in grid[2:7]] == [["1", "3", "14"], ["2", "0", "21"], ["2", "1", "22"], ["2", "2", "23"], ["2", "3", "24"]]
+    assert [row.split() for row in grid[2:7]] == [
+        ["1", "3", "14"],
+        ["2", "0", "21"],
+        ["2", "1", "22"],
+        ["2", "2", "23"],
+        ["2", "3", "24"],
+    ]
     # LAST agrees with the grid's last row, and says where it is; 12 of 13 printed lines matched.
-    summary = table[table.index("Per rank"):].splitlines()[2].split()
-    assert summary[:9] == ["0", "12", "1", "1", "epoch", "0", "step", "0", "24"] and summary[9:13] == ["epoch", "2", "step", "3"]
+    summary = table[table.index("Per rank") :].splitlines()[2].split()
+    assert summary[:9] == ["0", "12", "1", "1", "epoch", "0", "step", "0", "24"] and summary[9:13] == [
+        "epoch",
+        "2",
+        "step",
+        "3",
+    ]
     assert summary[13] == "12/13"
 
     document = json.loads(rpcctl("inspect", "losses", "--runs-dir", str(runs_dir), "--json").stdout)
-    assert [(d["epoch"], d["step"], d["seq"], d["keyed_by"], d["rule"]) for d in document][-1] == (2, 3, 11, "step", "text")
+    assert [(d["epoch"], d["step"], d["seq"], d["keyed_by"], d["rule"]) for d in document][-1] == (
+        2,
+        3,
+        11,
+        "step",
+        "text",
+    )
     summaries = json.loads(rpcctl("inspect", "losses", "--runs-dir", str(runs_dir), "--json", "--summary").stdout)
-    assert [(s["rank"], s["count"], s["last"], s["last_at"], s["lines"], s["matched"]) for s in summaries] == [(0, 12, 24.0, "epoch 2 step 3", 13, 12)]
+    assert [(s["rank"], s["count"], s["last"], s["last_at"], s["lines"], s["matched"]) for s in summaries] == [
+        (0, 12, 24.0, "epoch 2 step 3", 13, 12)
+    ]
 
-    metric = rpcctl("inspect", "losses", "--runs-dir", str(runs_dir), "--metric", "acc", "--last", "1", env=_columns(200)).stdout
+    metric = rpcctl(
+        "inspect", "losses", "--runs-dir", str(runs_dir), "--metric", "acc", "--last", "1", env=_columns(200)
+    ).stdout
     assert "Last 1 steps: acc" in metric and "0.3" in metric.splitlines()[2]
     bad = rpcctl("inspect", "losses", "--runs-dir", str(runs_dir), "--metric", "nope")
     assert bad.returncode == 2 and "--metric nope: no record" in bad.stderr and "metrics: acc" in bad.stderr
@@ -199,7 +262,9 @@ def test_the_live_view_shows_a_bars_latest_state_and_the_console_its_last(tmp_pa
             return CTRL_C
         return None
 
-    rc, output = run_on_terminal(["launch", str(config), "--runs-dir", str(runs_dir)], press_ctrl_c_once_the_panel_shows_the_bar, timeout=60)
+    rc, output = run_on_terminal(
+        ["launch", str(config), "--runs-dir", str(runs_dir)], press_ctrl_c_once_the_panel_shows_the_bar, timeout=60
+    )
     screen = screen_text(output)
     run_dir = only_run(runs_dir)
     assert_no_process_left(run_dir)
@@ -214,7 +279,9 @@ def test_plot_integer_steps_log_scale_metric_and_title_and_no_blank_picture(tmp_
     pytest.importorskip("matplotlib", reason="pip install 'rpcctl[plot]'")
     _, run_dir = launch_script(tmp_path, runs_dir, EPOCH_STEPS, name="plotted")
     png = tmp_path / "acc.png"
-    result = rpcctl("inspect", "losses", "--runs-dir", str(runs_dir), "--plot", str(png), "--metric", "acc", "--log", "--summary")
+    result = rpcctl(
+        "inspect", "losses", "--runs-dir", str(runs_dir), "--plot", str(png), "--metric", "acc", "--log", "--summary"
+    )
     assert result.returncode == 0, result.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # No losses: said so, exit 1, no file.
@@ -276,7 +343,10 @@ def test_a_store_from_an_older_rpcctl_still_reads(tmp_path):
     db.close()
     records = inspect.losses(run_dir)
     assert [(r.seq, r.step, r.loss, r.keyed_by, r.rule) for r in records] == [
-        (0, 0, 1.0, "arrival", None), (1, 1, 0.5, "arrival", None), (2, 0, 0.4, "arrival", None)]
+        (0, 0, 1.0, "arrival", None),
+        (1, 1, 0.5, "arrival", None),
+        (2, 0, 0.4, "arrival", None),
+    ]
     assert inspect.line_counts(run_dir) == {}
     assert [s.lines_matched for s in inspect.loss_summaries(records, inspect.line_counts(run_dir))] == [None]
 
@@ -324,13 +394,15 @@ def test_matched_of_a_rank_whose_losses_were_reported_says_where_they_came_from(
     to match: MATCHED says where its losses came from (`from report`), not `0/6`, which read as the
     parser failing on a correct run (issue 40, item 7: Lightning's `5/26`)."""
     script = tmp_path / "reported.py"
-    script.write_text(textwrap.dedent('''
+    script.write_text(
+        textwrap.dedent("""
         import rpcctl
         for step in range(1, 6):
             rpcctl.report(step=step, loss=1.0 / step)
             print(f"step {step} done")
         print("step 5 loss=0.2")  # printed too: ignored, never counted twice
-    '''))
+    """)
+    )
     result, run_dir, _ = launch_job(tmp_path, runs_dir, script=str(script))
     assert result.returncode == 0, result.stderr
     shown = rpcctl("inspect", "losses", str(run_dir), "--summary")

@@ -39,7 +39,14 @@ def through_the_server(tmp_path: Path, output: bytes, rank: int = 0) -> list[ins
 def test_the_corpus_covers_every_library_the_issue_names():
     libraries = {lib for case in json.loads((DATA / "cases.json").read_text()).values() for lib in case["versions"]}
     assert {"transformers", "pytorch-lightning", "keras", "tqdm", "rich"} <= libraries
-    assert {"torch_mnist", "torch_imagenet", "plain_epoch_steps", "plain_json", "lightning_rich", "lightning_tqdm"} <= set(CASES)
+    assert {
+        "torch_mnist",
+        "torch_imagenet",
+        "plain_epoch_steps",
+        "plain_json",
+        "lightning_rich",
+        "lightning_tqdm",
+    } <= set(CASES)
 
 
 @pytest.mark.parametrize("case", ["hf_trainer_plain", "hf_trainer_tqdm"])

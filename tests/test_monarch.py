@@ -12,7 +12,19 @@ import signal
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, WORKERS, assert_no_process_left, kill_if_running, only_run, pids_gone, record, rpcctl, start_rpcctl, wait_until, write_config
+from conftest import (
+    ROOT,
+    WORKERS,
+    assert_no_process_left,
+    kill_if_running,
+    only_run,
+    pids_gone,
+    record,
+    rpcctl,
+    start_rpcctl,
+    wait_until,
+    write_config,
+)
 from example_checks import MONARCH_CHECKS
 
 INSTALL = "pip install -c constraints.txt 'rpcctl[monarch]'"
@@ -44,7 +56,9 @@ def _launch(tmp_path: Path, runs_dir: Path, action: str, timeout: int = 60):
     config = write_config(tmp_path, name="monarch", script=MESH, args=[action], nproc_per_node=1, timeout=timeout)
     launcher = start_rpcctl("launch", str(config), "--runs-dir", str(runs_dir), "--no-live")
     run_dir = only_run(runs_dir)
-    pids = wait_until(lambda: _mesh_pids(run_dir) or (launcher.poll() is not None and [-1]), 60, "the mesh", run_dir / "logs")
+    pids = wait_until(
+        lambda: _mesh_pids(run_dir) or (launcher.poll() is not None and [-1]), 60, "the mesh", run_dir / "logs"
+    )
     assert pids != [-1], launcher.communicate()
     return launcher, run_dir, pids
 
@@ -54,11 +68,14 @@ def test_the_mesh_is_the_ranks_processes_and_ctrl_c_ends_it(tmp_path, runs_dir):
     Python stack; its output is in the rank's log; Ctrl-C leaves none of them behind."""
     launcher, run_dir, pids = _launch(tmp_path, runs_dir, "hold")
     try:
+
         def children() -> list[dict]:
             shown = rpcctl("inspect", "workers", str(run_dir), "--json", timeout=30)
             return [w for w in json.loads(shown.stdout) if w["kind"] == "child"] if shown.returncode == 0 else []
 
-        listed = wait_until(lambda: len(children()) == 2 and children(), 20, "the mesh in inspect workers", run_dir / "logs")
+        listed = wait_until(
+            lambda: len(children()) == 2 and children(), 20, "the mesh in inspect workers", run_dir / "logs"
+        )
         assert sorted(w["pid"] for w in listed) == pids and {w["rank"] for w in listed} == {0}
         assert {w["state"] for w in listed} == {"running"}
         stacks = rpcctl("stack", str(run_dir), timeout=30)
@@ -82,7 +99,9 @@ def test_the_mesh_is_the_ranks_processes_and_ctrl_c_ends_it(tmp_path, runs_dir):
 def test_a_failure_or_the_timeout_leaves_no_mesh_process(tmp_path, runs_dir, action):
     """An endpoint that raises fails the controller (Monarch re-raises it as ActorError), and
     the job's timeout kills the rank: in both the mesh goes with the rank."""
-    launcher, run_dir, pids = _launch(tmp_path, runs_dir, "hold" if action == "timeout" else action, timeout=12 if action == "timeout" else 60)
+    launcher, run_dir, pids = _launch(
+        tmp_path, runs_dir, "hold" if action == "timeout" else action, timeout=12 if action == "timeout" else 60
+    )
     try:
         _, err = launcher.communicate(timeout=60)
         assert launcher.returncode == 1, err
@@ -116,12 +135,16 @@ def test_a_process_that_imports_monarch_joins_as_the_ranks_child(tmp_path):
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]), RPCCTL_RUN_DIR=str(tmp_path))
         env.update({protocol.ENV_SOCKET: str(path), protocol.ENV_RANK: "0", protocol.ENV_RANK_PID: "1"})
         code = "import torch, monarch, time; time.sleep(30)"
-        child = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        child = subprocess.Popen(
+            [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         try:
             conn, _ = server.accept()
             with conn:
                 hello = protocol.decode(conn.makefile("rb").readline())
-            assert hello["k"] == "hello" and hello["kind"] == "child" and hello["rank"] == 0 and hello["pid"] == child.pid, hello
+            assert (
+                hello["k"] == "hello" and hello["kind"] == "child" and hello["rank"] == 0 and hello["pid"] == child.pid
+            ), hello
             wait_until(lambda: list((tmp_path / "stacks").glob(f"pid-{child.pid}-*.txt")), 10, "the stack file")
         finally:
             child.kill()
@@ -133,7 +156,9 @@ def test_a_process_that_imports_monarch_joins_as_the_ranks_child(tmp_path):
 def test_monarch_example_runs_under_rpcctl(example, runs_dir):
     """configs/monarch/: each classic pattern in Monarch, one controller rank, the same results
     as the torch RPC version (tests/example_checks.py)."""
-    result = rpcctl("launch", f"configs/monarch/{example}.yaml", "--no-live", "--runs-dir", str(runs_dir), cwd=ROOT, timeout=85)
+    result = rpcctl(
+        "launch", f"configs/monarch/{example}.yaml", "--no-live", "--runs-dir", str(runs_dir), cwd=ROOT, timeout=85
+    )
     run_dir = only_run(runs_dir)
     assert_no_process_left(run_dir, timeout=10)
     assert result.returncode == 0, result.stdout + result.stderr

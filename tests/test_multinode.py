@@ -39,10 +39,27 @@ def secret(monkeypatch):
 
 def start_node(host, node_rank, master, config, runs_dir, *extra, port=29731):
     argv = [
-        sys.executable, "-m", "rpcctl", "launch", str(config), "--no-live", "--runs-dir", str(runs_dir),
-        "--nnodes", "2", "--node-rank", str(node_rank), "--master-addr", master.address, "--master-port", str(port), *extra,
+        sys.executable,
+        "-m",
+        "rpcctl",
+        "launch",
+        str(config),
+        "--no-live",
+        "--runs-dir",
+        str(runs_dir),
+        "--nnodes",
+        "2",
+        "--node-rank",
+        str(node_rank),
+        "--master-addr",
+        master.address,
+        "--master-port",
+        str(port),
+        *extra,
     ]
-    return subprocess.Popen(host.command(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=ROOT)
+    return subprocess.Popen(
+        host.command(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=ROOT
+    )
 
 
 def start_both(hosts, config, tmp_path):
@@ -81,7 +98,12 @@ def test_two_nodes_train_a_parameter_server_over_rpc(hosts, tmp_path, secret):
     assert_no_process_left(run0)
     # Node 0's store holds every node's ranks, with their hosts and losses.
     workers = json.loads(rpcctl("inspect", "workers", str(run0), "--json").stdout)
-    assert sorted((w["rank"], w["host"]) for w in workers) == [(0, a.hostname), (1, a.hostname), (2, b.hostname), (3, b.hostname)]
+    assert sorted((w["rank"], w["host"]) for w in workers) == [
+        (0, a.hostname),
+        (1, a.hostname),
+        (2, b.hostname),
+        (3, b.hostname),
+    ]
     assert {w["state"] for w in workers} == {"succeeded"}  # the run record's word for exit 0
     losses = json.loads(rpcctl("inspect", "losses", str(run0), "--json").stdout)
     assert {row["rank"] for row in losses} == {1, 2, 3}  # the trainers: rank 1 on node 0, ranks 2-3 on node 1
@@ -93,9 +115,18 @@ def test_process_groups_and_rpc_in_every_order_on_two_nodes(hosts, tmp_path, sec
     a, _ = hosts
     jobs = []
     for i, order in enumerate(ORDERS):
-        config = write_config(tmp_path, name=f"orders{i}", script=str(WORKERS / "dist_orders.py"), args=[order], nproc_per_node=2,
-                              preload=["torch"])
-        jobs += [start_node(host, node, a, config, tmp_path / f"order{i}-n{node}", port=29741 + i) for node, host in enumerate(hosts)]
+        config = write_config(
+            tmp_path,
+            name=f"orders{i}",
+            script=str(WORKERS / "dist_orders.py"),
+            args=[order],
+            nproc_per_node=2,
+            preload=["torch"],
+        )
+        jobs += [
+            start_node(host, node, a, config, tmp_path / f"order{i}-n{node}", port=29741 + i)
+            for node, host in enumerate(hosts)
+        ]
     outputs = finish(*jobs, timeout=150)
     for i, order in enumerate(ORDERS):
         (out0, err0), (out1, err1) = outputs[2 * i : 2 * i + 2]
@@ -159,7 +190,10 @@ def test_a_failure_on_node_1_restarts_every_node_with_real_rpc(hosts, tmp_path, 
     (out0, err0), (out1, err1) = finish(node0, node1)
     assert node0.returncode == 0, err0 + out0
     assert node1.returncode == 0, err1 + out1
-    assert "restarting the whole group on every node (1/2)" in err0 and "restarting the whole group on every node (1/2)" in err1
+    assert (
+        "restarting the whole group on every node (1/2)" in err0
+        and "restarting the whole group on every node (1/2)" in err1
+    )
     rec0, rec1 = record(only_run(tmp_path / "n0")), record(only_run(tmp_path / "n1"))
     assert rec0["status"] == rec1["status"] == "succeeded" and rec0["restarts"] == rec1["restarts"] == 1
     port = rec0["master_port"]
@@ -206,8 +240,19 @@ def test_a_node_that_never_arrives_is_named(tmp_path, secret):
     config = write_config(tmp_path, nproc_per_node=1, rdzv_timeout=2)
     started = time.monotonic()
     result = rpcctl(
-        "launch", str(config), "--no-live", "--runs-dir", str(tmp_path / "runs"),
-        "--nnodes", "3", "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port", "29733",
+        "launch",
+        str(config),
+        "--no-live",
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "--nnodes",
+        "3",
+        "--node-rank",
+        "0",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        "29733",
     )
     assert result.returncode != 0
     assert "node(s) 1, 2 of 3 never arrived" in result.stderr
@@ -218,7 +263,18 @@ def test_a_node_that_never_arrives_is_named(tmp_path, secret):
 def test_multi_node_without_a_secret_is_refused(tmp_path, monkeypatch):
     monkeypatch.delenv("RPCCTL_SECRET", raising=False)
     config = write_config(tmp_path, nproc_per_node=1)
-    result = rpcctl("launch", str(config), "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--runs-dir", str(tmp_path / "runs"))
+    result = rpcctl(
+        "launch",
+        str(config),
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "1",
+        "--master-addr",
+        "127.0.0.1",
+        "--runs-dir",
+        str(tmp_path / "runs"),
+    )
     assert result.returncode == 2 and "RPCCTL_SECRET" in result.stderr
 
 
@@ -245,7 +301,9 @@ def test_a_hang_across_nodes_is_diagnosed_on_node_0_and_ends_every_node(hosts, t
     own ranks only, and the hang tears both nodes down."""
     _, b = hosts
     (tmp_path / "stuck.py").write_text(STUCK_ACROSS_NODES)
-    config = write_config(tmp_path, script=str(tmp_path / "stuck.py"), nproc_per_node=1, hang_timeout=6, preload=["torch"])
+    config = write_config(
+        tmp_path, script=str(tmp_path / "stuck.py"), nproc_per_node=1, hang_timeout=6, preload=["torch"]
+    )
     node0, node1 = start_both(hosts, config, tmp_path)
     (_, err0), (_, err1) = finish(node0, node1, timeout=150)
     assert node0.returncode == 1, err0
@@ -258,7 +316,9 @@ def test_a_hang_across_nodes_is_diagnosed_on_node_0_and_ends_every_node(hosts, t
     assert rec0["status"] == "failed" and rec0["root_cause"]["reason"] == "hang", rec0["root_cause"]
     dumped = (run0 / "hang" / "stacks.txt").read_text()
     assert "── rank 0 (pid " in dumped and "in <module>" in dumped  # node 0's rank, dumped
-    assert f"on {b.hostname}) ──\n(not dumped from this node; its stack: `rpcctl stack` on {b.hostname})" in dumped, dumped
+    assert f"on {b.hostname}) ──\n(not dumped from this node; its stack: `rpcctl stack` on {b.hostname})" in dumped, (
+        dumped
+    )
     assert_no_process_left(run0)
     assert_no_process_left(only_run(tmp_path / "n1"))
 
@@ -292,7 +352,9 @@ def test_a_node_whose_relay_stops_is_telemetry_impaired_not_a_hang(hosts, tmp_pa
     relay's silence, not the job's. No hang is declared (the old watchdog stopped the job after
     4 s), it is said once, and the job ends well on both nodes."""
     (tmp_path / "relayed.py").write_text(RELAYED_ONLY)
-    config = write_config(tmp_path, script=str(tmp_path / "relayed.py"), nproc_per_node=2, hang_timeout=4, preload=["torch"])
+    config = write_config(
+        tmp_path, script=str(tmp_path / "relayed.py"), nproc_per_node=2, hang_timeout=4, preload=["torch"]
+    )
     node0, node1 = start_both(hosts, config, tmp_path)
     try:
         run1 = only_run(tmp_path / "n1", timeout=60)
@@ -325,12 +387,19 @@ def write_hosts(path, names: dict[str, str]) -> None:
 def start_pod(host, pod, env, argv, hosts_file, log):
     """``argv`` on ``host`` as pod ``pod``: its hostname, its /etc/hosts, exactly ``env`` on top of
     a clean environment (nothing of SLURM or of another pod), stdout and stderr to files."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "SLURM_", "JOB_COMPLETION_INDEX", "RPCCTL_"))}
+    base = {
+        k: v for k, v in os.environ.items() if not k.startswith(("PET_", "SLURM_", "JOB_COMPLETION_INDEX", "RPCCTL_"))
+    }
     out, err = open(f"{log}.out", "w"), open(f"{log}.err", "w")
     with out, err:
         return subprocess.Popen(
-            host.command(argv, hostname=pod, hosts_file=hosts_file), env={**base, **env},
-            stdout=out, stderr=err, text=True, start_new_session=True, cwd=ROOT,
+            host.command(argv, hostname=pod, hosts_file=hosts_file),
+            env={**base, **env},
+            stdout=out,
+            stderr=err,
+            text=True,
+            start_new_session=True,
+            cwd=ROOT,
         )
 
 
@@ -348,18 +417,29 @@ def test_trainjob_pods_need_no_flags_and_wait_for_dns_and_node_0(hosts, tmp_path
 
     def pod_env(index):
         return {
-            "PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": str(index), "JOB_COMPLETION_INDEX": str(index),
-            "PET_MASTER_ADDR": master, "PET_MASTER_PORT": "29500", "RPCCTL_SECRET": secret, "RPCCTL_RUNS_DIR": str(tmp_path / f"runs{index}"),
+            "PET_NNODES": "2",
+            "PET_NPROC_PER_NODE": "1",
+            "PET_NODE_RANK": str(index),
+            "JOB_COMPLETION_INDEX": str(index),
+            "PET_MASTER_ADDR": master,
+            "PET_MASTER_PORT": "29500",
+            "RPCCTL_SECRET": secret,
+            "RPCCTL_RUNS_DIR": str(tmp_path / f"runs{index}"),
         }
 
     argv = [sys.executable, "-m", "rpcctl", "launch", str(ROOT / "configs/parameter_server.yaml")]
     logs = [tmp_path / "pod0", tmp_path / "pod1"]
     for i in (0, 1):
         write_hosts(tmp_path / f"hosts{i}", {})  # the Service has not published pod 0 yet
-    pods = [start_pod(host, f"rpc-train-node-0-{i}", pod_env(i), argv, tmp_path / f"hosts{i}", logs[i]) for i, host in enumerate((a, b))]
+    pods = [
+        start_pod(host, f"rpc-train-node-0-{i}", pod_env(i), argv, tmp_path / f"hosts{i}", logs[i])
+        for i, host in enumerate((a, b))
+    ]
     try:
         for log in logs:
-            wait_until(lambda log=log: "to resolve" in read(log, "err"), 60, f"{log.name} waiting for the master's name")
+            wait_until(
+                lambda log=log: "to resolve" in read(log, "err"), 60, f"{log.name} waiting for the master's name"
+            )
         write_hosts(tmp_path / "hosts1", {master: a.address})
         wait_until(lambda: "rendezvous at" in read(logs[1], "err"), 30, "pod 1 waiting for node 0 to listen")
         write_hosts(tmp_path / "hosts0", {master: a.address})
@@ -374,7 +454,8 @@ def test_trainjob_pods_need_no_flags_and_wait_for_dns_and_node_0(hosts, tmp_path
     assert f"for master_addr '{master}' to resolve" in err1
     assert f"for node 0's rendezvous at {master} ({a.address}):29500: Connection refused" in err1
     out1 = read(log1, "out")
-    assert "[rank1]: step 29 loss" in out1 and "[rank0]: parameter server:" in read(log0, "out")  # the server on pod 0, its trainer on pod 1
+    # the server on pod 0, its trainer on pod 1
+    assert "[rank1]: step 29 loss" in out1 and "[rank0]: parameter server:" in read(log0, "out")
     rec0, rec1 = record(only_run(tmp_path / "runs0")), record(only_run(tmp_path / "runs1"))
     assert rec0["run_id"] == rec1["run_id"] and rec0["world_size"] == 2  # PET_NPROC_PER_NODE=1, not the config's 3
     assert (rec0["host"], rec1["host"]) == ("rpc-train-node-0-0", "rpc-train-node-0-1")
@@ -386,11 +467,28 @@ def test_a_trainjob_containers_torchrun_line_runs_with_the_word_replaced(hosts, 
     with the torch plugin's PET_* variables: the node values come from them, as for a config."""
     master, secret = "line-node-0-0.line", secrets.token_hex(16)
     write_hosts(tmp_path / "hosts", {master: hosts[0].address})
-    argv = [sys.executable, "-m", "rpcctl", "launch", "--nproc-per-node", "1", "--no-live", "tests/workers/dist_orders.py", "pg,ar,destroy"]
+    argv = [
+        sys.executable,
+        "-m",
+        "rpcctl",
+        "launch",
+        "--nproc-per-node",
+        "1",
+        "--no-live",
+        "tests/workers/dist_orders.py",
+        "pg,ar,destroy",
+    ]
     pods = []
     for i, host in enumerate(hosts):
-        env = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": str(i), "PET_MASTER_ADDR": master, "PET_MASTER_PORT": "29533",
-               "RPCCTL_SECRET": secret, "RPCCTL_RUNS_DIR": str(tmp_path / f"runs{i}")}
+        env = {
+            "PET_NNODES": "2",
+            "PET_NPROC_PER_NODE": "1",
+            "PET_NODE_RANK": str(i),
+            "PET_MASTER_ADDR": master,
+            "PET_MASTER_PORT": "29533",
+            "RPCCTL_SECRET": secret,
+            "RPCCTL_RUNS_DIR": str(tmp_path / f"runs{i}"),
+        }
         pods.append(start_pod(host, f"line-node-0-{i}", env, argv, tmp_path / "hosts", tmp_path / f"pod{i}"))
     finish(*pods, timeout=90)
     for i, pod in enumerate(pods):
@@ -408,7 +506,19 @@ def test_indexed_job_pods_from_rpcctl_k8s_fail_together(hosts, tmp_path):
     Job controller adds): a rank that fails in pod 1 tears pod 0 down, as on bare metal."""
     a, b = hosts
     config = write_config(tmp_path, name="crash", nproc_per_node=2, args=["3=raise", "0=hang", "1=hang", "2=hang"])
-    written = rpcctl("k8s", str(config), "--nodes", "2", "--image", "train:1.0", "--name", "rpc-crash", "--script-in-image", str(WORKERS / "behave.py"), "--dry-run")
+    written = rpcctl(
+        "k8s",
+        str(config),
+        "--nodes",
+        "2",
+        "--image",
+        "train:1.0",
+        "--name",
+        "rpc-crash",
+        "--script-in-image",
+        str(WORKERS / "behave.py"),
+        "--dry-run",
+    )
     assert written.returncode == 0, written.stderr
     docs = {d["kind"]: d for d in yaml.safe_load_all(written.stdout)}
     container = docs["Job"]["spec"]["template"]["spec"]["containers"][0]
@@ -431,7 +541,10 @@ def test_indexed_job_pods_from_rpcctl_k8s_fail_together(hosts, tmp_path):
     master = pod_env(0)["PET_MASTER_ADDR"]
     assert master == "rpc-crash-0.rpc-crash"  # pod 0 through the headless Service
     write_hosts(tmp_path / "hosts", {master: a.address})
-    pods = [start_pod(host, f"rpc-crash-{i}", pod_env(i), argv, tmp_path / "hosts", tmp_path / f"pod{i}") for i, host in enumerate((a, b))]
+    pods = [
+        start_pod(host, f"rpc-crash-{i}", pod_env(i), argv, tmp_path / "hosts", tmp_path / f"pod{i}")
+        for i, host in enumerate((a, b))
+    ]
     finish(*pods, timeout=90)
     err0 = read(tmp_path / "pod0", "err")
     assert pods[1].returncode == 1, read(tmp_path / "pod1", "err")

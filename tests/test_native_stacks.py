@@ -24,10 +24,13 @@ from conftest import WORKERS, wait_until
 from live_job import live_job
 from rpcctl.base import native_stacks
 
-pytestmark = [pytest.mark.timeout(150), pytest.mark.skipif(native_stacks.py_spy() is None, reason="py-spy is not installed")]
+pytestmark = [
+    pytest.mark.timeout(150),
+    pytest.mark.skipif(native_stacks.py_spy() is None, reason="py-spy is not installed"),
+]
 
 JOB = textwrap.dedent(
-    '''
+    """
     import ctypes, subprocess, threading
     from datetime import timedelta
 
@@ -53,7 +56,7 @@ JOB = textwrap.dedent(
 
         threading.Thread(target=wait_for_lock, name="waiter", daemon=True).start()
         lock.acquire()  # every Python thread of the rank waits on the lock
-    '''
+    """
 )
 
 
@@ -129,9 +132,16 @@ def test_a_rank_holding_the_gil_in_a_c_call_shows_the_c_function_live(live):
 def test_a_rank_whose_threads_all_wait_on_a_lock_shows_the_lock_live(live):
     out = live[2]
     _under(out, "PyThread_acquire_lock_timed (libpython", f"<module> (native_job.py:{_line('every Python thread')})")
-    _under(out, "PyThread_acquire_lock_timed (libpython", f"wait_for_lock (native_job.py:{_line('        lock.acquire()')})")
+    _under(
+        out,
+        "PyThread_acquire_lock_timed (libpython",
+        f"wait_for_lock (native_job.py:{_line('        lock.acquire()')})",
+    )
     assert '"waiter"' in out, out
-    assert re.search(r"── rank 2 › pid \d+: sleep 300 · native ──\n\(no native stack: not a Python process \(py-spy reads Python processes only\)\)", out), out
+    assert re.search(
+        r"── rank 2 › pid \d+: sleep 300 · native ──\n\(no native stack: not a Python process \(py-spy reads Python processes only\)\)",
+        out,
+    ), out
 
 
 def test_the_hang_evidence_has_every_ranks_native_frames_and_the_verdict_quotes_them(hung):
@@ -140,16 +150,25 @@ def test_the_hang_evidence_has_every_ranks_native_frames_and_the_verdict_quotes_
     assert evidence.count("native (py-spy, most recent call first):") >= 3, evidence
     _under(evidence, "c10d::Work::wait (libtorch_cpu.so)", f"<module> (native_job.py:{_line('dist.all_reduce')})")
     _under(evidence, "sleep (libc.so.6)", f"<module> (native_job.py:{_line('libc.sleep(60)')})")
-    _under(evidence, "PyThread_acquire_lock_timed (libpython", f"wait_for_lock (native_job.py:{_line('        lock.acquire()')})")
+    _under(
+        evidence,
+        "PyThread_acquire_lock_timed (libpython",
+        f"wait_for_lock (native_job.py:{_line('        lock.acquire()')})",
+    )
     diagnosis = (run_dir / "hang" / "diagnosis.txt").read_text()
     # The verdict: rank 0 waits in all_reduce for ranks 1 and 2, and where each rank is, down to the C function.
     headline, details = diagnosis.splitlines()[0], diagnosis.splitlines()[1:]
     assert headline.startswith("rank 0 waits in all_reduce #1 (pg 0"), headline
-    assert re.search(r"native_job\.py:\d+ in <module> \(`.+`\), in (sleep \(libc\.so\.6\)|PyThread_acquire_lock_timed \(libpython)", headline), headline
+    assert re.search(
+        r"native_job\.py:\d+ in <module> \(`.+`\), in (sleep \(libc\.so\.6\)|PyThread_acquire_lock_timed \(libpython)",
+        headline,
+    ), headline
     at = {line.split(" (")[0].strip(): line for line in details if " is at " in line}
     assert f"native_job.py:{_line('dist.all_reduce')} in <module> (`dist.all_reduce(tensor)" in at["rank 0"], details
     assert at["rank 0"].endswith("), in c10d::Work::wait (libtorch_cpu.so)"), details
-    assert at["rank 1"].endswith("), in sleep (libc.so.6)") and at["rank 2"].endswith("), in PyThread_acquire_lock_timed (libpython3.11.so.1.0)"), details
+    assert at["rank 1"].endswith("), in sleep (libc.so.6)") and at["rank 2"].endswith(
+        "), in PyThread_acquire_lock_timed (libpython3.11.so.1.0)"
+    ), details
 
 
 def test_where_ptrace_is_refused_one_line_says_how_to_allow_it_and_faulthandler_answers(hung):
@@ -157,7 +176,9 @@ def test_where_ptrace_is_refused_one_line_says_how_to_allow_it_and_faulthandler_
     fail with EPERM) refuses py-spy: one line says why and how, then the Python stacks."""
     out, err = _stack(hung[0], "--rank", "2", wrapper=(sys.executable, str(WORKERS / "no_ptrace.py")))
     told = [line for line in err.splitlines() if "native stacks" in line]
-    assert len(told) == 1 and "not allowed to read the rank's processes (a seccomp filter forbids ptrace here" in told[0], err
+    assert (
+        len(told) == 1 and "not allowed to read the rank's processes (a seccomp filter forbids ptrace here" in told[0]
+    ), err
     assert "kernel.yama.ptrace_scope=0" in told[0] and "CAP_SYS_PTRACE" in told[0], told
     assert "· native ──" not in out and out.startswith("── rank 2 (pid "), out
     assert f'native_job.py", line {_line("every Python thread")} in <module>' in out, out  # faulthandler's
@@ -167,10 +188,19 @@ def test_the_verdict_records_each_gpus_memory_and_use_as_nvidia_smi_tells_it(hun
     """With NVIDIA GPUs (here nvidia-smi is a script on PATH: the machine has none), the verdict
     has a line per GPU and hang/gpus.json, asked of nvidia-smi at the moment of the verdict."""
     diagnosis = (hung[0] / "hang" / "diagnosis.txt").read_text()
-    assert re.search(r"^  GPU 0 \(NVIDIA H100 80GB HBM3\): 3\.1 GiB of 79\.6 GiB used, 0% busy; pid \d+ holds 2\.8 GiB$", diagnosis, re.M), diagnosis
-    assert "  GPU 1 (NVIDIA H100 80GB HBM3): 0.0 GiB of 79.6 GiB used, ? busy; no process of its own" in diagnosis, diagnosis
+    assert re.search(
+        r"^  GPU 0 \(NVIDIA H100 80GB HBM3\): 3\.1 GiB of 79\.6 GiB used, 0% busy; pid \d+ holds 2\.8 GiB$",
+        diagnosis,
+        re.M,
+    ), diagnosis
+    assert "  GPU 1 (NVIDIA H100 80GB HBM3): 0.0 GiB of 79.6 GiB used, ? busy; no process of its own" in diagnosis, (
+        diagnosis
+    )
     gpus = json.loads((hung[0] / "hang" / "gpus.json").read_text())
-    assert [(g["index"], g["memory_total_bytes"], g["utilization_pct"]) for g in gpus] == [(0, 81559 * 2**20, 0), (1, 81559 * 2**20, None)], gpus
+    assert [(g["index"], g["memory_total_bytes"], g["utilization_pct"]) for g in gpus] == [
+        (0, 81559 * 2**20, 0),
+        (1, 81559 * 2**20, None),
+    ], gpus
 
 
 def test_a_stopped_rank_is_read_as_it_stands_and_said_to_be_stopped(hung):
@@ -181,8 +211,12 @@ def test_a_stopped_rank_is_read_as_it_stands_and_said_to_be_stopped(hung):
         out, _ = _stack(hung[0], "--rank", "2")
     finally:
         os.kill(pid, signal.SIGCONT)
-    assert f"(stopped (SIGSTOP): its Python frames as it stands, no native ones; `kill -CONT {pid}` resumes it)" in out, out
-    assert f"<module> (native_job.py:{_line('every Python thread')})" in out and "PyThread_acquire_lock_timed" not in out, out
+    assert (
+        f"(stopped (SIGSTOP): its Python frames as it stands, no native ones; `kill -CONT {pid}` resumes it)" in out
+    ), out
+    assert (
+        f"<module> (native_job.py:{_line('every Python thread')})" in out and "PyThread_acquire_lock_timed" not in out
+    ), out
 
 
 def test_the_live_page_serves_every_ranks_native_stacks_when_asked(hung):
@@ -201,7 +235,10 @@ def test_the_live_page_serves_every_ranks_native_stacks_when_asked(hung):
     finally:
         web.terminate()  # our rpcctl web, by its pid
         web.communicate(timeout=30)
-    assert answer.status == 200 and answer.getheader("Content-Type") == "text/plain; charset=utf-8", (answer.status, text)
+    assert answer.status == 200 and answer.getheader("Content-Type") == "text/plain; charset=utf-8", (
+        answer.status,
+        text,
+    )
     assert [int(m) for m in re.findall(r"(?m)^── rank (\d+) \(pid \d+\) · native ──$", text)] == [0, 1, 2], text
     _under(text, "c10d::Work::wait (libtorch_cpu.so)", f"<module> (native_job.py:{_line('dist.all_reduce')})")
     _under(text, "sleep (libc.so.6)", f"<module> (native_job.py:{_line('libc.sleep(60)')})")

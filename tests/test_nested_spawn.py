@@ -18,8 +18,16 @@ JOB = str(WORKERS / "nested_spawn.py")
 
 
 def _launch(tmp_path, runs_dir, mode: str):
-    return launch_job(tmp_path, runs_dir, name=f"nested-{mode}", script=JOB, args=[mode], nproc_per_node=1, timeout=100,
-                      preload=["torch"])
+    return launch_job(
+        tmp_path,
+        runs_dir,
+        name=f"nested-{mode}",
+        script=JOB,
+        args=[mode],
+        nproc_per_node=1,
+        timeout=100,
+        preload=["torch"],
+    )
 
 
 def _tree(run_dir) -> list[dict]:
@@ -32,18 +40,29 @@ def test_inspect_workers_lists_each_grandchild_under_its_own_parent(tmp_path, ru
     result, run_dir, _ = _launch(tmp_path, runs_dir, "clean")
     assert result.returncode == 0, result.stdout + result.stderr
     rank, trainer, *workers = _tree(run_dir)
-    assert (rank["kind"], trainer["kind"], trainer["parent_pid"], trainer["parents"]) == ("rank", "child", rank["pid"], []), (rank, trainer)
+    assert (rank["kind"], trainer["kind"], trainer["parent_pid"], trainer["parents"]) == (
+        "rank",
+        "child",
+        rank["pid"],
+        [],
+    ), (rank, trainer)
     assert len(workers) == 2, workers
     for dist_rank, worker in enumerate(workers):  # right after their parent, in dist-rank order
-        assert (worker["parent_pid"], worker["parents"], worker["dist_rank"]) == (trainer["pid"], [trainer["pid"]], dist_rank), worker
+        assert (worker["parent_pid"], worker["parents"], worker["dist_rank"]) == (
+            trainer["pid"],
+            [trainer["pid"]],
+            dist_rank,
+        ), worker
         assert (worker["state"], worker["exit_code"]) == ("succeeded", 0), worker  # as the trainer reaped them
     table = rpcctl("inspect", "workers", str(run_dir)).stdout
     assert f"- (child of rank 0 › pid {trainer['pid']}, dist rank 1)" in table, table
     assert "- (child of rank 0)" in table, table  # the trainer itself
 
 
-@pytest.mark.parametrize(("mode", "name", "how"), [("raise", "g1", "raised ValueError: the grandchild lost its shard"),
-                                                   ("kill", None, "was killed by SIGKILL")])
+@pytest.mark.parametrize(
+    ("mode", "name", "how"),
+    [("raise", "g1", "raised ValueError: the grandchild lost its shard"), ("kill", None, "was killed by SIGKILL")],
+)
 def test_a_grandchild_that_fails_is_the_root_cause_with_its_own_pid_and_its_chain(tmp_path, runs_dir, mode, name, how):
     """``raise``: the grandchild joined RPC, so the cause says its RPC name (``Supervisor._spawned_message``)."""
     result, run_dir, rec = _launch(tmp_path, runs_dir, mode)

@@ -55,7 +55,10 @@ def non_finite_run(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory) -> Path:
-    return _run(tmp_path_factory.mktemp("finished"), "for step in range(3):\n    print(f'step {step} loss={1 / (step + 1)}', flush=True)\n")
+    return _run(
+        tmp_path_factory.mktemp("finished"),
+        "for step in range(3):\n    print(f'step {step} loss={1 / (step + 1)}', flush=True)\n",
+    )
 
 
 # -- where outputs are written (-o) --------------------------------------------------------------
@@ -80,9 +83,16 @@ def test_an_output_that_is_not_a_regular_file_is_refused_and_left_as_it_was(fini
         before = (stat.S_IMODE(guarded.stat().st_mode), guarded.read_bytes() if guarded.is_file() else None)
         result = rpcctl(*command, str(finished_run), "-o", str(target))
         assert result.returncode == 2, (what, result.stderr)
-        assert f"cannot write {target}" in result.stderr and "regular file" in result.stderr and "Traceback" not in result.stderr
-        assert (stat.S_IMODE(guarded.stat().st_mode), guarded.read_bytes() if guarded.is_file() else None) == before, what
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.out", "null", "someone-elses.txt"]  # no temporary file left
+        assert (
+            f"cannot write {target}" in result.stderr
+            and "regular file" in result.stderr
+            and "Traceback" not in result.stderr
+        )
+        assert (stat.S_IMODE(guarded.stat().st_mode), guarded.read_bytes() if guarded.is_file() else None) == before, (
+            what
+        )
+    # no temporary file left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.out", "null", "someone-elses.txt"]
 
 
 @pytest.mark.parametrize("command", [["report"], ["trace"]])
@@ -103,8 +113,19 @@ def test_an_output_is_a_new_0600_file_and_another_link_to_the_old_one_keeps_it(f
 
 def test_bench_out_that_is_not_a_regular_file_is_refused_before_anything_runs(tmp_path):
     target, guarded = _targets(tmp_path)["symlink"]
-    result = rpcctl("bench", "--suite", "latency", "--transport", "rpc", "--quick", "--out", str(target),
-                    "--runs-dir", str(tmp_path / "runs"), timeout=30)
+    result = rpcctl(
+        "bench",
+        "--suite",
+        "latency",
+        "--transport",
+        "rpc",
+        "--quick",
+        "--out",
+        str(target),
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        timeout=30,
+    )
     assert result.returncode == 2 and f"--output cannot write {target}" in result.stderr, result.stderr
     assert not (tmp_path / "runs").exists()  # nothing was launched
     assert guarded.read_text() == "keep me"
@@ -142,17 +163,47 @@ class Recipe:
 
 
 RECIPES: dict[tuple[str, str], Recipe] = {
-    ("k8s", "--output"): Recipe(lambda f, t: ["k8s", str(f["k8s_config"]), "--nodes", "2", "--image", "train:1.0", "-o", str(t)], big=True),
+    ("k8s", "--output"): Recipe(
+        lambda f, t: ["k8s", str(f["k8s_config"]), "--nodes", "2", "--image", "train:1.0", "-o", str(t)], big=True
+    ),
     ("report", "--output"): Recipe(lambda f, t: ["report", str(f["run"]), "-o", str(t)], big=True),
     ("trace", "--output"): Recipe(lambda f, t: ["trace", str(f["run"]), "-o", str(t)]),
     ("inspect losses", "--plot"): Recipe(lambda f, t: ["inspect", "losses", str(f["run"]), "--plot", str(t)]),
-    ("bench", "--output"): Recipe(lambda f, t: ["bench", "--suite", "latency", "--transport", "memcpy", "--quick", "--repeats", "2",
-                                                "--runs-dir", str(f["tmp"] / "bench-runs"), "-o", str(t)]),
-    ("launch", "--save-config"): Recipe(lambda f, t: ["launch", "--dry-run", "--save-config", str(t), "--nproc-per-node", "2", str(f["tmp"] / "train.py")]),
-    ("profile", "--output"): Recipe(lambda f, t: ["profile", str(f["run"]), "-o", str(t)],
-                                    completes="it profiles a live rank (its writer, for real: tests/test_profile.py)"),
-    ("bench", "--write-config"): Recipe(lambda f, t: ["bench", "--tune", "--runs-dir", str(f["tmp"] / "bench-runs"), "--write-config", str(t)],
-                                        completes="--tune measures for minutes (its writer: test_write_config_replaces_a_hard_linked_config)"),
+    ("bench", "--output"): Recipe(
+        lambda f, t: [
+            "bench",
+            "--suite",
+            "latency",
+            "--transport",
+            "memcpy",
+            "--quick",
+            "--repeats",
+            "2",
+            "--runs-dir",
+            str(f["tmp"] / "bench-runs"),
+            "-o",
+            str(t),
+        ]
+    ),
+    ("launch", "--save-config"): Recipe(
+        lambda f, t: [
+            "launch",
+            "--dry-run",
+            "--save-config",
+            str(t),
+            "--nproc-per-node",
+            "2",
+            str(f["tmp"] / "train.py"),
+        ]
+    ),
+    ("profile", "--output"): Recipe(
+        lambda f, t: ["profile", str(f["run"]), "-o", str(t)],
+        completes="it profiles a live rank (its writer, for real: tests/test_profile.py)",
+    ),
+    ("bench", "--write-config"): Recipe(
+        lambda f, t: ["bench", "--tune", "--runs-dir", str(f["tmp"] / "bench-runs"), "--write-config", str(t)],
+        completes="--tune measures for minutes (its writer: test_write_config_replaces_a_hard_linked_config)",
+    ),
 }
 
 
@@ -181,7 +232,9 @@ def _file_options() -> set[tuple[str, str]]:
 def test_every_file_option_has_a_recipe():
     found = _file_options()
     assert ("k8s", "--output") in found and ("inspect losses", "--plot") in found  # the walk reads typer's commands
-    assert found == set(RECIPES), f"options that write a file without a recipe in RECIPES: {sorted(found - set(RECIPES))}"
+    assert found == set(RECIPES), (
+        f"options that write a file without a recipe in RECIPES: {sorted(found - set(RECIPES))}"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -222,14 +275,20 @@ def _run_output(argv: list[str]) -> subprocess.CompletedProcess:
 def _refused(result: subprocess.CompletedProcess, target: Path, flag: str, why: str) -> None:
     assert result.returncode == 2, (result.returncode, result.stderr)
     lines = result.stderr.strip().splitlines()
-    assert lines[-1] == f"error: {flag} cannot write {target}: {why}" or (why in lines[-1] and f"{flag} cannot write {target}" in lines[-1]), lines
-    assert "Traceback" not in result.stderr and len([line for line in lines if line.startswith("error:")]) == 1, result.stderr
+    assert lines[-1] == f"error: {flag} cannot write {target}: {why}" or (
+        why in lines[-1] and f"{flag} cannot write {target}" in lines[-1]
+    ), lines
+    assert "Traceback" not in result.stderr and len([line for line in lines if line.startswith("error:")]) == 1, (
+        result.stderr
+    )
 
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("key", sorted(RECIPES), ids=lambda k: f"{k[0]} {k[1]}".replace(" ", "-"))
-def test_every_file_option_refuses_what_is_not_a_regular_file_and_survives_a_full_disk(output_inputs, tmp_path, key, case):
+def test_every_file_option_refuses_what_is_not_a_regular_file_and_survives_a_full_disk(
+    output_inputs, tmp_path, key, case
+):
     """FIFO: refused at once, never opened (k8s -o blocked forever on one). /dev/null: refused,
     its mode unchanged (k8s -o made it 0600). A symlink, a directory: refused, left as they
     were. A hard link: replaced by a new 0600 file, the other name keeps its content and mode
@@ -252,7 +311,11 @@ def test_every_file_option_refuses_what_is_not_a_regular_file_and_survives_a_ful
         before = os.stat(target)
         _refused(_run_output(recipe.argv(output_inputs, target)), target, flag, "it is a device")
         after = os.stat(target)
-        assert (stat.S_IMODE(after.st_mode), after.st_uid, after.st_rdev) == (stat.S_IMODE(before.st_mode), before.st_uid, before.st_rdev)
+        assert (stat.S_IMODE(after.st_mode), after.st_uid, after.st_rdev) == (
+            stat.S_IMODE(before.st_mode),
+            before.st_uid,
+            before.st_rdev,
+        )
     elif case == "symlink":
         target = tmp_path / "out.link"
         target.symlink_to(other)
@@ -273,7 +336,11 @@ def test_every_file_option_refuses_what_is_not_a_regular_file_and_survives_a_ful
         result = _run_output(recipe.argv(output_inputs, target))
         assert result.returncode == 0, result.stderr
         assert other.read_text() == "keep me" and stat.S_IMODE(other.stat().st_mode) == 0o644
-        assert target.stat().st_ino != other.stat().st_ino and stat.S_IMODE(target.stat().st_mode) == 0o600 and target.stat().st_size > 0
+        assert (
+            target.stat().st_ino != other.stat().st_ino
+            and stat.S_IMODE(target.stat().st_mode) == 0o600
+            and target.stat().st_size > 0
+        )
     else:
         if case == "disk-fills" and not recipe.big:
             pytest.skip("its output fits in the block the check before the work takes: a full disk is that case")
@@ -300,7 +367,9 @@ def test_write_config_replaces_a_hard_linked_config(tmp_path):
     tuning.write_config(config, {"env": {"THP_MEM_ALLOC_ENABLE": "1"}})
     assert shared.read_text() == "script: train.py\n" and stat.S_IMODE(shared.stat().st_mode) == 0o644
     assert "THP_MEM_ALLOC_ENABLE" in config.read_text() and config.stat().st_ino != shared.stat().st_ino
-    assert stat.S_IMODE(config.stat().st_mode) == 0o600 and (tmp_path / "job.yaml.bak").read_text() == "script: train.py\n"
+    assert (
+        stat.S_IMODE(config.stat().st_mode) == 0o600 and (tmp_path / "job.yaml.bak").read_text() == "script: train.py\n"
+    )
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)
     with pytest.raises(OSError, match="FIFO"):
@@ -312,6 +381,7 @@ def test_write_config_replaces_a_hard_linked_config(tmp_path):
 
 def _strict(text: str):
     """JSON as the spec has it: NaN and Infinity are not JSON (browsers' JSON.parse refuses them)."""
+
     def refuse(constant):
         raise AssertionError(f"{constant} in a JSON output")
 
@@ -328,7 +398,9 @@ def test_inf_and_nan_losses_reach_every_json_output_as_strict_json(non_finite_ru
     counters = [(e["name"], e["args"][e["name"]]) for e in events if e["ph"] == "C"]
     assert [v for n, v in counters if n == "loss"] == [1.0, 0.5, 0.25]
     assert [v for n, v in counters if n == "grad_norm"] == [1.0, 0.5]
-    marks = sorted((e["args"]["metric"], e["args"]["value"]) for e in events if e["ph"] == "i" and e.get("cat") == "metric")
+    marks = sorted(
+        (e["args"]["metric"], e["args"]["value"]) for e in events if e["ph"] == "i" and e.get("cat") == "metric"
+    )
     # A NaN loss is stored as no value (SQLite has no NaN), a NaN metric as NaN.
     assert marks == [("grad_norm", "-inf"), ("grad_norm", "inf"), ("grad_norm", "nan"), ("loss", "inf")]
 
@@ -379,16 +451,39 @@ def test_rank_text_carries_no_plotly_placeholder_into_a_run_or_bench_page(tmp_pa
     from rpcctl.bench.results import BenchReport, BenchResult
     from rpcctl.web import bench, page
 
-    run_dir = _run(tmp_path, "import rpcctl\n"
-                             f"for step in range(3):\n    rpcctl.report(step=step, loss=1.0 / (step + 1), **{{{PLACEHOLDERS!r}: 0.5}})\n")
+    run_dir = _run(
+        tmp_path,
+        "import rpcctl\n"
+        f"for step in range(3):\n    rpcctl.report(step=step, loss=1.0 / (step + 1), **{{{PLACEHOLDERS!r}: 0.5}})\n",
+    )
     figures = page.run_view(run_dir)["figures"]
     [chart] = [f for f in figures.values() if f["data"] and f["data"][0].get("meta", {}).get("metric") == PLACEHOLDERS]
     assert "&#37;{meta.metric}" in chart["layout"]["title"]["text"]  # shown as text: plotly draws &#37; as %
     assert {k: v for f in figures.values() for k, v in _live_placeholders(f)} == {}
 
-    rows = [BenchResult(suite="latency", transport=PLACEHOLDERS, op=PLACEHOLDERS, payload_bytes=None, in_flight=1, world_size=2, n=10,
-                        repeats=3, p50_us=10.0, p90_us=12.0, p99_us=15.0, min_us=8.0, max_us=20.0, mean_us=10.0, gbps=None,
-                        calls_per_s=None, spread=0.1, noisy=False, repeat_estimates=[9.0, 10.0, 11.0])]
+    rows = [
+        BenchResult(
+            suite="latency",
+            transport=PLACEHOLDERS,
+            op=PLACEHOLDERS,
+            payload_bytes=None,
+            in_flight=1,
+            world_size=2,
+            n=10,
+            repeats=3,
+            p50_us=10.0,
+            p90_us=12.0,
+            p99_us=15.0,
+            min_us=8.0,
+            max_us=20.0,
+            mean_us=10.0,
+            gbps=None,
+            calls_per_s=None,
+            spread=0.1,
+            noisy=False,
+            repeat_estimates=[9.0, 10.0, 11.0],
+        )
+    ]
     BenchReport(results=rows, machine={"hostname": PLACEHOLDERS}).save(tmp_path / "bench.json")
     view, _ = bench.bench_view(tmp_path / "bench.json")
     assert view["figures"] and {k: v for f in view["figures"].values() for k, v in _live_placeholders(f)} == {}
@@ -401,18 +496,42 @@ def test_a_bench_transport_named_with_a_placeholder_draws_no_link_in_the_legend(
     from rpcctl.bench.results import BenchReport, BenchResult
 
     hostile = PLACEHOLDERS.replace("meta.metric", "meta.transport")
-    rows = [BenchResult(suite="latency", transport=transport, op="rpc_sync", payload_bytes=None, in_flight=1, world_size=2, n=10, repeats=3,
-                        p50_us=10.0, p90_us=12.0, p99_us=15.0, min_us=8.0, max_us=20.0, mean_us=10.0, gbps=None, calls_per_s=None,
-                        spread=0.1, noisy=False, repeat_estimates=[9.0, 10.0, 11.0])
-            for transport in ("rpc", hostile)]  # two: a legend is drawn
+    rows = [
+        BenchResult(
+            suite="latency",
+            transport=transport,
+            op="rpc_sync",
+            payload_bytes=None,
+            in_flight=1,
+            world_size=2,
+            n=10,
+            repeats=3,
+            p50_us=10.0,
+            p90_us=12.0,
+            p99_us=15.0,
+            min_us=8.0,
+            max_us=20.0,
+            mean_us=10.0,
+            gbps=None,
+            calls_per_s=None,
+            spread=0.1,
+            noisy=False,
+            repeat_estimates=[9.0, 10.0, 11.0],
+        )
+        for transport in ("rpc", hostile)
+    ]  # two: a legend is drawn
     BenchReport(results=rows, machine={}).save(tmp_path / "bench.json")
     out = tmp_path / "bench.html"
     assert rpcctl("report", str(tmp_path / "bench.json"), "-o", str(out)).returncode == 0
     browser.open(out.resolve().as_uri())
     browser.wait_for("return window.rpcctlView && window.rpcctlView.draws >= 1", 60, "the report's first draw")
     browser.screenshot(tmp_path / "page.png")
-    legend = browser.wait_for("var t = document.querySelectorAll('#fig-bench-latency .legendtext');"
-                              " return t.length == 2 && Array.from(t).map(function (e) { return e.textContent; })", 30, "the legend")
+    legend = browser.wait_for(
+        "var t = document.querySelectorAll('#fig-bench-latency .legendtext');"
+        " return t.length == 2 && Array.from(t).map(function (e) { return e.textContent; })",
+        30,
+        "the legend",
+    )
     assert sorted(legend) == sorted(["rpc", hostile])  # the name, as text
     assert browser.js("return document.querySelectorAll('svg a').length") == 0
 
@@ -427,7 +546,9 @@ def test_a_huge_exception_is_capped_where_it_is_stored_and_kept_whole_in_the_log
 
     launched, run_dir = _launch(tmp_path, "raise RuntimeError('HEAD' + 'x' * 2_000_000 + 'TAIL')\n")
     assert launched.returncode == 1 and len(launched.stdout) + len(launched.stderr) < 64_000, len(launched.stderr)
-    assert (run_dir / "run.json").stat().st_size < 100_000 and (run_dir / "errors" / "rank-0.json").stat().st_size < 64_000
+    assert (run_dir / "run.json").stat().st_size < 100_000 and (
+        run_dir / "errors" / "rank-0.json"
+    ).stat().st_size < 64_000
     cause = json.loads((run_dir / "run.json").read_text())["root_cause"]
     for text in (cause["message"], cause["traceback"]):
         assert "HEAD" in text and "TAIL" in text and "characters cut; the whole is in logs/rank-0.log" in text
@@ -451,14 +572,18 @@ def test_trace_and_report_are_bounded_however_many_metrics_and_say_how_to_get_al
     assert rpcctl("trace", str(run_dir), "-o", str(out), "--max-events", "1000").returncode == 0
     document = _strict(out.read_text())
     counters = [e for e in document["traceEvents"] if e["ph"] == "C"]
-    assert 900 <= len(counters) <= 1000 and document["otherData"]["left_out"]["counter_points"] == 31 * 150 - len(counters)
+    assert 900 <= len(counters) <= 1000 and document["otherData"]["left_out"]["counter_points"] == 31 * 150 - len(
+        counters
+    )
     assert rpcctl("trace", str(run_dir), "-o", str(out), "--max-events", "0").returncode == 0
     assert len([e for e in _strict(out.read_text())["traceEvents"] if e["ph"] == "C"]) == 31 * 150
 
     report = tmp_path / "report.html"
     for flags, charts in (([], 16), (["--all"], 31)):
         assert rpcctl("report", str(run_dir), "-o", str(report), *flags).returncode == 0
-        embedded = report.read_text().split('<script type="application/json" id="rpcctl-view">')[1].split("</script>")[0]
+        embedded = (
+            report.read_text().split('<script type="application/json" id="rpcctl-view">')[1].split("</script>")[0]
+        )
         view = _strict(embedded)
         assert len([f for f in view["figures"] if f.startswith("fig-metric-")]) == charts
         assert ("15 more metric(s) not drawn" in view["html"]["losses"]) == (not flags)

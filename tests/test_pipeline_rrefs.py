@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(120)
 
 SPLITS = 6
 SCRIPT = textwrap.dedent(
-    f'''
+    f"""
     import os, time
     import torch
     import torch.nn as nn
@@ -61,7 +61,7 @@ SCRIPT = textwrap.dedent(
 
 
     main()
-    '''
+    """
 )
 
 
@@ -74,7 +74,9 @@ def _launched(tmp_path_factory, name: str, script: str, timeout: int = 90):
     tmp = tmp_path_factory.mktemp(name)
     (tmp / f"{name}.py").write_text(script)
     (tmp / f"{name}.yaml").write_text(f"name: {name}\nscript: {name}.py\nnproc_per_node: 2\ntimeout: {timeout}\n")
-    result = rpcctl("launch", str(tmp / f"{name}.yaml"), "--no-live", "--runs-dir", str(tmp / "runs"), timeout=timeout + 20)
+    result = rpcctl(
+        "launch", str(tmp / f"{name}.yaml"), "--no-live", "--runs-dir", str(tmp / "runs"), timeout=timeout + 20
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     found = only_run(tmp / "runs")
     assert_no_process_left(found)
@@ -104,7 +106,7 @@ def test_a_run_without_collectives_says_so_once(run_dir):
 
 ROUNDS, PER_ROUND, KEPT = 5, 12, 2
 FREED = textwrap.dedent(
-    f'''
+    f"""
     import os, time
     import torch
     import torch.distributed.rpc as rpc
@@ -148,7 +150,7 @@ FREED = textwrap.dedent(
 
 
     main()
-    '''
+    """
 )
 
 
@@ -170,7 +172,8 @@ def test_values_freed_right_after_their_description_are_freed_not_leaked(freed_r
     run_dir, result = freed_run
     records = inspect.rrefs(run_dir)
     dropped = [r for r in records if r.callee == "make"]
-    assert len(dropped) >= ROUNDS * PER_ROUND // 2, records  # most outlive the sender's first look; the others are counted short-lived
+    # most outlive the sender's first look; the others are counted short-lived
+    assert len(dropped) >= ROUNDS * PER_ROUND // 2, records
     assert all(r.type == "Tensor" for r in dropped), dropped  # described: watched by their owner
     assert [r.rref_id for r in dropped if r.ending is not None or r.state != "deleted"] == [], dropped
     # The owner's own list keeps these: the program's leak, named as the program's.

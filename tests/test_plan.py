@@ -137,7 +137,15 @@ def test_spec_env_present_and_contract_wins(spec, run_dir):
     plan = plan_for(
         spec(
             nproc_per_node=2,
-            env={"MY_VAR": "x", "NUM": 3, "RANK": "99", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "1", "TP_SOCKET_IFNAME": "eth0", "RPCCTL_RUN_ID": "fake"},
+            env={
+                "MY_VAR": "x",
+                "NUM": 3,
+                "RANK": "99",
+                "MASTER_ADDR": "10.0.0.1",
+                "MASTER_PORT": "1",
+                "TP_SOCKET_IFNAME": "eth0",
+                "RPCCTL_RUN_ID": "fake",
+            },
         ),
         run_dir,
     )
@@ -169,7 +177,9 @@ def test_omp_from_spec_env_is_kept(spec, run_dir):
 
 def test_omp_from_launcher_env_is_left_alone(spec, run_dir):
     # The ranks inherit the launcher's environment; the contract must not override it.
-    plan = build_plan(spec(nproc_per_node=2), replace(facts(()), omp_num_threads_set=True), run_id=RUN_ID, run_dir=run_dir)
+    plan = build_plan(
+        spec(nproc_per_node=2), replace(facts(()), omp_num_threads_set=True), run_id=RUN_ID, run_dir=run_dir
+    )
     assert all("OMP_NUM_THREADS" not in r.env for r in plan.ranks)
 
 
@@ -241,7 +251,9 @@ def test_devices_explicit_gpu_that_does_not_exist(spec, run_dir, devices, gpus, 
 
 
 def test_rpc_init_spec_is_passed_as_json(spec, run_dir):
-    plan = plan_for(spec(nproc_per_node=2, rpc={"init": True, "name": "w{local_rank}", "num_worker_threads": 4}), run_dir)
+    plan = plan_for(
+        spec(nproc_per_node=2, rpc={"init": True, "name": "w{local_rank}", "num_worker_threads": 4}), run_dir
+    )
     docs = [json.loads(r.env["RPCCTL_RPC"]) for r in plan.ranks]
     assert docs[0] == docs[1]
     assert docs[0] == {
@@ -323,7 +335,9 @@ def cli(monkeypatch, tmp_path):
     set_console(
         Console(
             out=RichConsole(width=1000, no_color=True, highlight=False, force_terminal=False, soft_wrap=False),
-            err=RichConsole(stderr=True, width=1000, no_color=True, highlight=False, force_terminal=False, soft_wrap=True),
+            err=RichConsole(
+                stderr=True, width=1000, no_color=True, highlight=False, force_terminal=False, soft_wrap=True
+            ),
         )
     )
     yield CliRunner(env={"CUDA_VISIBLE_DEVICES": ""})  # no GPUs, whatever this machine has
@@ -333,7 +347,9 @@ def cli(monkeypatch, tmp_path):
 @pytest.fixture
 def config(tmp_path, script) -> Path:
     cfg = tmp_path / "job.yaml"
-    cfg.write_text("script: train.py\nargs: [--steps, 5]\nnproc_per_node: 2\nmaster_port: 29777\nenv: {MY_VAR: hello}\n")
+    cfg.write_text(
+        "script: train.py\nargs: [--steps, 5]\nnproc_per_node: 2\nmaster_port: 29777\nenv: {MY_VAR: hello}\n"
+    )
     return cfg
 
 
@@ -378,7 +394,21 @@ def test_all_frames_travels_in_the_plan_not_the_launchers_environment(cli, confi
 def test_dry_run_json_applies_overrides(cli, config, tmp_path):
     runs = tmp_path / "runs"
     result = cli.invoke(
-        app, ["launch", str(config), "--dry-run", "--json", "--runs-dir", str(runs), "-n", "3", "--set", "rpc.init=true", "-s", "devices=cpu"]
+        app,
+        [
+            "launch",
+            str(config),
+            "--dry-run",
+            "--json",
+            "--runs-dir",
+            str(runs),
+            "-n",
+            "3",
+            "--set",
+            "rpc.init=true",
+            "-s",
+            "devices=cpu",
+        ],
     )
     assert result.exit_code == 0, (result.output, result.exception)
     doc = json.loads(result.stdout)
@@ -423,39 +453,77 @@ def test_dry_run_default_runs_dir_not_created(cli, config, tmp_path):
 PREFLIGHT = {
     # id: (config text, extra files {name: text}, key, phrases)
     "script-not-python": (
-        "script: train.sh\n", {"train.sh": "#!/bin/sh\necho hi\nif [ 1 ]; then echo; fi\n"}, "script",
+        "script: train.sh\n",
+        {"train.sh": "#!/bin/sh\necho hi\nif [ 1 ]; then echo; fi\n"},
+        "script",
         ("train.sh:2: not valid Python (invalid syntax)", "rpcctl runs the script with"),
     ),
-    "script-binary": ("script: prog.py\n", {"prog.py": "\x7fELF\x00\x01"}, "script", ("not valid Python", "null bytes")),
+    "script-binary": (
+        "script: prog.py\n",
+        {"prog.py": "\x7fELF\x00\x01"},
+        "script",
+        ("not valid Python", "null bytes"),
+    ),
     "rpc-name-with-space": (
-        "script: train.py\nrpc:\n  init: true\n  name: 'worker {rank}'\n", {}, "rpc.name",
+        "script: train.py\nrpc:\n  init: true\n  name: 'worker {rank}'\n",
+        {},
+        "rpc.name",
         ("worker name 'worker 0' (rank 0) is not one torch accepts", "A-Z a-z 0-9 _ - :"),
     ),
-    "rpc-name-too-long": ("script: train.py\nrpc:\n  init: true\n  name: 'w{rank}" + "x" * 127 + "'\n", {}, "rpc.name", ("1 to 127 characters",)),
+    "rpc-name-too-long": (
+        "script: train.py\nrpc:\n  init: true\n  name: 'w{rank}" + "x" * 127 + "'\n",
+        {},
+        "rpc.name",
+        ("1 to 127 characters",),
+    ),
     "rpc-name-repeats": (
-        "script: train.py\nnproc_per_node: 2\nrpc:\n  init: true\n  name: trainer\n", {}, "rpc.name",
+        "script: train.py\nnproc_per_node: 2\nrpc:\n  init: true\n  name: trainer\n",
+        {},
+        "rpc.name",
         ("ranks 0 and 1 would both be worker 'trainer'", "use {rank}"),
     ),
     "device-maps-unknown-worker": (
-        "script: train.py\nnproc_per_node: 2\nrpc:\n  init: true\n  device_maps:\n    worker2: {cpu: cpu}\n", {},
-        "rpc.device_maps.worker2", ("no worker 'worker2' in this job", "worker0, worker1"),
+        "script: train.py\nnproc_per_node: 2\nrpc:\n  init: true\n  device_maps:\n    worker2: {cpu: cpu}\n",
+        {},
+        "rpc.device_maps.worker2",
+        ("no worker 'worker2' in this job", "worker0, worker1"),
     ),
     "device-maps-gpu-not-there": (
-        "script: train.py\nnproc_per_node: 2\nrpc:\n  init: true\n  device_maps:\n    worker1:\n      cuda:0: cuda:1\n", {},
-        "rpc.device_maps.worker1.cuda:0", ("GPU cuda:0 does not exist for rank 0", "it sees 0 GPU(s)"),
+        "script: train.py\nnproc_per_node: 2\nrpc:\n  init: true\n  device_maps:\n    worker1:\n      cuda:0: cuda:1\n",
+        {},
+        "rpc.device_maps.worker1.cuda:0",
+        ("GPU cuda:0 does not exist for rank 0", "it sees 0 GPU(s)"),
     ),
     "device-maps-not-a-device": (
-        "script: train.py\nnproc_per_node: 2\nrpc:\n  init: true\n  device_maps:\n    worker1: {'0': '1'}\n", {},
-        "rpc.device_maps.worker1.0", ("'0' is not a device TensorPipe takes", "cuda:N or cpu"),
+        "script: train.py\nnproc_per_node: 2\nrpc:\n  init: true\n  device_maps:\n    worker1: {'0': '1'}\n",
+        {},
+        "rpc.device_maps.worker1.0",
+        ("'0' is not a device TensorPipe takes", "cuda:N or cpu"),
     ),
     "rpc-devices-gpu-not-there": (
-        "script: train.py\nrpc:\n  init: true\n  devices: [cpu, 'cuda:3']\n", {}, "rpc.devices.1", ("GPU cuda:3 does not exist",),
+        "script: train.py\nrpc:\n  init: true\n  devices: [cpu, 'cuda:3']\n",
+        {},
+        "rpc.devices.1",
+        ("GPU cuda:3 does not exist",),
     ),
     "preload-misspelt": (
-        "script: train.py\npreload: [json, torch.distributed.rcp]\n", {}, "preload.1", ("no module named 'torch.distributed.rcp'",),
+        "script: train.py\npreload: [json, torch.distributed.rcp]\n",
+        {},
+        "preload.1",
+        ("no module named 'torch.distributed.rcp'",),
     ),
-    "preload-no-such-package": ("script: train.py\npreload: [nosuchpackage_xyz]\n", {}, "preload.0", ("'nosuchpackage_xyz'",)),
-    "ifname-missing": ("script: train.py\nifname: nosuchif0\n", {}, "ifname", ("no network interface 'nosuchif0'", "it has: ")),
+    "preload-no-such-package": (
+        "script: train.py\npreload: [nosuchpackage_xyz]\n",
+        {},
+        "preload.0",
+        ("'nosuchpackage_xyz'",),
+    ),
+    "ifname-missing": (
+        "script: train.py\nifname: nosuchif0\n",
+        {},
+        "ifname",
+        ("no network interface 'nosuchif0'", "it has: "),
+    ),
 }
 
 
@@ -484,7 +552,9 @@ def test_script_syntax_error_names_the_config_line_and_the_script_line(cli, tmp_
     cfg.write_text("name: x\nscript: train.py\n")
     result = cli.invoke(app, ["launch", str(cfg), "--dry-run"])
     assert result.exit_code == 2
-    assert result.stderr.startswith(f"error: {cfg}:2: key 'script': {tmp_path / 'train.py'}:3: not valid Python"), result.stderr
+    assert result.stderr.startswith(f"error: {cfg}:2: key 'script': {tmp_path / 'train.py'}:3: not valid Python"), (
+        result.stderr
+    )
 
 
 def test_master_port_in_use_is_caught_and_named_where_it_was_set(cli, tmp_path, script):
@@ -496,11 +566,15 @@ def test_master_port_in_use_is_caught_and_named_where_it_was_set(cli, tmp_path, 
         cfg.write_text(f"script: train.py\nmaster_port: {port}\n")
         result = cli.invoke(app, ["launch", str(cfg), "--dry-run"])
         assert result.exit_code == 2
-        assert result.stderr.startswith(f"error: {cfg}:2: key 'master_port': port {port} is already in use on 127.0.0.1"), result.stderr
+        assert result.stderr.startswith(
+            f"error: {cfg}:2: key 'master_port': port {port} is already in use on 127.0.0.1"
+        ), result.stderr
         cfg.write_text("script: train.py\nmaster_port: 1\n")
         result = cli.invoke(app, ["launch", str(cfg), "--dry-run", "--master-port", str(port)])
         assert result.exit_code == 2
-        assert result.stderr.startswith(f"error: --master-port {port}: key 'master_port': port {port} is already in use"), result.stderr
+        assert result.stderr.startswith(
+            f"error: --master-port {port}: key 'master_port': port {port} is already in use"
+        ), result.stderr
         result = cli.invoke(app, ["launch", str(cfg), "--dry-run", "--set", f"master_port={port}"])
         assert result.stderr.startswith(f"error: --set master_port={port}: key 'master_port': "), result.stderr
     free = cli.invoke(app, ["launch", str(cfg), "--dry-run", "--json", "--master-port", str(port)])
@@ -526,7 +600,9 @@ def test_ifname_on_one_node_is_refused_not_exposed(cli, tmp_path, script):
     result = cli.invoke(app, ["launch", str(cfg), "--dry-run", "--json"])
     assert result.exit_code == 2, result.output
     error = result.stderr.strip()
-    assert error.startswith(f"error: {cfg}:2: key 'ifname': ifname '{ifname}' would make TensorPipe and Gloo listen beyond this machine")
+    assert error.startswith(
+        f"error: {cfg}:2: key 'ifname': ifname '{ifname}' would make TensorPipe and Gloo listen beyond this machine"
+    )
     assert "loopback only" in error and "several nodes" in error and "nnodes" in error
     assert result.stdout == ""  # no plan with TP_SOCKET_IFNAME=<external> is printed
 
@@ -551,7 +627,9 @@ def test_multi_node_checks(tmp_path, script):
     base = {"name": "job", "script": script, "nnodes": 2, "master_addr": "10.0.0.1"}
     # {local_rank} repeats on every node: rank 2 (node 1) would be worker 'w0' again.
     with pytest.raises(ConfigError, match=r"ranks 0 and 2 would both be worker 'w0'.*repeats on every node"):
-        check_before_spawn(JobSpec.model_validate({**base, "nproc_per_node": 2, "rpc": {"init": True, "name": "w{local_rank}"}}))
+        check_before_spawn(
+            JobSpec.model_validate({**base, "nproc_per_node": 2, "rpc": {"init": True, "name": "w{local_rank}"}})
+        )
     with pytest.raises(ConfigError, match="no network interface 'nosuchif0'") as info:
         check_before_spawn(JobSpec.model_validate({**base, "ifname": "nosuchif0"}))
     assert info.value.key == "ifname"

@@ -21,10 +21,13 @@ from test_trace import validate
 from rpcctl.base import native_stacks
 from rpcctl.cli import app
 
-pytestmark = [pytest.mark.timeout(150), pytest.mark.skipif(native_stacks.py_spy() is None, reason="py-spy is not installed")]
+pytestmark = [
+    pytest.mark.timeout(150),
+    pytest.mark.skipif(native_stacks.py_spy() is None, reason="py-spy is not installed"),
+]
 
 JOB = textwrap.dedent(
-    '''
+    """
     import subprocess, sys, time
 
     def crunch_numbers(n):
@@ -46,7 +49,7 @@ JOB = textwrap.dedent(
             crunch_numbers(10**6)
     finally:
         child.kill()
-    '''
+    """
 )
 
 
@@ -59,20 +62,53 @@ def profiled(tmp_path_factory):
         wait_until(lambda: log.is_file() and "child started" in log.read_text(), 30, "the child", run_dir / "logs")
         paths = {"run_dir": run_dir, "speedscope": tmp / "rank0.speedscope.json", "chrome": tmp / "rank0.trace.json"}
         paths["results"] = [
-            rpcctl("profile", str(run_dir), "--rank", "0", "--seconds", "2", "-o", str(paths["speedscope"]), timeout=60),
-            rpcctl("profile", str(run_dir), "--rank", "0", "--seconds", "1", "--format", "chrome", "-o", str(paths["chrome"]), timeout=60),
+            rpcctl(
+                "profile", str(run_dir), "--rank", "0", "--seconds", "2", "-o", str(paths["speedscope"]), timeout=60
+            ),
+            rpcctl(
+                "profile",
+                str(run_dir),
+                "--rank",
+                "0",
+                "--seconds",
+                "1",
+                "--format",
+                "chrome",
+                "-o",
+                str(paths["chrome"]),
+                timeout=60,
+            ),
         ]
         paths["refused"] = _under_no_ptrace(run_dir, tmp / "never.json")
         runner = CliRunner()  # in this process: each costs no interpreter start
-        paths["bad"] = [runner.invoke(app, ["profile", str(run_dir), *args]) for args in
-                        (["--seconds", "0", "-o", str(tmp / "x.json")], ["--rank", "3", "-o", str(tmp / "x.json")],
-                         ["--format", "svg", "-o", str(tmp / "x.json")], ["-o", "/dev/null"])]
+        paths["bad"] = [
+            runner.invoke(app, ["profile", str(run_dir), *args])
+            for args in (
+                ["--seconds", "0", "-o", str(tmp / "x.json")],
+                ["--rank", "3", "-o", str(tmp / "x.json")],
+                ["--format", "svg", "-o", str(tmp / "x.json")],
+                ["-o", "/dev/null"],
+            )
+        ]
         yield paths
 
 
 def _under_no_ptrace(run_dir, out):
     """`rpcctl profile` as a container's seccomp profile would let it run (tests/workers/no_ptrace.py)."""
-    argv = [sys.executable, str(WORKERS / "no_ptrace.py"), sys.executable, "-m", "rpcctl", "profile", str(run_dir), "--seconds", "1", "--native", "-o", str(out)]
+    argv = [
+        sys.executable,
+        str(WORKERS / "no_ptrace.py"),
+        sys.executable,
+        "-m",
+        "rpcctl",
+        "profile",
+        str(run_dir),
+        "--seconds",
+        "1",
+        "--native",
+        "-o",
+        str(out),
+    ]
     return subprocess.run(argv, capture_output=True, text=True, timeout=60)
 
 
@@ -98,7 +134,9 @@ def test_a_chrome_profile_is_valid_trace_event_json(profiled):
     assert profiled["results"][1].returncode == 0, profiled["results"][1].stderr
     events = validate(json.loads(profiled["chrome"].read_text()))
     spans = [e for e in events if e["ph"] == "X"]
-    assert any(e["name"] == "crunch_numbers" for e in spans) and any(e["name"] == "child_work" for e in spans), {e["name"] for e in spans}
+    assert any(e["name"] == "crunch_numbers" for e in spans) and any(e["name"] == "child_work" for e in spans), {
+        e["name"] for e in spans
+    }
     tracks = [e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"]
     assert any(name.startswith("rank 0 · process ") for name in tracks), tracks
 
@@ -109,7 +147,9 @@ def test_where_ptrace_is_refused_the_profile_says_how_to_allow_it(profiled):
     refused = profiled["refused"]
     assert refused.returncode == 1, refused.stdout + refused.stderr
     lines = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1 and "profile: not allowed to read the rank's processes (a seccomp filter" in lines[0], refused.stderr
+    assert len(lines) == 1 and "profile: not allowed to read the rank's processes (a seccomp filter" in lines[0], (
+        refused.stderr
+    )
     assert "kernel.yama.ptrace_scope=0" in lines[0] and "Traceback" not in refused.stderr, refused.stderr
 
 
@@ -145,8 +185,11 @@ def test_the_report_draws_the_latest_profile_as_a_flame_graph(report):
 def test_the_flame_graph_opens_in_the_browser(profiled, report, browser):  # noqa: F811
     browser.open(report[0].resolve().as_uri())
     browser.wait_for("return window.rpcctlView && window.rpcctlView.draws >= 1", 60, "the report's first draw")
-    drawn = browser.wait_for("var el = document.getElementById('fig-flame'); return el && el.data && el.querySelectorAll('.slice').length", 30,
-                             "the flame graph's boxes")
+    drawn = browser.wait_for(
+        "var el = document.getElementById('fig-flame'); return el && el.data && el.querySelectorAll('.slice').length",
+        30,
+        "the flame graph's boxes",
+    )
     assert drawn > 3
     labels = browser.js("return document.getElementById('fig-flame').data[0].labels")
     assert any(label.startswith("crunch_numbers") for label in labels), labels

@@ -55,10 +55,29 @@ def job(tmp_path_factory):
     for rank in range(WORLD):
         config = tmp / f"rank{rank}.yaml"
         args = ["--rank", str(rank), "--world", str(WORLD), "--port", port, "--raise-in", str(RAISES)]
-        config.write_text(yaml.safe_dump({"name": f"ps-rank{rank}", "script": JOB, "nproc_per_node": 1, "timeout": 90, "grace": 2,
-                                          "hang_timeout": 3, "preload": [], "args": args}))
-        launchers.append(subprocess.Popen([sys.executable, "-m", "rpcctl", "launch", str(config), "--runs-dir", str(runs_dir), "--no-live"],
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True))
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "name": f"ps-rank{rank}",
+                    "script": JOB,
+                    "nproc_per_node": 1,
+                    "timeout": 90,
+                    "grace": 2,
+                    "hang_timeout": 3,
+                    "preload": [],
+                    "args": args,
+                }
+            )
+        )
+        launchers.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "rpcctl", "launch", str(config), "--runs-dir", str(runs_dir), "--no-live"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+        )
     try:
         outputs = [launcher.communicate(timeout=100) for launcher in launchers]
     finally:
@@ -76,7 +95,8 @@ def job(tmp_path_factory):
 def test_a_launch_whose_rank_process_raised_fails_naming_that_process(job):
     runs, outputs = job
     run_dir, rec = runs[RAISES], record(runs[RAISES])
-    assert f"rank {RAISES} process exit code 1" in (run_dir / "logs" / "rank-0.log").read_text()  # the program saw it, and went on
+    # the program saw it, and went on
+    assert f"rank {RAISES} process exit code 1" in (run_dir / "logs" / "rank-0.log").read_text()
     assert rec["status"] == "failed", rec
     rank = rec["ranks"][0]
     assert (rank["state"], rank["exit_code"]) == ("failed", 0), rank
@@ -84,10 +104,16 @@ def test_a_launch_whose_rank_process_raised_fails_naming_that_process(job):
     assert stat.S_IMODE(os.stat(written).st_mode) == 0o600
     pid = json.loads(written.read_text())["pid"]
     cause = rec["root_cause"]
-    assert cause["message"] == (f"trainer_2 (pid {pid}, Process-1, rank 0 › pid {pid}) raised RuntimeError: trainer_2 lost its gradient; "
-                                "rank 0 exited 0 all the same: multiprocessing does not pass a process's exception to its parent")
-    assert cause["error_type"] == "RuntimeError" and "in run" in cause["traceback"] and "rpcctl" not in cause["traceback"]
-    assert f"root cause: rank 0 (pid {rank['pid']}, exit code 0): trainer_2 (pid {pid}" in outputs[RAISES][1], outputs[RAISES][1]
+    assert cause["message"] == (
+        f"trainer_2 (pid {pid}, Process-1, rank 0 › pid {pid}) raised RuntimeError: trainer_2 lost its gradient; "
+        "rank 0 exited 0 all the same: multiprocessing does not pass a process's exception to its parent"
+    )
+    assert (
+        cause["error_type"] == "RuntimeError" and "in run" in cause["traceback"] and "rpcctl" not in cause["traceback"]
+    )
+    assert f"root cause: rank 0 (pid {rank['pid']}, exit code 0): trainer_2 (pid {pid}" in outputs[RAISES][1], outputs[
+        RAISES
+    ][1]
     shown = json.loads(rpcctl("inspect", "workers", str(run_dir), "--json").stdout)
     child = next(w for w in shown if w["pid"] == pid)
     assert (child["name"], child["state"], child["exit_code"]) == ("trainer_2", "failed", 1), child
@@ -120,6 +146,9 @@ def test_a_launch_left_in_rpc_shutdown_names_the_worker_it_waits_for(job, rank):
     cause = record(runs[rank])["root_cause"]
     name = "ps" if rank == 0 else "trainer_1"
     assert cause["reason"] == "hang", cause
-    assert re.search(rf"{name} \(pid \d+\) waits in rpc.shutdown for trainer_2, which ended without calling it "
-                     rf"\(run {runs[RAISES].name}, exit code 1\)", cause["message"]), cause["message"]
+    assert re.search(
+        rf"{name} \(pid \d+\) waits in rpc.shutdown for trainer_2, which ended without calling it "
+        rf"\(run {runs[RAISES].name}, exit code 1\)",
+        cause["message"],
+    ), cause["message"]
     assert "waits in rpc.shutdown for trainer_2" in (runs[rank] / "hang" / "diagnosis.txt").read_text()

@@ -25,13 +25,23 @@ def _in_rank(name: str) -> bool:
 
 
 def launcher_imports_of_rank(graph: dict[str, set[str]]) -> list[str]:
-    return sorted(f"{name} imports {imp}" for name, imps in graph.items() if not _in_rank(name) and name not in MAY_IMPORT_RANK
-                  for imp in imps if _in_rank(imp))
+    return sorted(
+        f"{name} imports {imp}"
+        for name, imps in graph.items()
+        if not _in_rank(name) and name not in MAY_IMPORT_RANK
+        for imp in imps
+        if _in_rank(imp)
+    )
 
 
 def rank_imports_of_launcher(graph: dict[str, set[str]]) -> list[str]:
-    return sorted(f"{name} imports {imp}" for name, imps in graph.items() if _in_rank(name)
-                  for imp in imps if not _in_rank(imp) and not any(imp == f or imp.startswith(f + ".") for f in RANK_MAY_IMPORT))
+    return sorted(
+        f"{name} imports {imp}"
+        for name, imps in graph.items()
+        if _in_rank(name)
+        for imp in imps
+        if not _in_rank(imp) and not any(imp == f or imp.startswith(f + ".") for f in RANK_MAY_IMPORT)
+    )
 
 
 def test_the_rank_package_is_where_the_rank_side_is():
@@ -48,7 +58,9 @@ def test_the_launcher_side_never_imports_the_rank_package():
 
 def test_the_rank_package_imports_nothing_of_the_launcher_side():
     offenders = rank_imports_of_launcher(import_graph())
-    assert not offenders, "the rank package may import only itself, the leaves and the shared wire code:\n" + "\n".join(offenders)
+    assert not offenders, "the rank package may import only itself, the leaves and the shared wire code:\n" + "\n".join(
+        offenders
+    )
 
 
 def test_a_planted_import_either_way_is_named():

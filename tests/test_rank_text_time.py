@@ -34,8 +34,41 @@ LINE_BOUND_S = 0.5
 # The pieces adversarial lines are made of: the rules' keywords, separators, numbers, the
 # characters of bars and meters, and runs of whitespace, each repeated up to the cap.
 KEYWORDS = ["loss", "Loss", "train_loss", "val loss", "epoch", "Epoch", "step", "iter", "batch", "global_step", "it"]
-PIECES = [" ", "\t", ":", "=", "#", "[", "]", "(", ")", "{", "}", "/", "|", "@", ".", "-", "_", ",", "'", '"',
-          "1", "0.5", "1e-3", "nan", "inf", "█", "━", "%", "a", "λ", "\u00a0", '  File "', '", line 1 in ']
+PIECES = [
+    " ",
+    "\t",
+    ":",
+    "=",
+    "#",
+    "[",
+    "]",
+    "(",
+    ")",
+    "{",
+    "}",
+    "/",
+    "|",
+    "@",
+    ".",
+    "-",
+    "_",
+    ",",
+    "'",
+    '"',
+    "1",
+    "0.5",
+    "1e-3",
+    "nan",
+    "inf",
+    "█",
+    "━",
+    "%",
+    "a",
+    "λ",
+    "\u00a0",
+    '  File "',
+    '", line 1 in ',
+]
 
 
 def _cap(line: str) -> str:
@@ -77,7 +110,12 @@ def test_the_worst_known_lines_parse_in_bounded_time(shape):
     assert _timed(WORST[shape]) < LINE_BOUND_S
 
 
-@settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=300,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(lines)
 def test_any_line_up_to_the_cap_parses_in_bounded_time(line):
     # deadline=None: hypothesis's own deadline flakes on a shared machine; the bound is ours.

@@ -33,8 +33,13 @@ HOSTILE_METRIC = "<img src=x onerror=window.__pwned=2>"
 
 def _job(tmp_path: Path, ranks: int = 3, **env: str) -> Path:
     return write_config(
-        tmp_path, name="report-job", script=str(WORKERS / "report_job.py"), nproc_per_node=ranks,
-        preload=["torch", "torch.distributed.rpc"], rpc={"init": True}, env={"STEPS": str(STEPS), **env},
+        tmp_path,
+        name="report-job",
+        script=str(WORKERS / "report_job.py"),
+        nproc_per_node=ranks,
+        preload=["torch", "torch.distributed.rpc"],
+        rpc={"init": True},
+        env={"STEPS": str(STEPS), **env},
     )
 
 
@@ -78,7 +83,9 @@ def _loss_chart_id(browser, metric: str) -> str:
         "var metric = arguments[0]; var c = Array.from(document.querySelectorAll('.chart')).find(function (e) {"
         " return e._fullData && e._fullData.length && e._fullData[0].meta && e._fullData[0].meta.metric === metric; });"
         " return c ? c.id : null;",
-        30, f"the {metric} chart", metric,
+        30,
+        f"the {metric} chart",
+        metric,
     )
 
 
@@ -104,25 +111,37 @@ def test_report_of_a_real_run_draws_a_series_per_rank_and_the_ownership_graph(br
             assert t["last"][1] == pytest.approx((rank + 1) * 10.0 / STEPS)
         # The second metric has its own chart, one series per rank too.
         accuracy = _drawn(browser, _loss_chart_id(browser, "accuracy"))
-        assert [t["last"][1] for t in sorted(accuracy, key=lambda t: t["meta"]["rank"])] == [pytest.approx((STEPS - 1) / 10)] * 3
+        assert [t["last"][1] for t in sorted(accuracy, key=lambda t: t["meta"]["rank"])] == [
+            pytest.approx((STEPS - 1) / 10)
+        ] * 3
 
         # Log scale: the chart's own button switches the axis.
         chart = _loss_chart_id(browser, "loss")
         buttons = browser.driver.find_elements("css selector", f"#{chart} .updatemenu-button")
         assert [b.text for b in buttons] == ["linear", "log"]
         buttons[1].click()
-        browser.wait_for("return document.getElementById(arguments[0])._fullLayout.yaxis.type === 'log'", 10, "a log axis", chart)
+        browser.wait_for(
+            "return document.getElementById(arguments[0])._fullLayout.yaxis.type === 'log'", 10, "a log axis", chart
+        )
 
         # The ownership graph: rank 0's worker0, which created an RRef on each other worker, on
         # the left; the owners on the right.
         graph = _drawn(browser, "fig-rref-graph")
         sides = {t["meta"]["side"]: t["meta"]["nodes"] for t in graph if t["meta"] and "side" in t["meta"]}
         assert sides == {"holder": ["worker0"], "owner": ["worker1", "worker2"]}
-        edges = sorted((t["meta"]["edge"][0], t["meta"]["edge"][1], t["meta"]["relation"]) for t in graph if "edge" in (t["meta"] or {}))
+        edges = sorted(
+            (t["meta"]["edge"][0], t["meta"]["edge"][1], t["meta"]["relation"])
+            for t in graph
+            if "edge" in (t["meta"] or {})
+        )
         assert edges == [("worker0", "worker1", "created"), ("worker0", "worker2", "created")]
-        drawn_nodes = browser.js("return document.querySelectorAll('#fig-rref-graph .scatterlayer .trace path.point').length")
+        drawn_nodes = browser.js(
+            "return document.querySelectorAll('#fig-rref-graph .scatterlayer .trace path.point').length"
+        )
         assert drawn_nodes == 3
-        node_labels = browser.js("return Array.from(document.querySelectorAll('#fig-rref-graph .textpoint')).map(e => e.textContent)")
+        node_labels = browser.js(
+            "return Array.from(document.querySelectorAll('#fig-rref-graph .textpoint')).map(e => e.textContent)"
+        )
         assert [label.split(" ")[0][:7] for label in node_labels] == ["worker0", "worker1", "worker2"]
 
         # Text sections: the run, its ranks' exits, placement, the calls section's state.
@@ -132,16 +151,21 @@ def test_report_of_a_real_run_draws_a_series_per_rank_and_the_ownership_graph(br
         # CPU and RSS over time: a series per worker, from its probes (a Python rank with torch: > 50 MiB).
         for chart in ("fig-usage-cpu", "fig-usage-rss"):
             usage = _drawn(browser, chart)
-            assert sorted(t["name"] for t in usage) == ["worker0", "worker1", "worker2"] and all(t["n"] >= 1 for t in usage), usage
+            assert sorted(t["name"] for t in usage) == ["worker0", "worker1", "worker2"] and all(
+                t["n"] >= 1 for t in usage
+            ), usage
         assert all(t["last"][1] > 50 for t in _drawn(browser, "fig-usage-rss"))
         placement = _drawn(browser, "fig-placement")
         assert placement[0]["meta"] == {"what": "ranks"} and placement[0]["last"] == ["cpu", 3]
         # The call summary: rank 0's rpc.remote to each other worker.
         summary = browser.js(
             "var t = Array.from(document.querySelectorAll('#calls table')).find(t => t.tHead.innerText.indexOf('CALLS') >= 0);"
-            " return t ? Array.from(t.tBodies[0].rows).map(r => Array.from(r.cells).map(c => c.innerText)) : null;")
+            " return t ? Array.from(t.tBodies[0].rows).map(r => Array.from(r.cells).map(c => c.innerText)) : null;"
+        )
         assert sorted((row[0], row[1], row[3], row[4]) for row in summary) == [
-            ("worker0", "worker1", "remote", "1"), ("worker0", "worker2", "remote", "1")]
+            ("worker0", "worker1", "remote", "1"),
+            ("worker0", "worker2", "remote", "1"),
+        ]
 
         # Self-contained: nothing was fetched to draw it.
         assert browser.js("return performance.getEntriesByType('resource').length") == 0
@@ -166,7 +190,10 @@ def test_text_from_ranks_is_shown_as_text_never_run(browser, tmp_path, runs_dir)
         title = browser.js("return document.querySelector('#' + arguments[0] + ' .gtitle').textContent", chart)
         assert title == HOSTILE_METRIC
         assert browser.js("return document.querySelectorAll('img, main script').length") == 0
-        assert browser.js("return document.querySelector('#fig-timeline .annotation-text').textContent") == "root cause: rank 1"
+        assert (
+            browser.js("return document.querySelector('#fig-timeline .annotation-text').textContent")
+            == "root cause: rank 1"
+        )
     finally:
         browser.screenshot(tmp_path / "page.png")
 
@@ -181,9 +208,16 @@ def test_a_hung_run_shows_the_watchdogs_diagnosis(browser, tmp_path, runs_dir):
     try:
         diagnosis = browser.js("return document.querySelector('#timeline pre.hang-diagnosis').innerText")
         assert diagnosis.rstrip("\n") == (run_dir / "hang" / "diagnosis.txt").read_text().rstrip("\n")
-        assert diagnosis.startswith("rank 0 (worker0, pid ") and "worker1 is running sleep_long for worker0" in diagnosis
-        assert browser.js("return document.querySelector('.root-cause').innerText").startswith("found by the launcher (hang): hang: rank 0")
-        assert browser.js("return document.querySelector('#fig-timeline .annotation-text').textContent") == "root cause: hang"
+        assert (
+            diagnosis.startswith("rank 0 (worker0, pid ") and "worker1 is running sleep_long for worker0" in diagnosis
+        )
+        assert browser.js("return document.querySelector('.root-cause').innerText").startswith(
+            "found by the launcher (hang): hang: rank 0"
+        )
+        assert (
+            browser.js("return document.querySelector('#fig-timeline .annotation-text').textContent")
+            == "root cause: hang"
+        )
     finally:
         browser.screenshot(tmp_path / "page.png")
 
@@ -191,8 +225,14 @@ def test_a_hung_run_shows_the_watchdogs_diagnosis(browser, tmp_path, runs_dir):
 @pytest.mark.browser
 def test_a_restarted_run_shows_every_attempt_on_the_timeline(browser, tmp_path, runs_dir):
     config = write_config(
-        tmp_path, name="restarted", script=str(WORKERS / "report_job.py"), nproc_per_node=2, max_restarts=1,
-        preload=["torch", "torch.distributed.rpc"], rpc={"init": True}, env={"STEPS": "2", "FAIL_ONCE": "1"},
+        tmp_path,
+        name="restarted",
+        script=str(WORKERS / "report_job.py"),
+        nproc_per_node=2,
+        max_restarts=1,
+        preload=["torch", "torch.distributed.rpc"],
+        rpc={"init": True},
+        env={"STEPS": "2", "FAIL_ONCE": "1"},
     )
     result = rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir), timeout=150)
     assert result.returncode == 0, result.stderr
@@ -204,12 +244,22 @@ def test_a_restarted_run_shows_every_attempt_on_the_timeline(browser, tmp_path, 
     _report(str(run_dir), out)
     _open_report(browser, out)
     try:
-        bars = browser.js("return document.getElementById('fig-timeline')._fullData.flatMap(t => t.y.map((y, i) => [y, t.customdata[i], t.marker.color]));")
+        bars = browser.js(
+            "return document.getElementById('fig-timeline')._fullData.flatMap(t => t.y.map((y, i) => [y, t.customdata[i], t.marker.color]));"
+        )
         drawn = sorted((y, r) for y, r, _ in bars)
-        assert drawn == [("rank 0: exit code 0", 0), ("rank 0: exit code 0", 1), ("rank 1: exit code 0", 0), ("rank 1: exit code 0", 1)], bars
+        assert drawn == [
+            ("rank 0: exit code 0", 0),
+            ("rank 0: exit code 0", 1),
+            ("rank 1: exit code 0", 0),
+            ("rank 1: exit code 0", 1),
+        ], bars
         failed_first = [c for y, r, c in bars if (y, r) == ("rank 1: exit code 0", 0)]
-        assert failed_first == ["#d62728"]  # the failed attempt in the failure colour (its row says how the latest ended)
-        events = browser.js("return Array.from(document.querySelectorAll('#timeline ol.events li')).map(e => e.innerText)")
+        # the failed attempt in the failure colour (its row says how the latest ended)
+        assert failed_first == ["#d62728"]
+        events = browser.js(
+            "return Array.from(document.querySelectorAll('#timeline ol.events li')).map(e => e.innerText)"
+        )
         assert any("rank 1 failed (exit code 1)" in e for e in events) and not any("None" in e for e in events), events
         assert any("rank 1 started (restart 1, pid " in e for e in events), events
         assert any("rank 1 succeeded (restart 1, exit code 0)" in e for e in events), events
@@ -224,9 +274,27 @@ def _bench_document(path: Path) -> Path:
 
     def row(suite, transport, op, p50, payload=None, in_flight=1, gbps=None, rate=None, repeats=(0.9, 1.0, 1.1)):
         estimates = [rate * f for f in repeats] if rate else [p50 * f for f in repeats]
-        return BenchResult(suite=suite, transport=transport, op=op, payload_bytes=payload, in_flight=in_flight, world_size=2, n=100,
-                           repeats=3, p50_us=p50, p90_us=p50 * 1.2, p99_us=p50 * 1.5, min_us=p50 * 0.8, max_us=p50 * 2, mean_us=p50,
-                           gbps=gbps, calls_per_s=rate, spread=0.2, noisy=False, repeat_estimates=estimates)
+        return BenchResult(
+            suite=suite,
+            transport=transport,
+            op=op,
+            payload_bytes=payload,
+            in_flight=in_flight,
+            world_size=2,
+            n=100,
+            repeats=3,
+            p50_us=p50,
+            p90_us=p50 * 1.2,
+            p99_us=p50 * 1.5,
+            min_us=p50 * 0.8,
+            max_us=p50 * 2,
+            mean_us=p50,
+            gbps=gbps,
+            calls_per_s=rate,
+            spread=0.2,
+            noisy=False,
+            repeat_estimates=estimates,
+        )
 
     rows = []
     for transport, factor in (("rpc", 1.0), ("tcp", 0.5)):
@@ -254,7 +322,9 @@ def test_bench_result_renders_latency_bandwidth_on_log_axes_and_throughput(brows
         payload = [t for t in _drawn(browser, "fig-bench-payload") if not t["meta"].get("band")]
         assert {t["meta"]["transport"]: t["last"][0] for t in payload} == {"rpc": 64 << 20, "tcp": 64 << 20}
         assert all(t["n"] == 3 and t["drawn"] for t in payload)
-        axes = browser.js("var l = document.getElementById('fig-bench-payload')._fullLayout; return [l.xaxis.type, l.yaxis.type]")
+        axes = browser.js(
+            "var l = document.getElementById('fig-bench-payload')._fullLayout; return [l.xaxis.type, l.yaxis.type]"
+        )
         assert axes == ["log", "log"]
         bands = [t for t in _drawn(browser, "fig-bench-payload") if t["meta"].get("band")]
         assert len(bands) == 2  # a noise band behind each line
@@ -270,8 +340,13 @@ def test_bench_result_renders_latency_bandwidth_on_log_axes_and_throughput(brows
 
 
 def _start_web(*args: str) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "rpcctl", "web", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rpcctl", "web", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     return proc, _read_url(proc)
 
 
@@ -315,15 +390,29 @@ def _port_closed(port: int) -> bool:
 def _last_loss_of_rank0(browser, chart: str):
     return browser.js(
         "var gd = document.getElementById(arguments[0]); var t = (gd._fullData || []).find(d => d.meta && d.meta.rank === 0);"
-        " return t ? t.y[t.y.length - 1] : null;", chart)
+        " return t ? t.y[t.y.length - 1] : null;",
+        chart,
+    )
 
 
 @pytest.mark.browser
 def test_live_page_follows_a_running_job_without_a_reload(browser, tmp_path, runs_dir):
     gate = tmp_path / "gate"
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "rpcctl", "launch", str(_job(tmp_path, 2, GATE=str(gate))), "--no-live", "--runs-dir", str(runs_dir)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "rpcctl",
+            "launch",
+            str(_job(tmp_path, 2, GATE=str(gate))),
+            "--no-live",
+            "--runs-dir",
+            str(runs_dir),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     web = None
     try:
@@ -333,14 +422,25 @@ def test_live_page_follows_a_running_job_without_a_reload(browser, tmp_path, run
         browser.wait_for("return window.rpcctlView && window.rpcctlView.live", 60, "the live page")
         chart = _loss_chart_id(browser, "loss")
         # Rank 0 has reported its STEPS losses and waits at the gate.
-        browser.wait_for("var gd = document.getElementById(arguments[0]); var t = gd._fullData.find(d => d.meta.rank === 0);"
-                         " return t && t.y.length === arguments[1];", 60, "rank 0's first losses", chart, STEPS)
+        browser.wait_for(
+            "var gd = document.getElementById(arguments[0]); var t = gd._fullData.find(d => d.meta.rank === 0);"
+            " return t && t.y.length === arguments[1];",
+            60,
+            "rank 0's first losses",
+            chart,
+            STEPS,
+        )
         browser.js("window.__sameDocument = true")
         draws = browser.js("return window.rpcctlView.draws")
         gate.write_text("go")
         started = time.monotonic()
-        browser.wait_for("var gd = document.getElementById(arguments[0]); var t = gd._fullData.find(d => d.meta.rank === 0);"
-                         " return t && t.y[t.y.length - 1] === 0.125;", 15, "the new loss point", chart)
+        browser.wait_for(
+            "var gd = document.getElementById(arguments[0]); var t = gd._fullData.find(d => d.meta.rank === 0);"
+            " return t && t.y[t.y.length - 1] === 0.125;",
+            15,
+            "the new loss point",
+            chart,
+        )
         took = time.monotonic() - started
         assert browser.js("return window.__sameDocument") is True  # drawn in place, not reloaded
         assert browser.js("return window.rpcctlView.draws") > draws
@@ -364,16 +464,32 @@ def test_live_page_follows_a_running_job_without_a_reload(browser, tmp_path, run
 def test_launch_web_serves_the_job_and_stops_with_it(browser, tmp_path, runs_dir):
     gate = tmp_path / "gate"
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "rpcctl", "launch", str(_job(tmp_path, 2, GATE=str(gate))), "--no-live", "--web", "--runs-dir", str(runs_dir)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "rpcctl",
+            "launch",
+            str(_job(tmp_path, 2, GATE=str(gate))),
+            "--no-live",
+            "--web",
+            "--runs-dir",
+            str(runs_dir),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         url = _read_url(launcher)
         port = int(re.search(r":(\d+)/", url).group(1))
         browser.open(url)
         browser.wait_for("return window.rpcctlView && window.rpcctlView.live", 60, "the live page")
-        browser.wait_for("return (document.getElementById('workers').innerText.match(/running/g) || []).length === 2", 60,
-                         "both ranks running in the workers table")
+        browser.wait_for(
+            "return (document.getElementById('workers').innerText.match(/running/g) || []).length === 2",
+            60,
+            "both ranks running in the workers table",
+        )
         assert browser.js("return window.rpcctlView.status") == "running"
         browser.screenshot(tmp_path / "page.png")
         gate.write_text("go")
@@ -451,7 +567,9 @@ def test_a_missing_run_or_a_bad_bench_file_is_one_message_and_exit_2(tmp_path, r
     bad = tmp_path / "bench.json"
     bad.write_text('{"rows": []}')
     wrong = rpcctl("report", str(bad), "-o", str(tmp_path / "r.html"))
-    assert wrong.returncode == 2 and "not a bench document" in wrong.stderr and len(wrong.stderr.strip().splitlines()) == 1
+    assert (
+        wrong.returncode == 2 and "not a bench document" in wrong.stderr and len(wrong.stderr.strip().splitlines()) == 1
+    )
     web = rpcctl("web", "no-such-run", "--runs-dir", str(runs_dir))
     assert web.returncode == 2 and web.stderr.startswith("error: ")
 
@@ -464,4 +582,7 @@ def test_without_plotly_the_message_names_the_install_command(tmp_path, runs_dir
     env = {**__import__("os").environ, "PYTHONPATH": str(shadow.parent)}
     result = rpcctl("report", "-o", str(tmp_path / "r.html"), "--runs-dir", str(runs_dir), env=env)
     assert result.returncode == 2
-    assert result.stderr.strip() == "error: the HTML report needs plotly, which is not installed: pip install 'rpcctl[report]'"
+    assert (
+        result.stderr.strip()
+        == "error: the HTML report needs plotly, which is not installed: pip install 'rpcctl[report]'"
+    )

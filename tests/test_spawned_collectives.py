@@ -30,8 +30,16 @@ def twice_run(tmp_path_factory):
     """collectives_job.py slow (rank 1 late into each of the 5 all_reduce), mp.spawned twice: two
     worlds of dist ranks 0, 1, 2."""
     tmp_path = tmp_path_factory.mktemp("spawned-coll")
-    result, run_dir, _ = launch_job(tmp_path, tmp_path / "runs", name="spawned-coll", script=JOB, args=["slow", "2"],
-                                    nproc_per_node=1, timeout=90, preload=["torch"])
+    result, run_dir, _ = launch_job(
+        tmp_path,
+        tmp_path / "runs",
+        name="spawned-coll",
+        script=JOB,
+        args=["slow", "2"],
+        nproc_per_node=1,
+        timeout=90,
+        preload=["torch"],
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     return run_dir
 
@@ -47,7 +55,9 @@ def test_each_spawned_worker_is_counted_exactly_under_its_dist_rank_and_each_rou
     counts = {(s["pg"], s["op"]): (s["count"], s["ranks"], s["bytes"]) for s in report["summary"]}
     for default in defaults:
         world = default[: -len("0")]
-        pair = next(pg for pg, _ in ranks if pg.startswith(world) and pg != default and (world or not pg.startswith("w")))
+        pair = next(
+            pg for pg, _ in ranks if pg.startswith(world) and pg != default and (world or not pg.startswith("w"))
+        )
         assert counts[(default, "all_reduce")] == (15, [0, 1, 2], 15 * 4096), counts  # 5 per rank, not 15 on rank 0
         assert counts[(default, "broadcast")] == (9, [0, 1, 2], 9 * 4096)
         assert counts[(default, "barrier")][:2] == (3, [0, 1, 2])
@@ -61,7 +71,8 @@ def test_the_spawned_straggler_is_its_dist_rank_and_flagged_on_its_own_process(t
     slow = {s.pg: s for s in inspect.collectives(twice_run).stragglers}
     assert sorted(slow) == ["0", "w1:0"] and all(s.rank == 1 and s.compared == 9 for s in slow.values()), slow
     flagged = [w for w in inspect.workers(twice_run) if w.straggler]
-    assert [w.kind for w in flagged] == ["child", "child"], flagged  # one worker a round, not the rank that spawned them
+    # one worker a round, not the rank that spawned them
+    assert [w.kind for w in flagged] == ["child", "child"], flagged
     assert all(w.straggler.startswith("rank 1: last into ") for w in flagged), flagged
     assert len({w.pid for w in flagged}) == 2, flagged
 
@@ -74,7 +85,8 @@ def test_inspect_workers_gives_each_spawned_worker_its_dist_rank_and_world(twice
     workers = json.loads(shown.stdout)
     children = sorted((w["pg_world"], w["dist_rank"]) for w in workers if w["kind"] == "child")
     assert children == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)], workers
-    assert [(w["rank"], w["dist_rank"]) for w in workers if w["kind"] == "rank"] == [(0, None)]  # it spawned them, in no group itself
+    # it spawned them, in no group itself
+    assert [(w["rank"], w["dist_rank"]) for w in workers if w["kind"] == "rank"] == [(0, None)]
     table = rpcctl("inspect", "workers", str(twice_run)).stdout
     assert "(child of rank 0, dist rank 1)" in table and "(child of rank 0, dist rank 1 of world w1)" in table, table
 
@@ -97,13 +109,25 @@ def test_the_trace_links_each_round_s_collectives_across_its_spawned_workers(twi
 
 
 def test_a_spawned_worker_that_has_not_entered_a_collective_is_named_with_its_stack(tmp_path, runs_dir):
-    result, run_dir, rec = launch_job(tmp_path, runs_dir, name="spawned-stall", script=JOB, args=["stall"], nproc_per_node=1,
-                                      timeout=40, hang_timeout=6, preload=["torch"])  # the job ends before rpcctl()'s 60 s: a missed verdict shows its output
+    result, run_dir, rec = launch_job(
+        tmp_path,
+        runs_dir,
+        name="spawned-stall",
+        script=JOB,
+        args=["stall"],
+        nproc_per_node=1,
+        # the job ends before rpcctl()'s 60 s: a missed verdict shows its output
+        timeout=40,
+        hang_timeout=6,
+        preload=["torch"],
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     assert rec["root_cause"]["reason"] == "hang"
     message = rec["root_cause"]["message"]
     assert "ranks 0, 1 wait in all_reduce #4 (pg 0, 4.0 KiB float32)" in message, message
-    found = re.search(r"rank 2 \(pid (\d+), spawned by rank 0\) has not entered it \(last entered #3\): it is at ", message)
+    found = re.search(
+        r"rank 2 \(pid (\d+), spawned by rank 0\) has not entered it \(last entered #3\): it is at ", message
+    )
     assert found, message
     assert "collectives_job.py:" in message and "in load_batch (`time.sleep(600)`)" in message, message
     children = Counter(w.kind for w in inspect.workers(run_dir))

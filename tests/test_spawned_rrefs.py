@@ -36,16 +36,29 @@ pytestmark = pytest.mark.timeout(300)
 WORKERS = Path(__file__).resolve().parent / "workers"
 ROUNDS = 4  # the report's pictures are checked at this scale too (issue 40, item 5)
 SPAWNED = 3  # workers per round
-PER_ROUND = Counter({("w1", "Net"): 1, ("w1", "Parameter"): 2, ("w1", "_ScriptLocalOptimizerInterface"): 1,
-                     ("w1", "Tensor"): 1, ("w0", "ScriptModule"): 1})
+PER_ROUND = Counter(
+    {
+        ("w1", "Net"): 1,
+        ("w1", "Parameter"): 2,
+        ("w1", "_ScriptLocalOptimizerInterface"): 1,
+        ("w1", "Tensor"): 1,
+        ("w0", "ScriptModule"): 1,
+    }
+)
 
 
 @pytest.fixture(scope="module")
 def spawned_run(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("spawned")
     runs_dir = tmp_path / "runs"
-    config = write_config(tmp_path, script=str(WORKERS / "spawned_rrefs.py"), nproc_per_node=1, preload=["torch"],
-                          env={"HOLD_S": "3", "ROUNDS": str(ROUNDS)}, hang_timeout=0)
+    config = write_config(
+        tmp_path,
+        script=str(WORKERS / "spawned_rrefs.py"),
+        nproc_per_node=1,
+        preload=["torch"],
+        env={"HOLD_S": "3", "ROUNDS": str(ROUNDS)},
+        hang_timeout=0,
+    )
     result = rpcctl("launch", str(config), "--runs-dir", str(runs_dir), "--no-live", timeout=280)
     run_dir = only_run(runs_dir)
     assert_no_process_left(run_dir)
@@ -69,13 +82,15 @@ def test_each_round_is_a_world_of_its_own_and_every_rref_is_listed_once_on_its_o
     early = [r for r in records if (r.owner, r.type) == ("w0", "Parameter")]
     assert all(r.state == RRefState.DELETED and r.ending is None for r in early), early
     assert len({(r.world, r.rref_id) for r in records}) == len(records)
-    assert not [r for r in records if r.kind == "remote" and r.call_site is None and r.callee is None]  # no impossible rows
+    # no impossible rows
+    assert not [r for r in records if r.kind == "remote" and r.call_site is None and r.callee is None]
     # The optimizer w0 handed itself is listed, alive to the end of its round; w0's own
     # parameters' RRefs lived only through DistributedOptimizer's constructor.
     own_optimizer = [r for r in records if (r.owner, r.type) == ("w0", "ScriptModule")]
     assert len(own_optimizer) == ROUNDS and all(r.ending is not None for r in own_optimizer), own_optimizer
     for world in range(ROUNDS):
-        assert owners[(world, "w1")].short_lived == 0, owners[(world, "w1")]  # its RRef(value)s were handed out: they lived
+        # its RRef(value)s were handed out: they lived
+        assert owners[(world, "w1")].short_lived == 0, owners[(world, "w1")]
 
 
 def test_a_fork_used_to_the_end_keeps_its_rref_from_being_held_unused(spawned_run):
@@ -110,12 +125,15 @@ def test_the_trace_draws_each_rref_on_its_owners_process_and_each_spawned_proces
     events = json.loads(out.read_text())["traceEvents"]
     names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
     spans = [e for e in events if e.get("cat") == "rref"]
-    early = Counter(r.world for r in inspect.rrefs(run_dir) if (r.owner, r.type) == ("w0", "Parameter"))  # see the docstring
+    # see the docstring
+    early = Counter(r.world for r in inspect.rrefs(run_dir) if (r.owner, r.type) == ("w0", "Parameter"))
     assert len(spans) == sum(PER_ROUND.values()) * ROUNDS + sum(early.values())
     for span in spans:
         assert "started by rank 0" in names[span["pid"]], names[span["pid"]]  # a spawned worker, not the rank
     owners_by_world = Counter((names[s["pid"]].split(" ")[0], s["args"]["world"]) for s in spans)
-    assert owners_by_world == Counter({("w1", w): 5 for w in range(ROUNDS)} | {("w0", w): 1 + early[w] for w in range(ROUNDS)})
+    assert owners_by_world == Counter(
+        {("w1", w): 5 for w in range(ROUNDS)} | {("w0", w): 1 + early[w] for w in range(ROUNDS)}
+    )
     spawned = {pid for pid, name in names.items() if "started by rank 0" in name}
     assert len(spawned) == 3 * ROUNDS
     lifetimes = {e["pid"] for e in events if e.get("cat") == "process"}
@@ -149,25 +167,36 @@ def test_four_rounds_of_spawned_workers_draw_readable_pictures_and_a_row_per_pro
     try:
         _no_label_overlaps(browser, "fig-rref-graph", "fig-rref-time", "fig-timeline", "fig-placement")
         # The graph: one panel per round (world), w0 → w1 in each, every owner of every world drawn.
-        graph = browser.js("var gd = document.getElementById('fig-rref-graph'); return [gd._fullLayout.meta, gd._fullData.map(t => t.meta)];")
+        graph = browser.js(
+            "var gd = document.getElementById('fig-rref-graph'); return [gd._fullLayout.meta, gd._fullData.map(t => t.meta)];"
+        )
         assert graph[0]["worlds"] == list(range(ROUNDS)) and graph[0]["folded"] is None, graph[0]
         edges = sorted((m["world"], *m["edge"], m["relation"]) for m in graph[1] if "edge" in m)
         assert edges == [(w, "w0", "w1", "created") for w in range(ROUNDS)], edges
         owners = next(m for m in graph[1] if m.get("side") == "owner")["nodes"]
         truth = sorted((o.world, o.owner) for o in inspect.rref_owners(spawned_run))
-        assert len(owners) == len(truth) == 2 * ROUNDS and sorted(owners) == sorted(o for _, o in truth), (owners, truth)
+        assert len(owners) == len(truth) == 2 * ROUNDS and sorted(owners) == sorted(o for _, o in truth), (
+            owners,
+            truth,
+        )
         # The timeline: the rank, then each world's three workers, each a row with its bar.
         drawn = browser.js(_ROWS)
-        expected = ["rank 0: exit code 0"] + [f"└ w{i} · world {w}: exit code 0" for w in range(ROUNDS) for i in range(SPAWNED)]
+        expected = ["rank 0: exit code 0"] + [
+            f"└ w{i} · world {w}: exit code 0" for w in range(ROUNDS) for i in range(SPAWNED)
+        ]
         assert drawn["rows"] == expected, drawn["rows"]
         assert sorted(drawn["ticks"]) == sorted(expected)
-        assert all(len(drawn["bars"][row]) == 1 and drawn["bars"][row][0]["state"] == "succeeded" for row in expected), drawn["bars"]
+        assert all(
+            len(drawn["bars"][row]) == 1 and drawn["bars"][row][0]["state"] == "succeeded" for row in expected
+        ), drawn["bars"]
         assert drawn["drawn"] == len(expected)
         # Each worker's bar lies within its rank's life, where the store has its life.
         rank_bar = drawn["bars"]["rank 0: exit code 0"][0]
         for row in expected[1:]:
             bar = drawn["bars"][row][0]
-            assert rank_bar["base"] <= bar["base"] and bar["base"] + bar["x"] <= rank_bar["base"] + rank_bar["x"] + 0.01, (row, bar)
+            assert (
+                rank_bar["base"] <= bar["base"] and bar["base"] + bar["x"] <= rank_bar["base"] + rank_bar["x"] + 0.01
+            ), (row, bar)
         assert drawn["title"] == "Processes over time: 1 rank, 12 spawned (restarts: 0)"
         # Placement: RANKS names rank 0 (not a "0" that reads as none), WORKERS the names as runs.
         head, rows = _placement_ranks(browser)

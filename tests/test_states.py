@@ -21,8 +21,17 @@ PACKAGE = Path(__file__).resolve().parent.parent / "rpcctl"
 # here too, with a decision on whether it is terminal.
 TERMINAL = {
     RunStatus: {"running": False, "succeeded": True, "failed": True, "cancelled": True, "lost": True, "damaged": False},
-    RankStatus: {"pending": False, "running": False, "succeeded": True, "failed": True, "killed": True, "lost": True,
-                 "orphaned": False, "stopped": False, "exited": True},
+    RankStatus: {
+        "pending": False,
+        "running": False,
+        "succeeded": True,
+        "failed": True,
+        "killed": True,
+        "lost": True,
+        "orphaned": False,
+        "stopped": False,
+        "exited": True,
+    },
     RRefState: {"pending": False, "live": False, "deleted": True},
     RRefEnding: {"at shutdown": True, "at exit": True, "held unused": True, "leaked": True},
     CallState: {"pending": False, "ok": True, "error": True, "timeout": True, "unfinished": True},
@@ -68,7 +77,9 @@ def test_an_rref_ending_reads_either_spelling():
 
 
 def _is_state(node: ast.AST) -> bool:
-    return (isinstance(node, ast.Attribute) and node.attr in STATE_NAMES) or (isinstance(node, ast.Name) and node.id in STATE_NAMES)
+    return (isinstance(node, ast.Attribute) and node.attr in STATE_NAMES) or (
+        isinstance(node, ast.Name) and node.id in STATE_NAMES
+    )
 
 
 def _words(node: ast.AST) -> list[str]:
@@ -115,8 +126,10 @@ def test_a_real_runs_states_are_members_and_its_views_agree(tmp_path, runs_dir):
     failed, failed_dir, _ = launch_job(tmp_path, runs_dir / "a", nproc_per_node=2, args=["1=exit:3", "0=hang"])
     ok, ok_dir, _ = launch_job(tmp_path, runs_dir / "b", nproc_per_node=2, args=["0=ok", "1=ok"])
     assert (failed.returncode, ok.returncode) == (1, 0), failed.stderr + ok.stderr
-    expected = {failed_dir: (RunStatus.FAILED, [RankStatus.KILLED, RankStatus.FAILED]),
-                ok_dir: (RunStatus.SUCCEEDED, [RankStatus.SUCCEEDED, RankStatus.SUCCEEDED])}
+    expected = {
+        failed_dir: (RunStatus.FAILED, [RankStatus.KILLED, RankStatus.FAILED]),
+        ok_dir: (RunStatus.SUCCEEDED, [RankStatus.SUCCEEDED, RankStatus.SUCCEEDED]),
+    }
     for run_dir, (status, ranks) in expected.items():
         record = load_record(run_dir)
         assert type(record.status) is RunStatus and record.status is status and record.effective_status.is_terminal
@@ -127,6 +140,11 @@ def test_a_real_runs_states_are_members_and_its_views_agree(tmp_path, runs_dir):
             assert json.loads((run_dir / "run.json").read_text())["root_cause"]["reason"] == "exited"
         # `inspect workers` says what run.json (and `rpcctl runs`) says: succeeded, not "exited".
         workers = json.loads(rpcctl("inspect", "workers", str(run_dir), "--json").stdout)
-        assert [(w["rank"], w["state"]) for w in workers if w["kind"] == "rank"] == [(0, ranks[0].value), (1, ranks[1].value)]
+        assert [(w["rank"], w["state"]) for w in workers if w["kind"] == "rank"] == [
+            (0, ranks[0].value),
+            (1, ranks[1].value),
+        ]
     runs = json.loads(rpcctl("runs", "--json", "--runs-dir", str(runs_dir / "b")).stdout)
-    assert [[r["state"] for r in d["ranks"]] for d in runs] == [["succeeded", "succeeded"]] and runs[0]["status"] == "succeeded"
+    assert [[r["state"] for r in d["ranks"]] for d in runs] == [["succeeded", "succeeded"]] and runs[0][
+        "status"
+    ] == "succeeded"

@@ -28,7 +28,9 @@ def _views(run_dir, runs_dir):
 
 
 def _launcher_and_server(launcher):
-    server = next(p for p in psutil.Process(launcher.pid).children() if "rpcctl.processes.rank_server" in " ".join(p.cmdline()))
+    server = next(
+        p for p in psutil.Process(launcher.pid).children() if "rpcctl.processes.rank_server" in " ".join(p.cmdline())
+    )
     return launcher.pid, server
 
 
@@ -37,7 +39,14 @@ def test_kill_9_of_the_launcher_one_story_and_stop_tidies(tmp_path, runs_dir):
     ranks = [r["pid"] for r in record(run_dir)["ranks"]]
     launcher_pid, server = _launcher_and_server(launcher)
     assert record(run_dir)["launcher_pid"] == launcher_pid
-    wait_until(lambda: all(w["cpu_percent"] is not None for w in json.loads(rpcctl("inspect", "workers", str(run_dir), "--json").stdout)), 30, "a probe of every rank")
+    wait_until(
+        lambda: all(
+            w["cpu_percent"] is not None
+            for w in json.loads(rpcctl("inspect", "workers", str(run_dir), "--json").stdout)
+        ),
+        30,
+        "a probe of every rank",
+    )
     launcher.send_signal(signal.SIGKILL)
     launcher.communicate(timeout=30)
     # The rank server sees its socket close and kills the ranks: nothing is orphaned.
@@ -55,7 +64,10 @@ def test_kill_9_of_the_launcher_one_story_and_stop_tidies(tmp_path, runs_dir):
 
     stop = rpcctl("stop", str(run_dir), timeout=30)
     assert stop.returncode == 0, stop.stderr
-    assert f"was lost: its launcher (pid {launcher_pid}) is gone; nothing was left to kill; record closed (status lost)" in stop.stderr
+    assert (
+        f"was lost: its launcher (pid {launcher_pid}) is gone; nothing was left to kill; record closed (status lost)"
+        in stop.stderr
+    )
     rec = record(run_dir)
     assert rec["status"] == "lost" and rec["ended_at"], rec
     assert {r["state"] for r in rec["ranks"]} == {"lost"}
@@ -75,7 +87,9 @@ def test_orphans_of_a_lost_run_are_named_everywhere_and_stop_kills_them(tmp_path
     `stop` kills exactly them."""
     launcher, run_dir = launch_until_running(tmp_path, runs_dir, nproc_per_node=2, args=["0=survive", "1=child"])
     wait_until(lambda: (run_dir / "grandchild-1.pid").exists(), 30, "rank 1's grandchild", run_dir / "logs")
-    wait_until(lambda: "will survive" in (run_dir / "logs" / "rank-0.log").read_text(), 30, "rank 0 to undo its death signal")
+    wait_until(
+        lambda: "will survive" in (run_dir / "logs" / "rank-0.log").read_text(), 30, "rank 0 to undo its death signal"
+    )
     grandchild = int((run_dir / "grandchild-1.pid").read_text())
     ranks = [r["pid"] for r in record(run_dir)["ranks"]]
     launcher_pid, server = _launcher_and_server(launcher)
@@ -100,7 +114,10 @@ def test_orphans_of_a_lost_run_are_named_everywhere_and_stop_kills_them(tmp_path
         wait_until(lambda: pids_gone([ranks[0], grandchild]), 10, "the orphans to be gone")
         rec = record(run_dir)
         assert rec["status"] == "lost" and "killed 2 orphaned processes" in rec["root_cause"]["message"], rec
-        assert [w["state"] for w in json.loads(rpcctl("inspect", "workers", str(run_dir), "--json").stdout)] == ["lost", "lost"]
+        assert [w["state"] for w in json.loads(rpcctl("inspect", "workers", str(run_dir), "--json").stdout)] == [
+            "lost",
+            "lost",
+        ]
     finally:
         assert_no_process_left(run_dir)
 
@@ -137,7 +154,14 @@ def test_a_stopped_rank_is_shown_stopped_and_stack_says_how_to_resume_it(tmp_pat
     launcher, run_dir = launch_until_running(tmp_path, runs_dir, nproc_per_node=2, args=["0=nap", "1=hang"])
     rank1 = record(run_dir)["ranks"][1]["pid"]
     try:
-        wait_until(lambda: all(w["cpu_percent"] is not None for w in json.loads(rpcctl("inspect", "workers", str(run_dir), "--json").stdout)), 30, "a probe of every rank")
+        wait_until(
+            lambda: all(
+                w["cpu_percent"] is not None
+                for w in json.loads(rpcctl("inspect", "workers", str(run_dir), "--json").stdout)
+            ),
+            30,
+            "a probe of every rank",
+        )
         os.kill(rank1, signal.SIGSTOP)
         wait_until(lambda: psutil.Process(rank1).status() == psutil.STATUS_STOPPED, 10, "rank 1 stopped")
         workers = json.loads(rpcctl("inspect", "workers", str(run_dir), "--json").stdout)
@@ -152,7 +176,14 @@ def test_a_stopped_rank_is_shown_stopped_and_stack_says_how_to_resume_it(tmp_pat
         assert time.monotonic() - started < 5 + 3, "no wait on a rank that cannot answer"
         assert "deep_in_named_function" in stack.stdout  # rank 0 was still dumped
         os.kill(rank1, signal.SIGCONT)
-        wait_until(lambda: [w["state"] for w in json.loads(rpcctl("inspect", "workers", str(run_dir), "--json").stdout)] == ["running", "running"], 10, "rank 1 running again")
+        wait_until(
+            lambda: (
+                [w["state"] for w in json.loads(rpcctl("inspect", "workers", str(run_dir), "--json").stdout)]
+                == ["running", "running"]
+            ),
+            10,
+            "rank 1 running again",
+        )
         stack = rpcctl("stack", str(run_dir), "--rank", "1", timeout=30)
         assert stack.returncode == 0 and "in hang" in stack.stdout, stack.stderr
     finally:

@@ -15,7 +15,7 @@ from rpcctl import inspect
 pytestmark = pytest.mark.timeout(150)
 
 SCRIPT = textwrap.dedent(
-    '''
+    """
     import os, time
 
     import torch.distributed.rpc as rpc
@@ -39,7 +39,7 @@ SCRIPT = textwrap.dedent(
         print(f"step {step} loss {1.0 / (step + 1)}", flush=True)
         step += 1
     rpc.shutdown()
-    '''
+    """
 )
 
 
@@ -75,8 +75,13 @@ def test_call_latency_is_the_mean_of_the_timed_calls_not_of_all_counted():
     from rpcctl.wire import histogram
 
     def row(callee, seconds, timed=10, counted=160):
-        return {"callee": callee, "func": "make", "count": counted, "total_s": seconds * timed,
-                "hist": json.dumps({str(histogram.bucket(seconds)): timed})}
+        return {
+            "callee": callee,
+            "func": "make",
+            "count": counted,
+            "total_s": seconds * timed,
+            "hist": json.dumps({str(histogram.bucket(seconds)): timed}),
+        }
 
     stats = [row("worker1", 0.002), row("worker2", 0.002), row("worker3", 0.05)]
     [slow] = _slow_callees(stats, {"worker1": 1, "worker2": 2, "worker3": 3})

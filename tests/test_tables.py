@@ -25,8 +25,13 @@ def runs(tmp_path_factory) -> dict:
     configs/failing.yaml."""
     runs_dir = tmp_path_factory.mktemp("runs")
     job = write_config(
-        tmp_path_factory.mktemp("job"), name="rref-job", script=str(WORKERS / "report_job.py"), nproc_per_node=3,
-        preload=["torch", "torch.distributed.rpc"], rpc={"init": True}, env={"STEPS": "6"},
+        tmp_path_factory.mktemp("job"),
+        name="rref-job",
+        script=str(WORKERS / "report_job.py"),
+        nproc_per_node=3,
+        preload=["torch", "torch.distributed.rpc"],
+        rpc={"init": True},
+        env={"STEPS": "6"},
     )
     found = {}
     for name, config, expected in (("rref-job", str(job), 0), ("failing", "configs/failing.yaml", 1)):
@@ -74,7 +79,9 @@ def test_runs_keeps_id_and_status(runs, width):
         assert "hidden to fit 80 columns:" in out and "--json shows them" in out
     else:
         assert "hidden" not in out
-        assert_rows_whole(out, ["NAME", "RANKS", "DURATION", "ROOT CAUSE"], [[r["name"], str(r["world_size"])] for r in records])
+        assert_rows_whole(
+            out, ["NAME", "RANKS", "DURATION", "ROOT CAUSE"], [[r["name"], str(r["world_size"])] for r in records]
+        )
 
 
 @pytest.mark.timeout(240)
@@ -85,7 +92,11 @@ def test_inspect_rrefs_wide_keeps_id_owner_state(runs, width):
     assert records
     for wide in ([], ["--wide"]):
         out = view(width, "inspect", "rrefs", run, *wide)
-        assert_rows_whole(out, ["RREF", "OWNER", "STATE"], [[r["rref_id"], r["owner"], SHOWN_STATE.get(r["ending"], r["state"])] for r in records])
+        assert_rows_whole(
+            out,
+            ["RREF", "OWNER", "STATE"],
+            [[r["rref_id"], r["owner"], SHOWN_STATE.get(r["ending"], r["state"])] for r in records],
+        )
     if width == 160:
         assert "CREATOR" in out and "CREATED" in out  # --wide's detail columns fit at 160
     else:
@@ -99,7 +110,9 @@ def test_inspect_workers_keeps_rank_name_state(runs, width):
     records = document("inspect", "workers", run)
     for wide in ([], ["--wide"]):
         out = view(width, "inspect", "workers", run, *wide)
-        assert_rows_whole(out, ["RANK", "NAME", "STATE", "PID"], [[str(r["rank"]), r["name"], r["state"]] for r in records])
+        assert_rows_whole(
+            out, ["RANK", "NAME", "STATE", "PID"], [[str(r["rank"]), r["name"], r["state"]] for r in records]
+        )
 
 
 @pytest.mark.timeout(60)
@@ -121,7 +134,9 @@ def test_losses_table_uses_four_significant_figures(runs):
     assert shown
     for s in shown:
         cells = [fmt_loss(s["first"]), fmt_loss(s["last"])]
-        assert any(line.split()[:1] == [str(s["rank"])] and all(c in line.split() for c in cells) for line in out.splitlines()), out
+        assert any(
+            line.split()[:1] == [str(s["rank"])] and all(c in line.split() for c in cells) for line in out.splitlines()
+        ), out
     assert "1.667" in out  # rank 0's last loss, 10 / 6
 
 
@@ -143,12 +158,24 @@ def test_launch_dry_run_keeps_ranks_and_folds_env_and_logs(tmp_path, width):
     assert "…" not in out and "hidden to fit" not in out, out
     lines = out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.split()[:3] == ["RANK", "LOCAL", "DEVICE"])
-    starts = [next(i for i, line in enumerate(lines) if line.split()[:4] == [str(r["rank"]), str(r["local_rank"]), r["device"], f"RANK={r['rank']}"])
-              for r in plan["ranks"]]
+    starts = [
+        next(
+            i
+            for i, line in enumerate(lines)
+            if line.split()[:4] == [str(r["rank"]), str(r["local_rank"]), r["device"], f"RANK={r['rank']}"]
+        )
+        for r in plan["ranks"]
+    ]
     starts.append(next(i for i, line in enumerate(lines) if i > starts[-1] and not line.strip()))
     for rank, first, end in zip(plan["ranks"], starts, starts[1:]):
         log = column_text(lines, lines[header], "LOG", first, end)  # whole, once its folds are joined
-        assert re.fullmatch(re.escape(str(runs_dir.resolve())) + r"/plan-[0-9]{8}-[0-9]{6}-[0-9a-f]+/logs/rank-" + str(rank["rank"]) + r"\.log", log), out
+        assert re.fullmatch(
+            re.escape(str(runs_dir.resolve()))
+            + r"/plan-[0-9]{8}-[0-9]{6}-[0-9a-f]+/logs/rank-"
+            + str(rank["rank"])
+            + r"\.log",
+            log,
+        ), out
     # The environment every rank shares: each name whole, values as they are (data, not markup).
     shared = {k: v for k, v in plan["ranks"][0]["env"].items() if all(r["env"].get(k) == v for r in plan["ranks"])}
     assert "RANK" not in shared and "WORLD_SIZE" in shared and "MARKUP" in shared
@@ -167,7 +194,15 @@ COLUMNS = [
     Column("size", justify="right"),
     Column("extra", priority=LOW),
 ]
-ROWS = [{"id": "job-20261203-172622-4002", "state": "succeeded", "note": "a long note " * 6, "size": 123456, "extra": "x" * 12}]
+ROWS = [
+    {
+        "id": "job-20261203-172622-4002",
+        "state": "succeeded",
+        "note": "a long note " * 6,
+        "size": 123456,
+        "extra": "x" * 12,
+    }
+]
 
 
 def rendered(width: int, records=ROWS, columns=COLUMNS, **kwargs) -> str:
@@ -235,17 +270,33 @@ def test_render_table_detail_hint_and_empty():
 # -- numbers ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value, shown", [
-    (0.0012341, "0.001234"), (12.3456, "12.35"), (1234.6, "1235"), (2.0, "2"), (0.5, "0.5"), (12345.0, "1.234e+04"),
-    (float("nan"), "nan"),
-])
+@pytest.mark.parametrize(
+    "value, shown",
+    [
+        (0.0012341, "0.001234"),
+        (12.3456, "12.35"),
+        (1234.6, "1235"),
+        (2.0, "2"),
+        (0.5, "0.5"),
+        (12345.0, "1.234e+04"),
+        (float("nan"), "nan"),
+    ],
+)
 def test_fmt_loss_four_significant_figures(value, shown):
     assert fmt_loss(value) == shown
 
 
-@pytest.mark.parametrize("value, digits, shown", [
-    (1234.0, 3, "1234"), (0.0031, 3, "0.00310"), (9.996, 3, "10.0"), (2.0, 3, "2.00"), (0.0, 3, "0.00"), (13000.0, 3, "13000"),
-])
+@pytest.mark.parametrize(
+    "value, digits, shown",
+    [
+        (1234.0, 3, "1234"),
+        (0.0031, 3, "0.00310"),
+        (9.996, 3, "10.0"),
+        (2.0, 3, "2.00"),
+        (0.0, 3, "0.00"),
+        (13000.0, 3, "13000"),
+    ],
+)
 def test_significant(value, digits, shown):
     assert significant(value, digits) == shown
 
@@ -268,7 +319,9 @@ def test_bandwidth_scale_megabytes_when_gigabytes_read_zero():
 
 def test_render_table_applies_one_scale_to_the_whole_column():
     columns = [Column("t", priority=KEY), Column("rate", "CALLS/S", rate_scale, "right")]
-    out = rendered(80, records=[{"t": "a", "rate": 2269.0}, {"t": "b", "rate": 13000.0}, {"t": "c", "rate": None}], columns=columns)
+    out = rendered(
+        80, records=[{"t": "a", "rate": 2269.0}, {"t": "b", "rate": 13000.0}, {"t": "c", "rate": None}], columns=columns
+    )
     assert "2.27 k" in out and "13.0 k" in out and "2269" not in out
 
 
@@ -278,14 +331,18 @@ def test_render_table_applies_one_scale_to_the_whole_column():
 @pytest.mark.timeout(240)
 def test_an_empty_filter_says_what_matched_nothing_and_exits_0(runs):
     run = str(runs["rref-job"])
-    for extra, said in ((["--owner", "worker9"], "no RRefs match owner=worker9"),
-                        (["--owner", "worker1", "--state", "pending"], "no RRefs match owner=worker1, state=pending"),
-                        (["--owner", "worker9", "--summary"], "no RRefs match owner=worker9")):
+    for extra, said in (
+        (["--owner", "worker9"], "no RRefs match owner=worker9"),
+        (["--owner", "worker1", "--state", "pending"], "no RRefs match owner=worker1, state=pending"),
+        (["--owner", "worker9", "--summary"], "no RRefs match owner=worker9"),
+    ):
         result = rpcctl("inspect", "rrefs", run, *extra, cwd=ROOT)
         assert result.returncode == 0 and result.stdout.strip() == said, (extra, result.stdout, result.stderr)
     # A rank the run does not have is a usage error, written as --ranks takes ranges (0-2).
     result = rpcctl("inspect", "losses", run, "--rank", "7", cwd=ROOT)
-    assert result.returncode == 2 and f"--rank 7: run {runs['rref-job'].name} has ranks 0-2" in result.stderr, result.stderr
+    assert result.returncode == 2 and f"--rank 7: run {runs['rref-job'].name} has ranks 0-2" in result.stderr, (
+        result.stderr
+    )
     result = rpcctl("logs", run, "--rank", "7", cwd=ROOT)
     assert result.returncode == 2 and "has ranks 0-2" in result.stderr, result.stderr
 

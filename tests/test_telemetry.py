@@ -48,7 +48,16 @@ def test_default_pattern_parses_common_shapes(line, loss, step, epoch, metrics):
 
 @pytest.mark.parametrize(
     "line",
-    ["hello", "val loss 0.3", "val_loss=0.3", "test loss: 1.0", "loss did not go down: 1 -> 2", "closs=3", "epoch 3 done", ""],
+    [
+        "hello",
+        "val loss 0.3",
+        "val_loss=0.3",
+        "test loss: 1.0",
+        "loss did not go down: 1 -> 2",
+        "closs=3",
+        "epoch 3 done",
+        "",
+    ],
 )
 def test_default_pattern_ignores_other_lines(line):
     assert LossParser().parse(line) is None
@@ -130,9 +139,12 @@ def test_each_rank_keeps_the_losses_of_its_most_direct_source(server):
         srv.rank_started(rank, 1000 + rank, rank, "cpu", 0)
     w0, w1 = ScriptedWorker(path, 1000, 0), ScriptedWorker(path, 1001, 1)
     w0.send({"e": "loss", "step": 2, "loss": 0.5, "metrics": {"epoch": 0.5}, "source": "transformers"})
-    w1.send({"e": "loss", "step": 2, "loss": 0.4, "metrics": {}, "source": "lightning"},
-            {"e": "loss", "step": 2, "loss": 0.3, "metrics": {}},  # the user's rpcctl.report()
-            {"e": "loss", "step": 3, "loss": 0.2, "metrics": {}, "source": "log"})  # a process cannot pass as printed lines
+    w1.send(
+        {"e": "loss", "step": 2, "loss": 0.4, "metrics": {}, "source": "lightning"},
+        {"e": "loss", "step": 2, "loss": 0.3, "metrics": {}},  # the user's rpcctl.report()
+        # a process cannot pass as printed lines
+        {"e": "loss", "step": 3, "loss": 0.2, "metrics": {}, "source": "log"},
+    )
     for rank in (0, 1, 2):
         srv.log_line(rank, f"{{'loss': '0.{rank}5', 'epoch': '0.5'}}")
     expected = [(0, 2, 0.5, "transformers"), (1, 2, 0.3, "report"), (1, 3, 0.2, "report"), (2, None, 0.25, "log")]
@@ -141,7 +153,11 @@ def test_each_rank_keeps_the_losses_of_its_most_direct_source(server):
         return sorted((r.rank, r.step, r.loss, r.source) for r in inspect.losses(srv.run_dir))
 
     try:  # every printed line stored (the counts follow them), and every event
-        wait_until(lambda: inspect.line_counts(srv.run_dir) == {0: (1, 1), 1: (1, 1), 2: (1, 1)} and got() == expected, 5, "the losses")
+        wait_until(
+            lambda: inspect.line_counts(srv.run_dir) == {0: (1, 1), 1: (1, 1), 2: (1, 1)} and got() == expected,
+            5,
+            "the losses",
+        )
     finally:
         assert got() == expected
     w0.close()
@@ -161,36 +177,98 @@ def test_store_follows_rrefs_forks_values_and_losses(server):
     w0, w1 = ScriptedWorker(path, 1000, 0), ScriptedWorker(path, 1001, 1)
     workers_map = {"0": "worker0", "1": "worker1"}
     w0.send({"e": "rpc", "name": "worker0", "rpc_rank": 0, "world_size": 2, "workers": workers_map})
-    w1.send({"e": "rpc", "name": "worker1", "rpc_rank": 1, "world_size": 2, "workers": workers_map,
-             "device_maps": {"worker0": {"cpu": "cpu"}}})
+    w1.send(
+        {
+            "e": "rpc",
+            "name": "worker1",
+            "rpc_rank": 1,
+            "world_size": 2,
+            "workers": workers_map,
+            "device_maps": {"worker0": {"cpu": "cpu"}},
+        }
+    )
     w0.send(
-        {"e": "rref", "id": "0:0", "fork": "0:1", "owner": "worker1", "owner_rank": 1, "kind": "remote", "callee": "make",
-         "site": "s.py:3 in main", "confirmed": False},
-        {"e": "rref", "id": "0:2", "fork": "", "owner": "worker0", "owner_rank": 0, "kind": "local", "site": "s.py:4 in main",
-         "confirmed": True, "value": {"type": "Tensor", "shape": [10], "dtype": "float64", "device": "cpu", "nbytes": 80}},
-        {"e": "rref", "id": "0:4", "fork": "0:5", "owner_rank": 1, "kind": "remote", "callee": "slow", "site": "s.py:5 in main",
-         "confirmed": False},
+        {
+            "e": "rref",
+            "id": "0:0",
+            "fork": "0:1",
+            "owner": "worker1",
+            "owner_rank": 1,
+            "kind": "remote",
+            "callee": "make",
+            "site": "s.py:3 in main",
+            "confirmed": False,
+        },
+        {
+            "e": "rref",
+            "id": "0:2",
+            "fork": "",
+            "owner": "worker0",
+            "owner_rank": 0,
+            "kind": "local",
+            "site": "s.py:4 in main",
+            "confirmed": True,
+            "value": {"type": "Tensor", "shape": [10], "dtype": "float64", "device": "cpu", "nbytes": 80},
+        },
+        {
+            "e": "rref",
+            "id": "0:4",
+            "fork": "0:5",
+            "owner_rank": 1,
+            "kind": "remote",
+            "callee": "slow",
+            "site": "s.py:5 in main",
+            "confirmed": False,
+        },
         {"e": "churn", "owner": "worker1", "callee": "make", "site": "s.py:9 in loop", "n": 5},
     )
     w1.send(
-        {"e": "desc", "id": "0:0", "value": {"type": "Tensor", "shape": [4, 4], "dtype": "float32", "device": "cpu", "nbytes": 64}},
+        {
+            "e": "desc",
+            "id": "0:0",
+            "value": {"type": "Tensor", "shape": [4, 4], "dtype": "float32", "device": "cpu", "nbytes": 64},
+        },
         {"e": "fork", "id": "0:2", "fork": "0:3", "owner_rank": 0, "type": "Tensor"},
         {"e": "probe", "cpu_percent": 12.5, "rss_bytes": 1 << 20, "threads": 3, "device": "cpu"},
         {"e": "loss", "step": 1, "loss": 0.5, "epoch": None, "metrics": {"acc": 0.9}},
     )
-    records = _wait_rrefs(run_dir, lambda rs: len(rs) == 3 and rs[0].type == "Tensor" and len(rs[1].holders) == 2, "three RRefs")
+    records = _wait_rrefs(
+        run_dir, lambda rs: len(rs) == 3 and rs[0].type == "Tensor" and len(rs[1].holders) == 2, "three RRefs"
+    )
     by_id = {r.rref_id: r for r in records}
     made, local, slow = by_id["0:0"], by_id["0:2"], by_id["0:4"]
     assert (made.owner, made.owner_rank, made.creator, made.type, made.shape, made.nbytes, made.state) == (
-        "worker1", 1, "worker0", "Tensor", [4, 4], 64, "pending")
-    assert (local.kind, local.owner, local.holders, local.forks, local.state, local.nbytes) == ("local", "worker0", ["worker0", "worker1"], 1, "live", 80)
+        "worker1",
+        1,
+        "worker0",
+        "Tensor",
+        [4, 4],
+        64,
+        "pending",
+    )
+    assert (local.kind, local.owner, local.holders, local.forks, local.state, local.nbytes) == (
+        "local",
+        "worker0",
+        ["worker0", "worker1"],
+        1,
+        "live",
+        80,
+    )
     assert (slow.owner, slow.state, slow.type) == ("worker1", "pending", None)  # owner name from the worker list
 
     w0.send({"e": "conf", "id": "0:0"})
-    wait_until(lambda: inspect.rrefs(run_dir, state="live") and len(inspect.rrefs(run_dir, state="live")) == 2, 5, "0:0 confirmed")
+    wait_until(
+        lambda: inspect.rrefs(run_dir, state="live") and len(inspect.rrefs(run_dir, state="live")) == 2,
+        5,
+        "0:0 confirmed",
+    )
     w0.send({"e": "rel", "id": "0:0", "fork": "0:1"})
     w1.send({"e": "rel", "id": "0:2", "fork": "0:3"})
-    _wait_rrefs(run_dir, lambda rs: rs[0].state == "deleted" and rs[1].holders == ["worker0"], "0:0 deleted, 0:2 held by worker0 only")
+    _wait_rrefs(
+        run_dir,
+        lambda rs: rs[0].state == "deleted" and rs[1].holders == ["worker0"],
+        "0:0 deleted, 0:2 held by worker0 only",
+    )
     owners = {o.owner: o for o in inspect.rref_owners(run_dir)}
     assert (owners["worker1"].pending, owners["worker1"].deleted, owners["worker1"].short_lived) == (1, 1, 5)
     assert (owners["worker0"].live, owners["worker0"].live_bytes) == (1, 80)
@@ -203,12 +281,26 @@ def test_store_follows_rrefs_forks_values_and_losses(server):
     wait_until(lambda: len(inspect.losses(run_dir)) == 3, 5, "three losses")
     losses = [(r.rank, r.seq, r.step, r.loss, r.source, r.metrics, r.where) for r in inspect.losses(run_dir)]
     # Rank 0's second loss has no step: its records are keyed by arrival (#1, #2), not step 0.
-    assert sorted(losses) == [(0, 0, 3, 0.52, "log", {}, "#1"), (0, 1, None, 0.25, "log", {}, "#2"), (1, 0, 1, 0.5, "report", {"acc": 0.9}, "step 1")]
+    assert sorted(losses) == [
+        (0, 0, 3, 0.52, "log", {}, "#1"),
+        (0, 1, None, 0.25, "log", {}, "#2"),
+        (1, 0, 1, 0.5, "report", {"acc": 0.9}, "step 1"),
+    ]
     assert inspect.line_counts(run_dir) == {0: (3, 2), 1: (1, 1)}
 
     workers = {w.rank: w for w in inspect.workers(run_dir)}
-    assert (workers[1].name, workers[1].pid, workers[1].state, workers[1].cpu_percent, workers[1].rss_bytes) == ("worker1", 1001, "running", 12.5, 1 << 20)
-    assert workers[1].device_maps == {"worker0": {"cpu": "cpu"}} and workers[1].heartbeat_age_s < 5 and not workers[1].stale
+    assert (workers[1].name, workers[1].pid, workers[1].state, workers[1].cpu_percent, workers[1].rss_bytes) == (
+        "worker1",
+        1001,
+        "running",
+        12.5,
+        1 << 20,
+    )
+    assert (
+        workers[1].device_maps == {"worker0": {"cpu": "cpu"}}
+        and workers[1].heartbeat_age_s < 5
+        and not workers[1].stale
+    )
 
     # Shutdown with 0:2 and the pending 0:4 still referenced: released by shutdown, not leaks.
     w0.send({"e": "shutdown"})
@@ -219,7 +311,9 @@ def test_store_follows_rrefs_forks_values_and_losses(server):
     srv.rank_exited(1, 1001, "failed", 3)
     srv.close()
     assert [(r.rref_id, r.ending, r.call_site) for r in inspect.ended_rrefs(run_dir)] == [
-        ("0:2", "at shutdown", "s.py:4 in main"), ("0:4", "at shutdown", "s.py:5 in main")]
+        ("0:2", "at shutdown", "s.py:4 in main"),
+        ("0:4", "at shutdown", "s.py:5 in main"),
+    ]
     assert inspect.leaked_rrefs(run_dir) == []
     assert {r.state for r in inspect.rrefs(run_dir)} == {"deleted"}  # nothing outlives its processes
     final = {w.rank: (w.state, w.exit_code, w.heartbeat_age_s) for w in inspect.workers(run_dir)}
@@ -251,8 +345,11 @@ def test_ranks_on_two_hosts_with_the_same_pid_stay_apart(server):
     on_a.send({"e": "probe", "cpu_percent": 1.0, "rss_bytes": 1 << 20, "threads": 3})
     on_b.send({"e": "probe", "cpu_percent": 2.0, "rss_bytes": 2 << 20, "threads": 4})
     found = wait_until(
-        lambda: (lambda ws: ws if len(ws) == 2 and all(w.rss_bytes for w in ws) else None)(inspect.workers(srv.run_dir)),
-        5, "both ranks with their probes",
+        lambda: (lambda ws: ws if len(ws) == 2 and all(w.rss_bytes for w in ws) else None)(
+            inspect.workers(srv.run_dir)
+        ),
+        5,
+        "both ranks with their probes",
     )
     assert [(w.rank, w.host, w.rss_bytes) for w in found] == [(0, "host-a", 1 << 20), (1, "host-b", 2 << 20)]
     on_a.close()
@@ -289,6 +386,7 @@ def test_the_probe_reads_the_process_figures_psutil_gives():
         assert ours["threads"] == theirs.num_threads()
         assert ours["cpu_s"] == pytest.approx(times.user + times.system, abs=0.05)
         assert ours["rss_bytes"] == pytest.approx(theirs.memory_info().rss, rel=0.05)
+
         def used() -> tuple[float, float]:
             now = theirs.cpu_times()
             return now.user + now.system, time.monotonic()
@@ -320,10 +418,14 @@ def test_a_burst_of_events_arrives_whole_in_slices(server):
         "worker.stop()\n"
         "print(n)\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, RANK="0", **env), capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=dict(os.environ, RANK="0", **env), capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     n = int(result.stdout)
-    losses = wait_until(lambda: (lambda ls: ls if len(ls) == n else None)(inspect.losses(srv.run_dir)), 10, f"{n} losses")
+    losses = wait_until(
+        lambda: (lambda ls: ls if len(ls) == n else None)(inspect.losses(srv.run_dir)), 10, f"{n} losses"
+    )
     assert [(r.step, r.loss) for r in losses] == [(step, 1.0 / (step + 1)) for step in range(n)]
     assert srv.bad_messages == 0
 
@@ -341,9 +443,19 @@ def test_dashboard_panels(server):
     srv, env = server
     assert dashboard_panels(srv.run_dir / "missing") == []
     w = ScriptedWorker(env[protocol.ENV_SOCKET], 1000, 0)
-    w.send({"e": "rpc", "name": "worker0", "rpc_rank": 0, "workers": {"0": "worker0"}},
-           {"e": "rref", "id": "0:0", "fork": "", "owner": "worker0", "owner_rank": 0, "kind": "local", "confirmed": True,
-            "value": {"type": "Tensor", "nbytes": 2048}})
+    w.send(
+        {"e": "rpc", "name": "worker0", "rpc_rank": 0, "workers": {"0": "worker0"}},
+        {
+            "e": "rref",
+            "id": "0:0",
+            "fork": "",
+            "owner": "worker0",
+            "owner_rank": 0,
+            "kind": "local",
+            "confirmed": True,
+            "value": {"type": "Tensor", "nbytes": 2048},
+        },
+    )
     srv.log_line(0, "step 1 loss 0.5")
     srv.log_line(0, "step 2 loss 0.25")
     panels = wait_until(lambda: (lambda p: p if len(p) == 2 else None)(dashboard_panels(srv.run_dir)), 5, "two panels")
@@ -361,7 +473,9 @@ def test_sitecustomize_chains_to_the_one_it_shadows(tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     (other / "sitecustomize.py").write_text("import os\nos.environ['OTHER_SITECUSTOMIZE_RAN'] = '1'\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SITE_DIR), str(Path(__file__).resolve().parents[1]), str(other)]))
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(SITE_DIR), str(Path(__file__).resolve().parents[1]), str(other)])
+    )
     env[protocol.ENV_SOCKET] = str(tmp_path / "unused.sock")
     code = "import os, sys; print(os.environ.get('OTHER_SITECUSTOMIZE_RAN'), 'torch' in sys.modules, any(getattr(f, 'module', None) == 'torch' for f in sys.meta_path))"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30)

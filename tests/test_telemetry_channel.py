@@ -57,8 +57,12 @@ def _open_to_everyone(socket_path: str) -> None:
 
 def _hello(pid: int, rank: int) -> list[bytes]:
     return [
-        protocol.encode({"k": "hello", "pid": pid, "ppid": 1, "host": "intruder", "rank": rank, "kind": "rank", "t": time.time()}),
-        protocol.encode({"k": "batch", "ev": [{"e": "probe", "t": time.time(), "cpu_percent": 1.0, "rss_bytes": 1, "threads": 1}]}),
+        protocol.encode(
+            {"k": "hello", "pid": pid, "ppid": 1, "host": "intruder", "rank": rank, "kind": "rank", "t": time.time()}
+        ),
+        protocol.encode(
+            {"k": "batch", "ev": [{"e": "probe", "t": time.time(), "cpu_percent": 1.0, "rss_bytes": 1, "threads": 1}]}
+        ),
     ]
 
 
@@ -101,7 +105,9 @@ def _assert_other_user_refused(socket_path: str, refused, store_dir: Path, rank:
     nothing of it reaches the store in ``store_dir``. Returns the intruder's pid."""
     intruder, code = _connect_as_other_user(socket_path, rank)
     # Either the door refuses it, or (the bug) it gets in and its hello is stored.
-    wait_until(lambda: refused.count >= 1 or intruder in _pids_in_store(store_dir), 10, "a refusal (or the intruder stored)")
+    wait_until(
+        lambda: refused.count >= 1 or intruder in _pids_in_store(store_dir), 10, "a refusal (or the intruder stored)"
+    )
     assert intruder not in _pids_in_store(store_dir), "another user's telemetry reached the store"
     assert code == 0, "the other user's connection was not hung up on"
     assert refused.count == 1 and refused.uids == {OTHER_UID}

@@ -67,8 +67,19 @@ def test_another_nodes_launcher_and_ranks_reach_node_0s_store(node0, tmp_path):
     # A rank of node 1 speaks to its local socket exactly as on one node.
     rank = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     rank.connect(env[protocol.ENV_SOCKET])
-    rank.sendall(protocol.encode({"k": "hello", "pid": 5151, "ppid": 1, "host": "node-one", "rank": 1, "kind": "rank", "t": time.time()}))
-    rank.sendall(protocol.encode({"k": "batch", "ev": [{"e": "probe", "t": time.time(), "cpu_percent": 1.0, "rss_bytes": 1 << 20, "threads": 3}]}))
+    rank.sendall(
+        protocol.encode(
+            {"k": "hello", "pid": 5151, "ppid": 1, "host": "node-one", "rank": 1, "kind": "rank", "t": time.time()}
+        )
+    )
+    rank.sendall(
+        protocol.encode(
+            {
+                "k": "batch",
+                "ev": [{"e": "probe", "t": time.time(), "cpu_percent": 1.0, "rss_bytes": 1 << 20, "threads": 3}],
+            }
+        )
+    )
     forwarder.log_line(1, "step 3 loss 0.52")
     workers = _wait_for_workers(server.run_dir, 1)
     rank.close()

@@ -19,18 +19,64 @@ json_values = st.recursive(
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=20,
 )
-EVENT_KINDS = ["probe", "rpc", "rref", "conf", "desc", "vfree", "fork", "rel", "churn", "loss", "shutdown", "bye", "call", "cend", "cstat", "x"]
+EVENT_KINDS = [
+    "probe",
+    "rpc",
+    "rref",
+    "conf",
+    "desc",
+    "vfree",
+    "fork",
+    "rel",
+    "churn",
+    "loss",
+    "shutdown",
+    "bye",
+    "call",
+    "cend",
+    "cstat",
+    "x",
+]
 events = st.dictionaries(
-    st.sampled_from(["e", "id", "fork", "owner", "owner_rank", "step", "loss", "epoch", "metrics", "t", "value", "workers", "n", "name", "rpc_rank", "status", "callee", "func", "kind", "h"]),
+    st.sampled_from(
+        [
+            "e",
+            "id",
+            "fork",
+            "owner",
+            "owner_rank",
+            "step",
+            "loss",
+            "epoch",
+            "metrics",
+            "t",
+            "value",
+            "workers",
+            "n",
+            "name",
+            "rpc_rank",
+            "status",
+            "callee",
+            "func",
+            "kind",
+            "h",
+        ]
+    ),
     json_values,
     max_size=8,
 ) | st.builds(
-    lambda kind, rest: {"e": kind, **rest}, st.sampled_from(EVENT_KINDS), st.dictionaries(st.text(max_size=8), json_values, max_size=6)
+    lambda kind, rest: {"e": kind, **rest},
+    st.sampled_from(EVENT_KINDS),
+    st.dictionaries(st.text(max_size=8), json_values, max_size=6),
 )
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.binary(max_size=2000) | st.text(max_size=2000).map(str.encode) | json_values.map(lambda v: json.dumps(v).encode()))
+@given(
+    st.binary(max_size=2000)
+    | st.text(max_size=2000).map(str.encode)
+    | json_values.map(lambda v: json.dumps(v).encode())
+)
 def test_decode_never_raises(line):
     message = protocol.decode(line)
     assert message is None or isinstance(message, dict)
@@ -78,8 +124,17 @@ def _sample(kind: protocol.Field):
     return {protocol.Measure: 1.5, protocol.Flag: True, protocol.Text: "s", protocol.Record: {}}[type(kind)]
 
 
-_TAKES = {protocol.Int: (int,), protocol.Real: (int, float), protocol.Measure: (int, float), protocol.Flag: (bool,),
-          protocol.Text: (str,), protocol.ListOf: (list,), protocol.Shape: (list,), protocol.MapOf: (dict,), protocol.Record: (dict,)}
+_TAKES = {
+    protocol.Int: (int,),
+    protocol.Real: (int, float),
+    protocol.Measure: (int, float),
+    protocol.Flag: (bool,),
+    protocol.Text: (str,),
+    protocol.ListOf: (list,),
+    protocol.Shape: (list,),
+    protocol.MapOf: (dict,),
+    protocol.Record: (dict,),
+}
 
 
 def test_valid_event_refuses_each_field_of_another_type_or_beyond_its_bounds_and_takes_the_right_one():
@@ -96,7 +151,9 @@ def test_valid_event_refuses_each_field_of_another_type_or_beyond_its_bounds_and
                     assert not protocol.valid_event({**event, key: wrong}), (kind, key, wrong)
             if isinstance(field, (protocol.Int, protocol.Real)):  # its bounds, and just beyond them
                 assert protocol.valid_event({**event, key: field.hi}), (kind, key)
-                assert not protocol.valid_event({**event, key: field.hi + 1 if isinstance(field.hi, int) else field.hi * 2}), (kind, key)
+                assert not protocol.valid_event(
+                    {**event, key: field.hi + 1 if isinstance(field.hi, int) else field.hi * 2}
+                ), (kind, key)
                 assert not protocol.valid_event({**event, key: field.lo - 1}), (kind, key)
                 assert not protocol.valid_event({**event, key: 2**64}), (kind, key)  # no 64-bit integer holds it
             if isinstance(field, protocol.Real):
@@ -104,10 +161,12 @@ def test_valid_event_refuses_each_field_of_another_type_or_beyond_its_bounds_and
                     assert not protocol.valid_event({**event, key: odd}), (kind, key, odd)
             if isinstance(field, protocol.Text):
                 assert not protocol.valid_event({**event, key: "x" * (field.most + 1)}), (kind, key)
-                assert not protocol.valid_event({**event, key: "lone \ud800 surrogate"}), (kind, key)  # not UTF-8: SQLite refuses it
+                # not UTF-8: SQLite refuses it
+                assert not protocol.valid_event({**event, key: "lone \ud800 surrogate"}), (kind, key)
             if isinstance(field, protocol.ListOf):
                 assert not protocol.valid_event({**event, key: [_sample(field.item)] * (field.most + 1)}), (kind, key)
-    assert protocol.valid_event({"e": "loss", "t": 1.0, "loss": float("nan"), "metrics": {"acc": float("inf")}})  # the news: kept
+    # the news: kept
+    assert protocol.valid_event({"e": "loss", "t": 1.0, "loss": float("nan"), "metrics": {"acc": float("inf")}})
     assert not protocol.valid_event({"e": "loss", "t": 1.0, "loss": 2**64})
     assert not protocol.valid_event({"e": "loss", "t": 2**64})
     assert not protocol.valid_event({"e": "loss", "t": float("nan")})
@@ -118,12 +177,23 @@ def test_valid_event_refuses_each_field_of_another_type_or_beyond_its_bounds_and
     assert not protocol.valid_event({"e": "probe", "t": "now"})
     assert not protocol.valid_event({"e": "desc", "id": "1:1", "t": 1.0, "value": {"shape": [2, "x"]}})
     assert not protocol.valid_event({"e": "desc", "id": "1:1", "t": 1.0, "value": {"shape": [1] * 65}})
-    assert not protocol.valid_event({"e": "desc", "id": "1:1", "t": 1.0, "value": {"shape": [2**40, 2**40]}})  # 2^80 elements
+    # 2^80 elements
+    assert not protocol.valid_event({"e": "desc", "id": "1:1", "t": 1.0, "value": {"shape": [2**40, 2**40]}})
     assert not protocol.valid_event({"e": "loss", "t": 1.0, "metrics": {"acc": "high"}})
     assert not protocol.valid_event({"e": "rpc", "t": 1.0, "workers": {"zero": "worker0"}})
     assert not protocol.valid_event({"e": "rpc", "t": 1.0, "workers": {"1" * 40: "worker0"}})
-    assert not protocol.valid_event({"e": "cstat", "callee": "w", "func": "f", "kind": "remote", "t": 1.0, "h": {"3": "many"}})
-    assert not protocol.valid_event({"e": "cstat", "callee": "w", "func": "f", "kind": "remote", "t": 1.0, "h": {"99999": 1}})  # no such bucket
+    assert not protocol.valid_event(
+        {"e": "cstat", "callee": "w", "func": "f", "kind": "remote", "t": 1.0, "h": {"3": "many"}}
+    )
+    # no such bucket
+    assert not protocol.valid_event(
+        {"e": "cstat", "callee": "w", "func": "f", "kind": "remote", "t": 1.0, "h": {"99999": 1}}
+    )
     assert not protocol.valid_event({"e": "probe", "t": 1.0, "gpus": [{"index": "0"}]})
-    assert protocol.refusal({"e": "probe", "t": 1.0, "cpu_s": 1e308}) == "cpu_s: 1e+308 is not a finite number in [0, 1e+10]"
-    assert protocol.refusal({"e": "loss", "t": 1.0, "step": 10**30}).startswith("step: 1000000000000000000000000000000 is not")
+    assert (
+        protocol.refusal({"e": "probe", "t": 1.0, "cpu_s": 1e308})
+        == "cpu_s: 1e+308 is not a finite number in [0, 1e+10]"
+    )
+    assert protocol.refusal({"e": "loss", "t": 1.0, "step": 10**30}).startswith(
+        "step: 1000000000000000000000000000000 is not"
+    )

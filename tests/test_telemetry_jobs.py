@@ -17,7 +17,16 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import assert_no_process_left, kill_if_running, launch_job, only_run, record, rpcctl, start_rpcctl, wait_until
+from conftest import (
+    assert_no_process_left,
+    kill_if_running,
+    launch_job,
+    only_run,
+    record,
+    rpcctl,
+    start_rpcctl,
+    wait_until,
+)
 from rpcctl import inspect
 
 pytestmark = pytest.mark.timeout(150)
@@ -27,7 +36,7 @@ pytestmark = pytest.mark.timeout(150)
 VISIBLE_WITHIN_S = 2.0
 
 SCRIPT = textwrap.dedent(
-    '''
+    """
     import os, sys, time
     from pathlib import Path
 
@@ -96,11 +105,11 @@ SCRIPT = textwrap.dedent(
 
 
     main()
-    '''
+    """
 )
 
 SPAWN_SCRIPT = textwrap.dedent(
-    '''
+    """
     import os, sys, time
     from pathlib import Path
 
@@ -127,7 +136,7 @@ SPAWN_SCRIPT = textwrap.dedent(
     if __name__ == "__main__":
         # The launcher gave this rank MASTER_ADDR/MASTER_PORT; the children use them.
         mp.spawn(run, args=(2, sys.argv[1]), nprocs=2, join=True)
-    '''
+    """
 )
 
 
@@ -138,7 +147,9 @@ def _line(script: str, text: str) -> int:
 def _config(tmp_path: Path, name: str, script: str, nproc: int, sync: Path) -> Path:
     (tmp_path / f"{name}.py").write_text(script)
     config = tmp_path / f"{name}.yaml"
-    config.write_text(f"name: {name}\nscript: {name}.py\nargs: [{json.dumps(str(sync))}]\nnproc_per_node: {nproc}\ntimeout: 120\n")
+    config.write_text(
+        f"name: {name}\nscript: {name}.py\nargs: [{json.dumps(str(sync))}]\nnproc_per_node: {nproc}\ntimeout: 120\n"
+    )
     return config
 
 
@@ -171,7 +182,9 @@ def _wait_file(path: Path, run_dir: Path, launcher, timeout: float = 90) -> floa
 
 
 def _rrefs_when(run_dir: Path, predicate, what: str, timeout: float):
-    return wait_until(lambda: (lambda rs: rs if predicate(rs) else None)(inspect.rrefs(run_dir)), timeout, what, logs=run_dir / "logs")
+    return wait_until(
+        lambda: (lambda rs: rs if predicate(rs) else None)(inspect.rrefs(run_dir)), timeout, what, logs=run_dir / "logs"
+    )
 
 
 def test_a_live_job_shows_its_rrefs_workers_stacks_and_losses(tmp_path, runs_dir):
@@ -182,16 +195,34 @@ def test_a_live_job_shows_its_rrefs_workers_stacks_and_losses(tmp_path, runs_dir
         created = _wait_file(sync / "created", run_dir, launcher)
 
         # RRefs appear with owner, type and bytes; the fork to worker1 shows as a holder.
-        records = _rrefs_when(run_dir, lambda rs: len(rs) == 4 and all(r.type for r in rs) and rs[2].forks == 1, "four RRefs", 30)
+        records = _rrefs_when(
+            run_dir, lambda rs: len(rs) == 4 and all(r.type for r in rs) and rs[2].forks == 1, "four RRefs", 30
+        )
         seen_after = time.time() - created
         big, kv, local, size = records
-        assert (big.owner, big.owner_rank, big.creator, big.type, big.shape, big.dtype, big.nbytes, big.state, big.callee) == (
-            "worker1", 1, "worker0", "Tensor", [16, 32], "float32", 2048, "live", "make")
+        assert (
+            big.owner,
+            big.owner_rank,
+            big.creator,
+            big.type,
+            big.shape,
+            big.dtype,
+            big.nbytes,
+            big.state,
+            big.callee,
+        ) == ("worker1", 1, "worker0", "Tensor", [16, 32], "float32", 2048, "live", "make")
         assert big.call_site.endswith(f"tracked.py:{_line(SCRIPT, 'big = ')} in main") and big.holders == ["worker0"]
         assert (kv.owner, kv.type, kv.nbytes, kv.dtype, kv.state) == ("worker1", "KV", 80, "int64", "live")
         assert (local.kind, local.owner, local.type, local.nbytes, local.holders, local.state) == (
-            "local", "worker0", "Tensor", 80, ["worker0", "worker1"], "live")
-        assert (size.owner, size.type, size.callee, size.state) == ("worker1", "int", "KV.size", "live")  # via rref.remote()
+            "local",
+            "worker0",
+            "Tensor",
+            80,
+            ["worker0", "worker1"],
+            "live",
+        )
+        # via rref.remote()
+        assert (size.owner, size.type, size.callee, size.state) == ("worker1", "int", "KV.size", "live")
         assert seen_after <= VISIBLE_WITHIN_S, f"new RRefs took {seen_after:.2f} s to show"
 
         # The workers view is the real processes, checked as a real subprocess once.
@@ -200,7 +231,9 @@ def test_a_live_job_shows_its_rrefs_workers_stacks_and_losses(tmp_path, runs_dir
         workers = json.loads(result.stdout)
         pids = [r["pid"] for r in record(run_dir)["ranks"]]
         assert [(w["rank"], w["name"], w["pid"], w["state"], w["kind"]) for w in workers] == [
-            (0, "worker0", pids[0], "running", "rank"), (1, "worker1", pids[1], "running", "rank")]
+            (0, "worker0", pids[0], "running", "rank"),
+            (1, "worker1", pids[1], "running", "rank"),
+        ]
         for w in workers:
             assert psutil.Process(w["pid"]).environ()["RPCCTL_RUN_ID"] == run_dir.name
             assert w["heartbeat_age_s"] < 5 and not w["stale"] and w["rss_bytes"] > 10 << 20 and w["device"] == "cpu"
@@ -208,7 +241,11 @@ def test_a_live_job_shows_its_rrefs_workers_stacks_and_losses(tmp_path, runs_dir
         # rpcctl stack: the live rank's Python stacks.
         result = rpcctl("stack", "--rank", "0", "--runs-dir", str(runs_dir))
         assert result.returncode == 0, result.stderr
-        assert result.stdout.startswith(f"── rank 0 (pid {pids[0]}) ──") and "wait_for" in result.stdout and 'File "' in result.stdout
+        assert (
+            result.stdout.startswith(f"── rank 0 (pid {pids[0]}) ──")
+            and "wait_for" in result.stdout
+            and 'File "' in result.stdout
+        )
         # rpcctl's own threads and frames are named and hidden; --all-frames shows them.
         assert "rpcctl's telemetry sender (hidden; --all-frames shows it)" in result.stdout, result.stdout
         assert "/rpcctl/" not in result.stdout and "[rpcctl frames hidden]" in result.stdout, result.stdout
@@ -228,9 +265,12 @@ def test_a_live_job_shows_its_rrefs_workers_stacks_and_losses(tmp_path, runs_dir
     # still keyed by (epoch, step)) and as reported.
     losses = [(r.rank, r.seq, r.step, r.epoch, r.loss, r.source, r.metrics) for r in inspect.losses(run_dir)]
     assert sorted(losses, key=lambda r: (r[0], r[1])) == [  # arrival order across ranks is free
-        (0, 0, 0, None, 0.9, "log", {}), (0, 1, 1, None, 0.52, "log", {}), (0, 2, 2, None, 0.3125, "log", {}),
+        (0, 0, 0, None, 0.9, "log", {}),
+        (0, 1, 1, None, 0.52, "log", {}),
+        (0, 2, 2, None, 0.3125, "log", {}),
         (0, 3, None, 3, 0.125, "log", {}),
-        (1, 0, 0, None, 1.0, "report", {"acc": 0.0}), (1, 1, 1, None, 0.5, "report", {"acc": 0.5}),
+        (1, 0, 0, None, 1.0, "report", {"acc": 0.0}),
+        (1, 1, 1, None, 0.5, "report", {"acc": 0.5}),
         (1, 2, 2, None, 1.0 / 3, "report", {"acc": 1.0}),
     ]
     assert {r.keyed_by for r in inspect.losses(run_dir)} == {inspect.BY_STEP}
@@ -242,7 +282,8 @@ def test_a_live_job_shows_its_rrefs_workers_stacks_and_losses(tmp_path, runs_dir
     assert ended == [
         ("KV", f"tracked.py:{_line(SCRIPT, 'kv = ')} in main", "held unused"),
         ("Tensor", f"tracked.py:{_line(SCRIPT, 'local = ')} in main", "at shutdown"),
-        ("int", f"tracked.py:{_line(SCRIPT, 'size = ')} in main", "held unused")], ended
+        ("int", f"tracked.py:{_line(SCRIPT, 'size = ')} in main", "held unused"),
+    ], ended
     document = json.loads(rpcctl("inspect", "rrefs", "--json", "--runs-dir", str(runs_dir)).stdout)
     assert [r["state"] for r in document] == ["deleted"] * 4
 
@@ -266,17 +307,31 @@ def test_rrefs_of_a_script_that_spawns_its_own_ranks(tmp_path, runs_dir):
         _wait_file(sync / "made", run_dir, launcher)
         (shard,) = _rrefs_when(run_dir, lambda rs: len(rs) == 1 and rs[0].type, "the shard RRef", 30)
         assert (shard.owner, shard.creator, shard.type, shard.shape, shard.nbytes, shard.state) == (
-            "trainer1", "trainer0", "Tensor", [6], 24, "live")
+            "trainer1",
+            "trainer0",
+            "Tensor",
+            [6],
+            24,
+            "live",
+        )
         assert shard.call_site.endswith(f"spawner.py:{_line(SPAWN_SCRIPT, 'shard = ')} in run")
         workers = inspect.workers(run_dir)
         launched = record(run_dir)["ranks"][0]["pid"]
-        assert [(w.rank, w.kind, w.name) for w in workers] == [(0, "rank", None), (0, "child", "trainer0"), (0, "child", "trainer1")]
+        assert [(w.rank, w.kind, w.name) for w in workers] == [
+            (0, "rank", None),
+            (0, "child", "trainer0"),
+            (0, "child", "trainer1"),
+        ]
         assert workers[0].pid == launched and {w.parent_pid for w in workers[1:]} == {launched}
         # The table shows the trainers as rank 0's children (RPC name, pid), not as more rows of rank 0.
-        table = rpcctl("inspect", "workers", "--runs-dir", str(runs_dir), env={**os.environ, "COLUMNS": "200"}).stdout.splitlines()
+        table = rpcctl(
+            "inspect", "workers", "--runs-dir", str(runs_dir), env={**os.environ, "COLUMNS": "200"}
+        ).stdout.splitlines()
         assert table[1].split()[:2] == ["0", "-"] and str(launched) in table[1].split(), table
         for worker, line in zip(workers[1:], table[2:4]):
-            assert line.split()[:6] == ["└", worker.name, "(child", "of", "rank", "0)"] and str(worker.pid) in line.split(), table
+            assert (
+                line.split()[:6] == ["└", worker.name, "(child", "of", "rank", "0)"] and str(worker.pid) in line.split()
+            ), table
 
         # rpcctl stack reaches the spawned trainers too: that is where such a job hangs.
         result = rpcctl("stack", "--rank", "0", "--runs-dir", str(runs_dir))
@@ -292,7 +347,10 @@ def test_rrefs_of_a_script_that_spawns_its_own_ranks(tmp_path, runs_dir):
     assert "as a ProcessGroup" not in out + err  # torch's own init_rpc warning, silenced in the trainers too
     # The trainers' exit codes, as their parent (mp.spawn's join) reaped them.
     assert [(w.kind, w.state, w.exit_code) for w in inspect.workers(run_dir)] == [
-        ("rank", "succeeded", 0), ("child", "succeeded", 0), ("child", "succeeded", 0)]
+        ("rank", "succeeded", 0),
+        ("child", "succeeded", 0),
+        ("child", "succeeded", 0),
+    ]
     # The trainers were asked for their stacks, so their files stay; nothing else was left.
     assert sorted(p.name.split("-")[0] for p in (run_dir / "stacks").iterdir()) == ["pid", "pid", "rank"]
 
@@ -368,5 +426,9 @@ def test_call_sites_name_installed_code_by_its_import_path(tmp_path, runs_dir):
     assert result.returncode == 0, result.stdout + result.stderr
     sites = sorted(r.call_site for r in inspect.rrefs(run_dir))
     assert len(sites) == 2, sites
-    assert sites[0].startswith("/") and sites[0].endswith(f"sites.py:{_line(SITES_SCRIPT, 'param = ')} in <module>"), sites
-    assert sites[1].startswith("torch/distributed/optim/optimizer.py:") and " in _new_script_local_optimizer" in sites[1], sites
+    assert sites[0].startswith("/") and sites[0].endswith(f"sites.py:{_line(SITES_SCRIPT, 'param = ')} in <module>"), (
+        sites
+    )
+    assert (
+        sites[1].startswith("torch/distributed/optim/optimizer.py:") and " in _new_script_local_optimizer" in sites[1]
+    ), sites

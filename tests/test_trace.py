@@ -20,7 +20,7 @@ from rpcctl.views import trace
 pytestmark = pytest.mark.timeout(180)
 
 SCRIPT = textwrap.dedent(
-    '''
+    """
     import os, sys, time
 
     import torch
@@ -48,16 +48,28 @@ SCRIPT = textwrap.dedent(
         time.sleep(0.5)
         del model
     rpc.shutdown()
-    '''
+    """
 )
 
 PHASES = {"X", "M", "s", "t", "f", "C", "i"}
-METADATA = {"process_name": "name", "process_sort_index": "sort_index", "thread_name": "name", "thread_sort_index": "sort_index"}
+METADATA = {
+    "process_name": "name",
+    "process_sort_index": "sort_index",
+    "thread_name": "name",
+    "thread_sort_index": "sort_index",
+}
 
 
 def validate(document: dict) -> list[dict]:
     """The Trace Event Format's JSON Object Format, field by field; returns the events."""
-    assert set(document) <= {"traceEvents", "displayTimeUnit", "otherData", "systemTraceEvents", "stackFrames", "samples"}
+    assert set(document) <= {
+        "traceEvents",
+        "displayTimeUnit",
+        "otherData",
+        "systemTraceEvents",
+        "stackFrames",
+        "samples",
+    }
     assert document["displayTimeUnit"] in ("ms", "ns")
     json.dumps(document, allow_nan=False)  # NaN/Infinity are not JSON
     events = document["traceEvents"]
@@ -130,7 +142,8 @@ def test_a_run_traces_to_valid_chrome_trace_json_with_every_kind_of_track(tmp_pa
     for span in (call, served):
         thread = threads[(span["pid"], span["tid"])]
         assert span["tid"] >= 2 and thread["ident"] > 2**32 and f"{thread['ident']:#x}" in thread["name"]
-    [flow_start] = [e for e in events if e["ph"] == "s" and e["cat"] == "rpc"]  # (RPC's own gloo group has collectives too)
+    # (RPC's own gloo group has collectives too)
+    [flow_start] = [e for e in events if e["ph"] == "s" and e["cat"] == "rpc"]
     [flow_end] = [e for e in events if e["ph"] == "f" and e["cat"] == "rpc"]
     assert (flow_start["pid"], flow_start["tid"]) == (call["pid"], call["tid"])
     assert (flow_end["pid"], flow_end["tid"]) == (served["pid"], served["tid"])
@@ -146,8 +159,11 @@ def test_a_run_traces_to_valid_chrome_trace_json_with_every_kind_of_track(tmp_pa
 
 def test_a_long_run_stays_within_its_bounds(tmp_path, runs_dir, monkeypatch):
     """The caps, made small: the longest spans are kept and what was left out is counted."""
-    (tmp_path / "traced.py").write_text(SCRIPT.replace("model.rpc_sync().step()", "model.rpc_sync().step(); model.rpc_sync().step()")
-                                        .replace("range(5)", "range(50)"))
+    (tmp_path / "traced.py").write_text(
+        SCRIPT.replace("model.rpc_sync().step()", "model.rpc_sync().step(); model.rpc_sync().step()").replace(
+            "range(5)", "range(50)"
+        )
+    )
     config = tmp_path / "traced.yaml"
     config.write_text("script: traced.py\nnproc_per_node: 2\nmax_restarts: 1\ngrace: 2\ntimeout: 150\n")
     result = rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir), timeout=150)
@@ -181,4 +197,8 @@ def test_a_loss_the_trainer_reported_and_printed_is_one_point(runs_dir):
     w.rank_exited(0, 1000, "succeeded", 0, t + 5)
     w.close()
     events = trace.build_trace(run_dir)["traceEvents"]
-    assert [e["args"]["loss"] for e in events if e["ph"] == "C" and e["name"] == "loss"] == [1.0, 0.5, pytest.approx(1 / 3)]
+    assert [e["args"]["loss"] for e in events if e["ph"] == "C" and e["name"] == "loss"] == [
+        1.0,
+        0.5,
+        pytest.approx(1 / 3),
+    ]

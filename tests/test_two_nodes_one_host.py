@@ -21,8 +21,17 @@ def test_a_two_node_run_on_one_host_is_listed_once(tmp_path, runs_dir, monkeypat
     launchers = []
     try:
         for node in (0, 1):
-            config = write_config(tmp_path, name=f"two{node}", nnodes=2, node_rank=node, master_addr="127.0.0.1", master_port=port,
-                                  nproc_per_node=1, timeout=60, rdzv_timeout=60)
+            config = write_config(
+                tmp_path,
+                name=f"two{node}",
+                nnodes=2,
+                node_rank=node,
+                master_addr="127.0.0.1",
+                master_port=port,
+                nproc_per_node=1,
+                timeout=60,
+                rdzv_timeout=60,
+            )
             launchers.append(start_rpcctl("launch", str(config), "--runs-dir", str(runs_dir), "--no-live"))
         outputs = [launcher.communicate(timeout=60) for launcher in launchers]
     finally:
@@ -34,6 +43,8 @@ def test_a_two_node_run_on_one_host_is_listed_once(tmp_path, runs_dir, monkeypat
     for run_dir in dirs:
         assert_no_process_left(run_dir)
     listed = json.loads(rpcctl("runs", "--runs-dir", str(runs_dir), "--json").stdout)
-    assert [(r["run_id"], r["node_rank"], r["node_dirs"]) for r in listed] == [(dirs[0].name, 0, [str(d) for d in dirs])], listed
+    assert [(r["run_id"], r["node_rank"], r["node_dirs"]) for r in listed] == [
+        (dirs[0].name, 0, [str(d) for d in dirs])
+    ], listed
     table = rpcctl("runs", "--runs-dir", str(runs_dir)).stdout
     assert table.count(dirs[0].name) == 1, table

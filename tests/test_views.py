@@ -59,8 +59,12 @@ def toy_view():
 
 @pytest.fixture
 def cli():
-    set_console(Console(out=RichConsole(width=200, no_color=True, highlight=False, force_terminal=False, soft_wrap=False),
-                        err=RichConsole(stderr=True, width=200, no_color=True, highlight=False, force_terminal=False)))
+    set_console(
+        Console(
+            out=RichConsole(width=200, no_color=True, highlight=False, force_terminal=False, soft_wrap=False),
+            err=RichConsole(stderr=True, width=200, no_color=True, highlight=False, force_terminal=False),
+        )
+    )
     runner = CliRunner()
     yield lambda *args: runner.invoke(app, list(args), catch_exceptions=False)
     set_console(None)
@@ -84,9 +88,12 @@ def test_a_new_view_is_a_section_of_the_report(a_run, toy_view, cli, tmp_path):
     assert result.exit_code == 0, (result.stdout, result.stderr)
     html = out.read_text()
     assert '<section id="sec-toyview"><h2>Toy things</h2>' in html and '<a href="#sec-toyview">Toy things</a>' in html
-    view = json.loads(re.search(r'<script type="application/json" id="rpcctl-view">(.*?)</script>', html, re.S).group(1))
+    view = json.loads(
+        re.search(r'<script type="application/json" id="rpcctl-view">(.*?)</script>', html, re.S).group(1)
+    )
     section = view["html"]["toyview"]
-    assert "TOY SAYS" in section and "toy of rank 0 &lt;b&gt;" in section and "<b>" not in section  # escaped: text from a reader is data
+    # escaped: text from a reader is data
+    assert "TOY SAYS" in section and "toy of rank 0 &lt;b&gt;" in section and "<b>" not in section
 
 
 def test_a_new_view_is_in_the_live_pages_json(a_run, toy_view):

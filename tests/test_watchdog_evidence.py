@@ -24,28 +24,42 @@ def _launch(tmp_path: Path, runs_dir: Path, name: str, script: str, nproc: int =
     (tmp_path / f"{name}.py").write_text(textwrap.dedent(script))
     config = tmp_path / f"{name}.yaml"
     config.write_text(f"name: {name}\nscript: {name}.py\nnproc_per_node: {nproc}\ngrace: 2\ntimeout: 100\n")
-    result = rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir), "--hang-timeout", str(HANG_TIMEOUT), timeout=timeout)
+    result = rpcctl(
+        "launch",
+        str(config),
+        "--no-live",
+        "--runs-dir",
+        str(runs_dir),
+        "--hang-timeout",
+        str(HANG_TIMEOUT),
+        timeout=timeout,
+    )
     run_dir = only_run(runs_dir)
     assert_no_process_left(run_dir)
     return result, run_dir
 
 
-RPC_PAIR = '''
+RPC_PAIR = """
     import os, time
     import torch.distributed.rpc as rpc
 
     rank = int(os.environ["RANK"])
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
-    '''
+    """
 
 # 40 sleeps of 0.25 s, each on its own line: a Python stack that walks on, with no CPU to speak of.
-WALKING = RPC_PAIR + '''
+WALKING = (
+    RPC_PAIR
+    + """
     if rank == 0:
         print("walking", flush=True)
-''' + "".join("        time.sleep(0.25)\n" for _ in range(40)) + '''
+"""
+    + "".join("        time.sleep(0.25)\n" for _ in range(40))
+    + """
         print("walked", flush=True)
     rpc.shutdown()
-    '''
+    """
+)
 
 
 def test_a_silent_job_whose_stack_walks_on_is_not_stopped(tmp_path, runs_dir):
@@ -56,11 +70,15 @@ def test_a_silent_job_whose_stack_walks_on_is_not_stopped(tmp_path, runs_dir):
     assert "[rank0]: walked" in result.stdout
     moved = [line for line in result.stderr.splitlines() if "but the job moves" in line]
     assert len(moved) == 1, result.stderr  # said once a run, not at every silence
-    assert "rank 0 (pid " in moved[0] and "its Python stack changed: " in moved[0] and "walking.py:" in moved[0], moved[0]
+    assert "rank 0 (pid " in moved[0] and "its Python stack changed: " in moved[0] and "walking.py:" in moved[0], moved[
+        0
+    ]
     assert not (run_dir / "hang").exists()
 
 
-COMPUTING = RPC_PAIR + '''
+COMPUTING = (
+    RPC_PAIR
+    + """
     if rank == 0:
         import torch
 
@@ -70,7 +88,8 @@ COMPUTING = RPC_PAIR + '''
         b = a @ a  # one C call of ~8 s (torch lets go of the GIL): the Python stack stays the same
         print("computed", b.shape[0], flush=True)
     rpc.shutdown()
-    '''
+    """
+)
 
 
 def test_a_long_computation_in_one_c_call_is_not_stopped(tmp_path, runs_dir):
@@ -84,10 +103,13 @@ def test_a_long_computation_in_one_c_call_is_not_stopped(tmp_path, runs_dir):
     assert "computing.py:" in moved[0] and "b = a @ a" in moved[0], moved[0]
 
 
-FILLS_THE_DISK = '''
+FILLS_THE_DISK = (
+    """
     def echo(x):
         return x
-    ''' + RPC_PAIR + '''
+    """
+    + RPC_PAIR
+    + """
     if rank == 0:
         # Fill the run's file system (a 2 MiB tmpfs) to the last byte, then work silently for 12 s:
         # rpc_sync calls, each one progress, none of which the store can keep any more.
@@ -104,7 +126,8 @@ FILLS_THE_DISK = '''
             calls += 1
         print("calls", calls, flush=True)
     rpc.shutdown()
-    '''
+    """
+)
 
 
 def test_a_healthy_job_on_a_full_disk_is_not_stopped_as_hung(tmp_path):
@@ -126,16 +149,20 @@ def test_a_healthy_job_on_a_full_disk_is_not_stopped_as_hung(tmp_path):
 
 # The callee's function is defined before init_rpc: a call that reaches worker1 before its script
 # defined it fails to unpickle ("Can't get attribute 'slow_update'"), seen once on a loaded machine.
-SLEEPING_CALLEE = '''
+SLEEPING_CALLEE = (
+    """
     import time
 
     def slow_update():
         time.sleep(600)
-    ''' + RPC_PAIR + '''
+    """
+    + RPC_PAIR
+    + """
     if rank == 0:
         rpc.rpc_sync("worker1", slow_update)
     rpc.shutdown()
-    '''
+    """
+)
 
 
 def test_a_hang_whose_evidence_cannot_be_written_is_still_told_and_the_record_ends(tmp_path, runs_dir):
@@ -144,7 +171,9 @@ def test_a_hang_whose_evidence_cannot_be_written_is_still_told_and_the_record_en
     (tmp_path / "sleeping.py").write_text(textwrap.dedent(SLEEPING_CALLEE))
     config = tmp_path / "sleeping.yaml"
     config.write_text("name: sleeping\nscript: sleeping.py\nnproc_per_node: 2\ngrace: 2\ntimeout: 100\n")
-    launcher = start_rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir), "--hang-timeout", str(HANG_TIMEOUT))
+    launcher = start_rpcctl(
+        "launch", str(config), "--no-live", "--runs-dir", str(runs_dir), "--hang-timeout", str(HANG_TIMEOUT)
+    )
     try:
         run_dir = only_run(runs_dir)
         (run_dir / "hang").write_text("not a folder\n")
@@ -163,7 +192,7 @@ def test_a_hang_whose_evidence_cannot_be_written_is_still_told_and_the_record_en
     assert (run_dir / "hang").read_text() == "not a folder\n"
 
 
-LEAVES_EARLY = '''
+LEAVES_EARLY = """
     import os, sys
     import torch.distributed as dist
 
@@ -171,7 +200,7 @@ LEAVES_EARLY = '''
         print("rank 1 leaves", flush=True)
         sys.exit(0)
     dist.init_process_group("gloo")
-    '''
+    """
 
 
 def test_a_rank_that_ended_before_init_process_group_is_named(tmp_path, runs_dir):
@@ -182,15 +211,19 @@ def test_a_rank_that_ended_before_init_process_group_is_named(tmp_path, runs_dir
     cause = record(run_dir)["root_cause"]
     pids = [r["pid"] for r in record(run_dir)["ranks"]]
     assert cause["reason"] == "hang" and cause["pid"] == pids[1], cause
-    assert cause["message"].startswith(f"hang: rank 1 (pid {pids[1]}) exited with code 0 before entering init_process_group; "
-                                       f"rank 0 (pid {pids[0]}) waits in init_process_group for it, at "), cause["message"]
-    assert "dist.init_process_group(\"gloo\")" in cause["message"]
+    assert cause["message"].startswith(
+        f"hang: rank 1 (pid {pids[1]}) exited with code 0 before entering init_process_group; "
+        f"rank 0 (pid {pids[0]}) waits in init_process_group for it, at "
+    ), cause["message"]
+    assert 'dist.init_process_group("gloo")' in cause["message"]
 
 
 def test_the_watchdog_says_once_when_it_has_nothing_to_judge(tmp_path, runs_dir):
     """A job that never enters init_rpc or init_process_group (a Monarch job, a plain script):
     the hang timeout passes, the watchdog says once that it does not watch such a job."""
-    result, _ = _launch(tmp_path, runs_dir, "plain", "import time\ntime.sleep(7)\nprint('slept', flush=True)\n", nproc=1)
+    result, _ = _launch(
+        tmp_path, runs_dir, "plain", "import time\ntime.sleep(7)\nprint('slept', flush=True)\n", nproc=1
+    )
     assert result.returncode == 0, result.stderr
     said = [line for line in result.stderr.splitlines() if "has nothing to judge it by" in line]
     assert len(said) == 1 and "hang_timeout (4.0 s)" in said[0], result.stderr

@@ -69,7 +69,9 @@ def test_a_connection_reset_mid_request_prints_no_traceback(web):
     assert _get(port, token) == 200  # still serving
     _stop(proc)
     stderr = proc.stderr.read()
-    assert "Traceback" not in stderr and "ConnectionResetError" not in stderr and "Exception occurred" not in stderr, stderr
+    assert "Traceback" not in stderr and "ConnectionResetError" not in stderr and "Exception occurred" not in stderr, (
+        stderr
+    )
 
 
 def test_slow_clients_hold_at_most_the_cap_of_threads_and_the_page_is_still_served(web):
@@ -138,7 +140,11 @@ def test_web_port_in_use_or_out_of_range_is_one_message_and_exit_2(a_run):
         port = taken.getsockname()[1]
         in_use = rpcctl("web", str(a_run), "--port", str(port), timeout=30)
     assert in_use.returncode == 2, in_use.stderr
-    assert in_use.stderr.startswith(f"error: --port {port}: ") and "in use" in in_use.stderr and "Traceback" not in in_use.stderr
+    assert (
+        in_use.stderr.startswith(f"error: --port {port}: ")
+        and "in use" in in_use.stderr
+        and "Traceback" not in in_use.stderr
+    )
     for bad in ("70000", "-1"):
         out_of_range = rpcctl("web", str(a_run), "--port", bad, timeout=30)
         assert out_of_range.returncode == 2, out_of_range.stderr
@@ -174,7 +180,9 @@ def test_idle_connections_hold_no_thread_and_the_token_request_is_answered_at_on
     proc, port, token = web
     server = psutil.Process(proc.pid)
     before_threads, before_rss = server.num_threads(), server.memory_info().rss
-    idle = _idle(port, 150) + _idle(port, 50, f"GET /?token=x HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Pad: ".encode() + b"p" * 30_000)
+    idle = _idle(port, 150) + _idle(
+        port, 50, f"GET /?token=x HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Pad: ".encode() + b"p" * 30_000
+    )
     try:
         time.sleep(1.0)  # every one of them accepted and read, none finished
         started = time.monotonic()
@@ -205,9 +213,14 @@ def test_a_head_over_the_cap_or_past_the_waiting_limit_is_closed_and_the_page_st
         big.close()
         idle = _idle(live.port, 60)
         deadline = time.monotonic() + 10
-        while live.dropped["closed: too many connections waiting, a newer one took its place"] < 20 and time.monotonic() < deadline:
+        while (
+            live.dropped["closed: too many connections waiting, a newer one took its place"] < 20
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.05)
-        assert live.dropped["closed: too many connections waiting, a newer one took its place"] == 20, dict(live.dropped)
+        assert live.dropped["closed: too many connections waiting, a newer one took its place"] == 20, dict(
+            live.dropped
+        )
         assert live.dropped["closed: request head over 32 KiB"] == 1, dict(live.dropped)
         started = time.monotonic()
         assert _get(live.port, live.token) == 200

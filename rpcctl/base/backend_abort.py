@@ -48,9 +48,13 @@ _TERMINATE_BARE = compile_linear(r"^terminate called (without an active exceptio
 _WHAT = compile_linear(r"^\s*what\(\):\s*(.*)$")
 _FATAL_LOG = compile_linear(r"^(?:\[rank\d+\]:)?\[F\d{4} [^\]]*\] (.*)$|^F\d{4} [\d:.]+\s+\d+ [^\]]*\] (.*)$")
 # Where the thrown text stops: the C++ stack torch adds, the Python dump, another abort.
-_END = compile_linear(r"^(?:Exception raised from |frame #\d|Fatal Python error|Thread 0x|Current thread 0x|terminate called)")
-_PREFIX = compile_linear(r"^(?:\[(?:PG ID [^\]]*|PG \d[^\]]*|Rank \d+|[^\] ]*\.(?:cc|cpp|h|hpp|cu):\d+)\]\s*|"
-                         r"(?:Process group|NCCL) watchdog thread terminated with exception:\s*)")
+_END = compile_linear(
+    r"^(?:Exception raised from |frame #\d|Fatal Python error|Thread 0x|Current thread 0x|terminate called)"
+)
+_PREFIX = compile_linear(
+    r"^(?:\[(?:PG ID [^\]]*|PG \d[^\]]*|Rank \d+|[^\] ]*\.(?:cc|cpp|h|hpp|cu):\d+)\]\s*|"
+    r"(?:Process group|NCCL) watchdog thread terminated with exception:\s*)"
+)
 _ENFORCE = compile_linear(r"^\[enforce fail at [^\]]*\]\s*(.*?)\. (\S+ vs \S+)\. (.*)$")
 _ENFORCE_PLAIN = compile_linear(r"^\[enforce fail at [^\]]*\]\s*(.*)$")
 _THREAD = compile_linear(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):")
@@ -87,7 +91,7 @@ def tail_lines(path: Path, max_bytes: int = 256 * 1024) -> list[str]:
         return []
     lines = data.decode("utf-8", "replace").splitlines()[-MAX_LINES:]
     restart = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith("--- rpcctl: restart ")), None)
-    return lines[restart + 1:] if restart is not None else lines
+    return lines[restart + 1 :] if restart is not None else lines
 
 
 def read(lines: list[str]) -> Abort | None:
@@ -114,7 +118,7 @@ def _thrown(lines: list[str], index: int) -> tuple[str, str, str, str | None] | 
     if terminate is not None:
         error_type = terminate.group(1)
         what: list[str] = []
-        body = lines[index + 1:index + 1 + MAX_LINES]
+        body = lines[index + 1 : index + 1 + MAX_LINES]
         if body and _WHAT.search(body[0]):
             what.append(_WHAT.search(body[0]).group(1))
             for more in body[1:]:
@@ -123,7 +127,12 @@ def _thrown(lines: list[str], index: int) -> tuple[str, str, str, str | None] | 
                 what.append(more)
         text = "\n".join(what)
         first = what[0] if what else ""
-        return _backend(error_type, text), first, "\n".join([line, *(["  what():  " + text] if what else [])]), error_type
+        return (
+            _backend(error_type, text),
+            first,
+            "\n".join([line, *(["  what():  " + text] if what else [])]),
+            error_type,
+        )
     bare = _TERMINATE_BARE.search(line)
     if bare is not None:
         return "C++", f"terminate called {bare.group(1)}", line, None
@@ -152,7 +161,7 @@ def _one_line(text: str) -> str:
         prefix = _PREFIX.search(text)
         if prefix is None or prefix.end() == 0:
             break
-        text = text[prefix.end():]
+        text = text[prefix.end() :]
     enforce = _ENFORCE.search(text)
     if enforce is not None:
         cause, sides, rest = enforce.group(1), enforce.group(2), enforce.group(3).strip()

@@ -23,7 +23,11 @@ import types
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # rpcctl/, not base/
 ALL_FRAMES_ENV = "RPCCTL_ALL_FRAMES"  # "1" in a rank: keep rpcctl's frames in its tracebacks
 
-_LIBRARIES = tuple(p for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]} if p)
+_LIBRARIES = tuple(
+    p
+    for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    if p
+)
 _ANY_LIBRARY = re.compile(r"[/\\]lib[/\\]python\d+\.\d+[/\\]")  # any interpreter's stdlib or site-packages
 _INSTALLED_RPCCTL = re.compile(r"[/\\]site-packages[/\\]rpcctl[/\\]")  # another node's install of it
 # Longest first: a system Python's site-packages lies inside its stdlib folder.
@@ -36,7 +40,7 @@ def short_path(path: str) -> str:
     directory relative to it, any other file whole."""
     for prefix in _LIBRARY_PREFIXES:
         if path.startswith(prefix):
-            return path[len(prefix):]
+            return path[len(prefix) :]
     try:
         relative = os.path.relpath(path)
     except ValueError:
@@ -50,7 +54,9 @@ def is_own(filename: str) -> bool:
 
 def is_user_file(filename: str) -> bool:
     """The user's code: neither rpcctl nor a library (any interpreter's) nor ``<frozen ...>``."""
-    return not (filename.startswith("<") or is_own(filename) or filename.startswith(_LIBRARIES) or _ANY_LIBRARY.search(filename))
+    return not (
+        filename.startswith("<") or is_own(filename) or filename.startswith(_LIBRARIES) or _ANY_LIBRARY.search(filename)
+    )
 
 
 def drop_own_frames(exc: BaseException) -> None:
@@ -113,7 +119,9 @@ def _hide_in_thread(block: list[str]) -> list[str]:
     hidden = {i for i, f in frames.items() if is_own(f)}
     if hidden and not users:
         files = [frames[i] for i in hidden]
-        role = next((r for suffix, r in _THREAD_ROLES.items() if any(f.endswith(suffix) for f in files)), "a thread of rpcctl's")
+        role = next(
+            (r for suffix, r in _THREAD_ROLES.items() if any(f.endswith(suffix) for f in files)), "a thread of rpcctl's"
+        )
         blank = [line for line in block[1:] if not line.strip()]  # the blank line between threads
         return [f"{block[0].split(' (most recent')[0]}: {role} (hidden; --all-frames shows it)", *blank]
     # Below the outermost user frame, rpcctl's bootstrap started the script (through runpy).

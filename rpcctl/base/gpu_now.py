@@ -30,13 +30,19 @@ class GpuNow:
 
     def describe(self, names: dict[int, str] | None = None) -> str:
         """``GPU 0 (NVIDIA H100): 3.1 GiB of 79.6 GiB used, 0% busy; rank 0 (pid 41) holds 2.9 GiB``."""
+
         def gib(n: int | None) -> str:
-            return "?" if n is None else f"{n / 1024 ** 3:.1f} GiB"
+            return "?" if n is None else f"{n / 1024**3:.1f} GiB"
 
         busy = "?" if self.utilization_pct is None else f"{self.utilization_pct}%"
-        held = "; ".join(f"{(names or {}).get(pid, 'pid ' + str(pid))} holds {gib(used)}" for pid, used in sorted(self.processes.items()))
-        return f"GPU {self.index} ({self.name}): {gib(self.memory_used_bytes)} of {gib(self.memory_total_bytes)} used, {busy} busy" + (
-            f"; {held}" if held else "; no process of its own")
+        held = "; ".join(
+            f"{(names or {}).get(pid, 'pid ' + str(pid))} holds {gib(used)}"
+            for pid, used in sorted(self.processes.items())
+        )
+        return (
+            f"GPU {self.index} ({self.name}): {gib(self.memory_used_bytes)} of {gib(self.memory_total_bytes)} used, {busy} busy"
+            + (f"; {held}" if held else "; no process of its own")
+        )
 
 
 def snapshot(binary: str | None = None, timeout: float = TIMEOUT_S) -> list[GpuNow] | None:
@@ -61,8 +67,13 @@ def snapshot(binary: str | None = None, timeout: float = TIMEOUT_S) -> list[GpuN
 
 def _query(binary: str, what: str, fields: str, timeout: float) -> list[list[str]] | None:
     try:
-        done = subprocess.run([binary, f"{what}={fields}", "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            [binary, f"{what}={fields}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if done.returncode != 0:

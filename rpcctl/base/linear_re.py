@@ -35,9 +35,13 @@ def compile_linear(pattern: str) -> Any:
         return re2.compile(pattern, _quiet())
     except re2.error as exc:
         reason = exc.args[0] if exc.args else b""
-        detail = (reason.decode(errors="replace") if isinstance(reason, bytes) else str(reason)) or "RE2 cannot compile it"
-        raise ValueError(f"not a valid regex for RE2 ({detail}): rpcctl matches every printed line in linear time "
-                         "with RE2, which has no lookarounds or backreferences") from exc
+        detail = (
+            reason.decode(errors="replace") if isinstance(reason, bytes) else str(reason)
+        ) or "RE2 cannot compile it"
+        raise ValueError(
+            f"not a valid regex for RE2 ({detail}): rpcctl matches every printed line in linear time "
+            "with RE2, which has no lookarounds or backreferences"
+        ) from exc
 
 
 class _Encoded:

@@ -188,7 +188,9 @@ class RankLogReader:
     ``new_lines`` again as the log grows; ``finish`` gives a last line that had no newline).
     A log renamed or truncated meanwhile is followed as ``FollowedFile`` says."""
 
-    def __init__(self, rank: int, log_path: Path, since: float | None = None, on_replaced: Callable[[str], None] | None = None):
+    def __init__(
+        self, rank: int, log_path: Path, since: float | None = None, on_replaced: Callable[[str], None] | None = None
+    ):
         self.rank, self.path = rank, log_path
         self._log = FollowedFile(log_path, self._replaced)
         self._on_replaced = on_replaced
@@ -238,4 +240,3 @@ def lines_of(reader: RankLogReader, final: bool) -> Iterator[LogLine]:
     yield from reader.new_lines()
     if final:
         yield from reader.finish()
-

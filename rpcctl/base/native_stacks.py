@@ -41,7 +41,9 @@ TIMEOUT_S = 10.0  # per process; symbols of libtorch take py-spy ~2 s to load
 # under ctypes' libffi).
 _PLUMBING = re.compile(r"^(libc|libpthread|libstdc\+\+|libgcc_s|ld-linux[^/]*|libm|librt|libdl)([.-]|$)")
 _GLUE_FILE = re.compile(r"^(libffi[.-]|callproc\.c$|_ctypes\.c$|cfield\.c$)")
-_GLUE_NAME = re.compile(r"^(pybind11::|_?PyObject_|_?PyEval_|cfunction_|method_vectorcall|_PyFunction_Vectorcall|_Py_|PyCFunction|PyCFuncPtr)")
+_GLUE_NAME = re.compile(
+    r"^(pybind11::|_?PyObject_|_?PyEval_|cfunction_|method_vectorcall|_PyFunction_Vectorcall|_Py_|PyCFunction|PyCFuncPtr)"
+)
 _ADDRESS = re.compile(r"^0x[0-9a-fA-F]+$")
 
 
@@ -158,8 +160,13 @@ def read(pids: list[int], timeout: float = TIMEOUT_S) -> dict[int, NativeDump]:
         # read as it stands (py-spy's --nonblocking), and it is said to be stopped.
         mode = ["--nonblocking"] if pid in stopped else ["--native"]
         try:
-            started[pid] = subprocess.Popen([binary, "dump", *mode, "--json", "--pid", str(pid)], stdin=subprocess.DEVNULL,
-                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "RUST_BACKTRACE": "0"})
+            started[pid] = subprocess.Popen(
+                [binary, "dump", *mode, "--json", "--pid", str(pid)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env={**os.environ, "RUST_BACKTRACE": "0"},
+            )
         except OSError as exc:
             dumps[pid] = NativeDump(pid, error=f"{binary} could not be run: {exc.strerror or exc}")
     deadline = time.monotonic() + timeout
@@ -173,7 +180,9 @@ def read(pids: list[int], timeout: float = TIMEOUT_S) -> dict[int, NativeDump]:
             continue
         dumps[pid] = _parsed(pid, proc.returncode, out, err)
         if pid in stopped and dumps[pid].error is None:
-            dumps[pid].note = f"stopped (SIGSTOP): its Python frames as it stands, no native ones; `kill -CONT {pid}` resumes it"
+            dumps[
+                pid
+            ].note = f"stopped (SIGSTOP): its Python frames as it stands, no native ones; `kill -CONT {pid}` resumes it"
     return {pid: dumps[pid] for pid in pids}
 
 
@@ -203,10 +212,23 @@ def _parsed(pid: int, code: int, out: bytes, err: bytes) -> NativeDump:
 
 
 def _thread(raw: dict) -> NativeThread:
-    frames = [NativeFrame(str(f.get("name") or "?"), str(f.get("short_filename") or f.get("filename") or "?"), int(f.get("line") or 0),
-                          f.get("module") is not None) for f in raw.get("frames", [])]
-    return NativeThread(int(raw["thread_id"]), raw.get("os_thread_id"), raw.get("thread_name"), bool(raw.get("active")),
-                        bool(raw.get("owns_gil")), frames)
+    frames = [
+        NativeFrame(
+            str(f.get("name") or "?"),
+            str(f.get("short_filename") or f.get("filename") or "?"),
+            int(f.get("line") or 0),
+            f.get("module") is not None,
+        )
+        for f in raw.get("frames", [])
+    ]
+    return NativeThread(
+        int(raw["thread_id"]),
+        raw.get("os_thread_id"),
+        raw.get("thread_name"),
+        bool(raw.get("active")),
+        bool(raw.get("owns_gil")),
+        frames,
+    )
 
 
 def _alive(pid: int) -> bool:
@@ -256,12 +278,16 @@ def refused_hint() -> str:
     if not _has_ptrace_cap():
         why.append("this process lacks CAP_SYS_PTRACE (a container without --cap-add SYS_PTRACE?)")
     if _status_field("Seccomp") == "2":
-        why.append("a seccomp filter forbids ptrace here (a container's profile: docker run --security-opt seccomp=unconfined, "
-                   "or a profile that allows ptrace and process_vm_readv)")
+        why.append(
+            "a seccomp filter forbids ptrace here (a container's profile: docker run --security-opt seccomp=unconfined, "
+            "or a profile that allows ptrace and process_vm_readv)"
+        )
     reason = "; ".join(why) or "ptrace was refused"
-    return (f"native stacks: not allowed to read the rank's processes ({reason}): allow it with "
-            "`sysctl kernel.yama.ptrace_scope=0`, or give rpcctl CAP_SYS_PTRACE (docker run --cap-add SYS_PTRACE; "
-            "Kubernetes: securityContext.capabilities.add [SYS_PTRACE]); the Python stacks below are faulthandler's")
+    return (
+        f"native stacks: not allowed to read the rank's processes ({reason}): allow it with "
+        "`sysctl kernel.yama.ptrace_scope=0`, or give rpcctl CAP_SYS_PTRACE (docker run --cap-add SYS_PTRACE; "
+        "Kubernetes: securityContext.capabilities.add [SYS_PTRACE]); the Python stacks below are faulthandler's"
+    )
 
 
 def _status_field(name: str) -> str | None:
@@ -307,20 +333,42 @@ def tree(pid: int) -> list[tuple[int, list[str]]]:
 PROFILE_FORMATS = {"speedscope": "speedscope", "chrome": "chrometrace"}  # rpcctl's word → py-spy's
 
 
-def record_profile(pid: int, seconds: float, fmt: str, out: Path, rate: int = 100, native: bool = False) -> tuple[int | None, str | None]:
+def record_profile(
+    pid: int, seconds: float, fmt: str, out: Path, rate: int = 100, native: bool = False
+) -> tuple[int | None, str | None]:
     """``py-spy record`` of ``pid`` and its subprocesses for ``seconds`` into ``out`` (``fmt``:
     speedscope or chrome): (the samples taken, None) or (None, why not). Bounded: ``seconds``
     plus 30 s to attach and write; ``refused`` errors start with ``REFUSED``."""
     binary = py_spy()
     if binary is None:
         return None, MISSING.replace("no native stacks", "no profile")
-    argv = [binary, "record", "--pid", str(pid), "--subprocesses", "--duration", str(max(1, round(seconds))), "--rate", str(rate),
-            "--format", PROFILE_FORMATS[fmt], "--output", str(out), "--nonblocking"]
+    argv = [
+        binary,
+        "record",
+        "--pid",
+        str(pid),
+        "--subprocesses",
+        "--duration",
+        str(max(1, round(seconds))),
+        "--rate",
+        str(rate),
+        "--format",
+        PROFILE_FORMATS[fmt],
+        "--output",
+        str(out),
+        "--nonblocking",
+    ]
     if native:
         argv.remove("--nonblocking")  # native frames need the process paused while they are read
         argv.append("--native")
     try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=seconds + 30, env={**os.environ, "RUST_BACKTRACE": "0"})
+        done = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=seconds + 30,
+            env={**os.environ, "RUST_BACKTRACE": "0"},
+        )
     except subprocess.TimeoutExpired:
         return None, f"py-spy did not finish within {seconds + 30:g} s"
     except OSError as exc:
@@ -331,9 +379,13 @@ def record_profile(pid: int, seconds: float, fmt: str, out: Path, rate: int = 10
         return (int(samples.group(1)) if samples else None), None
     if not _alive(pid):
         return None, "the rank exited while it was profiled"
-    if "Permission denied" in said or "Operation not permitted" in said or read([pid])[pid].refused:  # "No python processes found": why?
+    # "No python processes found": why?
+    if "Permission denied" in said or "Operation not permitted" in said or read([pid])[pid].refused:
         return None, REFUSED
-    first = next((line.strip() for line in said.splitlines() if line.strip() and not line.startswith("py-spy>")), f"py-spy exited {done.returncode}")
+    first = next(
+        (line.strip() for line in said.splitlines() if line.strip() and not line.startswith("py-spy>")),
+        f"py-spy exited {done.returncode}",
+    )
     return None, first.removeprefix("Error: ")[:200]
 
 

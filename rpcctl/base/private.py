@@ -86,7 +86,8 @@ def write_private_atomic(path: Path, data: str | bytes, *, encoding: str = "utf-
 
     path = Path(path)
     refuse_non_regular(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temporary_prefix(path), suffix=".tmp")  # 0600, whatever the umask
+    # 0600, whatever the umask
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temporary_prefix(path), suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode(encoding) if isinstance(data, str) else data)
@@ -134,6 +135,19 @@ def refuse_non_regular(path: Path) -> None:
     except FileNotFoundError:
         return
     if not stat.S_ISREG(mode):
-        kind = ("a symbolic link" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
-        raise OSError(errno.EINVAL, f"it is {kind}; rpcctl writes only regular files (name a new file or a regular one)", str(path))
+        kind = (
+            "a symbolic link"
+            if stat.S_ISLNK(mode)
+            else "a directory"
+            if stat.S_ISDIR(mode)
+            else "a FIFO"
+            if stat.S_ISFIFO(mode)
+            else "a device"
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "not a regular file"
+        )
+        raise OSError(
+            errno.EINVAL,
+            f"it is {kind}; rpcctl writes only regular files (name a new file or a regular one)",
+            str(path),
+        )

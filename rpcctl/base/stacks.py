@@ -99,7 +99,9 @@ def dump(pid: int, path: Path, timeout: float) -> str | None:
     return _collect({pid: (path, before)}, timeout)[pid]
 
 
-def dump_many(targets: list[tuple[int, Path]], timeout: float, header: str = "", stop=lambda: False) -> dict[int, str | None]:
+def dump_many(
+    targets: list[tuple[int, Path]], timeout: float, header: str = "", stop=lambda: False
+) -> dict[int, str | None]:
     """Dump several processes at once (the launcher, before a teardown): signal every one that
     can answer, then wait up to ``timeout`` in all for their files. A process that would die of
     SIGUSR1 (no dump handler yet: still starting) or cannot answer (stopped) is not signalled.

@@ -145,7 +145,9 @@ class ServingState(_State):
 # The terminal states of each machine (``is_terminal``).
 TERMINAL: dict[type[_State], frozenset[_State]] = {
     RunStatus: frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.LOST}),
-    RankStatus: frozenset({RankStatus.SUCCEEDED, RankStatus.FAILED, RankStatus.KILLED, RankStatus.LOST, RankStatus.EXITED}),
+    RankStatus: frozenset(
+        {RankStatus.SUCCEEDED, RankStatus.FAILED, RankStatus.KILLED, RankStatus.LOST, RankStatus.EXITED}
+    ),
     RRefState: frozenset({RRefState.DELETED}),
     RRefEnding: frozenset(RRefEnding),
     CallState: frozenset({CallState.OK, CallState.ERROR, CallState.TIMEOUT, CallState.UNFINISHED}),

@@ -19,9 +19,22 @@ from rpcctl.bench.suites import COMPARE, FULL, QUICK, SUITES, Profile
 from rpcctl.console import KEY, Column, render_table
 
 __all__ = [
-    "BenchPlan", "BenchReport", "Comparison", "SessionResult", "NOISY_LEGEND", "TransportInfo",
-    "plan", "run", "report_tables", "verdict", "listing", "listing_table", "compare_files",
-    "comparison_table", "tune", "profile_for",
+    "BenchPlan",
+    "BenchReport",
+    "Comparison",
+    "SessionResult",
+    "NOISY_LEGEND",
+    "TransportInfo",
+    "plan",
+    "run",
+    "report_tables",
+    "verdict",
+    "listing",
+    "listing_table",
+    "compare_files",
+    "comparison_table",
+    "tune",
+    "profile_for",
 ]
 
 NOISY_LEGEND = (
@@ -59,8 +72,15 @@ def plan(
     repeats = repeats or profile.timing.repeats
     if rounds is None:
         rounds = DEFAULT_ROUNDS if len(specs) > 1 else 1
-    return plan_bench(resolve_suites(suites), specs, profile, repeats=repeats, rounds=min(rounds, repeats), pin=pin,
-                      shared_ops_only=compare_preset)
+    return plan_bench(
+        resolve_suites(suites),
+        specs,
+        profile,
+        repeats=repeats,
+        rounds=min(rounds, repeats),
+        pin=pin,
+        shared_ops_only=compare_preset,
+    )
 
 
 def run(bench_plan: BenchPlan, runs_dir: Path, console=None) -> SessionResult:
@@ -80,7 +100,11 @@ def verdict(report: BenchReport) -> str:
     noisy = sum(r.noisy for r in report.results)
     if not parts:
         return f"verdict: {len(report.results)} rows, {noisy} noisy; nothing to rank against rpc"
-    return "verdict: " + "; ".join(parts) + f" (geometric mean over each transport's rows; {noisy} of {len(report.results)} rows noisy)"
+    return (
+        "verdict: "
+        + "; ".join(parts)
+        + f" (geometric mean over each transport's rows; {noisy} of {len(report.results)} rows noisy)"
+    )
 
 
 def _ranking(report: BenchReport, baseline: str, ratio: str, include, prefix: str = "") -> list[str]:
@@ -94,14 +118,20 @@ def _ranking(report: BenchReport, baseline: str, ratio: str, include, prefix: st
         if r.transport == baseline or not include(r) or value is None or not value > 0:
             continue
         ref = base.get(r.key)
-        by_transport.setdefault(r.transport, []).append((value, tolerance(r.spread, ref.spread if ref is not None else None)))
+        by_transport.setdefault(r.transport, []).append(
+            (value, tolerance(r.spread, ref.spread if ref is not None else None))
+        )
     faster, slower, same = [], [], []
     for name, pairs in by_transport.items():
         geo = math.exp(sum(math.log(v) for v, _ in pairs) / len(pairs))
         band = sorted(b for _, b in pairs)[len(pairs) // 2]
         (faster if geo > 1 + band else slower if geo < 1 - band else same).append((geo, f"{name} {fmt_ratio(geo)}"))
     parts = []
-    for label, group in ((f"faster than {baseline}", faster), ("slower", slower), (f"within the noise of {baseline}", same)):
+    for label, group in (
+        (f"faster than {baseline}", faster),
+        ("slower", slower),
+        (f"within the noise of {baseline}", same),
+    ):
         if group:
             parts.append(f"{label}: " + ", ".join(e for _, e in sorted(group, reverse=True)))
     return [prefix + "; ".join(parts)] if parts else []
@@ -122,8 +152,11 @@ class TransportInfo:
 
     # The name and status are never cut: the suites and the summary wrap on a narrow terminal.
     COLUMNS: ClassVar[list[Column]] = [
-        Column("name", "TRANSPORT", priority=KEY), Column("suites", "SUITES", wrap=True), Column("runs_in", "DEFAULT IN"),
-        Column("status", "STATUS", priority=KEY), Column("summary", "WHAT", wrap=True),
+        Column("name", "TRANSPORT", priority=KEY),
+        Column("suites", "SUITES", wrap=True),
+        Column("runs_in", "DEFAULT IN"),
+        Column("status", "STATUS", priority=KEY),
+        Column("summary", "WHAT", wrap=True),
     ]
 
 
@@ -136,13 +169,15 @@ def listing() -> tuple[list[TransportInfo], list[str]]:
         cls = spec.adapter
         runs_in = [label for label, profile in (("quick", QUICK), ("full", FULL)) if name in profile.default_transports]
         reason = cls.unavailable()
-        rows.append(TransportInfo(
-            name=name,
-            suites="all" if set(cls.ops) >= set(SUITES) else ", ".join(s for s in SUITES if s in cls.ops),
-            runs_in=",".join(runs_in) or "on request",
-            status="ok" if reason is None else "missing",
-            summary=spec.summary,
-        ))
+        rows.append(
+            TransportInfo(
+                name=name,
+                suites="all" if set(cls.ops) >= set(SUITES) else ", ".join(s for s in SUITES if s in cls.ops),
+                runs_in=",".join(runs_in) or "on request",
+                status="ok" if reason is None else "missing",
+                summary=spec.summary,
+            )
+        )
         if reason:
             notes.append(f"{name}: {reason}")
     return rows, notes
@@ -173,7 +208,11 @@ def compare_files(old: Path, new: Path, *, common_only: bool = False) -> dict[st
     comparisons = compare(before, after)
     if common_only:
         comparisons = [c for c in comparisons if c.old is not None and c.new is not None]
-    return {"comparisons": comparisons, "summary": summary_counts(comparisons), "machine_differences": machine_differences(before, after)}
+    return {
+        "comparisons": comparisons,
+        "summary": summary_counts(comparisons),
+        "machine_differences": machine_differences(before, after),
+    }
 
 
 def comparison_table(comparisons: list[Comparison]):
@@ -202,7 +241,9 @@ def tune_views(result) -> dict[str, Any]:
     from rpcctl.bench.transports.rpc import describe
 
     views: dict[str, Any] = {
-        "candidates": candidates_table(result.candidates, "each setting alone: speed vs the defaults measured around it (>1 is faster)"),
+        "candidates": candidates_table(
+            result.candidates, "each setting alone: speed vs the defaults measured around it (>1 is faster)"
+        ),
         "between": None,
         "finalists": None,
         "snippet": tuning.config_snippet(result.chosen) if result.chosen else None,
@@ -215,7 +256,9 @@ def tune_views(result) -> dict[str, Any]:
             f"from launch to launch ({worst}); NOISE includes it"
         )
     if result.finalists:
-        views["finalists"] = candidates_table(result.finalists, f"measured again: {describe(result.tried)} (rpc-chosen)")
+        views["finalists"] = candidates_table(
+            result.finalists, f"measured again: {describe(result.tried)} (rpc-chosen)"
+        )
     if result.chosen:
         views["advice"] = "Put this in a launch config (or use rpc.tuning: auto for the known-good set):"
     elif result.tried:

@@ -95,10 +95,17 @@ def compare(old: BenchReport, new: BenchReport) -> list[Comparison]:
         row = after or before
         metric, _ = _metric(row)
         if before is None or after is None:
-            out.append(Comparison(
-                **row.row_id(), metric=metric, old=_metric(before)[1] if before else None, new=_metric(after)[1] if after else None,
-                speedup=None, tolerance=None, verdict=ADDED if before is None else REMOVED,
-            ))
+            out.append(
+                Comparison(
+                    **row.row_id(),
+                    metric=metric,
+                    old=_metric(before)[1] if before else None,
+                    new=_metric(after)[1] if after else None,
+                    speedup=None,
+                    tolerance=None,
+                    verdict=ADDED if before is None else REMOVED,
+                )
+            )
             continue
         speedup = after.speed / before.speed if before.speed and after.speed else None
         band = tolerance(before.spread, after.spread)
@@ -110,20 +117,34 @@ def compare(old: BenchReport, new: BenchReport) -> list[Comparison]:
             verdict = SLOWER
         else:
             verdict = SAME
-        out.append(Comparison(
-            **row.row_id(), metric=metric, old=_metric(before)[1], new=_metric(after)[1], speedup=speedup, tolerance=band, verdict=verdict,
-        ))
+        out.append(
+            Comparison(
+                **row.row_id(),
+                metric=metric,
+                old=_metric(before)[1],
+                new=_metric(after)[1],
+                speedup=speedup,
+                tolerance=band,
+                verdict=verdict,
+            )
+        )
     return out
 
 
 def machine_differences(old: BenchReport, new: BenchReport) -> list[str]:
     """Facts that differ between the two runs' machines (comparisons across them are weaker)."""
     keys = ("hostname", "cpu", "logical_cpus", "torch", "platform")
-    return [f"{k}: {old.machine.get(k)!r} → {new.machine.get(k)!r}" for k in keys if old.machine.get(k) != new.machine.get(k)]
+    return [
+        f"{k}: {old.machine.get(k)!r} → {new.machine.get(k)!r}"
+        for k in keys
+        if old.machine.get(k) != new.machine.get(k)
+    ]
 
 
 def render_comparisons(comparisons: list[Comparison]):
-    return render_table(comparisons, Comparison.COLUMNS, title="NEW vs OLD (SPEED: + is faster)", empty="no rows to compare")
+    return render_table(
+        comparisons, Comparison.COLUMNS, title="NEW vs OLD (SPEED: + is faster)", empty="no rows to compare"
+    )
 
 
 def summary_counts(comparisons: list[Comparison]) -> dict[str, int]:

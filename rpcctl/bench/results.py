@@ -39,7 +39,13 @@ from rpcctl.console import HIGH, KEY, Column, bandwidth_scale, human_bytes, rate
 
 BASELINE = "rpc"
 # The rpc op a row of another transport is compared with, per suite.
-BASELINE_OP = {"latency": "rpc_sync", "payload": "rpc_sync", "throughput": "rpc_async", "train": "train_step", "startup": "first_call"}
+BASELINE_OP = {
+    "latency": "rpc_sync",
+    "payload": "rpc_sync",
+    "throughput": "rpc_async",
+    "train": "train_step",
+    "startup": "first_call",
+}
 # Collectives are compared with torch's own gloo collective of the same op and size, never with rpc.
 COLLECTIVE_BASELINE = "gloo"
 RATE_SUITES = frozenset({"throughput", "train"})  # speed is calls/s; elsewhere it is 1/p50
@@ -160,12 +166,30 @@ SUITE_COLUMNS: dict[str, list[Column]] = {
     "collective": [_PAYLOAD, _TRANSPORT, _OP, _GBPS, _P50, _P90, _P99, _MIN, _MAX, _VS_GLOO, _N, _NOISE],
     "startup": [_TRANSPORT, _P50, _P99, _MIN, _MAX, _VS, Column("n", "LAUNCHES", str, "right"), _NOISE],
     "throughput": [
-        Column("in_flight", "IN FLIGHT", str, "right", priority=KEY), _TRANSPORT, _OP,
-        Column("calls_per_s", "CALLS/S", rate_scale, "right", priority=KEY), _P50, _P90, _P99, _MAX, _VS, _N, _NOISE,
+        Column("in_flight", "IN FLIGHT", str, "right", priority=KEY),
+        _TRANSPORT,
+        _OP,
+        Column("calls_per_s", "CALLS/S", rate_scale, "right", priority=KEY),
+        _P50,
+        _P90,
+        _P99,
+        _MAX,
+        _VS,
+        _N,
+        _NOISE,
     ],
     "train": [
-        Column("world_size", "WORLD", str, "right", priority=KEY), _TRANSPORT, _OP,
-        Column("calls_per_s", "STEPS/S", rate_scale, "right", priority=KEY), _P50, _P90, _P99, _MAX, _VS, _N, _NOISE,
+        Column("world_size", "WORLD", str, "right", priority=KEY),
+        _TRANSPORT,
+        _OP,
+        Column("calls_per_s", "STEPS/S", rate_scale, "right", priority=KEY),
+        _P50,
+        _P90,
+        _P99,
+        _MAX,
+        _VS,
+        _N,
+        _NOISE,
     ],
 }
 
@@ -173,16 +197,34 @@ SUITE_COLUMNS: dict[str, list[Column]] = {
 def unsupported_result(transport: str, case: Any, reason: str) -> dict:
     """The row of a case the transport cannot do: every figure null, and why."""
     return BenchResult(
-        suite=case.suite, transport=transport, op=case.op, payload_bytes=case.payload_bytes, in_flight=case.in_flight,
-        world_size=case.world_size, n=None, repeats=0, p50_us=None, p90_us=None, p99_us=None, min_us=None, max_us=None,
-        mean_us=None, gbps=None, calls_per_s=None, spread=0.0, noisy=False, supported=False,
+        suite=case.suite,
+        transport=transport,
+        op=case.op,
+        payload_bytes=case.payload_bytes,
+        in_flight=case.in_flight,
+        world_size=case.world_size,
+        n=None,
+        repeats=0,
+        p50_us=None,
+        p90_us=None,
+        p99_us=None,
+        min_us=None,
+        max_us=None,
+        mean_us=None,
+        gbps=None,
+        calls_per_s=None,
+        spread=0.0,
+        noisy=False,
+        supported=False,
         reason=reason if reason.startswith("not supported") else f"not supported: {reason}",
     ).to_dict()
 
 
 def merge_measurements(parts: list[dict]) -> dict:
     """One case measured in several launches (rounds): every timed call and every repeat pooled."""
-    merged = {key: [v for part in parts for v in part[key]] for key in ("samples_s", "repeat_medians_s", "repeat_rates")}
+    merged = {
+        key: [v for part in parts for v in part[key]] for key in ("samples_s", "repeat_medians_s", "repeat_rates")
+    }
     merged["calls_per_repeat"] = parts[0].get("calls_per_repeat")
     merged["warmup_calls"] = sum(part.get("warmup_calls") or 0 for part in parts)
     if any(part.get("parts_s") for part in parts):

@@ -88,8 +88,15 @@ class BenchPlan:
             "suites": list(self.suites),
             "transports": [t.to_dict() for t in self.transports],
             "units": [
-                {"unit": u.slug, "transport": u.transport.name, "world_size": u.world_size, "round": u.round,
-                 "start_method": u.start_method, "cases": [c.to_dict() for c in u.cases], "env": u.env}
+                {
+                    "unit": u.slug,
+                    "transport": u.transport.name,
+                    "world_size": u.world_size,
+                    "round": u.round,
+                    "start_method": u.start_method,
+                    "cases": [c.to_dict() for c in u.cases],
+                    "env": u.env,
+                }
                 for u in self.units
             ],
             "notes": list(self.notes),
@@ -197,7 +204,9 @@ def plan_bench(
             cases = by_world[world_size]
             method = "spawn" if any(c.suite == "startup" for c in cases) else "fork"
             units.append(Unit(len(units), spec, world_size, cases, pin=pin, start_method=method))
-    return BenchPlan(profile, timing, suites, kept, interleave_rounds(units, rounds, total_repeats), notes, rounds=rounds, pin=pin)
+    return BenchPlan(
+        profile, timing, suites, kept, interleave_rounds(units, rounds, total_repeats), notes, rounds=rounds, pin=pin
+    )
 
 
 def interleave_rounds(units: list[Unit], rounds: int, total_repeats: int | None = None) -> list[Unit]:
@@ -278,7 +287,14 @@ def default_launch() -> LaunchFn:
     return launch
 
 
-def run_unit(unit: Unit, plan: BenchPlan, bench_dir: Path, on_event: Callable[[dict], None], launch: LaunchFn | None = None, console=None) -> UnitOutcome:
+def run_unit(
+    unit: Unit,
+    plan: BenchPlan,
+    bench_dir: Path,
+    on_event: Callable[[dict], None],
+    launch: LaunchFn | None = None,
+    console=None,
+) -> UnitOutcome:
     """Launch one unit through rpcctl's launcher and collect its results."""
     from rpcctl.config import JobSpec, RpcSpec
 
@@ -287,13 +303,18 @@ def run_unit(unit: Unit, plan: BenchPlan, bench_dir: Path, on_event: Callable[[d
         (bench_dir / sub).mkdir(parents=True, exist_ok=True)
     unit_file = bench_dir / "units" / f"{unit.slug}.json"
     events_file = bench_dir / "events" / f"{unit.slug}.jsonl"
-    unit_file.write_text(json.dumps({
-        "transport": unit.transport.to_dict(),
-        "timing": {**plan.timing.to_dict(), **({"repeats": unit.repeats} if unit.repeats else {})},
-        "cases": [c.to_dict() for c in unit.cases],
-        "events": str(events_file),
-        "pin": unit.pin,
-    }, indent=2))
+    unit_file.write_text(
+        json.dumps(
+            {
+                "transport": unit.transport.to_dict(),
+                "timing": {**plan.timing.to_dict(), **({"repeats": unit.repeats} if unit.repeats else {})},
+                "cases": [c.to_dict() for c in unit.cases],
+                "events": str(events_file),
+                "pin": unit.pin,
+            },
+            indent=2,
+        )
+    )
     spec = JobSpec(
         name=re.sub(r"[^A-Za-z0-9._-]+", "-", f"bench-{unit.transport.name}"),
         script=UNIT_PROGRAM,
@@ -324,5 +345,7 @@ def run_unit(unit: Unit, plan: BenchPlan, bench_dir: Path, on_event: Callable[[d
         error = f"{unit.transport.name} (world {unit.world_size}) {status}: {message}; logs: {Path(record.run_dir) / 'logs'}"
     observed = next((e["observed"] for e in events if e.get("event") == "observed"), {})
     outcome = UnitOutcome(unit, status, results, str(record.run_dir), error, observed, measured=measured)
-    outcome.notes = [f"{unit.transport.name}: {n}" for n in unit.transport.adapter.mismatches(unit.transport.settings, observed)]
+    outcome.notes = [
+        f"{unit.transport.name}: {n}" for n in unit.transport.adapter.mismatches(unit.transport.settings, observed)
+    ]
     return outcome

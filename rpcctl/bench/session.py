@@ -125,7 +125,11 @@ def run_session(
                 break
     machine["load_average_end"] = _load_average()
     results = with_ratios(merge_rounds(outcomes))
-    notes = list(plan.notes) + [o.error for o in outcomes if o.error] + list(dict.fromkeys(n for o in outcomes for n in o.notes))
+    notes = (
+        list(plan.notes)
+        + [o.error for o in outcomes if o.error]
+        + list(dict.fromkeys(n for o in outcomes for n in o.notes))
+    )
     notes += unsupported_notes(results)
     settings = {
         "profile": plan.profile.name,
@@ -154,7 +158,14 @@ def merge_rounds(outcomes: list[UnitOutcome]) -> list[BenchResult]:
     for outcome in outcomes:
         measured = outcome.measured or [None] * len(outcome.results)
         for result, raw in zip(outcome.results, measured):
-            key = (result["transport"], result["suite"], result["op"], result["payload_bytes"], result["in_flight"], result["world_size"])
+            key = (
+                result["transport"],
+                result["suite"],
+                result["op"],
+                result["payload_bytes"],
+                result["in_flight"],
+                result["world_size"],
+            )
             groups.setdefault(key, []).append((result, raw))
     merged = []
     for parts in groups.values():
@@ -164,7 +175,11 @@ def merge_rounds(outcomes: list[UnitOutcome]) -> list[BenchResult]:
             merged.append(BenchResult.from_dict(first))
             continue
         case = Case(first["suite"], first["op"], first["payload_bytes"], first["in_flight"], first["world_size"])
-        merged.append(BenchResult.from_dict(result_from_measurement(first["transport"], case, merge_measurements(raws), first.get("bytes_per_call"))))
+        merged.append(
+            BenchResult.from_dict(
+                result_from_measurement(first["transport"], case, merge_measurements(raws), first.get("bytes_per_call"))
+            )
+        )
     return merged
 
 

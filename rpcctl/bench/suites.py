@@ -28,8 +28,14 @@ from dataclasses import asdict, dataclass, field
 SUITES = ("latency", "payload", "throughput", "collective", "train", "startup")
 POINT_TO_POINT = ("latency", "payload", "throughput")
 # What each suite's rows are, in the JSON (``kind``) and the table titles.
-KIND = {"latency": "point-to-point", "payload": "point-to-point", "throughput": "point-to-point",
-        "collective": "collective", "train": "training", "startup": "startup"}
+KIND = {
+    "latency": "point-to-point",
+    "payload": "point-to-point",
+    "throughput": "point-to-point",
+    "collective": "collective",
+    "train": "training",
+    "startup": "startup",
+}
 COMPARE = "compare"  # the preset: --suite compare
 COMPARE_SUITES = ("latency", "payload", "throughput", "collective", "startup")
 COMPARE_TRANSPORTS = ("rpc", "gloo", "ray", "tf-rpc", "tf-allreduce", "horovod", "monarch", "monarch-rdma")
@@ -117,12 +123,25 @@ FULL = Profile(
     train_world_sizes=(2, 3, 4),
     timing=Timing(warmup_s=0.3, repeat_s=0.2, repeats=10, min_calls=3, max_calls=200_000),
     default_transports=(
-        "rpc", "rpc-uv", "rpc-basic", "rpc-cma", "rpc-threads", "rpc-thp", "rpc-malloc", "rpc-tuned", "gloo", "tcp", "memcpy", "ray",
+        "rpc",
+        "rpc-uv",
+        "rpc-basic",
+        "rpc-cma",
+        "rpc-threads",
+        "rpc-thp",
+        "rpc-malloc",
+        "rpc-tuned",
+        "gloo",
+        "tcp",
+        "memcpy",
+        "ray",
     ),
 )
 
 
-def cases_for(ops: dict[str, tuple[str, ...]], suites: tuple[str, ...], profile: Profile, world_size: int = 2) -> list[Case]:
+def cases_for(
+    ops: dict[str, tuple[str, ...]], suites: tuple[str, ...], profile: Profile, world_size: int = 2
+) -> list[Case]:
     """The cases a transport offering ``ops`` (suite → op names) runs in ``suites``.
 
     Point-to-point suites run between two processes (``world_size`` 2, or 1 for in-process

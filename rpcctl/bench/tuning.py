@@ -69,7 +69,11 @@ class Candidate:
 
     @property
     def verdict(self) -> str:
-        return "faster" if self.wins else ("slower" if self.loses else ("no data" if self.score is None else "within noise"))
+        return (
+            "faster"
+            if self.wins
+            else ("slower" if self.loses else ("no data" if self.score is None else "within noise"))
+        )
 
 
 def score(
@@ -151,7 +155,11 @@ def config_snippet(settings: Mapping[str, Any]) -> str:
     data: dict[str, Any] = {}
     if env:
         data["env"] = env
-    return yaml.safe_dump(data, sort_keys=False).rstrip() if data else "# TensorPipe defaults are fastest here: nothing to set"
+    return (
+        yaml.safe_dump(data, sort_keys=False).rstrip()
+        if data
+        else "# TensorPipe defaults are fastest here: nothing to set"
+    )
 
 
 # -- the --tune session ------------------------------------------------------------------------
@@ -194,7 +202,14 @@ class TuneResult:
 
 
 def candidate_dict(c: Candidate) -> dict[str, Any]:
-    return {"name": c.name, "settings": c.settings, "score": c.score, "tolerance": c.tolerance, "ratios": c.ratios, "wins": c.wins}
+    return {
+        "name": c.name,
+        "settings": c.settings,
+        "score": c.score,
+        "tolerance": c.tolerance,
+        "ratios": c.ratios,
+        "wins": c.wins,
+    }
 
 
 def interleave(specs: list, baseline) -> list:
@@ -225,12 +240,16 @@ def run_tuning(profile, runs_dir, *, repeats: int | None = None, console=None, l
         specs = interleave(candidates, transports()["rpc"])
         units = [Unit(i, spec, 2, list(cases)) for i, spec in enumerate(specs)]
         plan = BenchPlan(profile, timing, suites, specs, units)
-        result = run_session(plan, runs_dir, console=console, launch=launch, name="bench-tune", extra_settings={"tune": True})
+        result = run_session(
+            plan, runs_dir, console=console, launch=launch, name="bench-tune", extra_settings={"tune": True}
+        )
         rows = _rows_by_transport(result)
         between = baseline_spread([rows.get(f"rpc.{i}", []) for i in range(len(candidates) + 1)])
         scored = []
         for i, spec in enumerate(candidates, 1):
-            geo, band, ratios = score(rows.get(spec.name, []), rows.get(f"rpc.{i - 1}", []), rows.get(f"rpc.{i}", []), between)
+            geo, band, ratios = score(
+                rows.get(spec.name, []), rows.get(f"rpc.{i - 1}", []), rows.get(f"rpc.{i}", []), between
+            )
             scored.append(Candidate(spec.name, dict(spec.settings), geo, band, ratios))
         result.report.settings["defaults_spread_between_launches"] = {label_of(k): v for k, v in between.items()}
         return result, scored
@@ -287,5 +306,6 @@ def write_config(path, settings: Mapping[str, Any]) -> list[str]:
     env = dict(data.get("env") or {})
     env.update(settings_to_env(settings))
     data["env"] = env
-    write_private_atomic(path, yaml.safe_dump(data, sort_keys=False))  # renamed into place: another link to it keeps the old one
+    # renamed into place: another link to it keeps the old one
+    write_private_atomic(path, yaml.safe_dump(data, sort_keys=False))
     return notes

@@ -77,7 +77,9 @@ def run_unit(unit: dict, ctx=None, events: Events | None = None, started_s: floa
     try:
         startup = [c for c in cases if c.suite == "startup"]
         if run.driver:
-            run.point_to_point([c for c in cases if c.suite in ("latency", "payload", "throughput")], first_call=bool(startup))
+            run.point_to_point(
+                [c for c in cases if c.suite in ("latency", "payload", "throughput")], first_call=bool(startup)
+            )
         else:
             run.serve()
         run.collectives([c for c in cases if c.suite == "collective"], first_call=bool(startup))
@@ -143,10 +145,14 @@ class _UnitRun:
                 transport.prepare(case.op, x, calls, case.in_flight)
                 if case.in_flight == 1:
                     return closed_loop(lambda: transport.wait(case.op, transport.issue(case.op, x)), calls)
-                return pipelined(lambda: transport.issue(case.op, x), lambda h: transport.wait(case.op, h), calls, case.in_flight)
+                return pipelined(
+                    lambda: transport.issue(case.op, x), lambda h: transport.wait(case.op, h), calls, case.in_flight
+                )
 
             measurement = measure(run_batch, self.timing)
-            self.emit(result_from_measurement(name, case, measurement.__dict__, bytes_per_call=echoed), measurement.__dict__)
+            self.emit(
+                result_from_measurement(name, case, measurement.__dict__, bytes_per_call=echoed), measurement.__dict__
+            )
         if first_call and not self.first_call_s and _p2p_op(cls):
             self.timed_first(lambda: _check_echo(transport, _p2p_op(cls), transport.native(payload(TINY_BYTES))))
         self.events.emit("observed", transport=name, observed=transport.observe())
@@ -188,9 +194,16 @@ class _UnitRun:
 
             measurement = measure(run_collectives, self.timing, agree=transport.agree)
             if driver:
-                self.emit(result_from_measurement(self.spec.name, case, measurement.__dict__, bytes_per_call=moved), measurement.__dict__)
+                self.emit(
+                    result_from_measurement(self.spec.name, case, measurement.__dict__, bytes_per_call=moved),
+                    measurement.__dict__,
+                )
         if first_call and not self.first_call_s and cls.ops.get("collective"):
-            self.timed_first(lambda: _check_collective(transport, cls.ops["collective"][0], collective_payload(TINY_BYTES), world_size))
+            self.timed_first(
+                lambda: _check_collective(
+                    transport, cls.ops["collective"][0], collective_payload(TINY_BYTES), world_size
+                )
+            )
 
     def train(self, cases: list) -> None:
         from rpcctl.bench.results import result_from_measurement
@@ -208,8 +221,14 @@ class _UnitRun:
 
         parts = {key: [value] for key, value in before_s.items()} | {"first_call": [self.first_call_s[0]]}
         total = sum(value for (value,) in parts.values())
-        measured = {"samples_s": [total], "repeat_medians_s": [total], "repeat_rates": [1 / total],
-                    "calls_per_repeat": 1, "warmup_calls": 0, "parts_s": parts}
+        measured = {
+            "samples_s": [total],
+            "repeat_medians_s": [total],
+            "repeat_rates": [1 / total],
+            "calls_per_repeat": 1,
+            "warmup_calls": 0,
+            "parts_s": parts,
+        }
         for case in cases:
             self.events.emit("case", case=case.to_dict())
             self.emit(result_from_measurement(self.spec.name, case, measured, bytes_per_call=None), measured)

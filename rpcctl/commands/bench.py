@@ -47,7 +47,9 @@ def rewrite_deprecated(args: list[str], subcommands: set[str]) -> list[str]:
                 get_console().warn("'--json -' is deprecated: '--json' alone prints the document")
                 out.append("--json")
             else:
-                get_console().warn(f"'--json FILE' is deprecated: use '--output {target}' ('--json' alone prints the document)")
+                get_console().warn(
+                    f"'--json FILE' is deprecated: use '--output {target}' ('--json' alone prints the document)"
+                )
                 out += ["--output", target]
         else:
             out.append(arg)
@@ -95,16 +97,49 @@ def bench(
     ctx: typer.Context,
     suite: SuiteOption = None,
     transport: TransportOption = None,
-    quick: Annotated[bool, typer.Option("--quick", help="Short timing and fewer variants (17 launches): about 4 minutes on a busy 2-core machine.")] = False,
-    repeats: Annotated[Optional[int], typer.Option("--repeats", min=2, help="Timed repeats per case (default: 5 with --quick, else 10).", show_default=False)] = None,
-    json_: Annotated[bool, typer.Option("--json", help="Print the results document (JSON) instead of the tables.")] = False,
+    quick: Annotated[
+        bool,
+        typer.Option(
+            "--quick", help="Short timing and fewer variants (17 launches): about 4 minutes on a busy 2-core machine."
+        ),
+    ] = False,
+    repeats: Annotated[
+        Optional[int],
+        typer.Option(
+            "--repeats", min=2, help="Timed repeats per case (default: 5 with --quick, else 10).", show_default=False
+        ),
+    ] = None,
+    json_: Annotated[
+        bool, typer.Option("--json", help="Print the results document (JSON) instead of the tables.")
+    ] = False,
     out: Annotated[Optional[Path], output_option("Also write the results document (JSON) to FILE.", "--out")] = None,
     runs_dir: RunsDirOption = None,
     wide: Annotated[bool, typer.Option("--wide", help="Show p90, min, max and n columns too.")] = False,
-    rounds: Annotated[Optional[int], typer.Option("--rounds", min=1, help="Launch each transport this many times, interleaved round by round, the repeats split between them (default: 3 with several transports, else 1).", show_default=False)] = None,
-    pin: Annotated[bool, typer.Option("--pin", help="Pin each rank to a core of its own (see docs/bench.md for whether it helps).")] = False,
-    tune: Annotated[bool, typer.Option("--tune", help="Search for the fastest RPC settings on this machine and print them (takes minutes: about 15 launches).")] = False,
-    write_config: Annotated[Optional[Path], typer.Option("--write-config", help="With --tune: merge the settings found into this launch config.", show_default=False)] = None,
+    rounds: Annotated[
+        Optional[int],
+        typer.Option(
+            "--rounds",
+            min=1,
+            help="Launch each transport this many times, interleaved round by round, the repeats split between them (default: 3 with several transports, else 1).",
+            show_default=False,
+        ),
+    ] = None,
+    pin: Annotated[
+        bool, typer.Option("--pin", help="Pin each rank to a core of its own (see docs/bench.md for whether it helps).")
+    ] = False,
+    tune: Annotated[
+        bool,
+        typer.Option(
+            "--tune",
+            help="Search for the fastest RPC settings on this machine and print them (takes minutes: about 15 launches).",
+        ),
+    ] = False,
+    write_config: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--write-config", help="With --tune: merge the settings found into this launch config.", show_default=False
+        ),
+    ] = None,
     list_: Annotated[bool, typer.Option("--list", help="List the transports and suites, then exit.")] = False,
 ) -> None:
     if ctx.invoked_subcommand is not None:
@@ -141,7 +176,11 @@ def bench(
     console.info(
         f"bench: {plan.total_cases} cases over {len(plan.units)} launches "
         f"({', '.join(t.name for t in plan.transports)}; {plan.profile.name} timing, "
-        + (f"{plan.rounds} rounds of {plan.timing.repeats} repeats)" if plan.rounds > 1 else f"{plan.timing.repeats} repeats)")
+        + (
+            f"{plan.rounds} rounds of {plan.timing.repeats} repeats)"
+            if plan.rounds > 1
+            else f"{plan.timing.repeats} repeats)"
+        )
     )
     session = api.run(plan, runs_dir, console=console)
     report = session.report
@@ -171,7 +210,9 @@ def _finish(session) -> None:
         raise JobFailedError("some bench launches failed:\n  " + "\n  ".join(session.failures))
 
 
-def _tune(console, quick: bool, runs_dir: Path, repeats: int | None, json_: bool, out: Path | None, write_config: Path | None) -> None:
+def _tune(
+    console, quick: bool, runs_dir: Path, repeats: int | None, json_: bool, out: Path | None, write_config: Path | None
+) -> None:
     from rpcctl.bench import api
     from rpcctl.console import to_jsonable
     from rpcctl.records.runs import write_json_atomic
@@ -199,7 +240,9 @@ def _tune(console, quick: bool, runs_dir: Path, repeats: int | None, json_: bool
     if write_config is not None:
         if result.chosen:
             notes: list[str] = []
-            output_to(write_config, lambda path: notes.extend(api.write_tuned_config(path, result.chosen)), "--write-config")
+            output_to(
+                write_config, lambda path: notes.extend(api.write_tuned_config(path, result.chosen)), "--write-config"
+            )
             for note in notes:
                 console.note(note)
             console.info(f"bench: wrote the settings into {write_config}")
@@ -214,13 +257,26 @@ def _tune(console, quick: bool, runs_dir: Path, repeats: int | None, json_: bool
         _finish(session)
 
 
-@bench_app.command("compare", epilog="Example: rpcctl bench compare runs/bench-old runs/bench-new --common --fail-on-regression")
+@bench_app.command(
+    "compare", epilog="Example: rpcctl bench compare runs/bench-old runs/bench-new --common --fail-on-regression"
+)
 def compare_cmd(
-    old: Annotated[Path, typer.Argument(metavar="OLD", help="The earlier results (rpcctl bench -o FILE, or a bench run directory).", show_default=False)],
+    old: Annotated[
+        Path,
+        typer.Argument(
+            metavar="OLD",
+            help="The earlier results (rpcctl bench -o FILE, or a bench run directory).",
+            show_default=False,
+        ),
+    ],
     new: Annotated[Path, typer.Argument(metavar="NEW", help="The later results.", show_default=False)],
     json_: JsonOption = False,
-    common: Annotated[bool, typer.Option("--common", help="Show only the rows both results have (no added/removed rows).")] = False,
-    fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="Exit 1 when a row got slower beyond the noise.")] = False,
+    common: Annotated[
+        bool, typer.Option("--common", help="Show only the rows both results have (no added/removed rows).")
+    ] = False,
+    fail_on_regression: Annotated[
+        bool, typer.Option("--fail-on-regression", help="Exit 1 when a row got slower beyond the noise.")
+    ] = False,
 ) -> None:
     """Ratios NEW/OLD per row; flags the rows that changed by more than their noise."""
     from rpcctl.bench import api
@@ -237,7 +293,11 @@ def compare_cmd(
         console.print(api.comparison_table(found["comparisons"]))
         console.info(
             f"{counts['slower']} slower, {counts['faster']} faster, {counts['same']} within noise"
-            + (f", {counts['added']} added, {counts['removed']} removed" if counts["added"] or counts["removed"] else "")
+            + (
+                f", {counts['added']} added, {counts['removed']} removed"
+                if counts["added"] or counts["removed"]
+                else ""
+            )
         )
     if fail_on_regression and counts["slower"]:
         raise RpcctlError(f"{counts['slower']} regression(s) beyond the noise")

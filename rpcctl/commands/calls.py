@@ -24,9 +24,12 @@ def render(report: sdk.CallsReport, wide: bool = False, no_calls: str = "no call
     title = "Calls in flight (1 s or more), oldest first"
     if report.pending and all(c.state != CallState.PENDING for c in report.pending):
         title = "Calls that never ended"
-    pending = render_table(report.pending, sdk.PendingCall.COLUMNS, title=title, detail=wide,
-                           empty="no call in flight for 1 s or more")
-    summary = render_table(report.summary, sdk.CallSummary.COLUMNS, title="Per caller → callee", detail=wide, empty=no_calls)
+    pending = render_table(
+        report.pending, sdk.PendingCall.COLUMNS, title=title, detail=wide, empty="no call in flight for 1 s or more"
+    )
+    summary = render_table(
+        report.summary, sdk.CallSummary.COLUMNS, title="Per caller → callee", detail=wide, empty=no_calls
+    )
     parts: list[Any] = [pending, "", summary]
     running = [s for s in report.serving if s.state != ServingState.DONE]
     if running:

@@ -31,9 +31,16 @@ def render(report: sdk.CollectivesReport, wide: bool = False, empty: str = "no c
     said once."""
     if not report.summary and not report.ranks and not report.stragglers:
         return Text(empty)
-    summary = render_table(report.summary, sdk.CollectiveSummary.COLUMNS, title="Per process group and op", detail=wide, empty=empty)
+    summary = render_table(
+        report.summary, sdk.CollectiveSummary.COLUMNS, title="Per process group and op", detail=wide, empty=empty
+    )
     ranks = render_table(report.ranks, sdk.RankCollectives.COLUMNS, title="Per rank", detail=wide, empty=empty)
     parts: list[Any] = [summary, "", ranks]
     if report.stragglers:
-        parts += ["", render_table(report.stragglers, sdk.CollectiveStraggler.COLUMNS, title="Stragglers (arrival skew)", detail=wide)]
+        parts += [
+            "",
+            render_table(
+                report.stragglers, sdk.CollectiveStraggler.COLUMNS, title="Stragglers (arrival skew)", detail=wide
+            ),
+        ]
     return Group(*parts)

@@ -24,16 +24,24 @@ RunsDirOption = Annotated[
 ]
 RunArgument = Annotated[
     Optional[str],
-    typer.Argument(metavar="RUN", help="Run id (or a unique prefix) or run directory (default: the latest run).", show_default=False),
+    typer.Argument(
+        metavar="RUN",
+        help="Run id (or a unique prefix) or run directory (default: the latest run).",
+        show_default=False,
+    ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document (raw units) instead of a table.")]
 WideOption = Annotated[bool, typer.Option("--wide", help="Show every column.")]
-WatchOption = Annotated[bool, typer.Option("--watch", "-w", help="Refresh the view until the run ends (Ctrl-C to stop).")]
+WatchOption = Annotated[
+    bool, typer.Option("--watch", "-w", help="Refresh the view until the run ends (Ctrl-C to stop).")
+]
 
 
 def rank_option(what: str = "Only this rank", default: str = "every rank") -> Any:
     """``--rank/-r N``, repeatable wherever a command takes a rank: ``-r 0 -r 2``."""
-    return typer.Option("--rank", "-r", metavar="N", help=f"{what}; repeatable (default: {default}).", show_default=False)
+    return typer.Option(
+        "--rank", "-r", metavar="N", help=f"{what}; repeatable (default: {default}).", show_default=False
+    )
 
 
 RankOption = Annotated[Optional[list[int]], rank_option()]
@@ -55,14 +63,21 @@ def no_match(things: str, **filters: object) -> str | None:
 FilterOption = Annotated[
     Optional[list[str]],
     typer.Option(
-        "--filter", metavar="KEY=VALUE", show_default=False,
+        "--filter",
+        metavar="KEY=VALUE",
+        show_default=False,
         help="Only the rows whose KEY says VALUE; also KEY!=VALUE, and KEY>N (>=, <, <=) for numbers in raw units "
-             "and for times (started_at>=2026-12-01). KEY: a key of --json or a column's header; repeat to require several.",
+        "and for times (started_at>=2026-12-01). KEY: a key of --json or a column's header; repeat to require several.",
     ),
 ]
 
 _OPERATOR_CHARS = re.compile(r"[=!<>]")
-_ORDER: dict[str, Callable[[Any, Any], bool]] = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
+_ORDER: dict[str, Callable[[Any, Any], bool]] = {
+    ">": operator.gt,
+    ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+}
 
 
 def _number(text: str) -> float | None:
@@ -116,7 +131,9 @@ def parse_filters(specs: list[str] | None, columns: Sequence[Column], fields: Se
     for spec in specs or []:
         split = _split_filter(spec)
         if split is None:
-            raise UsageError(f"--filter '{spec}': expected KEY=VALUE, KEY!=VALUE or KEY>N (>=, <, <=) (valid keys: {keys})")
+            raise UsageError(
+                f"--filter '{spec}': expected KEY=VALUE, KEY!=VALUE or KEY>N (>=, <, <=) (valid keys: {keys})"
+            )
         key, op, value = split
         column = by_key.get(key) or by_header.get(_header_key(key))
         if column is None:
@@ -135,11 +152,11 @@ def _split_filter(spec: str) -> tuple[str, str, str] | None:
     if found is None:
         return None
     at = found.start()
-    op = spec[at:at + 2] if spec[at:at + 2] in ("!=", ">=", "<=", "==") else spec[at]
+    op = spec[at : at + 2] if spec[at : at + 2] in ("!=", ">=", "<=", "==") else spec[at]
     key = spec[:at].strip()
     if op == "!" or not key:
         return None
-    return key, op, spec[at + len(op):].strip()
+    return key, op, spec[at + len(op) :].strip()
 
 
 def _header_key(title: str) -> str:
@@ -175,7 +192,6 @@ def filtered_empty(things: str, filters: Sequence[Filter]) -> str | None:
     """What an empty filtered view says: ``no runs match status=failed, duration_s>60``; None
     without a filter."""
     return f"no {things} match {', '.join(map(str, filters))}" if filters else None
-
 
 
 def check_output(path: Path, flag: str = "") -> None:

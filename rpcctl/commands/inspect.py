@@ -34,8 +34,21 @@ from rpcctl.launch.control import ended, follow
 from rpcctl.commands import calls as calls_view
 from rpcctl.commands import collectives as collectives_view
 from rpcctl.commands.common import (
-    Filter, FilterOption, JsonOption, RunArgument, RunsDirOption, WatchOption, WideOption, check_output, filtered_empty, keep, no_match,
-    parse_filters, RankOption, rank_option, scalar_fields,
+    Filter,
+    FilterOption,
+    JsonOption,
+    RunArgument,
+    RunsDirOption,
+    WatchOption,
+    WideOption,
+    check_output,
+    filtered_empty,
+    keep,
+    no_match,
+    parse_filters,
+    RankOption,
+    rank_option,
+    scalar_fields,
 )
 from rpcctl.console import KEY, Column, fmt_loss, get_console, render_table, sanitize
 from rpcctl.base.errors import RpcctlError, RunNotFoundError, UsageError
@@ -46,10 +59,13 @@ from rpcctl.records.runs import load_record, resolve_run
 from rpcctl.base.stacks import stopped_message
 from rpcctl.base.states import RankStatus, RunStatus
 
+
 def _run_dir(run: str | None, runs_dir: Path | None) -> Path:
     run_dir = resolve_run(run, runs_dir)
     if not sdk.has_telemetry(run_dir):
-        get_console().warn(f"run {run_dir.name} has no telemetry store (launched without telemetry, or by an older rpcctl)")
+        get_console().warn(
+            f"run {run_dir.name} has no telemetry store (launched without telemetry, or by an older rpcctl)"
+        )
     return run_dir
 
 
@@ -82,10 +98,16 @@ def _no_json_watch(json_: bool, watch: bool) -> None:
 # -- the views ----------------------------------------------------------------------------------
 
 
-RestartOption = Annotated[Optional[int], typer.Option(
-    "--restart", metavar="N", show_default=False,
-    help="Show attempt N: 0 is the first start of the ranks, N the one after the N-th restart (each round of an elastic "
-         "job is an attempt of this node's ranks; another node's ranks count their own). Default: the latest.")]
+RestartOption = Annotated[
+    Optional[int],
+    typer.Option(
+        "--restart",
+        metavar="N",
+        show_default=False,
+        help="Show attempt N: 0 is the first start of the ranks, N the one after the N-th restart (each round of an elastic "
+        "job is an attempt of this node's ranks; another node's ranks count their own). Default: the latest.",
+    ),
+]
 
 
 def _attempt(call: "Call") -> dict[str, int]:
@@ -95,7 +117,9 @@ def _attempt(call: "Call") -> dict[str, int]:
         return {}
     latest = sdk.latest_attempt(call.run_dir)
     if not 0 <= restart <= latest:
-        raise UsageError(f"--restart {restart}: run {call.run_dir.name} has attempt{'s 0-' + str(latest) if latest else ' 0 only'}")
+        raise UsageError(
+            f"--restart {restart}: run {call.run_dir.name} has attempt{'s 0-' + str(latest) if latest else ' 0 only'}"
+        )
     return {"restart": restart}
 
 
@@ -137,7 +161,6 @@ class View:
     @property
     def render(self) -> Callable[[Any, Call], Any]:
         return self.shown.render or _render_table
-
 
 
 @dataclass
@@ -182,8 +205,15 @@ def _command(view: View) -> Callable[..., None]:
 
     def command(**given: Any) -> None:
         filters = given.pop("filter_", None)
-        call = Call(view, given.pop("run"), given.pop("runs_dir"), given.pop("json_"), given.pop("watch"), given.pop("wide", False),
-                    options=given)
+        call = Call(
+            view,
+            given.pop("run"),
+            given.pop("runs_dir"),
+            given.pop("json_"),
+            given.pop("watch"),
+            given.pop("wide", False),
+            options=given,
+        )
         _no_json_watch(call.json, call.watch)
         if view.shown.filters:
             call.filters = parse_filters(filters, view.record.COLUMNS, scalar_fields(view.record))
@@ -191,11 +221,21 @@ def _command(view: View) -> Callable[..., None]:
 
     keyword = pyinspect.Parameter.KEYWORD_ONLY
     params = [pyinspect.Parameter("run", keyword, default=None, annotation=RunArgument)]
-    params += [pyinspect.Parameter(o.name, keyword, default=o.default, annotation=o.annotation) for o in view.shown.options]
-    shared = ([("wide", WideOption)] if view.shown.wide else []) + [("runs_dir", RunsDirOption), ("json_", JsonOption), ("watch", WatchOption)]
+    params += [
+        pyinspect.Parameter(o.name, keyword, default=o.default, annotation=o.annotation) for o in view.shown.options
+    ]
+    shared = ([("wide", WideOption)] if view.shown.wide else []) + [
+        ("runs_dir", RunsDirOption),
+        ("json_", JsonOption),
+        ("watch", WatchOption),
+    ]
     shared += [("filter_", FilterOption)] if view.shown.filters else []
-    params += [pyinspect.Parameter(name, keyword, default=None if name == "filter_" or name == "runs_dir" else False, annotation=annotation)
-               for name, annotation in shared]
+    params += [
+        pyinspect.Parameter(
+            name, keyword, default=None if name == "filter_" or name == "runs_dir" else False, annotation=annotation
+        )
+        for name, annotation in shared
+    ]
     command.__signature__ = pyinspect.Signature(params)
     command.__annotations__ = {p.name: p.annotation for p in params}
     command.__name__ = command.__qualname__ = view.name
@@ -206,7 +246,9 @@ def _command(view: View) -> Callable[..., None]:
 def _render_table(found: Any, call: Call) -> Any:
     """A view the CLI adds nothing to: its records (or its one report) as the table of its columns."""
     records = found if isinstance(found, list) else [found]
-    return render_table(records, call.view.record.COLUMNS, detail=call.wide, empty=none_yet(call.run_dir, call.view.name))
+    return render_table(
+        records, call.view.record.COLUMNS, detail=call.wide, empty=none_yet(call.run_dir, call.view.name)
+    )
 
 
 # -- rrefs ----------------------------------------------------------------------------------------
@@ -224,9 +266,14 @@ def _rrefs(call: Call) -> None:
 
     def render() -> Any:
         records = sdk.rrefs(run_dir, owner=owner, state=state, **attempt)
-        owners = (sdk.rref_owners(run_dir, records=records, **attempt) if owner is None and state is None
-                  else _owners_of(run_dir, records, **attempt))
-        owners_table = render_table(owners, sdk.OwnerSummary.COLUMNS, title="RRefs by owner", empty=_empty_rrefs(owner, state))
+        owners = (
+            sdk.rref_owners(run_dir, records=records, **attempt)
+            if owner is None and state is None
+            else _owners_of(run_dir, records, **attempt)
+        )
+        owners_table = render_table(
+            owners, sdk.OwnerSummary.COLUMNS, title="RRefs by owner", empty=_empty_rrefs(owner, state)
+        )
         if summary:
             return owners_table
         table = render_table(records, sdk.RRefRecord.COLUMNS, detail=call.wide, empty=_empty_rrefs(owner, state))
@@ -251,11 +298,22 @@ def _empty_rrefs(owner: str | None, state: str | None) -> str:
 
 def _render_workers(records: list[sdk.WorkerRecord], call: Call) -> Any:
     run_dir = call.run_dir
-    table = render_table(records, sdk.WorkerRecord.COLUMNS, detail=call.wide,
-                         empty=filtered_empty("workers", call.filters) or none_yet(run_dir, "workers"))
-    lines = [f"[yellow]STALE:[/yellow] rank {w.rank} (pid {w.pid}) no heartbeat for {w.heartbeat_age_s:.0f} s — try `rpcctl stack --rank {w.rank}`"
-             for w in records if w.stale]
-    lines += [Text.assemble(("STOPPED: ", "yellow"), stopped_message(f"rank {w.rank}", w.pid)) for w in records if w.state == RankStatus.STOPPED]
+    table = render_table(
+        records,
+        sdk.WorkerRecord.COLUMNS,
+        detail=call.wide,
+        empty=filtered_empty("workers", call.filters) or none_yet(run_dir, "workers"),
+    )
+    lines = [
+        f"[yellow]STALE:[/yellow] rank {w.rank} (pid {w.pid}) no heartbeat for {w.heartbeat_age_s:.0f} s — try `rpcctl stack --rank {w.rank}`"
+        for w in records
+        if w.stale
+    ]
+    lines += [
+        Text.assemble(("STOPPED: ", "yellow"), stopped_message(f"rank {w.rank}", w.pid))
+        for w in records
+        if w.state == RankStatus.STOPPED
+    ]
     lines += [Text.assemble(("STRAGGLER: ", "yellow"), sanitize(w.straggler)) for w in records if w.straggler]
     if any(w.state in (RankStatus.LOST, RankStatus.ORPHANED) for w in records):
         lines.insert(0, Text.assemble(("LOST: ", "red"), f"run {load_record(run_dir).run_id}: {_lost_story(run_dir)}"))
@@ -265,8 +323,15 @@ def _render_workers(records: list[sdk.WorkerRecord], call: Call) -> Any:
     rounds = load_record(run_dir).rounds  # an elastic job (issue 43): the round these ranks are in
     if rounds and isinstance(rounds[-1], dict):
         last = rounds[-1]
-        lines.insert(0, Text.assemble(("ROUND: ", "cyan"), sanitize(
-            f"{last.get('round')} ({last.get('nnodes')} node(s), world size {last.get('world_size')}), since {last.get('at')}: {last.get('why')}")))
+        lines.insert(
+            0,
+            Text.assemble(
+                ("ROUND: ", "cyan"),
+                sanitize(
+                    f"{last.get('round')} ({last.get('nnodes')} node(s), world size {last.get('world_size')}), since {last.get('at')}: {last.get('why')}"
+                ),
+            ),
+        )
     return Group(table, "", *lines) if lines else table
 
 
@@ -280,7 +345,9 @@ def _lost_story(run_dir: Path) -> str:
 
 
 def _render_gpus(records: list[sdk.PlacementRecord], call: Call) -> Any:
-    table = render_table(records, sdk.PlacementRecord.COLUMNS, detail=call.wide, empty=none_yet(call.run_dir, "placement"))
+    table = render_table(
+        records, sdk.PlacementRecord.COLUMNS, detail=call.wide, empty=none_yet(call.run_dir, "placement")
+    )
     if records and all(r.device == "cpu" for r in records):
         return Group("No GPU in this run: every rank ran on the CPU.", "", table)
     return table
@@ -326,10 +393,14 @@ def _losses(call: Call) -> None:
             matched = f" ({sum(n for n, _ in counts.values())} printed lines read, none matched)" if counts else ""
             if ranks:
                 return no_match("losses", rank=", ".join(map(str, ranks))) + matched
-            return (f"{none_yet(run_dir, 'losses')}{matched}: print them (e.g. `step 3 loss 0.52`), call rpcctl.report(step=..., loss=...), "
-                    "or check a line with `rpcctl inspect losses --explain 'LINE'`")
+            return (
+                f"{none_yet(run_dir, 'losses')}{matched}: print them (e.g. `step 3 loss 0.52`), call rpcctl.report(step=..., loss=...), "
+                "or check a line with `rpcctl inspect losses --explain 'LINE'`"
+            )
         shown = sdk.with_metric(found, metric)
-        table = render_table(sdk.loss_summaries(shown, counts), sdk.LossSummary.COLUMNS, title=f"Per rank ({metric or 'loss'})")
+        table = render_table(
+            sdk.loss_summaries(shown, counts), sdk.LossSummary.COLUMNS, title=f"Per rank ({metric or 'loss'})"
+        )
         if summary:
             return table
         return Group(_loss_grid(sdk.loss_grid(shown, last), metric), "", table)
@@ -340,7 +411,8 @@ def _losses(call: Call) -> None:
 # What the CLI adds to the SDK's views (inspect.VIEWS), by the view's name.
 SHOWN: dict[str, Shown] = {
     "rrefs": Shown(
-        run=_rrefs, example="rpcctl inspect rrefs --owner worker1 --state live --wide",
+        run=_rrefs,
+        example="rpcctl inspect rrefs --owner worker1 --state live --wide",
         help="""Who owns which RRef, who holds references to it, and what it is (type, shape, bytes).
 
     One row per RRef (not per fork), then a summary per owner. RRefs dropped before rpcctl's
@@ -348,14 +420,36 @@ SHOWN: dict[str, Shown] = {
     as SHORT-LIVED.
     """,
         options=(
-            ViewOption("owner", Annotated[Optional[str], typer.Option("--owner", help="Only RRefs owned by this worker (name or rank).", show_default=False)]),
-            ViewOption("state", Annotated[Optional[str], typer.Option("--state", help="Only RRefs in this state: pending, live or deleted; or that ended so: at-shutdown (released by rpc.shutdown, normal), at-exit (held by a process that ended without rpc.shutdown), held-unused (held to rpc.shutdown but unused long before it) or leaked.", show_default=False)]),
-            ViewOption("summary", Annotated[bool, typer.Option("--summary", help="Only the per-owner summary (count, bytes).")], False),
+            ViewOption(
+                "owner",
+                Annotated[
+                    Optional[str],
+                    typer.Option("--owner", help="Only RRefs owned by this worker (name or rank).", show_default=False),
+                ],
+            ),
+            ViewOption(
+                "state",
+                Annotated[
+                    Optional[str],
+                    typer.Option(
+                        "--state",
+                        help="Only RRefs in this state: pending, live or deleted; or that ended so: at-shutdown (released by rpc.shutdown, normal), at-exit (held by a process that ended without rpc.shutdown), held-unused (held to rpc.shutdown but unused long before it) or leaked.",
+                        show_default=False,
+                    ),
+                ],
+            ),
+            ViewOption(
+                "summary",
+                Annotated[bool, typer.Option("--summary", help="Only the per-owner summary (count, bytes).")],
+                False,
+            ),
             ViewOption("restart", RestartOption),
         ),
     ),
     "workers": Shown(
-        render=_render_workers, filters=True, example="rpcctl inspect workers --watch",
+        render=_render_workers,
+        filters=True,
+        example="rpcctl inspect workers --watch",
         help="""Every rank and the processes it spawned: pid, state, CPU, memory, device, heartbeat.
 
     A running rank whose heartbeat is older than 5 s is flagged STALE (hung, or stopped); a rank
@@ -365,11 +459,13 @@ SHOWN: dict[str, Shown] = {
     """,
     ),
     "placement": Shown(
-        render=_render_gpus, example="rpcctl inspect gpus --json",
+        render=_render_gpus,
+        example="rpcctl inspect gpus --json",
         help="Per device: the ranks placed on it, memory used/total, and bytes of RRef values on it.",
     ),
     "losses": Shown(
-        run=_losses, wide=False,
+        run=_losses,
+        wide=False,
         example="rpcctl inspect losses --metric acc --plot acc.png --log; rpcctl inspect losses --explain 'epoch 2 step 10 loss=0.52'",
         help="""Loss per rank and step: the last steps × ranks, then min/last and a trend per rank.
 
@@ -380,30 +476,82 @@ SHOWN: dict[str, Shown] = {
     """,
         options=(
             ViewOption("rank", RankOption),
-            ViewOption("last", Annotated[int, typer.Option("--last", help="Steps shown in the steps × ranks table (default: 10).", show_default=False)], 10),
-            ViewOption("metric", Annotated[Optional[str], typer.Option("--metric", "-m", help="Show this metric (acc, lr, grad_norm, ...) instead of the loss.", show_default=False)]),
-            ViewOption("plot", Annotated[Optional[Path], typer.Option("--plot", help="Also write a chart to this PNG file (needs matplotlib).", show_default=False)]),
-            ViewOption("log_scale", Annotated[bool, typer.Option("--log", help="Log scale for the --plot chart's values.")], False),
-            ViewOption("summary", Annotated[bool, typer.Option("--summary", help="Only the per-rank summary (with the printed lines that matched).")], False),
-            ViewOption("explain", Annotated[Optional[list[str]], typer.Option("--explain", help="Say what this printed LINE yields and why (repeatable: lines in order); reads no run.", show_default=False)]),
+            ViewOption(
+                "last",
+                Annotated[
+                    int,
+                    typer.Option(
+                        "--last", help="Steps shown in the steps × ranks table (default: 10).", show_default=False
+                    ),
+                ],
+                10,
+            ),
+            ViewOption(
+                "metric",
+                Annotated[
+                    Optional[str],
+                    typer.Option(
+                        "--metric",
+                        "-m",
+                        help="Show this metric (acc, lr, grad_norm, ...) instead of the loss.",
+                        show_default=False,
+                    ),
+                ],
+            ),
+            ViewOption(
+                "plot",
+                Annotated[
+                    Optional[Path],
+                    typer.Option(
+                        "--plot", help="Also write a chart to this PNG file (needs matplotlib).", show_default=False
+                    ),
+                ],
+            ),
+            ViewOption(
+                "log_scale",
+                Annotated[bool, typer.Option("--log", help="Log scale for the --plot chart's values.")],
+                False,
+            ),
+            ViewOption(
+                "summary",
+                Annotated[
+                    bool,
+                    typer.Option("--summary", help="Only the per-rank summary (with the printed lines that matched)."),
+                ],
+                False,
+            ),
+            ViewOption(
+                "explain",
+                Annotated[
+                    Optional[list[str]],
+                    typer.Option(
+                        "--explain",
+                        help="Say what this printed LINE yields and why (repeatable: lines in order); reads no run.",
+                        show_default=False,
+                    ),
+                ],
+            ),
         ),
     ),
     "calls": Shown(
         example="rpcctl inspect calls --watch",
         render=lambda report, call: calls_view.render(report, call.wide, none_yet(call.run_dir, "calls")),
-        help=calls_view.HELP, options=(ViewOption("restart", RestartOption),),
+        help=calls_view.HELP,
+        options=(ViewOption("restart", RestartOption),),
     ),
     "collectives": Shown(
         example="rpcctl inspect collectives --watch",
         render=lambda report, call: collectives_view.render(report, call.wide, none_yet(call.run_dir, "collectives")),
-        help=collectives_view.HELP, options=(ViewOption("restart", RestartOption),),
+        help=collectives_view.HELP,
+        options=(ViewOption("restart", RestartOption),),
     ),
 }
 
 
 def _shown(view: sdk.View) -> Shown:
-    return SHOWN.get(view.name) or Shown(help=f"{view.title}: one row per record (--wide: every column).",
-                                         example=f"rpcctl inspect {view.word} --json")
+    return SHOWN.get(view.name) or Shown(
+        help=f"{view.title}: one row per record (--wide: every column).", example=f"rpcctl inspect {view.word} --json"
+    )
 
 
 def views() -> list[View]:
@@ -432,8 +580,6 @@ def __getattr__(name: str) -> Any:
     if name == "inspect_app":
         return build_app()
     raise AttributeError(name)
-
-
 
 
 def _check_rank(run_dir: Path, rank: int) -> None:
@@ -489,9 +635,16 @@ def _explain_lines(lines: list[str], json_: bool) -> None:
     parser = LossParser()  # one rank's parser: an epoch header applies to the lines after it
     explained = [parser.explain(line) for line in lines]
     rows = [
-        {"line": e.line, "rule": e.rule, "matched": e.parsed is not None, "loss": e.parsed.loss if e.parsed else None,
-         "epoch": e.parsed.epoch if e.parsed else e.epoch_context, "step": e.parsed.step if e.parsed else None,
-         "metrics": e.parsed.metrics if e.parsed else {}, "why": e.reason}
+        {
+            "line": e.line,
+            "rule": e.rule,
+            "matched": e.parsed is not None,
+            "loss": e.parsed.loss if e.parsed else None,
+            "epoch": e.parsed.epoch if e.parsed else e.epoch_context,
+            "step": e.parsed.step if e.parsed else None,
+            "metrics": e.parsed.metrics if e.parsed else {},
+            "why": e.reason,
+        }
         for e in explained
     ]
     if json_:
@@ -516,9 +669,25 @@ def _explain_lines(lines: list[str], json_: bool) -> None:
 def stack(
     run: RunArgument = None,
     rank: Annotated[Optional[list[int]], rank_option("Rank to dump", "every running rank")] = None,
-    timeout: Annotated[Optional[float], typer.Option("--timeout", help="Seconds to wait for each rank's dump (default: 5; with --native, for each process: 10).", show_default=False)] = None,
-    all_frames: Annotated[bool, typer.Option("--all-frames", help="Show rpcctl's own threads and frames too (the files in stacks/ keep them).")] = False,
-    native: Annotated[bool, typer.Option("--native", help="Read each process from outside (py-spy): Python frames with the native ones of their C calls, every thread, the rank and every process under it; works when the rank cannot run Python.")] = False,
+    timeout: Annotated[
+        Optional[float],
+        typer.Option(
+            "--timeout",
+            help="Seconds to wait for each rank's dump (default: 5; with --native, for each process: 10).",
+            show_default=False,
+        ),
+    ] = None,
+    all_frames: Annotated[
+        bool,
+        typer.Option("--all-frames", help="Show rpcctl's own threads and frames too (the files in stacks/ keep them)."),
+    ] = False,
+    native: Annotated[
+        bool,
+        typer.Option(
+            "--native",
+            help="Read each process from outside (py-spy): Python frames with the native ones of their C calls, every thread, the rank and every process under it; works when the rank cannot run Python.",
+        ),
+    ] = False,
     runs_dir: RunsDirOption = None,
 ) -> None:
     """Dump the Python stacks of a live rank's threads (SIGUSR1 → faulthandler): for hung jobs.
@@ -533,14 +702,17 @@ def stack(
     if record.effective_status == RunStatus.LOST:
         raise UsageError(f"run {record.run_id} is lost: {_lost_story(run_dir)}; no live rank to dump")
     if record.effective_status != RunStatus.RUNNING:
-        raise UsageError(f"run {record.run_id} is not running (status: {record.effective_status}): no live rank to dump")
+        raise UsageError(
+            f"run {record.run_id} is not running (status: {record.effective_status}): no live rank to dump"
+        )
     ranks = rank if rank else [r.rank for r in record.ranks if r.state == RankStatus.RUNNING]
     if not ranks:
         raise UsageError(f"run {record.run_id} has no running rank")
     first = True
     stopped: list[str] = []
     if native:
-        ranks = _print_native(console, run_dir, ranks, NATIVE_TIMEOUT_S if timeout is None else timeout, all_frames)  # the ranks it could not read
+        # the ranks it could not read
+        ranks = _print_native(console, run_dir, ranks, NATIVE_TIMEOUT_S if timeout is None else timeout, all_frames)
     timeout = 5.0 if timeout is None else timeout
     for r in ranks:
         try:
@@ -575,7 +747,11 @@ def _print_native(console: Any, run_dir: Path, ranks: list[int], timeout: float,
         if any(d.dump.error is None for d in dumps):
             read[r] = dumps
             continue
-        why = native_stacks.refused_hint() if any(d.dump.refused for d in dumps) else (dumps[0].dump.error if dumps else "gone")
+        why = (
+            native_stacks.refused_hint()
+            if any(d.dump.refused for d in dumps)
+            else (dumps[0].dump.error if dumps else "gone")
+        )
         if why not in told:
             told.add(why)
             console.warn(why if "faulthandler" in why else f"native stacks: {why}; faulthandler's Python stacks follow")

@@ -26,20 +26,115 @@ class Kind(str, Enum):
 
 
 def k8s(
-    config: Annotated[Path, typer.Argument(metavar="CONFIG", help="The job's YAML config (shipped to the pods in a ConfigMap, with its script).", show_default=False)],
-    nodes: Annotated[str, typer.Option("--nodes", "-N", metavar="N|MIN:MAX", help="Pods, one launcher (one node of the job) each; MIN:MAX: elastic, up to MAX pods, going on while MIN remain.", show_default=False)],
-    image: Annotated[str, typer.Option("--image", help="Container image with python, torch and rpcctl (and the script's own imports).", show_default=False)],
-    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", min=0, help="nvidia.com/gpu per pod (default: 0); the config's devices becomes auto (one GPU per rank) unless it lists them.", show_default=False)] = 0,
-    cpus_per_node: Annotated[Optional[str], typer.Option("--cpus-per-node", help="CPU request per pod, a quantity like 4 or 3500m (default: nproc_per_node).", show_default=False)] = None,
-    memory_per_node: Annotated[Optional[str], typer.Option("--memory-per-node", help="Memory request and limit per pod, like 16Gi (default: none).", show_default=False)] = None,
-    namespace: Annotated[Optional[str], typer.Option("--namespace", help="Namespace of every object (default: kubectl's current one).", show_default=False)] = None,
-    kind: Annotated[Kind, typer.Option("--kind", help="job (default): an Indexed Job with a headless Service (plain Kubernetes); trainjob: a Kubeflow Trainer v2 TrainJob.", case_sensitive=False, show_default=False)] = Kind.job,
-    name: Annotated[Optional[str], typer.Option("--name", help="Name of the Job or TrainJob and its Service; the Secret and ConfigMap add -secret, -config (default: the config's name).", show_default=False)] = None,
-    runs_claim: Annotated[Optional[str], typer.Option("--runs-claim", help="PersistentVolumeClaim mounted at /runs for run records and logs (default: an emptyDir, gone with the pod).", show_default=False)] = None,
-    script_in_image: Annotated[Optional[str], typer.Option("--script-in-image", help="The script's absolute path in the image (default: shipped in the ConfigMap).", show_default=False)] = None,
-    runtime: Annotated[str, typer.Option("--runtime", help="With --kind trainjob: the ClusterTrainingRuntime to run on (default: torch-distributed).", show_default=False)] = "torch-distributed",
-    set_: Annotated[Optional[list[str]], typer.Option("--set", "-s", help="Override a config key before it is shipped: KEY.PATH=VALUE. Repeatable.", show_default=False)] = None,
-    output: Annotated[Optional[Path], output_option("Write the manifests to this file (0600: it holds the run's secret) instead of applying them.")] = None,
+    config: Annotated[
+        Path,
+        typer.Argument(
+            metavar="CONFIG",
+            help="The job's YAML config (shipped to the pods in a ConfigMap, with its script).",
+            show_default=False,
+        ),
+    ],
+    nodes: Annotated[
+        str,
+        typer.Option(
+            "--nodes",
+            "-N",
+            metavar="N|MIN:MAX",
+            help="Pods, one launcher (one node of the job) each; MIN:MAX: elastic, up to MAX pods, going on while MIN remain.",
+            show_default=False,
+        ),
+    ],
+    image: Annotated[
+        str,
+        typer.Option(
+            "--image",
+            help="Container image with python, torch and rpcctl (and the script's own imports).",
+            show_default=False,
+        ),
+    ],
+    gpus_per_node: Annotated[
+        int,
+        typer.Option(
+            "--gpus-per-node",
+            min=0,
+            help="nvidia.com/gpu per pod (default: 0); the config's devices becomes auto (one GPU per rank) unless it lists them.",
+            show_default=False,
+        ),
+    ] = 0,
+    cpus_per_node: Annotated[
+        Optional[str],
+        typer.Option(
+            "--cpus-per-node",
+            help="CPU request per pod, a quantity like 4 or 3500m (default: nproc_per_node).",
+            show_default=False,
+        ),
+    ] = None,
+    memory_per_node: Annotated[
+        Optional[str],
+        typer.Option(
+            "--memory-per-node", help="Memory request and limit per pod, like 16Gi (default: none).", show_default=False
+        ),
+    ] = None,
+    namespace: Annotated[
+        Optional[str],
+        typer.Option(
+            "--namespace", help="Namespace of every object (default: kubectl's current one).", show_default=False
+        ),
+    ] = None,
+    kind: Annotated[
+        Kind,
+        typer.Option(
+            "--kind",
+            help="job (default): an Indexed Job with a headless Service (plain Kubernetes); trainjob: a Kubeflow Trainer v2 TrainJob.",
+            case_sensitive=False,
+            show_default=False,
+        ),
+    ] = Kind.job,
+    name: Annotated[
+        Optional[str],
+        typer.Option(
+            "--name",
+            help="Name of the Job or TrainJob and its Service; the Secret and ConfigMap add -secret, -config (default: the config's name).",
+            show_default=False,
+        ),
+    ] = None,
+    runs_claim: Annotated[
+        Optional[str],
+        typer.Option(
+            "--runs-claim",
+            help="PersistentVolumeClaim mounted at /runs for run records and logs (default: an emptyDir, gone with the pod).",
+            show_default=False,
+        ),
+    ] = None,
+    script_in_image: Annotated[
+        Optional[str],
+        typer.Option(
+            "--script-in-image",
+            help="The script's absolute path in the image (default: shipped in the ConfigMap).",
+            show_default=False,
+        ),
+    ] = None,
+    runtime: Annotated[
+        str,
+        typer.Option(
+            "--runtime",
+            help="With --kind trainjob: the ClusterTrainingRuntime to run on (default: torch-distributed).",
+            show_default=False,
+        ),
+    ] = "torch-distributed",
+    set_: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--set",
+            "-s",
+            help="Override a config key before it is shipped: KEY.PATH=VALUE. Repeatable.",
+            show_default=False,
+        ),
+    ] = None,
+    output: Annotated[
+        Optional[Path],
+        output_option("Write the manifests to this file (0600: it holds the run's secret) instead of applying them."),
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the manifests and apply nothing.")] = False,
 ) -> None:
     """Run CONFIG on N pods: write the Kubernetes objects, or apply them with kubectl.
@@ -58,9 +153,19 @@ def k8s(
     spec = load_config(config, set_ or [])
     count = parse_nodes(nodes, "--nodes")
     wanted = K8sSpec(
-        name=name if name is not None else spec.name, nodes=count.high, min_nodes=count.low if count.elastic else None, image=image, secret=secrets.token_hex(16), kind=kind.value,
-        gpus_per_node=gpus_per_node, cpus_per_node=cpus_per_node, memory_per_node=memory_per_node, namespace=namespace,
-        runs_claim=runs_claim, script_in_image=script_in_image, runtime=runtime,
+        name=name if name is not None else spec.name,
+        nodes=count.high,
+        min_nodes=count.low if count.elastic else None,
+        image=image,
+        secret=secrets.token_hex(16),
+        kind=kind.value,
+        gpus_per_node=gpus_per_node,
+        cpus_per_node=cpus_per_node,
+        memory_per_node=memory_per_node,
+        namespace=namespace,
+        runs_claim=runs_claim,
+        script_in_image=script_in_image,
+        runtime=runtime,
     )
     wanted.check("--name" if name is not None else f"the job's name (key 'name' of {config}; or --name)")
     text = dump(manifests(spec, wanted))
@@ -69,7 +174,9 @@ def k8s(
         return
     if output is not None:
         write_output(output, text, "--output")  # 0600, renamed into place: another link to an old file keeps it
-        console.info(f"rpcctl: wrote the {kind.value} '{wanted.name}' ({count} pod(s)) to {output}; apply it with `kubectl apply -f {output}`")
+        console.info(
+            f"rpcctl: wrote the {kind.value} '{wanted.name}' ({count} pod(s)) to {output}; apply it with `kubectl apply -f {output}`"
+        )
         return
     apply(text, wanted)
 
@@ -78,16 +185,23 @@ def apply(text: str, wanted: K8sSpec) -> None:
     console = get_console()
     kubectl = shutil.which("kubectl")
     if kubectl is None:
-        raise UsageError("kubectl is not on PATH: write the manifests with -o FILE (then `kubectl apply -f FILE`), or print them with --dry-run")
+        raise UsageError(
+            "kubectl is not on PATH: write the manifests with -o FILE (then `kubectl apply -f FILE`), or print them with --dry-run"
+        )
     try:
         result = subprocess.run([kubectl, "apply", "-f", "-"], input=text, capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.SubprocessError) as exc:
         raise RpcctlError(f"`kubectl apply` failed: {exc}") from None
     if result.returncode != 0:
-        raise RpcctlError(f"`kubectl apply` failed (exit code {result.returncode}): {result.stderr.strip() or result.stdout.strip()}")
+        raise RpcctlError(
+            f"`kubectl apply` failed (exit code {result.returncode}): {result.stderr.strip() or result.stdout.strip()}"
+        )
     for line in result.stdout.splitlines():
         console.info(line)
     what = "job" if wanted.kind == "job" else "trainjob"
     ns = f" -n {wanted.namespace}" if wanted.namespace else ""
-    console.info(f"rpcctl: applied; follow node 0 with `kubectl logs{ns} -f {what}/{wanted.name}`" if wanted.kind == "job"
-                 else f"rpcctl: applied; watch it with `kubectl get{ns} trainjob {wanted.name}` and `kubectl logs{ns} -f -l jobset.sigs.k8s.io/jobset-name={wanted.name}`")
+    console.info(
+        f"rpcctl: applied; follow node 0 with `kubectl logs{ns} -f {what}/{wanted.name}`"
+        if wanted.kind == "job"
+        else f"rpcctl: applied; watch it with `kubectl get{ns} trainjob {wanted.name}` and `kubectl logs{ns} -f -l jobset.sigs.k8s.io/jobset-name={wanted.name}`"
+    )

@@ -15,7 +15,15 @@ from typer.core import TyperCommand
 
 from rpcctl.commands.common import JsonOption, RunsDirOption, check_output, write_output
 from rpcctl.config import ConfigFile, dump_spec
-from rpcctl.config.torchrun import OPTIONS, PROGRAM_DESTS, LineValues, TorchrunOption, given_or_env, line_flags, one_node_master_addr
+from rpcctl.config.torchrun import (
+    OPTIONS,
+    PROGRAM_DESTS,
+    LineValues,
+    TorchrunOption,
+    given_or_env,
+    line_flags,
+    one_node_master_addr,
+)
 from rpcctl.console import KEY, Column, Console, get_console, human_bytes, human_seconds, render_table, sanitize
 from rpcctl.base.frames import ALL_FRAMES_ENV
 from rpcctl.base.errors import JobCancelledError, JobFailedError, UsageError
@@ -35,32 +43,105 @@ def _torchrun_option(option: TorchrunOption) -> Any:
     as it checks the same option's ``PET_*`` variable."""
     kind = bool if option.flag else Optional[str]
     settings = {} if option.flag else {"metavar": option.metavar}
-    return Annotated[kind, typer.Option(*option.names, *option.extra, help=option.does + ".", show_default=False,
-                                        rich_help_panel="torchrun's options", **settings)]
+    return Annotated[
+        kind,
+        typer.Option(
+            *option.names,
+            *option.extra,
+            help=option.does + ".",
+            show_default=False,
+            rich_help_panel="torchrun's options",
+            **settings,
+        ),
+    ]
 
 
-TORCHRUN = SimpleNamespace(**{option.dest: _torchrun_option(option) for option in OPTIONS})  # the launch command's parameters, by dest
+# the launch command's parameters, by dest
+TORCHRUN = SimpleNamespace(**{option.dest: _torchrun_option(option) for option in OPTIONS})
 CONFIG_SUFFIXES = (".yaml", ".yml")
 
 
 def launch(
     ctx: typer.Context,
-    target: Annotated[str, typer.Argument(metavar="CONFIG | SCRIPT", help="The job's YAML config (.yaml, .yml), or the script a torchrun line runs (a module with -m, a program with --no-python).", show_default=False)],
-    script_args: Annotated[Optional[list[str]], typer.Argument(metavar="ARGS", help="The script's own arguments, untouched (everything after SCRIPT).", show_default=False)] = None,
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="CONFIG | SCRIPT",
+            help="The job's YAML config (.yaml, .yml), or the script a torchrun line runs (a module with -m, a program with --no-python).",
+            show_default=False,
+        ),
+    ],
+    script_args: Annotated[
+        Optional[list[str]],
+        typer.Argument(
+            metavar="ARGS", help="The script's own arguments, untouched (everything after SCRIPT).", show_default=False
+        ),
+    ] = None,
     set_: Annotated[
         Optional[list[str]],
-        typer.Option("--set", "-s", help="Override a config key: KEY.PATH=VALUE (YAML value). Repeatable.", show_default=False),
+        typer.Option(
+            "--set", "-s", help="Override a config key: KEY.PATH=VALUE (YAML value). Repeatable.", show_default=False
+        ),
     ] = None,
     runs_dir: RunsDirOption = None,
-    no_live: Annotated[bool, typer.Option("--no-live", help="Plain rank-prefixed output instead of the live view (always plain when not on a terminal).")] = False,
-    ranks: Annotated[Optional[str], typer.Option("--ranks", help="Show only these ranks' output on the console, e.g. 0,2 or 0-3 (logs keep everything).", show_default=False)] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the launch plan (commands, environment, devices, logs) and start nothing.")] = False,
+    no_live: Annotated[
+        bool,
+        typer.Option(
+            "--no-live",
+            help="Plain rank-prefixed output instead of the live view (always plain when not on a terminal).",
+        ),
+    ] = False,
+    ranks: Annotated[
+        Optional[str],
+        typer.Option(
+            "--ranks",
+            help="Show only these ranks' output on the console, e.g. 0,2 or 0-3 (logs keep everything).",
+            show_default=False,
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Print the launch plan (commands, environment, devices, logs) and start nothing."
+        ),
+    ] = False,
     json_: JsonOption = False,
-    save_config: Annotated[Optional[Path], typer.Option("--save-config", metavar="FILE", help="Write the job as a config (YAML) that `rpcctl launch FILE` runs the same, then go on (with --dry-run: stop).", show_default=False)] = None,
-    hang_timeout: Annotated[Optional[float], typer.Option("--hang-timeout", help="Seconds without progress (no call ended, no loss, no output) before rpcctl diagnoses a hang; 0: off (default: the config's hang_timeout, 300 if unset).", show_default=False)] = None,
-    keep_on_hang: Annotated[bool, typer.Option("--keep-on-hang", help="On a hang, dump and diagnose but keep the job running (config: on_hang: keep).")] = False,
-    all_frames: Annotated[bool, typer.Option("--all-frames", help="Keep rpcctl's own frames (its bootstrap, its call tracking) in the ranks' tracebacks.")] = False,
-    web: Annotated[bool, typer.Option("--web", help="Serve the run's live page on 127.0.0.1 while it runs (the URL is printed; needs rpcctl[report]).")] = False,
+    save_config: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--save-config",
+            metavar="FILE",
+            help="Write the job as a config (YAML) that `rpcctl launch FILE` runs the same, then go on (with --dry-run: stop).",
+            show_default=False,
+        ),
+    ] = None,
+    hang_timeout: Annotated[
+        Optional[float],
+        typer.Option(
+            "--hang-timeout",
+            help="Seconds without progress (no call ended, no loss, no output) before rpcctl diagnoses a hang; 0: off (default: the config's hang_timeout, 300 if unset).",
+            show_default=False,
+        ),
+    ] = None,
+    keep_on_hang: Annotated[
+        bool,
+        typer.Option(
+            "--keep-on-hang", help="On a hang, dump and diagnose but keep the job running (config: on_hang: keep)."
+        ),
+    ] = False,
+    all_frames: Annotated[
+        bool,
+        typer.Option(
+            "--all-frames", help="Keep rpcctl's own frames (its bootstrap, its call tracking) in the ranks' tracebacks."
+        ),
+    ] = False,
+    web: Annotated[
+        bool,
+        typer.Option(
+            "--web",
+            help="Serve the run's live page on 127.0.0.1 while it runs (the URL is printed; needs rpcctl[report]).",
+        ),
+    ] = False,
     nnodes: TORCHRUN.nnodes = None,
     nproc_per_node: TORCHRUN.nproc_per_node = None,
     rdzv_backend: TORCHRUN.rdzv_backend = None,
@@ -110,11 +191,19 @@ def launch(
     arguments = dict(locals())
     raw = list(ctx.meta.get(RAW_ARGS, []))  # the words after `rpcctl launch`, as typed (LaunchCommand.parse_args)
     words = _spelled(raw, _takes_value(ctx.command), ctx.allow_interspersed_args)
-    given = {option.dest: (arguments[option.dest], words.get(option.dest) or f"{option.shown} {arguments[option.dest]}")
-             for option in OPTIONS if arguments[option.dest] not in (None, False)}
+    given = {
+        option.dest: (arguments[option.dest], words.get(option.dest) or f"{option.shown} {arguments[option.dest]}")
+        for option in OPTIONS
+        if arguments[option.dest] not in (None, False)
+    }
     script_args = script_args or []
     config, resolution, flags, line = _form(target, script_args, given, set_ or [], module=module, no_python=no_python)
-    flags.update(_given(("hang_timeout", "--hang-timeout", hang_timeout), ("on_hang", "--keep-on-hang", "keep" if keep_on_hang else None)))
+    flags.update(
+        _given(
+            ("hang_timeout", "--hang-timeout", hang_timeout),
+            ("on_hang", "--keep-on-hang", "keep" if keep_on_hang else None),
+        )
+    )
     if config is not None:
         job = job_from_config(config, set_ or [], flags=flags, resolution=resolution)
     else:
@@ -127,14 +216,20 @@ def launch(
         raise UsageError("--ranks and --local-ranks-filter both pick the ranks shown: give one")
     shown = parse_ranks(ranks, first_rank + spec.nproc_per_node, first_rank) if ranks is not None else None
     if line.local_ranks is not None:
-        shown = parse_ranks(",".join(str(first_rank + r) for r in sorted(line.local_ranks)), first_rank + spec.nproc_per_node, first_rank)
+        shown = parse_ranks(
+            ",".join(str(first_rank + r) for r in sorted(line.local_ranks)),
+            first_rank + spec.nproc_per_node,
+            first_rank,
+        )
     if json_ and not dry_run:
         raise UsageError("--json goes with --dry-run (a running job streams its output; see `rpcctl runs --json`)")
     if save_config is not None:
         check_output(save_config, "--save-config")
         job.located(lambda: check_before_spawn(spec))  # named where its key was set
         write_output(save_config, dump_spec(spec), "--save-config")
-        console.info(f"rpcctl: wrote {sanitize(str(save_config))}: `rpcctl launch {sanitize(str(save_config))}` runs this job")
+        console.info(
+            f"rpcctl: wrote {sanitize(str(save_config))}: `rpcctl launch {sanitize(str(save_config))}` runs this job"
+        )
     for notice in line.notices:
         console.info(sanitize(notice))
     if dry_run:
@@ -165,8 +260,15 @@ def launch(
     _conclude(console, record)
 
 
-def _form(target: str, script_args: list[str], given: dict[str, tuple[Any, str]], overrides: list[str], *,
-          module: bool, no_python: bool) -> tuple[ConfigFile | None, Resolution, dict[str, tuple[Any, str]], LineValues]:
+def _form(
+    target: str,
+    script_args: list[str],
+    given: dict[str, tuple[Any, str]],
+    overrides: list[str],
+    *,
+    module: bool,
+    no_python: bool,
+) -> tuple[ConfigFile | None, Resolution, dict[str, tuple[Any, str]], LineValues]:
     """Which form the line is (a config, or a torchrun line's SCRIPT), what the scheduler gives
     (``rpcctl.launch.job``), and the config keys the line's options give: (the config or None, the
     resolution, key → (value, origin), the line's console filter and notices)."""
@@ -178,13 +280,22 @@ def _form(target: str, script_args: list[str], given: dict[str, tuple[Any, str]]
             )
         for dest in PROGRAM_DESTS:
             if dest in given:
-                raise UsageError(f"{given[dest][1]} goes with a script, not a config: the config says what runs (module:, no_python:)")
+                raise UsageError(
+                    f"{given[dest][1]} goes with a script, not a config: the config says what runs (module:, no_python:)"
+                )
         config = ConfigFile(target)  # read once, at its first use
         resolution = config_resolution(config, overrides, given)
-        line = line_flags(given_or_env(given, {}), cpus=_cpus(), gpus=len(visible_gpus()), node_rank_known="node_rank" in resolution.values)
+        line = line_flags(
+            given_or_env(given, {}),
+            cpus=_cpus(),
+            gpus=len(visible_gpus()),
+            node_rank_known="node_rank" in resolution.values,
+        )
         return config, resolution, dict(line.flags), line
     if overrides:
-        raise UsageError(f"--set {overrides[0]}: --set changes a config's keys; a torchrun line gives them as options (or write one with --save-config)")
+        raise UsageError(
+            f"--set {overrides[0]}: --set changes a config's keys; a torchrun line gives them as options (or write one with --save-config)"
+        )
     if no_python and module:
         raise UsageError("--no-python and -m: a module runs with Python (torchrun refuses both too)")
     resolution = line_resolution(given)
@@ -249,7 +360,11 @@ def _conclude(console: Console, record: RunRecord) -> None:
 
 
 # --dry-run's table of where the node's values came from (``Job.sources``).
-SOURCE_COLUMNS = (Column("key", priority=KEY), Column("value", priority=KEY), Column("source", "FROM", wrap=True, priority=KEY))
+SOURCE_COLUMNS = (
+    Column("key", priority=KEY),
+    Column("value", priority=KEY),
+    Column("source", "FROM", wrap=True, priority=KEY),
+)
 
 
 RAW_ARGS = "rpcctl_launch_args"
@@ -265,12 +380,19 @@ class LaunchCommand(TyperCommand):
     def parse_args(self, ctx, args: list[str]) -> list[str]:
         ctx.meta[RAW_ARGS] = list(args)
         first = _first_positional(self, args)
-        ctx.allow_interspersed_args = first is None or (first.endswith(CONFIG_SUFFIXES) and not _module_flag(self, args, first))
+        ctx.allow_interspersed_args = first is None or (
+            first.endswith(CONFIG_SUFFIXES) and not _module_flag(self, args, first)
+        )
         return super().parse_args(ctx, args)
 
 
 def _takes_value(command) -> dict[str, bool]:
-    return {name: not (p.is_flag or p.count) for p in command.params if p.param_type_name == "option" for name in (*p.opts, *p.secondary_opts)}
+    return {
+        name: not (p.is_flag or p.count)
+        for p in command.params
+        if p.param_type_name == "option"
+        for name in (*p.opts, *p.secondary_opts)
+    }
 
 
 def _first_positional(command, args: list[str]) -> str | None:
@@ -337,7 +459,13 @@ def render_plan(console: Console, plan: LaunchPlan, sources: list[dict[str, Any]
     console.print(render_table(variables, ENV_COLUMNS, title="Environment (every rank, on top of the launcher's)"))
     if sources:
         console.print()
-        console.print(render_table(sources, SOURCE_COLUMNS, title="Where the node's values came from (flags, then the environment, then the config)"))
+        console.print(
+            render_table(
+                sources,
+                SOURCE_COLUMNS,
+                title="Where the node's values came from (flags, then the environment, then the config)",
+            )
+        )
 
 
 def render_leaks(console: Console, record: RunRecord) -> None:
@@ -389,16 +517,20 @@ def _leak_holder(leaks: list) -> str:
     (they keep the tensors their calls sent), or the program's own structures."""
     contexts = sum(r.owner_autograd_contexts or 0 for r in leaks)
     if contexts:
-        return (f": their owners still had {contexts} distributed autograd context(s) open, which keep the tensors their "
-                "calls sent until released: the likely holder (every `with dist_autograd.context()` exited before "
-                "rpc.shutdown() releases them), rather than a list or a cache of the program's")
+        return (
+            f": their owners still had {contexts} distributed autograd context(s) open, which keep the tensors their "
+            "calls sent until released: the likely holder (every `with dist_autograd.context()` exited before "
+            "rpc.shutdown() releases them), rather than a list or a cache of the program's"
+        )
     return " (a list, a cache, a closure of the program's)"
 
 
 def _list_rrefs(console: Console, records: list, more: Callable[[Any], str]) -> None:
     for r in records[:10]:
         size = f" ({human_bytes(r.nbytes)})" if r.nbytes else ""
-        console.detail(f"  {r.rref_id} owned by {r.owner}: {r.type or '?'}{size}{more(r)}, created at {r.call_site or '?'}")
+        console.detail(
+            f"  {r.rref_id} owned by {r.owner}: {r.type or '?'}{size}{more(r)}, created at {r.call_site or '?'}"
+        )
     if len(records) > 10:
         console.detail(f"  ... and {len(records) - 10} more")
 
@@ -409,7 +541,9 @@ def render_outcome(console: Console, record: RunRecord) -> None:
     where = f"run {record.run_id}"
     if record.status == RunStatus.SUCCEEDED:
         restarts = f" after {record.restarts} restart(s)" if record.restarts else ""
-        console.info(f"rpcctl: job '{record.name}' succeeded in {took}{restarts} ({where}, logs in {record.run_dir}/logs)")
+        console.info(
+            f"rpcctl: job '{record.name}' succeeded in {took}{restarts} ({where}, logs in {record.run_dir}/logs)"
+        )
         return
     if record.status == RunStatus.CANCELLED:
         stopped = "; ranks stopped" if any(s.pid for s in record.ranks) else ""
@@ -440,7 +574,9 @@ def render_outcome(console: Console, record: RunRecord) -> None:
             "other ranks: " + ", ".join(f"{s.rank} {s.state}" + (f" ({s.signal})" if s.signal else "") for s in others)
         )
     if cause.rank >= 0 and cause.node is not None:
-        console.detail(f"log: on node {cause.node}{f' ({cause.host})' if cause.host else ''}, run {record.run_id}: logs/rank-{cause.rank}.log")
+        console.detail(
+            f"log: on node {cause.node}{f' ({cause.host})' if cause.host else ''}, run {record.run_id}: logs/rank-{cause.rank}.log"
+        )
     elif cause.rank >= 0:
         console.detail(f"log: {record.run_dir}/logs/rank-{cause.rank}.log")
     if record.restarts:

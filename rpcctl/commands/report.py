@@ -24,8 +24,16 @@ TargetArgument = Annotated[
 
 def report(
     target: TargetArgument = None,
-    output: Annotated[Path, output_option("The HTML file to write, self-contained: it opens with no network (default: report.html).")] = Path("report.html"),
-    all_: Annotated[bool, typer.Option("--all", help="Draw every metric's chart with every point (by default: the first 16 metrics, loss first, 100,000 points in all; the file can then be tens of MB).")] = False,
+    output: Annotated[
+        Path, output_option("The HTML file to write, self-contained: it opens with no network (default: report.html).")
+    ] = Path("report.html"),
+    all_: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="Draw every metric's chart with every point (by default: the first 16 metrics, loss first, 100,000 points in all; the file can then be tens of MB).",
+        ),
+    ] = False,
     runs_dir: RunsDirOption = None,
 ) -> None:
     """Write one self-contained HTML page of a run (summary, losses, RRef graph, placement,
@@ -47,7 +55,12 @@ def report(
 
 def web(
     run: RunArgument = None,
-    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port on 127.0.0.1 (default: 0, a free one).", show_default=False)] = 0,
+    port: Annotated[
+        int,
+        typer.Option(
+            "--port", min=0, max=65535, help="Port on 127.0.0.1 (default: 0, a free one).", show_default=False
+        ),
+    ] = 0,
     runs_dir: RunsDirOption = None,
 ) -> None:
     """Serve a run's page live on 127.0.0.1 (it follows a running job) until Ctrl-C."""
@@ -57,6 +70,8 @@ def web(
     try:
         server = LiveServer(run_dir, port=port)
     except OSError as exc:  # in use, or below 1024 without the right
-        raise UsageError(f"--port {port}: cannot listen on 127.0.0.1:{port}: {exc.strerror or exc} (another port, or 0 for a free one)") from None
+        raise UsageError(
+            f"--port {port}: cannot listen on 127.0.0.1:{port}: {exc.strerror or exc} (another port, or 0 for a free one)"
+        ) from None
     get_console().info(f"rpcctl: live page of {run_dir.name} at {server.url} (Ctrl-C to stop)")
     server.serve_forever()

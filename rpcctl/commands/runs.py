@@ -10,7 +10,17 @@ import typer
 from rich.text import Text
 
 from rpcctl.launch import control
-from rpcctl.commands.common import FilterOption, JsonOption, RankOption, RunArgument, RunsDirOption, WideOption, filtered_empty, parse_filters, scalar_fields
+from rpcctl.commands.common import (
+    FilterOption,
+    JsonOption,
+    RankOption,
+    RunArgument,
+    RunsDirOption,
+    WideOption,
+    filtered_empty,
+    parse_filters,
+    scalar_fields,
+)
 from rpcctl.console import get_console, render_table, sanitize, utc_stamp
 from rpcctl.base.errors import UsageError
 from rpcctl.base.log_times import FollowedFile, LogLine, RankLogReader, lines_of, merged
@@ -27,10 +37,13 @@ from rpcctl.records.runs import (
 )
 from rpcctl.base.states import RunStatus
 
+
 def runs(
     runs_dir: RunsDirOption = None,
     json_: JsonOption = False,
-    limit: Annotated[int, typer.Option("--limit", help="Show at most this many runs (0: all; default: 20).", show_default=False)] = 20,
+    limit: Annotated[
+        int, typer.Option("--limit", help="Show at most this many runs (0: all; default: 20).", show_default=False)
+    ] = 20,
     filter_: FilterOption = None,
     wide: WideOption = False,
 ) -> None:
@@ -56,7 +69,10 @@ def runs(
             document["orphaned_pids"] = [p.pid for p in lost[record.run_id].orphans] if record.run_id in lost else []
             document["node_dirs"] = node_dirs[record.run_id]  # each node's run directory under this runs directory
             documents.append(document)
-        documents += [{"run_id": d.run_id, "status": RunStatus.DAMAGED, "run_dir": str(d.run_dir), "error": d.error} for d in damaged]
+        documents += [
+            {"run_id": d.run_id, "status": RunStatus.DAMAGED, "run_dir": str(d.run_dir), "error": d.error}
+            for d in damaged
+        ]
         console.json(documents)
         return
     shown = [rows[r.run_id] for r in records] + [_damaged_row(d) for d in damaged]
@@ -96,10 +112,20 @@ def _damaged_row(damaged: DamagedRun) -> dict:
 def logs(
     run: RunArgument = None,
     rank: RankOption = None,
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new output until the run ends.")] = False,
-    merge: Annotated[bool, typer.Option("--merge", help="Interleave the ranks' lines in the order they arrived (default: rank by rank).")] = False,
-    timestamps: Annotated[bool, typer.Option("--timestamps", help="Put before each line the UTC time the launcher read it (to 10 ms).")] = False,
-    raw: Annotated[bool, typer.Option("--raw", help="The log bytes exactly as written: no rank prefix, escape sequences untouched.")] = False,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new output until the run ends.")
+    ] = False,
+    merge: Annotated[
+        bool,
+        typer.Option("--merge", help="Interleave the ranks' lines in the order they arrived (default: rank by rank)."),
+    ] = False,
+    timestamps: Annotated[
+        bool, typer.Option("--timestamps", help="Put before each line the UTC time the launcher read it (to 10 ms).")
+    ] = False,
+    raw: Annotated[
+        bool,
+        typer.Option("--raw", help="The log bytes exactly as written: no rank prefix, escape sequences untouched."),
+    ] = False,
     runs_dir: RunsDirOption = None,
 ) -> None:
     """Print a run's rank logs, each line prefixed with its rank (other terminal escape
@@ -163,7 +189,9 @@ def _stamp(moment: float | None) -> str:
 def stop(
     run: RunArgument = None,
     runs_dir: RunsDirOption = None,
-    wait: Annotated[float, typer.Option("--wait", help="Seconds to wait for the run to end (default: 60).", show_default=False)] = 60.0,
+    wait: Annotated[
+        float, typer.Option("--wait", help="Seconds to wait for the run to end (default: 60).", show_default=False)
+    ] = 60.0,
 ) -> None:
     """Cancel a live run cleanly (SIGTERM to its launcher, which tears the ranks down)."""
     console = get_console()
@@ -182,7 +210,11 @@ def stop(
     # A run left ``running`` by a launcher that died: what it left alive (the run's own
     # processes only: this user's, carrying its id) was killed, its record closed.
     killed = len(lost.orphans)
-    did = f"killed {killed} orphaned process{'es' if killed != 1 else ''} (pid {', '.join(str(p.pid) for p in lost.orphans)})" if killed else "nothing was left to kill"
+    did = (
+        f"killed {killed} orphaned process{'es' if killed != 1 else ''} (pid {', '.join(str(p.pid) for p in lost.orphans)})"
+        if killed
+        else "nothing was left to kill"
+    )
     console.info(
         f"rpcctl: run {record.run_id} was lost: its launcher (pid {record.launcher_pid}) is gone; {did}; record closed (status lost)"
     )

@@ -16,8 +16,18 @@ from rpcctl.records.runs import resolve_run
 
 def trace(
     run: RunArgument = None,
-    output: Annotated[Optional[Path], output_option("Where to write it ('-': stdout; default: RUN_ID.trace.json here).")] = None,
-    max_events: Annotated[int, typer.Option("--max-events", min=0, show_default=False, help="About how many events at most (default: 100,000, about 10 MB): the counters (losses, metrics) are thinned evenly to fit; 0 keeps every event of every kind (the file can be hundreds of MB).")] = 100_000,
+    output: Annotated[
+        Optional[Path], output_option("Where to write it ('-': stdout; default: RUN_ID.trace.json here).")
+    ] = None,
+    max_events: Annotated[
+        int,
+        typer.Option(
+            "--max-events",
+            min=0,
+            show_default=False,
+            help="About how many events at most (default: 100,000, about 10 MB): the counters (losses, metrics) are thinned evenly to fit; 0 keeps every event of every kind (the file can be hundreds of MB).",
+        ),
+    ] = 100_000,
     runs_dir: RunsDirOption = None,
 ) -> None:
     """Write the run as a Chrome trace (open it in ui.perfetto.dev or chrome://tracing).
@@ -42,5 +52,6 @@ def trace(
         get_console().raw(text + "\n")
         return
     write_output(path, text, "--output")  # 0600, as the report; an old file is replaced, never re-moded
-    get_console().note(f"wrote {path} ({len(document['traceEvents'])} events, {human_bytes(len(text))}): open it in ui.perfetto.dev or chrome://tracing")
-
+    get_console().note(
+        f"wrote {path} ({len(document['traceEvents'])} events, {human_bytes(len(text))}): open it in ui.perfetto.dev or chrome://tracing"
+    )

@@ -36,7 +36,14 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from rpcctl.config.bounded_yaml import MAX_CONFIG_BYTES, MAX_DEPTH, MAX_EXPANDED_CHARS, MAX_VALUES, parse_yaml, read_config_text
+from rpcctl.config.bounded_yaml import (
+    MAX_CONFIG_BYTES,
+    MAX_DEPTH,
+    MAX_EXPANDED_CHARS,
+    MAX_VALUES,
+    parse_yaml,
+    read_config_text,
+)
 from rpcctl.config.locations import locate, origin_of, validation_error
 from rpcctl.config.overrides import apply_override, parse_override
 from rpcctl.config.schema import DEFAULT_PRELOAD, JobSpec, LossesSpec, RpcSpec, host_problem
@@ -44,8 +51,22 @@ from rpcctl.config.variables import MAX_VAR_NESTING, expand_vars
 from rpcctl.base.errors import ConfigError
 
 __all__ = [
-    "DEFAULT_PRELOAD", "MAX_CONFIG_BYTES", "ConfigFile", "MAX_DEPTH", "MAX_EXPANDED_CHARS", "MAX_VALUES", "MAX_VAR_NESTING",
-    "JobSpec", "LossesSpec", "RpcSpec", "dump_spec", "expand_vars", "host_problem", "load_config", "locate", "read_config_text",
+    "DEFAULT_PRELOAD",
+    "MAX_CONFIG_BYTES",
+    "ConfigFile",
+    "MAX_DEPTH",
+    "MAX_EXPANDED_CHARS",
+    "MAX_VALUES",
+    "MAX_VAR_NESTING",
+    "JobSpec",
+    "LossesSpec",
+    "RpcSpec",
+    "dump_spec",
+    "expand_vars",
+    "host_problem",
+    "load_config",
+    "locate",
+    "read_config_text",
     "spec_from_line",
 ]
 
@@ -76,8 +97,13 @@ class ConfigFile:
             self._parsed = parse_yaml(read_config_text(self.path), str(self.path))
         return self._parsed
 
-    def spec(self, overrides: list[str] | None = None, *, nproc_per_node: int | None = None,
-             flags: dict[str, tuple[Any, str]] | None = None) -> JobSpec:
+    def spec(
+        self,
+        overrides: list[str] | None = None,
+        *,
+        nproc_per_node: int | None = None,
+        flags: dict[str, tuple[Any, str]] | None = None,
+    ) -> JobSpec:
         """The file, expanded, overridden (``--set``) and validated, under ``flags`` (key → (value, origin))."""
         display = str(self.path)
         read, lines = self._read()
@@ -104,7 +130,11 @@ class ConfigFile:
 
 
 def spec_from_line(
-    target: str, args: list[str], *, module: bool = False, no_python: bool = False,
+    target: str,
+    args: list[str],
+    *,
+    module: bool = False,
+    no_python: bool = False,
     flags: dict[str, tuple[Any, str]] | None = None,
 ) -> JobSpec:
     """The job of a torchrun line, ``[OPTIONS] SCRIPT ARGS`` or ``-m MODULE ARGS``: ``flags``
@@ -119,15 +149,19 @@ def spec_from_line(
     elif no_python and os.sep not in target:  # a program on PATH, as torchrun's exec finds it
         found = shutil.which(target)
         if found is None:
-            raise ConfigError(f"program not found: {target} (--no-python runs it as a program: not a file here nor on PATH)")
+            raise ConfigError(
+                f"program not found: {target} (--no-python runs it as a program: not a file here nor on PATH)"
+            )
         data.update(script=found, argv0=target, no_python=True)
         name = Path(target).stem
     else:
         if not Path(target).expanduser().is_file():  # one message naming it as typed
             raise ConfigError(f"script not found: {target} (from {Path.cwd()}: torchrun's ranks look for it there too)")
         if not no_python and Path(target).suffix != ".py" and _looks_like_a_config(Path(target)):
-            raise ConfigError(f"{target} looks like a config (a mapping with script: or module:), not a script: "
-                              "rpcctl reads a config named .yaml or .yml (rename it), and runs any other file as a torchrun line's SCRIPT")
+            raise ConfigError(
+                f"{target} looks like a config (a mapping with script: or module:), not a script: "
+                "rpcctl reads a config named .yaml or .yml (rename it), and runs any other file as a torchrun line's SCRIPT"
+            )
         data.update(script=target, argv0=target, no_python=no_python)
         name = Path(target).stem
     return _validated(data, dict(flags or {}), {}, {}, "the command line", name, Path.cwd())
@@ -142,8 +176,15 @@ def _looks_like_a_config(path: Path) -> bool:
     return isinstance(data, dict) and bool({"script", "module"} & set(data))
 
 
-def _validated(data: Any, flags: dict[str, tuple[Any, str]], origins: dict[tuple[str, ...], str], lines: dict,
-               display: str, stem: str, base: Path) -> JobSpec:
+def _validated(
+    data: Any,
+    flags: dict[str, tuple[Any, str]],
+    origins: dict[tuple[str, ...], str],
+    lines: dict,
+    display: str,
+    stem: str,
+    base: Path,
+) -> JobSpec:
     for key, (value, origin) in flags.items():  # command-line flags beat the file and --set
         data[key] = value
         origins[(key,)] = origin
@@ -164,7 +205,11 @@ def _validated(data: Any, flags: dict[str, tuple[Any, str]], origins: dict[tuple
     if not script.is_file():
         raise ConfigError(f"script not found: {script}", where=where(("script",)), key="script")
     if spec.no_python and not os.access(script, os.X_OK):
-        raise ConfigError(f"{script} is not executable: --no-python (no_python: true) runs the script as a program", where=where(("script",)), key="script")
+        raise ConfigError(
+            f"{script} is not executable: --no-python (no_python: true) runs the script as a program",
+            where=where(("script",)),
+            key="script",
+        )
     return spec.model_copy(update={"script": script})
 
 

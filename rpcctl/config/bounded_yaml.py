@@ -76,8 +76,15 @@ def _check_regular(info: os.stat_result, display: str) -> None:
         raise ConfigError(f"config path is a directory, not a file: {display}")
     if not stat.S_ISREG(mode):
         kind = (
-            "a FIFO" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
-            else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+            "a FIFO"
+            if stat.S_ISFIFO(mode)
+            else "a character device"
+            if stat.S_ISCHR(mode)
+            else "a block device"
+            if stat.S_ISBLK(mode)
+            else "a socket"
+            if stat.S_ISSOCK(mode)
+            else "not a regular file"
         )
         raise ConfigError(f"config path is {kind}, not a regular file: {display}")
     if info.st_size > MAX_CONFIG_BYTES:
@@ -86,7 +93,9 @@ def _check_regular(info: os.stat_result, display: str) -> None:
 
 def _too_big(display: str, size: int | None = None) -> ConfigError:
     got = f"{size:,} bytes" if size is not None else "more than that"
-    return ConfigError(f"config file is too big ({got}): the limit is 1 MiB, and a config is a few kilobytes", where=display)
+    return ConfigError(
+        f"config file is too big ({got}): the limit is 1 MiB, and a config is a few kilobytes", where=display
+    )
 
 
 def dotted(loc: tuple[Any, ...]) -> str:
@@ -102,7 +111,9 @@ def parse_yaml(text: str, display: str) -> tuple[dict[str, Any], dict[str, int]]
         raise ConfigError("config file is empty: expected a mapping with at least 'script'", where=display)
     if not isinstance(root, dict):
         kind = "a list" if isinstance(root, list) else "a single value"
-        raise ConfigError(f"config must be a mapping of keys to values, got {kind}", where=f"{display}:{builder.root_line}")
+        raise ConfigError(
+            f"config must be a mapping of keys to values, got {kind}", where=f"{display}:{builder.root_line}"
+        )
     return root, builder.lines
 
 
@@ -213,7 +224,9 @@ class Builder:
                 value = self._scalar(event, path, loader)
             else:  # a mapping or a sequence starts
                 if len(stack) >= MAX_DEPTH:
-                    raise self._error(f"nested more than {MAX_DEPTH} levels deep: a config is a few levels of keys", mark, path)
+                    raise self._error(
+                        f"nested more than {MAX_DEPTH} levels deep: a config is a few levels of keys", mark, path
+                    )
                 tag = self._collection_tag(event, loader, path)
                 self._count(1, mark, path)
                 frame = _Frame({} if tag == _TAG + "map" else [], path, event.anchor, self.values)
@@ -258,7 +271,11 @@ class Builder:
         if isinstance(event, yaml.AliasEvent):
             key = self._alias(event, parent.path)
         elif isinstance(event, yaml.ScalarEvent):  # a scalar key is not counted: its value is
-            if event.tag in (None, "!") and event.implicit[0] and loader.resolve(yaml.ScalarNode, event.value, event.implicit) == _MERGE:
+            if (
+                event.tag in (None, "!")
+                and event.implicit[0]
+                and loader.resolve(yaml.ScalarNode, event.value, event.implicit) == _MERGE
+            ):
                 parent.key, parent.merge_line = _MERGE, mark.line + 1
                 return
             key = self._scalar(event, parent.path, loader, expand=False)
@@ -300,14 +317,22 @@ class Builder:
         tag = event.tag if event.tag not in (None, "!") else loader.resolve(kind, None, event.implicit)
         expected = _TAG + ("map" if kind is yaml.MappingNode else "seq")
         if tag != expected:
-            raise self._error(f"unsupported YAML tag {tag!r} here: a config holds plain mappings, lists and values", event.start_mark, path)
+            raise self._error(
+                f"unsupported YAML tag {tag!r} here: a config holds plain mappings, lists and values",
+                event.start_mark,
+                path,
+            )
         return tag
 
     def _scalar(self, event: Any, path: tuple[str, ...], loader: Any, *, expand: bool = True) -> Any:
         text, mark = event.value, event.start_mark
         tag = event.tag if event.tag not in (None, "!") else loader.resolve(yaml.ScalarNode, text, event.implicit)
         if tag not in _SCALAR_TAGS:
-            raise self._error(f"unsupported YAML tag {tag!r}: a config holds plain values (strings, numbers, true/false, null)", mark, path)
+            raise self._error(
+                f"unsupported YAML tag {tag!r}: a config holds plain values (strings, numbers, true/false, null)",
+                mark,
+                path,
+            )
         if tag in (_TAG + "int", _TAG + "float") or event.implicit[0] and tag == _TAG + "str":
             _refuse_ambiguous_number(text, lambda message: self._error(message, mark, path), tag == _TAG + "str")
         node = yaml.ScalarNode(tag, text, mark, event.end_mark, event.style)
@@ -340,7 +365,9 @@ def _refuse_ambiguous_number(text: str, error, plain_text: bool = False) -> None
         digits = text.lstrip("+-").replace("_", "")
         value = int(digits, 8) if set(digits) <= set("01234567") else None
         read = f"YAML 1.1 reads it as octal {value}" if value is not None else "a number cannot start with 0"
-        raise error(f"ambiguous number {text}: {read}; write {int(digits, 10)} for decimal, or quote it ('{text}') for text")
+        raise error(
+            f"ambiguous number {text}: {read}; write {int(digits, 10)} for decimal, or quote it ('{text}') for text"
+        )
     if ":" in text and not plain_text:
         raise error(f"ambiguous number {text}: YAML 1.1 reads it in base 60; quote it ('{text}') for text")
 

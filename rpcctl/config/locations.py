@@ -57,7 +57,11 @@ def _data_path(loc: tuple[Any, ...], data: Any) -> tuple[str, ...]:
             node = node[part]
         elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
             node = node[part]
-        elif isinstance(node, dict) and isinstance(part, str) and not (part in _UNION_TAGS or "[" in part or part.startswith(("literal", "function"))):
+        elif (
+            isinstance(node, dict)
+            and isinstance(part, str)
+            and not (part in _UNION_TAGS or "[" in part or part.startswith(("literal", "function")))
+        ):
             node = None  # a key that is not in the input: a missing or an unknown one
         else:
             continue
@@ -85,13 +89,23 @@ def validation_error(exc: ValidationError, where: Callable[[tuple[str, ...]], st
             parent, name = loc[:-1], loc[-1]
             known = _known_keys(parent)
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-            hint = f" (did you mean '{dotted(parent + (close[0],))}'?)" if close else (f" (known keys: {', '.join(known)})" if known else "")
+            hint = (
+                f" (did you mean '{dotted(parent + (close[0],))}'?)"
+                if close
+                else (f" (known keys: {', '.join(known)})" if known else "")
+            )
             message = f"unknown key '{key}'{hint}"
         elif kind == "missing":
             message = f"missing required key '{key}'"
         else:
             message = error["msg"].removeprefix("Value error, ")
-            if "input" in error and kind not in ("model_type", "dict_type") and not isinstance(error["input"], dict) and "got" not in message and not isinstance(original, EntryError):
+            if (
+                "input" in error
+                and kind not in ("model_type", "dict_type")
+                and not isinstance(error["input"], dict)
+                and "got" not in message
+                and not isinstance(original, EntryError)
+            ):
                 message += f" (got {error['input']!r})"
         messages.append((where(loc), key, message))
     messages.sort(key=lambda m: int(m[0].rsplit(":", 1)[1]) if m[0].rsplit(":", 1)[-1].isdigit() else 0)
@@ -103,7 +117,11 @@ def validation_error(exc: ValidationError, where: Callable[[tuple[str, ...]], st
 
 
 def locate(
-    path: str | os.PathLike[str], key: str, *, overrides: list[str] = (), flags: dict[str, tuple[Any, str]] | None = None,
+    path: str | os.PathLike[str],
+    key: str,
+    *,
+    overrides: list[str] = (),
+    flags: dict[str, tuple[Any, str]] | None = None,
     lines: dict[str, int] | None = None,
 ) -> str:
     """Where a key's value came from: the flag or ``--set`` that set it (they beat the file), else

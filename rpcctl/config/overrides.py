@@ -27,7 +27,9 @@ def parse_override(override: str) -> tuple[tuple[str, ...], Any]:
         value = Builder(raw, "", expand=False, where=f"--set {override}").build()
     except ConfigError as exc:
         message = exc.message.removeprefix("YAML syntax error: ")
-        raise ConfigError(f"cannot parse value {raw!r} as YAML: {message}", where=f"--set {override}", key=key) from None
+        raise ConfigError(
+            f"cannot parse value {raw!r} as YAML: {message}", where=f"--set {override}", key=key
+        ) from None
     return parts, value
 
 
@@ -36,7 +38,11 @@ def apply_override(data: dict[str, Any], key: tuple[str, ...], value: Any, overr
     for i, part in enumerate(key[:-1]):
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise ConfigError(f"'{dotted(key[: i + 1])}' is not a mapping, so it has no key '{key[i + 1]}'", where=f"--set {override}", key=dotted(key))
+            raise ConfigError(
+                f"'{dotted(key[: i + 1])}' is not a mapping, so it has no key '{key[i + 1]}'",
+                where=f"--set {override}",
+                key=dotted(key),
+            )
         child = node[part] = dict(child)  # a copy: an alias may share this mapping with another key
         node = child
     node[key[-1]] = value

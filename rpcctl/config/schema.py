@@ -35,7 +35,9 @@ def _strict_number(value: Any, kind: type) -> Any:
     elif isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
         text = value.strip()
         if "e" in text.lower() and "." not in text:  # YAML 1.1 reads a float only with a dot
-            raise ValueError(f"expected a number, got the string {value!r}: YAML 1.1 needs a dot in a float, e.g. 1.0e+3")
+            raise ValueError(
+                f"expected a number, got the string {value!r}: YAML 1.1 needs a dot in a float, e.g. 1.0e+3"
+            )
         raise ValueError(f"expected a number, got the string {value!r}: write {text} without quotes")
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"expected a finite number, got {value!r}")
@@ -46,7 +48,9 @@ def _strict_bool(value: Any) -> Any:
     if isinstance(value, bool) or isinstance(value, Expanded):  # `${FLAG}`: pydantic reads true/false/1/0
         return value
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        raise ValueError(f"expected true or false, got the string {value!r}: write {value.strip().lower()} without quotes")
+        raise ValueError(
+            f"expected true or false, got the string {value!r}: write {value.strip().lower()} without quotes"
+        )
     if isinstance(value, (int, float)):
         raise ValueError(f"expected true or false, got {value!r}")
     return value
@@ -158,7 +162,8 @@ class JobSpec(_Spec):
     script: Path | None = None  # the Python script each rank runs (or, with no_python, the program)
     module: str | None = None  # instead of a script: run this module as `python -m MODULE` (torchrun -m)
     no_python: Bool = False  # run `script` as a program, not with Python (torchrun --no-python)
-    argv0: str | None = None  # the rank's sys.argv[0] (the script as typed on a torchrun line); default: the script's path
+    # the rank's sys.argv[0] (the script as typed on a torchrun line); default: the script's path
+    argv0: str | None = None
     args: list[Scalar] = Field(default_factory=list)
     nproc_per_node: Int = Field(1, ge=1, le=1024)
     env: dict[str, Scalar] = Field(default_factory=dict)
@@ -206,7 +211,9 @@ class JobSpec(_Spec):
             raise ValueError("script and module are two programs: give one of them")
         if self.module is not None and self.no_python:
             raise ValueError("module runs with Python: no_python goes with a script (a program)")
-        if self.module is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", self.module):
+        if self.module is not None and not re.fullmatch(
+            r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", self.module
+        ):
             raise ValueError(f"module {self.module!r} is not a dotted module name (pkg.train)")
         return self
 
@@ -266,13 +273,17 @@ class JobSpec(_Spec):
     def _devices(cls, value: Any, info: ValidationInfo) -> Any:
         if isinstance(value, str):
             if value not in ("cpu", "auto", "inherit"):
-                raise ValueError(f"devices must be 'cpu', 'auto', 'inherit' or a list (one GPU index or 'cpu' per local rank), got {value!r}")
+                raise ValueError(
+                    f"devices must be 'cpu', 'auto', 'inherit' or a list (one GPU index or 'cpu' per local rank), got {value!r}"
+                )
             return value
         if not isinstance(value, list):
             raise ValueError(f"devices must be 'cpu', 'auto', 'inherit' or a list, got {type(value).__name__}")
         nproc = info.data.get("nproc_per_node")
         if nproc is not None and len(value) != nproc:
-            raise ValueError(f"devices lists {len(value)} entries but nproc_per_node is {nproc}: give one per local rank")
+            raise ValueError(
+                f"devices lists {len(value)} entries but nproc_per_node is {nproc}: give one per local rank"
+            )
         parsed: list[int | str] = []
         for index, entry in enumerate(value):
             text = str(entry).strip()

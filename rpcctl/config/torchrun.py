@@ -50,40 +50,174 @@ def _o(dest: str, spellings: tuple[str, ...], metavar: str | None, does: str, **
 
 
 OPTIONS: tuple[TorchrunOption, ...] = (  # one row an option, in the order of torch's parser
-    _o('nnodes', ('--nnodes',), 'N', 'nnodes: N, or MIN:MAX (elastic: docs/multinode.md)', key='nnodes'),
-    _o('nproc_per_node', ('--nproc-per-node',), 'N|auto|cpu|gpu', 'nproc_per_node: N, or auto (the GPUs, else the CPUs this process may use), cpu (the CPUs), gpu (the GPUs; none: exit 2, as torchrun fails)', key='nproc_per_node', extra=('-n',)),
-    _o('rdzv_backend', ('--rdzv-backend',), 'static|c10d', "static or c10d: both are rpcctl's own signed rendezvous (RPCCTL_SECRET) hosted by node 0; etcd, etcd-v2: exit 2"),
-    _o('rdzv_endpoint', ('--rdzv-endpoint',), 'HOST:PORT', "HOST[:PORT] of node 0, which hosts the rendezvous: master_addr and master_port (PORT: 29400 if left out, as torchrun's c10d; 0, one node: a free port)"),
-    _o('rdzv_id', ('--rdzv-id',), 'ID', "rdzv_id: the ranks' TORCHELASTIC_RUN_ID (unset: the run's id)", key='rdzv_id'),
-    _o('rdzv_conf', ('--rdzv-conf',), 'KEY=VALUE,...', "KEY=VALUE,...: join_timeout (also timeout) is rdzv_timeout; the other keys tune torch's c10d store and are left out (said once)"),
-    _o('standalone', ('--standalone',), None, 'one node on loopback, a free port: what rpcctl does for one node'),
-    _o('max_restarts', ('--max-restarts',), 'N', 'max_restarts: restart every rank after a failure, this many times', key='max_restarts'),
-    _o('monitor_interval', ('--monitor-interval',), 'SECONDS', "checked (seconds > 0), then left out: the rank server tells rpcctl's supervisor of each rank's exit as it reaps it", notice=True),
-    _o('start_method', ('--start-method',), 'spawn|fork|forkserver', 'spawn, fork or forkserver: checked; torchrun starts a script with subprocess whatever it says, so rpcctl keeps its own start_method (fork)'),
-    _o('event_log_handler', ('--event-log-handler',), 'NAME', "checked, then left out: rpcctl records a run's events in run.json and telemetry.db", notice=True),
-    _o('role', ('--role',), 'NAME', "role: the ranks' ROLE_NAME", key='role'),
-    _o('module', ('--module', '-m'), None, 'module: the script is a module, run as python -m MODULE', key='module'),
-    _o('no_python', ('--no-python',), None, 'no_python: the script is a program (a shell script, a binary) the rank execs; telemetry then comes only from the Python processes it starts', key='no_python'),
-    _o('run_path', ('--run-path',), None, "accepted: rpcctl's rank bootstrap always runs the script by its path in the rank's own interpreter"),
-    _o('log_dir', ('--log-dir',), 'DIR', "left out: every rank's whole output is in runs/RUN/logs/rank-N.log (--runs-dir picks the folder)", notice=True),
-    _o('redirects', ('--redirects', '-r'), 'STD', "checked (0-3 or LOCAL:N,...), then left out: every rank's output goes to its log file and, per --ranks, to the console", notice=True),
-    _o('tee', ('--tee', '-t'), 'STD', "checked (0-3 or LOCAL:N,...), then left out: every rank's output goes to its log file and, per --ranks, to the console", notice=True),
-    _o('local_ranks_filter', ('--local-ranks-filter',), 'LOCAL,...', "LOCAL,...: only these local ranks' output on the console, as --ranks does (logs keep everything)"),
-    _o('duplicate_stdout_filters', ('--duplicate-stdout-filters',), 'FILTERS', "left out: each rank's whole output is kept in its log file (rpcctl logs --merge reads them)", notice=True),
-    _o('duplicate_stderr_filters', ('--duplicate-stderr-filters',), 'FILTERS', "left out: each rank's whole output is kept in its log file (rpcctl logs --merge reads them)", notice=True),
-    _o('node_rank', ('--node-rank',), 'N', "node_rank: this node's rank, 0 to nnodes-1", key='node_rank'),
-    _o('master_addr', ('--master-addr',), 'HOST', "master_addr: node 0's host, which hosts the rendezvous (one node: loopback)", key='master_addr'),
-    _o('master_port', ('--master-port',), 'PORT', 'master_port: the rendezvous port on node 0', key='master_port'),
-    _o('local_addr', ('--local-addr',), 'HOST', "left out: rpcctl uses this node's interface that routes to node 0 (config: ifname)", notice=True),
-    _o('logs_specs', ('--logs-specs',), 'NAME', "refused (exit 2): a LogsSpecs plugin of torchrun's; rpcctl writes each rank's log to runs/RUN/logs/rank-N.log instead"),
-    _o('numa_binding', ('--numa-binding',), 'MODE', 'refused (exit 2): it binds ranks near their GPUs (no GPU: torchrun fails too); rpcctl binds no CPUs: wrap the program with numactl (--no-python)'),
-    _o('signals_to_handle', ('--signals-to-handle',), 'SIGNALS', "signals_to_handle: the ranks' TORCHELASTIC_SIGNALS_TO_HANDLE; rpcctl itself stops the job on SIGTERM, SIGINT, SIGHUP and SIGQUIT", key='signals_to_handle'),
-    _o('shutdown_timeout', ('--shutdown-timeout',), 'SECONDS', 'grace: seconds between SIGTERM and SIGKILL when the ranks are stopped', key='grace'),
-    _o('virtual_local_rank', ('--virtual-local-rank',), None, 'virtual_local_rank: LOCAL_RANK 0 in every rank, CUDA_VISIBLE_DEVICES its local rank', key='virtual_local_rank'),
+    _o("nnodes", ("--nnodes",), "N", "nnodes: N, or MIN:MAX (elastic: docs/multinode.md)", key="nnodes"),
+    _o(
+        "nproc_per_node",
+        ("--nproc-per-node",),
+        "N|auto|cpu|gpu",
+        "nproc_per_node: N, or auto (the GPUs, else the CPUs this process may use), cpu (the CPUs), gpu (the GPUs; none: exit 2, as torchrun fails)",
+        key="nproc_per_node",
+        extra=("-n",),
+    ),
+    _o(
+        "rdzv_backend",
+        ("--rdzv-backend",),
+        "static|c10d",
+        "static or c10d: both are rpcctl's own signed rendezvous (RPCCTL_SECRET) hosted by node 0; etcd, etcd-v2: exit 2",
+    ),
+    _o(
+        "rdzv_endpoint",
+        ("--rdzv-endpoint",),
+        "HOST:PORT",
+        "HOST[:PORT] of node 0, which hosts the rendezvous: master_addr and master_port (PORT: 29400 if left out, as torchrun's c10d; 0, one node: a free port)",
+    ),
+    _o("rdzv_id", ("--rdzv-id",), "ID", "rdzv_id: the ranks' TORCHELASTIC_RUN_ID (unset: the run's id)", key="rdzv_id"),
+    _o(
+        "rdzv_conf",
+        ("--rdzv-conf",),
+        "KEY=VALUE,...",
+        "KEY=VALUE,...: join_timeout (also timeout) is rdzv_timeout; the other keys tune torch's c10d store and are left out (said once)",
+    ),
+    _o("standalone", ("--standalone",), None, "one node on loopback, a free port: what rpcctl does for one node"),
+    _o(
+        "max_restarts",
+        ("--max-restarts",),
+        "N",
+        "max_restarts: restart every rank after a failure, this many times",
+        key="max_restarts",
+    ),
+    _o(
+        "monitor_interval",
+        ("--monitor-interval",),
+        "SECONDS",
+        "checked (seconds > 0), then left out: the rank server tells rpcctl's supervisor of each rank's exit as it reaps it",
+        notice=True,
+    ),
+    _o(
+        "start_method",
+        ("--start-method",),
+        "spawn|fork|forkserver",
+        "spawn, fork or forkserver: checked; torchrun starts a script with subprocess whatever it says, so rpcctl keeps its own start_method (fork)",
+    ),
+    _o(
+        "event_log_handler",
+        ("--event-log-handler",),
+        "NAME",
+        "checked, then left out: rpcctl records a run's events in run.json and telemetry.db",
+        notice=True,
+    ),
+    _o("role", ("--role",), "NAME", "role: the ranks' ROLE_NAME", key="role"),
+    _o("module", ("--module", "-m"), None, "module: the script is a module, run as python -m MODULE", key="module"),
+    _o(
+        "no_python",
+        ("--no-python",),
+        None,
+        "no_python: the script is a program (a shell script, a binary) the rank execs; telemetry then comes only from the Python processes it starts",
+        key="no_python",
+    ),
+    _o(
+        "run_path",
+        ("--run-path",),
+        None,
+        "accepted: rpcctl's rank bootstrap always runs the script by its path in the rank's own interpreter",
+    ),
+    _o(
+        "log_dir",
+        ("--log-dir",),
+        "DIR",
+        "left out: every rank's whole output is in runs/RUN/logs/rank-N.log (--runs-dir picks the folder)",
+        notice=True,
+    ),
+    _o(
+        "redirects",
+        ("--redirects", "-r"),
+        "STD",
+        "checked (0-3 or LOCAL:N,...), then left out: every rank's output goes to its log file and, per --ranks, to the console",
+        notice=True,
+    ),
+    _o(
+        "tee",
+        ("--tee", "-t"),
+        "STD",
+        "checked (0-3 or LOCAL:N,...), then left out: every rank's output goes to its log file and, per --ranks, to the console",
+        notice=True,
+    ),
+    _o(
+        "local_ranks_filter",
+        ("--local-ranks-filter",),
+        "LOCAL,...",
+        "LOCAL,...: only these local ranks' output on the console, as --ranks does (logs keep everything)",
+    ),
+    _o(
+        "duplicate_stdout_filters",
+        ("--duplicate-stdout-filters",),
+        "FILTERS",
+        "left out: each rank's whole output is kept in its log file (rpcctl logs --merge reads them)",
+        notice=True,
+    ),
+    _o(
+        "duplicate_stderr_filters",
+        ("--duplicate-stderr-filters",),
+        "FILTERS",
+        "left out: each rank's whole output is kept in its log file (rpcctl logs --merge reads them)",
+        notice=True,
+    ),
+    _o("node_rank", ("--node-rank",), "N", "node_rank: this node's rank, 0 to nnodes-1", key="node_rank"),
+    _o(
+        "master_addr",
+        ("--master-addr",),
+        "HOST",
+        "master_addr: node 0's host, which hosts the rendezvous (one node: loopback)",
+        key="master_addr",
+    ),
+    _o("master_port", ("--master-port",), "PORT", "master_port: the rendezvous port on node 0", key="master_port"),
+    _o(
+        "local_addr",
+        ("--local-addr",),
+        "HOST",
+        "left out: rpcctl uses this node's interface that routes to node 0 (config: ifname)",
+        notice=True,
+    ),
+    _o(
+        "logs_specs",
+        ("--logs-specs",),
+        "NAME",
+        "refused (exit 2): a LogsSpecs plugin of torchrun's; rpcctl writes each rank's log to runs/RUN/logs/rank-N.log instead",
+    ),
+    _o(
+        "numa_binding",
+        ("--numa-binding",),
+        "MODE",
+        "refused (exit 2): it binds ranks near their GPUs (no GPU: torchrun fails too); rpcctl binds no CPUs: wrap the program with numactl (--no-python)",
+    ),
+    _o(
+        "signals_to_handle",
+        ("--signals-to-handle",),
+        "SIGNALS",
+        "signals_to_handle: the ranks' TORCHELASTIC_SIGNALS_TO_HANDLE; rpcctl itself stops the job on SIGTERM, SIGINT, SIGHUP and SIGQUIT",
+        key="signals_to_handle",
+    ),
+    _o(
+        "shutdown_timeout",
+        ("--shutdown-timeout",),
+        "SECONDS",
+        "grace: seconds between SIGTERM and SIGKILL when the ranks are stopped",
+        key="grace",
+    ),
+    _o(
+        "virtual_local_rank",
+        ("--virtual-local-rank",),
+        None,
+        "virtual_local_rank: LOCAL_RANK 0 in every rank, CUDA_VISIBLE_DEVICES its local rank",
+        key="virtual_local_rank",
+    ),
 )
 BY_DEST = {option.dest: option for option in OPTIONS}
 # Where the script is named: torchrun's positional arguments (docs/torchrun.md lists them too).
-POSITIONALS = {"training_script": "SCRIPT (or MODULE with -m, PROGRAM with --no-python)", "training_script_args": "ARGS: the script's, untouched"}
+POSITIONALS = {
+    "training_script": "SCRIPT (or MODULE with -m, PROGRAM with --no-python)",
+    "training_script_args": "ARGS: the script's, untouched",
+}
 # Options of the line that the form itself handles (what runs, not how).
 PROGRAM_DESTS = ("module", "no_python", "run_path")
 
@@ -103,7 +237,9 @@ def pet_name(dest: str) -> str:
     return f"PET_{dest.upper()}"
 
 
-def given_or_env(given: Mapping[str, tuple[Any, str]], env: Mapping[str, str], skip: tuple[str, ...] = ()) -> dict[str, tuple[Any, str]]:
+def given_or_env(
+    given: Mapping[str, tuple[Any, str]], env: Mapping[str, str], skip: tuple[str, ...] = ()
+) -> dict[str, tuple[Any, str]]:
     """Each option of the line, else its ``PET_*`` variable (torchrun's default): dest → (value,
     source). ``skip``: options whose variable another reader takes (a pod's node values)."""
     values = dict(given)
@@ -148,16 +284,22 @@ def nproc_count(value: str, source: str, *, cpus: int, gpus: int) -> int:
         return gpus or cpus
     if text == "gpu":
         if not gpus:
-            raise UsageError(f"{source}: this machine has no GPU (torchrun: 'Cuda is not available'); use a count, auto or cpu")
+            raise UsageError(
+                f"{source}: this machine has no GPU (torchrun: 'Cuda is not available'); use a count, auto or cpu"
+            )
         return gpus
     if text == "xpu":
-        raise UsageError(f"{source}: this machine has no XPU (torchrun: 'Xpu is not available'); use a count, auto or cpu")
+        raise UsageError(
+            f"{source}: this machine has no XPU (torchrun: 'Xpu is not available'); use a count, auto or cpu"
+        )
     if not re.fullmatch(r"[0-9]+", text):
         raise UsageError(f"{source}: not a count of ranks, nor auto, cpu or gpu")
     return _int(text, source)  # 0: the config's own check says it, naming the key
 
 
-def line_flags(values: Mapping[str, tuple[Any, str]], *, cpus: int, gpus: int, node_rank_known: bool = False) -> LineValues:
+def line_flags(
+    values: Mapping[str, tuple[Any, str]], *, cpus: int, gpus: int, node_rank_known: bool = False
+) -> LineValues:
     """The config keys of a line's options (``given_or_env``'s values). ``node_rank_known``:
     the environment gives this node's rank (a SLURM step, a pod)."""
     out = LineValues()
@@ -198,7 +340,9 @@ def line_flags(values: Mapping[str, tuple[Any, str]], *, cpus: int, gpus: int, n
                 raise UsageError(f"{source}: choose spawn, fork or forkserver")
         elif dest in ("redirects", "tee"):
             if not _STD.fullmatch(str(value).strip()):
-                raise UsageError(f"{source}: write 0 (none), 1 (stdout), 2 (stderr), 3 (both), or LOCAL:N,... per local rank")
+                raise UsageError(
+                    f"{source}: write 0 (none), 1 (stdout), 2 (stderr), 3 (both), or LOCAL:N,... per local rank"
+                )
             if str(value).strip() == "0":
                 out.notices.pop()  # the default: nothing to say
         elif dest == "local_ranks_filter":
@@ -225,7 +369,9 @@ def line_flags(values: Mapping[str, tuple[Any, str]], *, cpus: int, gpus: int, n
             raise UsageError(f"{source}: {option.does.removeprefix('refused (exit 2): ')}")
         elif dest == "numa_binding":
             why = "this machine has no GPU, and torchrun fails there too" if not gpus else "rpcctl binds no CPUs"
-            raise UsageError(f"{source}: binds each rank to the CPUs near its GPU: {why}; wrap the program with numactl (--no-python) instead")
+            raise UsageError(
+                f"{source}: binds each rank to the CPUs near its GPU: {why}; wrap the program with numactl (--no-python) instead"
+            )
         elif dest in ("virtual_local_rank", "no_python"):
             if value:
                 set_key(option.key, True, source)
@@ -241,7 +387,13 @@ def line_flags(values: Mapping[str, tuple[Any, str]], *, cpus: int, gpus: int, n
         flags["nnodes"] = (1, standalone[1])  # torchrun: --standalone is one node whatever --nnodes says
     backend = str(values.get("rdzv_backend", ("static", ""))[0])
     nnodes = flags.get("nnodes", (1, ""))[0]
-    if backend == "c10d" and isinstance(nnodes, int) and nnodes > 1 and "node_rank" not in flags and not node_rank_known:
+    if (
+        backend == "c10d"
+        and isinstance(nnodes, int)
+        and nnodes > 1
+        and "node_rank" not in flags
+        and not node_rank_known
+    ):
         raise UsageError(
             f"{values['rdzv_backend'][1]} on {nnodes} nodes: torch's c10d numbers the nodes as they arrive; rpcctl's rendezvous "
             "needs each node's rank: give --node-rank N (a SLURM step or a pod gives it itself)"
@@ -249,7 +401,9 @@ def line_flags(values: Mapping[str, tuple[Any, str]], *, cpus: int, gpus: int, n
     return out
 
 
-def one_node_master_addr(values: Mapping[str, tuple[Any, str]], flags: Mapping[str, tuple[Any, str]]) -> tuple[str, str] | None:
+def one_node_master_addr(
+    values: Mapping[str, tuple[Any, str]], flags: Mapping[str, tuple[Any, str]]
+) -> tuple[str, str] | None:
     """torchrun's MASTER_ADDR on one node, when it is not the address given: ``localhost``
     (its standalone rendezvous, which a line without --master-port and every c10d line get),
     but for a static rendezvous with a port (then --master-addr, 127.0.0.1 by default)."""
@@ -291,4 +445,6 @@ def _rdzv_conf(text: str, source: str, out: LineValues) -> None:
         else:
             left.append(key.strip())
     if left:
-        out.notices.append(f"rpcctl: {source}: {', '.join(left)} left out: they tune torch's c10d store, which rpcctl does not use")
+        out.notices.append(
+            f"rpcctl: {source}: {', '.join(left)} left out: they tune torch's c10d store, which rpcctl does not use"
+        )

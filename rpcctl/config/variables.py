@@ -60,7 +60,9 @@ def _expand_part(text: str, i: int, environ: Any, *, depth: int, used: bool) -> 
         elif text.startswith("${", j):
             name = _VAR_NAME.match(text, j + 2)
             if name is None:
-                raise VarError(f"bad reference {text[j:j + 12]!r}...: expected ${{NAME}} or ${{NAME:-default}} (write $$ for a literal $)")
+                raise VarError(
+                    f"bad reference {text[j : j + 12]!r}...: expected ${{NAME}} or ${{NAME:-default}} (write $$ for a literal $)"
+                )
             k = name.end()
             if k == len(text):
                 raise VarError(f"unterminated ${{{name.group()}: a '}}' is missing")
@@ -72,7 +74,9 @@ def _expand_part(text: str, i: int, environ: Any, *, depth: int, used: bool) -> 
                 is_set = name.group() in environ
                 default, i = _expand_part(text, k + 2, environ, depth=depth + 1, used=used and not is_set)
             else:
-                raise VarError(f"bad reference '${{{name.group()}{text[k:k + 1]}': only ${{NAME}} and ${{NAME:-default}} are supported")
+                raise VarError(
+                    f"bad reference '${{{name.group()}{text[k : k + 1]}': only ${{NAME}} and ${{NAME:-default}} are supported"
+                )
             if not used:
                 continue
             if name.group() in environ:
@@ -80,7 +84,9 @@ def _expand_part(text: str, i: int, environ: Any, *, depth: int, used: bool) -> 
             elif default is not None:
                 out.append(default)
             else:
-                raise VarError(f"environment variable {name.group()} is not set (use ${{{name.group()}:-default}} for a default)")
+                raise VarError(
+                    f"environment variable {name.group()} is not set (use ${{{name.group()}:-default}} for a default)"
+                )
         else:  # a lone '$'
             out.append("$")
             i = j + 1

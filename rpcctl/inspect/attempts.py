@@ -36,8 +36,15 @@ def rank_attempts(run_dir: Path) -> list[RankAttempt]:
     with StoreReader(run_dir) as s:
         rows = s.ranks()
     return [
-        RankAttempt(rank=row["rank"], restart=row["restart"], pid=row["pid"], state=row["state"], exit_code=row["exit_code"],
-                    started_at=iso_time(row["started_at"]), ended_at=iso_time(row["ended_at"]))
+        RankAttempt(
+            rank=row["rank"],
+            restart=row["restart"],
+            pid=row["pid"],
+            state=row["state"],
+            exit_code=row["exit_code"],
+            started_at=iso_time(row["started_at"]),
+            ended_at=iso_time(row["ended_at"]),
+        )
         for row in rows
     ]
 

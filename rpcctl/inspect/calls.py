@@ -85,7 +85,9 @@ class CallSummary:
     timeouts: int
     pending: int  # listed calls (running 1 s or more) not ended yet
     mean_sent_bytes: float | None = None  # of the timed calls: bytes of the tensors among their arguments
-    timed: int = 0  # the calls p50, p99 and the mean are of: past 100, 1 in 16 rpc_sync (a function's or method's), rpc_async, 1 in 64 rpc.remote
+    # the calls p50, p99 and the mean are of: past 100, 1 in 16 rpc_sync (a function's or method's), rpc_async, 1 in 64
+    # rpc.remote
+    timed: int = 0
 
     COLUMNS = (
         Column("caller", priority=KEY),
@@ -172,23 +174,56 @@ def calls(run_dir: Path, *, restart: int | None = None, history: bool = False) -
             state = CallState.UNFINISHED
         until = ended if ended is not None else end_of(row["proc_id"])
         proc = procs.get(row["proc_id"])
-        pending.append(PendingCall(
-            caller=row["caller"] or (proc["name"] if proc is not None else None), caller_rank=row["caller_rank"], callee=row["callee"],
-            func=row["func"], kind=row["kind"], age_s=max(0.0, until - row["started_at"]), call_site=row["call_site"], state=state,
-            started_at=iso_time(row["started_at"]), thread=row["thread"], caller_pid=proc["pid"] if proc is not None else None,
-            caller_proc=row["proc_id"], call_id=row["call_id"], restart=restart, nbytes=column(row, "nbytes")))
+        pending.append(
+            PendingCall(
+                caller=row["caller"] or (proc["name"] if proc is not None else None),
+                caller_rank=row["caller_rank"],
+                callee=row["callee"],
+                func=row["func"],
+                kind=row["kind"],
+                age_s=max(0.0, until - row["started_at"]),
+                call_site=row["call_site"],
+                state=state,
+                started_at=iso_time(row["started_at"]),
+                thread=row["thread"],
+                caller_pid=proc["pid"] if proc is not None else None,
+                caller_proc=row["proc_id"],
+                call_id=row["call_id"],
+                restart=restart,
+                nbytes=column(row, "nbytes"),
+            )
+        )
     serving = []
     for row in serve_rows:
         proc = procs.get(row["proc_id"])
         ended = row["ended_at"]
-        state = ServingState.DONE if ended is not None else (
-            ServingState.RUNNING if live and proc is not None and proc["ended_at"] is None else ServingState.UNFINISHED)
+        state = (
+            ServingState.DONE
+            if ended is not None
+            else (
+                ServingState.RUNNING
+                if live and proc is not None and proc["ended_at"] is None
+                else ServingState.UNFINISHED
+            )
+        )
         until = ended if ended is not None else end_of(row["proc_id"])
-        serving.append(ServingRecord(
-            worker=row["worker"] or (proc["name"] if proc is not None else None), worker_rank=row["worker_rank"], func=row["func"],
-            caller=None, age_s=max(0.0, until - row["started_at"]), state=state, thread=row["thread"], nbytes=row["nbytes"],
-            started_at=iso_time(row["started_at"]), pid=proc["pid"] if proc is not None else None, proc_id=row["proc_id"],
-            serve_id=row["serve_id"], restart=restart))
+        serving.append(
+            ServingRecord(
+                worker=row["worker"] or (proc["name"] if proc is not None else None),
+                worker_rank=row["worker_rank"],
+                func=row["func"],
+                caller=None,
+                age_s=max(0.0, until - row["started_at"]),
+                state=state,
+                thread=row["thread"],
+                nbytes=row["nbytes"],
+                started_at=iso_time(row["started_at"]),
+                pid=proc["pid"] if proc is not None else None,
+                proc_id=row["proc_id"],
+                serve_id=row["serve_id"],
+                restart=restart,
+            )
+        )
     _match(pending, serving, call_rows, serve_rows)
     return CallsReport(pending, _summary(stat_rows, pending), serving)
 
@@ -216,7 +251,9 @@ def pair_served(calls: list[StoredCall], serving: list[StoredServed]) -> dict[tu
             key = (call.proc_id, call.call_id)
             if key in taken or call.callee != served.worker or not same_function(call.func, served.func):
                 continue
-            if call.started_at > served.started_at + slack or (call.ended_at is not None and call.ended_at < served.started_at - slack):
+            if call.started_at > served.started_at + slack or (
+                call.ended_at is not None and call.ended_at < served.started_at - slack
+            ):
                 continue
             if best is None or call.started_at > best.started_at:
                 best = call
@@ -226,7 +263,9 @@ def pair_served(calls: list[StoredCall], serving: list[StoredServed]) -> dict[tu
     return out
 
 
-def _match(pending: list[PendingCall], serving: list[ServingRecord], call_rows: list[Any], serve_rows: list[Any]) -> None:
+def _match(
+    pending: list[PendingCall], serving: list[ServingRecord], call_rows: list[Any], serve_rows: list[Any]
+) -> None:
     """Give each served function its caller (``pair_served``); the call takes the owner's name."""
     calls_by_key = {(c.caller_proc, c.call_id): c for c in pending}
     served_by_key = {(s.proc_id, s.serve_id): s for s in serving}
@@ -244,7 +283,9 @@ def _summary(stat_rows: list[Any], pending: list[PendingCall]) -> list[CallSumma
     merged: dict[tuple[str | None, str, str, str], dict[str, Any]] = {}
     for row in stat_rows:
         key = (row["caller"], row["callee"], row["func"], row["kind"])
-        entry = merged.setdefault(key, {"count": 0, "errors": 0, "timeouts": 0, "total": 0.0, "max": 0.0, "hist": {}, "sent": 0})
+        entry = merged.setdefault(
+            key, {"count": 0, "errors": 0, "timeouts": 0, "total": 0.0, "max": 0.0, "hist": {}, "sent": 0}
+        )
         entry["count"] += row["count"]
         entry["sent"] += column(row, "request_bytes") or 0
         entry["errors"] += row["errors"]
@@ -256,21 +297,42 @@ def _summary(stat_rows: list[Any], pending: list[PendingCall]) -> list[CallSumma
     open_calls: dict[tuple[str | None, str, str, str], int] = {}
     for call in pending:
         if call.state == CallState.PENDING:
-            key = next((k for k in merged if k[0] == call.caller and k[1] == call.callee and k[3] == call.kind
-                        and same_function(k[2], call.func)), (call.caller, call.callee, call.func, call.kind))
+            key = next(
+                (
+                    k
+                    for k in merged
+                    if k[0] == call.caller
+                    and k[1] == call.callee
+                    and k[3] == call.kind
+                    and same_function(k[2], call.func)
+                ),
+                (call.caller, call.callee, call.func, call.kind),
+            )
             open_calls[key] = open_calls.get(key, 0) + 1
-            merged.setdefault(key, {"count": 0, "errors": 0, "timeouts": 0, "total": 0.0, "max": 0.0, "hist": {}, "sent": 0})
+            merged.setdefault(
+                key, {"count": 0, "errors": 0, "timeouts": 0, "total": 0.0, "max": 0.0, "hist": {}, "sent": 0}
+            )
     out = []
     for key, entry in merged.items():
         count, timed = entry["count"], sum(entry["hist"].values())
-        out.append(CallSummary(
-            caller=key[0], callee=key[1], func=key[2], kind=key[3], count=count, timed=timed,
-            p50_s=_at_most(quantile(entry["hist"], 0.5), entry["max"]),
-            p99_s=_at_most(quantile(entry["hist"], 0.99), entry["max"]),
-            # None where no call was timed and none was long (an untimed call's duration is not known)
-            max_s=entry["max"] if count and (timed or entry["max"]) else None,
-            mean_s=entry["total"] / timed if timed else None,
-            errors=entry["errors"], timeouts=entry["timeouts"], pending=open_calls.get(key, 0),
-            mean_sent_bytes=entry["sent"] / timed if timed and entry["sent"] else None))
+        out.append(
+            CallSummary(
+                caller=key[0],
+                callee=key[1],
+                func=key[2],
+                kind=key[3],
+                count=count,
+                timed=timed,
+                p50_s=_at_most(quantile(entry["hist"], 0.5), entry["max"]),
+                p99_s=_at_most(quantile(entry["hist"], 0.99), entry["max"]),
+                # None where no call was timed and none was long (an untimed call's duration is not known)
+                max_s=entry["max"] if count and (timed or entry["max"]) else None,
+                mean_s=entry["total"] / timed if timed else None,
+                errors=entry["errors"],
+                timeouts=entry["timeouts"],
+                pending=open_calls.get(key, 0),
+                mean_sent_bytes=entry["sent"] / timed if timed and entry["sent"] else None,
+            )
+        )
     out.sort(key=lambda c: (c.caller or "", c.callee, -c.count, c.func))
     return out

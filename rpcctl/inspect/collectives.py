@@ -186,8 +186,12 @@ def _stragglers(rows: list[Any]) -> list[CollectiveStraggler]:
         others = sorted(x for r, xs in last_of.items() if r != rank for x in xs)
         p50 = skews[(len(skews) - 1) // 2]
         typical = others[(len(others) - 1) // 2] if others else 0.0
-        if (compared >= MIN_COMPARED and len(skews) >= max(3.0, OFTEN * compared / len(ranks)) and p50 >= MIN_SKEW_S
-                and p50 >= RATIO * typical):
+        if (
+            compared >= MIN_COMPARED
+            and len(skews) >= max(3.0, OFTEN * compared / len(ranks))
+            and p50 >= MIN_SKEW_S
+            and p50 >= RATIO * typical
+        ):
             result.append(CollectiveStraggler(pg, rank, len(skews), compared, p50, skews[-1], procs.get((pg, rank))))
     return result
 
@@ -208,8 +212,20 @@ def collective_stragglers(run_dir: Path) -> list[CollectiveStraggler]:
 
 
 # The recorder's dtype names (c10's ScalarType) as torch spells them.
-_DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Long": "int64", "Int": "int32",
-           "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool", "ComplexFloat": "complex64", "ComplexDouble": "complex128"}
+_DTYPES = {
+    "Float": "float32",
+    "Double": "float64",
+    "Half": "float16",
+    "BFloat16": "bfloat16",
+    "Long": "int64",
+    "Int": "int32",
+    "Short": "int16",
+    "Char": "int8",
+    "Byte": "uint8",
+    "Bool": "bool",
+    "ComplexFloat": "complex64",
+    "ComplexDouble": "complex128",
+}
 
 
 def in_flight(group: StoredGroup) -> str | None:
@@ -246,12 +262,42 @@ def collective_spans(run_dir: Path) -> list[CollectiveSpan]:
     with StoreReader(run_dir) as s:
         rows = s.collective_spans()
         flying = s.collectives_in_flight()
-    spans = [CollectiveSpan(r["proc_id"], r["rank"], r["restart"] or 0, r["pg"], r["name"], r["seq"], r["op"], loads(r["sizes"]),
-                            loads(r["dtypes"]), r["bytes"], r["entered_at"], r["completed_at"]) for r in rows]
+    spans = [
+        CollectiveSpan(
+            r["proc_id"],
+            r["rank"],
+            r["restart"] or 0,
+            r["pg"],
+            r["name"],
+            r["seq"],
+            r["op"],
+            loads(r["sizes"]),
+            loads(r["dtypes"]),
+            r["bytes"],
+            r["entered_at"],
+            r["completed_at"],
+        )
+        for r in rows
+    ]
     seen = {(x.proc_id, x.pg, x.seq) for x in spans}
-    spans += [CollectiveSpan(r["proc_id"], r["rank"], r["restart"] or 0, r["pg"], r["name"], r["cur_seq"], r["cur_op"],
-                             loads(r["cur_sizes"]), loads(r["cur_dtypes"]), r["cur_bytes"], r["cur_since"], None)
-              for r in flying if (r["proc_id"], r["pg"], r["cur_seq"]) not in seen]
+    spans += [
+        CollectiveSpan(
+            r["proc_id"],
+            r["rank"],
+            r["restart"] or 0,
+            r["pg"],
+            r["name"],
+            r["cur_seq"],
+            r["cur_op"],
+            loads(r["cur_sizes"]),
+            loads(r["cur_dtypes"]),
+            r["cur_bytes"],
+            r["cur_since"],
+            None,
+        )
+        for r in flying
+        if (r["proc_id"], r["pg"], r["cur_seq"]) not in seen
+    ]
     return sorted(spans, key=lambda x: x.entered_at)
 
 
@@ -268,7 +314,9 @@ def collectives(run_dir: Path, *, restart: int | None = None) -> CollectivesRepo
     names = {row["pg"]: row["name"] for row in groups}
     merged: dict[tuple[str, str], dict[str, Any]] = {}
     for row in stats:
-        entry = merged.setdefault((row["pg"], row["op"]), {"count": 0, "bytes": 0, "max": 0.0, "hist": {}, "ranks": set()})
+        entry = merged.setdefault(
+            (row["pg"], row["op"]), {"count": 0, "bytes": 0, "max": 0.0, "hist": {}, "ranks": set()}
+        )
         entry["count"] += row["count"]
         entry["bytes"] += row["bytes"] or 0
         entry["max"] = max(entry["max"], row["max_s"] or 0.0)
@@ -278,14 +326,33 @@ def collectives(run_dir: Path, *, restart: int | None = None) -> CollectivesRepo
     summary = []
     for (pg, op), e in sorted(merged.items(), key=lambda kv: (kv[0][0], -kv[1]["count"])):
         timed = op != "?" and sum(e["hist"].values()) > 0
-        summary.append(CollectiveSummary(
-            pg, names.get(pg), op, e["count"], sorted(r for r in e["ranks"] if r is not None), e["bytes"],
-            min(quantile(e["hist"], 0.5), e["max"]) if timed else None, min(quantile(e["hist"], 0.99), e["max"]) if timed else None,
-            e["max"] if timed else None))
+        summary.append(
+            CollectiveSummary(
+                pg,
+                names.get(pg),
+                op,
+                e["count"],
+                sorted(r for r in e["ranks"] if r is not None),
+                e["bytes"],
+                min(quantile(e["hist"], 0.5), e["max"]) if timed else None,
+                min(quantile(e["hist"], 0.99), e["max"]) if timed else None,
+                e["max"] if timed else None,
+            )
+        )
     ranks = []
     for row in groups:
         group = StoredGroup.of(row)
         inside = in_flight(group) if live and row["proc_ended"] is None else None
-        ranks.append(RankCollectives(row["rank"], row["pg"], row["name"], row["entered"] or 0, row["completed"] or 0, inside,
-                                     max(0.0, now - row["cur_since"]) if inside and row["cur_since"] else None, group.members))
+        ranks.append(
+            RankCollectives(
+                row["rank"],
+                row["pg"],
+                row["name"],
+                row["entered"] or 0,
+                row["completed"] or 0,
+                inside,
+                max(0.0, now - row["cur_since"]) if inside and row["cur_since"] else None,
+                group.members,
+            )
+        )
     return CollectivesReport(summary, ranks, _stragglers(sampled))

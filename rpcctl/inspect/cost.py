@@ -22,10 +22,13 @@ class TelemetryCost:
     share: float | None  # (senders + server) / processes
     refused_messages: int = 0  # malformed lines and events the server counted and dropped
 
-
     def describe(self) -> str:
         server = f" + launcher {human_seconds(self.server_cpu_s)}" if self.server_cpu_s is not None else ""
-        share = f" = {self.share:.1%} of the processes' {human_seconds(self.processes_cpu_s)}" if self.share is not None else ""
+        share = (
+            f" = {self.share:.1%} of the processes' {human_seconds(self.processes_cpu_s)}"
+            if self.share is not None
+            else ""
+        )
         refused = f"; {self.refused_messages} malformed telemetry message(s) refused" if self.refused_messages else ""
         return f"telemetry CPU: senders {human_seconds(self.senders_cpu_s)}{server}{share}{refused}"
 
@@ -41,5 +44,10 @@ def telemetry_cost(run_dir: Path) -> TelemetryCost | None:
     if row["cpu"] is None:
         return None
     spent = (row["telemetry"] or 0.0) + (server or 0.0)
-    return TelemetryCost(row["cpu"], row["telemetry"] or 0.0, server, spent / row["cpu"] if row["cpu"] > 0 else None,
-                         refused if isinstance(refused, int) else 0)
+    return TelemetryCost(
+        row["cpu"],
+        row["telemetry"] or 0.0,
+        server,
+        spent / row["cpu"] if row["cpu"] > 0 else None,
+        refused if isinstance(refused, int) else 0,
+    )

@@ -7,7 +7,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rpcctl.inspect.losses import from_most_direct_source
-from rpcctl.inspect.stored import StoredCall, StoredHandle, StoredLoss, StoredProcess, StoredRank, StoredRRef, StoredServed
+from rpcctl.inspect.stored import (
+    StoredCall,
+    StoredHandle,
+    StoredLoss,
+    StoredProcess,
+    StoredRank,
+    StoredRRef,
+    StoredServed,
+)
 from rpcctl.telemetry.reader import StoreReader
 
 
@@ -31,6 +39,13 @@ def store_history(run_dir: Path) -> StoreHistory:
     with StoreReader(run_dir) as s:
         ranks, procs, calls, serving = s.ranks(), s.procs(), s.calls(), s.serving()
         rrefs, handles, losses, end = s.rrefs(), s.handles(), s.losses(), s.closed_at or s.now
-    return StoreHistory(ranks=StoredRank.all(ranks), procs=StoredProcess.all(procs), calls=StoredCall.all(calls),
-                        serving=StoredServed.all(serving), rrefs=StoredRRef.all(rrefs), handles=StoredHandle.all(handles),
-                        losses=StoredLoss.all(from_most_direct_source(losses)), end=end)
+    return StoreHistory(
+        ranks=StoredRank.all(ranks),
+        procs=StoredProcess.all(procs),
+        calls=StoredCall.all(calls),
+        serving=StoredServed.all(serving),
+        rrefs=StoredRRef.all(rrefs),
+        handles=StoredHandle.all(handles),
+        losses=StoredLoss.all(from_most_direct_source(losses)),
+        end=end,
+    )

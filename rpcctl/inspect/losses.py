@@ -35,7 +35,8 @@ class LossRecord:
     epoch: int | None
     metrics: dict[str, float | None] = field(default_factory=dict)
     time: str | None = None
-    source: str = "log"  # log (parsed from the rank's output) | report (rpcctl.report) | transformers | lightning (the trainer)
+    # log (parsed from the rank's output) | report (rpcctl.report) | transformers | lightning (the trainer)
+    source: str = "log"
     restart: int = 0
     seq: int = 0  # arrival index on the rank (0, 1, ...)
     keyed_by: str = BY_STEP  # step: (epoch, step) orders this rank's records; arrival: seq does
@@ -63,7 +64,9 @@ class LossRecord:
         """Where the record sits, in words: ``epoch 2 step 10``, ``step 10``, ``#12``."""
         if self.keyed_by == BY_ARRIVAL:
             return f"#{self.seq + 1}"
-        parts = ([f"epoch {self.epoch}"] if self.epoch is not None else []) + ([f"step {self.step}"] if self.step is not None else [])
+        parts = ([f"epoch {self.epoch}"] if self.epoch is not None else []) + (
+            [f"step {self.step}"] if self.step is not None else []
+        )
         return " ".join(parts) or f"#{self.seq + 1}"
 
 
@@ -106,7 +109,9 @@ class LossSummary:
         return None if self.lines is None else f"{self.matched}/{self.lines}"
 
 
-def losses(run_dir: Path, *, rank: int | None = None, restart: int | None = None, last: int | None = None) -> list[LossRecord]:
+def losses(
+    run_dir: Path, *, rank: int | None = None, restart: int | None = None, last: int | None = None
+) -> list[LossRecord]:
     """Loss records in arrival order. Each rank's come from one source, the most direct it has
     (``LOSS_SOURCES``: rpcctl.report(), a library's trainer, its parsed prints), so a loss is
     never counted twice. ``last``: only each rank's latest ``last``."""
@@ -122,9 +127,16 @@ def losses(run_dir: Path, *, rank: int | None = None, restart: int | None = None
         seq = column(row, "seq")  # stores before version 4 have none: the row order is the same
         kept = by_rank[row["rank"]]
         record = LossRecord(
-                rank=row["rank"], step=row["step"], loss=_number(row["loss"]), epoch=row["epoch"], metrics=loads(row["metrics"]) or {},
-                time=iso_time(row["time"]), source=row["source"], restart=restart, seq=len(kept) if seq is None else seq,
-                rule=column(row, "rule"),
+            rank=row["rank"],
+            step=row["step"],
+            loss=_number(row["loss"]),
+            epoch=row["epoch"],
+            metrics=loads(row["metrics"]) or {},
+            time=iso_time(row["time"]),
+            source=row["source"],
+            restart=restart,
+            seq=len(kept) if seq is None else seq,
+            rule=column(row, "rule"),
         )
         kept.append(record)
         records.append(record)
@@ -191,7 +203,10 @@ def sparkline(values: list[float | None], width: int = 24) -> str:
         values = [values[min(len(values) - 1, int(round((i + 1) * step)) - 1)] for i in range(width)]
     low, high = min(finite), max(finite)
     span = high / 2 - low / 2 or 1.0  # halves: 1e308 - -1e308 is inf, and inf / inf is NaN
-    return "".join(" " if v is None or not math.isfinite(v) else _SPARKS[int((v / 2 - low / 2) / span * (len(_SPARKS) - 1))] for v in values)
+    return "".join(
+        " " if v is None or not math.isfinite(v) else _SPARKS[int((v / 2 - low / 2) / span * (len(_SPARKS) - 1))]
+        for v in values
+    )
 
 
 def loss_summaries(records: list[LossRecord], counts: dict[int, tuple[int, int]] | None = None) -> list[LossSummary]:
@@ -207,10 +222,18 @@ def loss_summaries(records: list[LossRecord], counts: dict[int, tuple[int, int]]
         lines, matched = counts.get(rank, (None, None))
         out.append(
             LossSummary(
-                rank=rank, count=len(rows), first=rows[0].loss if rows else None, min=best.loss if best else None,
-                min_at=best.where if best else None, last=rows[-1].loss if rows else None, last_at=rows[-1].where if rows else None,
-                lines=lines, matched=matched, keyed_by=rows[0].keyed_by if rows else BY_STEP,
-                trend=sparkline([r.loss for r in rows]), source=rows[-1].source if rows else "log",
+                rank=rank,
+                count=len(rows),
+                first=rows[0].loss if rows else None,
+                min=best.loss if best else None,
+                min_at=best.where if best else None,
+                last=rows[-1].loss if rows else None,
+                last_at=rows[-1].where if rows else None,
+                lines=lines,
+                matched=matched,
+                keyed_by=rows[0].keyed_by if rows else BY_STEP,
+                trend=sparkline([r.loss for r in rows]),
+                source=rows[-1].source if rows else "log",
             )
         )
     return out
@@ -257,8 +280,14 @@ class NothingToPlot(RpcctlError):
     """--plot on a run (or rank, or metric) with no values: no picture is written."""
 
 
-def plot_losses(records: list[LossRecord], path: Path, *, title: str | None = None, metric: str | None = None,
-                log_scale: bool = False) -> None:
+def plot_losses(
+    records: list[LossRecord],
+    path: Path,
+    *,
+    title: str | None = None,
+    metric: str | None = None,
+    log_scale: bool = False,
+) -> None:
     """Write a chart of the loss (or ``metric``) per step, one line per rank, to ``path`` (PNG).
 
     The x axis: ``x_axis``. Needs matplotlib. Raises NothingToPlot, writing nothing, when there is no value to draw."""
@@ -269,7 +298,9 @@ def plot_losses(records: list[LossRecord], path: Path, *, title: str | None = No
         if record.loss is not None and math.isfinite(record.loss) and (not log_scale or record.loss > 0):
             by_rank[record.rank].append(record)
     if not by_rank:
-        raise NothingToPlot(f"no {name} values{' above 0 (for --log)' if log_scale and records else ''} to plot: {path} not written")
+        raise NothingToPlot(
+            f"no {name} values{' above 0 (for --log)' if log_scale and records else ''} to plot: {path} not written"
+        )
     try:
         import matplotlib
 
@@ -282,7 +313,13 @@ def plot_losses(records: list[LossRecord], path: Path, *, title: str | None = No
     figure, axes = plt.subplots(figsize=(8, 4.5), dpi=100)
     for rank in sorted(by_rank):
         rows = by_rank[rank]
-        axes.plot([x_of(r) for r in rows], [r.loss for r in rows], label=f"rank {rank}", linewidth=1.5, marker="." if len(rows) < 40 else None)
+        axes.plot(
+            [x_of(r) for r in rows],
+            [r.loss for r in rows],
+            label=f"rank {rank}",
+            linewidth=1.5,
+            marker="." if len(rows) < 40 else None,
+        )
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel(x_title)
     axes.set_ylabel(name)

@@ -31,7 +31,9 @@ class Profile:
     path: Path  # the run's copy
 
 
-def take_profile(run_dir: Path, rank: int, seconds: float, fmt: str = "speedscope", rate: int = 100, native: bool = False) -> Profile:
+def take_profile(
+    run_dir: Path, rank: int, seconds: float, fmt: str = "speedscope", rate: int = 100, native: bool = False
+) -> Profile:
     """Sample a live rank and every process under it for ``seconds``; the file is kept in the run."""
     if fmt not in SUFFIX:
         raise UsageError(f"--format {fmt}: one of {', '.join(SUFFIX)}")
@@ -46,8 +48,11 @@ def take_profile(run_dir: Path, rank: int, seconds: float, fmt: str = "speedscop
     samples, error = native_stacks.record_profile(state.pid, seconds, fmt, partial, rate, native)
     if error is not None:
         partial.unlink(missing_ok=True)
-        raise RpcctlError(native_stacks.refused_hint().replace("native stacks:", "profile:").split("; the Python stacks")[0]
-                          if error == native_stacks.REFUSED else f"profile of rank {rank} (pid {state.pid}): {error}")
+        raise RpcctlError(
+            native_stacks.refused_hint().replace("native stacks:", "profile:").split("; the Python stacks")[0]
+            if error == native_stacks.REFUSED
+            else f"profile of rank {rank} (pid {state.pid}): {error}"
+        )
     os.chmod(partial, 0o600)  # py-spy writes as its umask says: the run's files are the owner's alone
     if fmt == "chrome":
         write_private_atomic(partial, json.dumps(trace_document(json.loads(partial.read_text()), rank, state.pid)))
@@ -61,7 +66,9 @@ def trace_document(events: list, rank: int, pid: int) -> dict:
     out: list[dict] = []
     open_at: dict[tuple, list[dict]] = {}
     names: dict[int, str] = {}
-    for event in sorted((e for e in events if isinstance(e, dict) and e.get("ph") in ("B", "E")), key=lambda e: e.get("ts", 0)):
+    for event in sorted(
+        (e for e in events if isinstance(e, dict) and e.get("ph") in ("B", "E")), key=lambda e: e.get("ts", 0)
+    ):
         key = (int(event.get("pid", 0)), int(event.get("tid", 0)))
         stack = open_at.setdefault(key, [])
         if event["ph"] == "B":
@@ -70,12 +77,31 @@ def trace_document(events: list, rank: int, pid: int) -> dict:
                 names.setdefault(key[0], str(event["name"]))
         elif stack:
             begun = stack.pop()
-            out.append({"ph": "X", "name": str(begun.get("name", "?")), "cat": "profile", "pid": key[0], "tid": key[1],
-                        "ts": begun.get("ts", 0), "dur": max(float(event.get("ts", 0)) - float(begun.get("ts", 0)), 0.0),
-                        "args": begun.get("args") or {}})
-    meta = [{"ph": "M", "name": "process_name", "pid": p, "args": {"name": f"rank {rank} · {n}" if p == pid else n}} for p, n in names.items()]
-    meta += [{"ph": "M", "name": "thread_name", "pid": p, "tid": t, "args": {"name": f"thread {t:#x}"}} for p, t in sorted(open_at)]
-    return {"traceEvents": meta + out, "displayTimeUnit": "ms", "otherData": {"tool": "py-spy", "rank": rank, "pid": pid}}
+            out.append(
+                {
+                    "ph": "X",
+                    "name": str(begun.get("name", "?")),
+                    "cat": "profile",
+                    "pid": key[0],
+                    "tid": key[1],
+                    "ts": begun.get("ts", 0),
+                    "dur": max(float(event.get("ts", 0)) - float(begun.get("ts", 0)), 0.0),
+                    "args": begun.get("args") or {},
+                }
+            )
+    meta = [
+        {"ph": "M", "name": "process_name", "pid": p, "args": {"name": f"rank {rank} · {n}" if p == pid else n}}
+        for p, n in names.items()
+    ]
+    meta += [
+        {"ph": "M", "name": "thread_name", "pid": p, "tid": t, "args": {"name": f"thread {t:#x}"}}
+        for p, t in sorted(open_at)
+    ]
+    return {
+        "traceEvents": meta + out,
+        "displayTimeUnit": "ms",
+        "otherData": {"tool": "py-spy", "rank": rank, "pid": pid},
+    }
 
 
 def profiles(run_dir: Path) -> list[Path]:

@@ -32,5 +32,11 @@ def progress(run_dir: Path, restart: int) -> Progress:
         running, groups, ended = s.running_procs(restart), s.running_coll_groups(restart), s.ended_ranks(restart)
         marks = s.last_progress(restart)
         joined, pg_joined = s.joined_through_children(restart), s.joined_through_children(restart, "pg_join_at")
-    return Progress(running=StoredProcess.all(running), marks=marks, groups=StoredGroup.all(groups), joined_through=joined,
-                    pg_joined_through=pg_joined, ended=StoredProcess.all(ended))
+    return Progress(
+        running=StoredProcess.all(running),
+        marks=marks,
+        groups=StoredGroup.all(groups),
+        joined_through=joined,
+        pg_joined_through=pg_joined,
+        ended=StoredProcess.all(ended),
+    )

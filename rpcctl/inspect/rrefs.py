@@ -40,7 +40,12 @@ from rpcctl.base.states import RRefEnding, RRefState
 from rpcctl.inspect.workers import shared_worlds
 
 RREF_STATES = tuple(RRefState)
-AT_SHUTDOWN, AT_EXIT, HELD_UNUSED, LEAKED = RRefEnding.AT_SHUTDOWN, RRefEnding.AT_EXIT, RRefEnding.HELD_UNUSED, RRefEnding.LEAKED
+AT_SHUTDOWN, AT_EXIT, HELD_UNUSED, LEAKED = (
+    RRefEnding.AT_SHUTDOWN,
+    RRefEnding.AT_EXIT,
+    RRefEnding.HELD_UNUSED,
+    RRefEnding.LEAKED,
+)
 ENDINGS = tuple(e.flag for e in RRefEnding)  # --state filters on how an RRef ended, too (either spelling)
 UNUSED_MIN_S = 2.0  # held unused: no use in at least this long before rpc.shutdown() (and half the time held)
 LEAK_GRACE_S = 1.0  # between the last release and the owner's shutdown: the owner's free takes a message
@@ -88,7 +93,9 @@ class RRefRecord:
         """STATE in the table: how it ended, where that says more than ``deleted``."""
         if self.ending == HELD_UNUSED:
             return f"held unused {human_seconds(self.unused_s)}" if self.unused_s is not None else "held unused"
-        return {AT_SHUTDOWN: "released at shutdown", AT_EXIT: "released at exit", LEAKED: "leaked"}.get(self.ending or "", self.state)
+        return {AT_SHUTDOWN: "released at shutdown", AT_EXIT: "released at exit", LEAKED: "leaked"}.get(
+            self.ending or "", self.state
+        )
 
     COLUMNS = (
         Column("world", justify="right", priority=KEY, varies=True),
@@ -134,7 +141,9 @@ class OwnerSummary:
     )
 
 
-def rrefs(run_dir: Path, *, owner: str | None = None, state: str | None = None, restart: int | None = None) -> list[RRefRecord]:
+def rrefs(
+    run_dir: Path, *, owner: str | None = None, state: str | None = None, restart: int | None = None
+) -> list[RRefRecord]:
     """One record per RRef of the run's latest restart (or ``restart``), oldest first. ``state``:
     one of RREF_STATES, or an ending (``at-shutdown`` or ``at shutdown``, ``leaked``)."""
     ending = RRefEnding.from_flag(state) if state is not None else None
@@ -184,7 +193,9 @@ def _rrefs(s: StoreReader, restart: int) -> list[RRefRecord]:
         owner_rank = row["owner_rank"]
         held_to = _held_to_end(mine, freed, procs)
         at_shutdown = held_to is not None
-        last_used, unused_s = _last_use(mine, procs) if at_shutdown and knows_uses else (_latest_use(mine) if knows_uses else None, None)
+        last_used, unused_s = (
+            _last_use(mine, procs) if at_shutdown and knows_uses else (_latest_use(mine) if knows_uses else None, None)
+        )
         owner_proc = _owner_proc(row, world, procs)
         if _leaked(row, mine, owner_proc):
             ending = LEAKED
@@ -197,7 +208,9 @@ def _rrefs(s: StoreReader, restart: int) -> list[RRefRecord]:
                 rref_id=row["rref_id"],
                 owner=row["owner"] or names.get((world, owner_rank)),
                 owner_rank=owner_rank,
-                creator=row["creator"] or names.get((world, row["creator_rank"])) or names.get((world, _created_on(row["rref_id"]))),
+                creator=row["creator"]
+                or names.get((world, row["creator_rank"]))
+                or names.get((world, _created_on(row["rref_id"]))),
                 creator_rank=row["creator_rank"] if row["creator_rank"] is not None else _created_on(row["rref_id"]),
                 holders=holders,
                 type=row["type"],
@@ -226,8 +239,20 @@ def _rrefs(s: StoreReader, restart: int) -> list[RRefRecord]:
     return records
 
 
-_FILLED = ("type", "shape", "dtype", "device", "nbytes", "call_site", "callee", "creator", "creator_rank", "created_at",
-           "confirmed_at", "storages")
+_FILLED = (
+    "type",
+    "shape",
+    "dtype",
+    "device",
+    "nbytes",
+    "call_site",
+    "callee",
+    "creator",
+    "creator_rank",
+    "created_at",
+    "confirmed_at",
+    "storages",
+)
 _ENDING_ORDER = (HELD_UNUSED, AT_SHUTDOWN, AT_EXIT)
 
 
@@ -267,17 +292,35 @@ def _merged(parts: list[tuple[RRefRecord, set[str]]]) -> RRefRecord:
     others = [r for r, _ in parts if r is not owner]
     if not others:
         return owner
-    filled = {name: next((getattr(r, name) for r in others if getattr(r, name) is not None), None)
-              for name in _FILLED if getattr(owner, name) is None}
+    filled = {
+        name: next((getattr(r, name) for r in others if getattr(r, name) is not None), None)
+        for name in _FILLED
+        if getattr(owner, name) is None
+    }
     used = [r.last_used_at for r, _ in parts if r.last_used_at]
-    merged = replace(owner, **filled, holders=sorted({h for r, _ in parts for h in r.holders}), forks=sum(r.forks for r, _ in parts),
-                     last_used_at=max(used) if used else None, live_at_shutdown=any(r.live_at_shutdown for r, _ in parts))
+    merged = replace(
+        owner,
+        **filled,
+        holders=sorted({h for r, _ in parts for h in r.holders}),
+        forks=sum(r.forks for r, _ in parts),
+        last_used_at=max(used) if used else None,
+        live_at_shutdown=any(r.live_at_shutdown for r, _ in parts),
+    )
     if owner.state == RRefState.DELETED or any(r.state != RRefState.DELETED for r in others):
         return merged
     ended = [r for r in others if r.ending is not None]
-    ending = min(ended, key=lambda r: _ENDING_ORDER.index(r.ending) if r.ending in _ENDING_ORDER else len(_ENDING_ORDER), default=None)
-    return replace(merged, state=RRefState.DELETED, deleted_at=max(r.deleted_at or "" for r in others) or None,
-                   ending=ending.ending if ending is not None else None, unused_s=ending.unused_s if ending is not None else None)
+    ending = min(
+        ended,
+        key=lambda r: _ENDING_ORDER.index(r.ending) if r.ending in _ENDING_ORDER else len(_ENDING_ORDER),
+        default=None,
+    )
+    return replace(
+        merged,
+        state=RRefState.DELETED,
+        deleted_at=max(r.deleted_at or "" for r in others) or None,
+        ending=ending.ending if ending is not None else None,
+        unused_s=ending.unused_s if ending is not None else None,
+    )
 
 
 _ON_RREF = re.compile(r"^rref\((?P<id>[\d:]+)\)\.(?P<method>.+)$")
@@ -303,7 +346,9 @@ def _created_on(rref_id: str) -> int | None:
 
 def _holder(handle: sqlite3.Row, procs: dict[int, sqlite3.Row]) -> str:
     proc = procs.get(handle["proc_id"])
-    return handle["holder"] or (proc["name"] if proc is not None and proc["name"] else f"pid {proc['pid'] if proc else '?'}")
+    return handle["holder"] or (
+        proc["name"] if proc is not None and proc["name"] else f"pid {proc['pid'] if proc else '?'}"
+    )
 
 
 def _holder_end(handle: sqlite3.Row, proc: sqlite3.Row | None) -> float | None:
@@ -347,7 +392,12 @@ def _last_use(handles: list[sqlite3.Row], procs: dict[int, sqlite3.Row]) -> tupl
         proc = procs.get(handle["proc_id"])
         end = _holder_end(handle, proc)
         acquired = handle["acquired_at"]
-        if end is None or acquired is None or acquired > end or (handle["released_at"] is not None and handle["released_at"] < end):
+        if (
+            end is None
+            or acquired is None
+            or acquired > end
+            or (handle["released_at"] is not None and handle["released_at"] < end)
+        ):
             continue
         if proc["rpc_shutdown_at"] is None:  # it ended without rpc.shutdown(): its last uses were never reported
             idle, held = None, None
@@ -390,7 +440,9 @@ def _leaked(row: sqlite3.Row, handles: list[sqlite3.Row], owner: sqlite3.Row | N
     return last_release <= end - LEAK_GRACE_S and (freed is None or freed >= end)
 
 
-def rref_owners(run_dir: Path, *, restart: int | None = None, records: list[RRefRecord] | None = None) -> list[OwnerSummary]:
+def rref_owners(
+    run_dir: Path, *, restart: int | None = None, records: list[RRefRecord] | None = None
+) -> list[OwnerSummary]:
     """Per owner: RRefs by state, bytes of live values, and short-lived RRefs (counted only)."""
     with StoreReader(run_dir) as s:
         restart = s.latest_restart() if restart is None else restart
@@ -428,9 +480,15 @@ def _inside_another(records: list[RRefRecord]) -> set[int]:
             by_storage[(record.world, record.owner, storage)].append(record)
     inside = set()
     for record in live:
-        bigger = [other for storage in record.storages or () for other in by_storage[(record.world, record.owner, storage)]
-                  if other is not record and (other.nbytes or 0) > (record.nbytes or 0)]
-        if bigger and all(any(o in bigger for o in by_storage[(record.world, record.owner, st)]) for st in record.storages or ()):
+        bigger = [
+            other
+            for storage in record.storages or ()
+            for other in by_storage[(record.world, record.owner, storage)]
+            if other is not record and (other.nbytes or 0) > (record.nbytes or 0)
+        ]
+        if bigger and all(
+            any(o in bigger for o in by_storage[(record.world, record.owner, st)]) for st in record.storages or ()
+        ):
             inside.add(id(record))
     return inside
 

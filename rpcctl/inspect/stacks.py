@@ -43,7 +43,9 @@ def dump_stacks(run_dir: Path, rank: int, timeout: float = 5.0) -> list[StackDum
     except PermissionError:
         raise UsageError(f"not allowed to signal pid {state.pid} of rank {rank}") from None
     if text is None:
-        raise UsageError(f"rank {rank} (pid {state.pid}) wrote no stack within {timeout:.0f} s: is faulthandler registered (rpcctl runtime)?")
+        raise UsageError(
+            f"rank {rank} (pid {state.pid}) wrote no stack within {timeout:.0f} s: is faulthandler registered (rpcctl runtime)?"
+        )
     dumps = [StackDump(rank, state.pid, "rank", [], text)]
     for pid, cmdline, path in descendants:
         if stacks.stopped(pid):
@@ -69,14 +71,20 @@ class NativeStackDump:
     dump: native_stacks.NativeDump
 
 
-def native_stacks_of(run_dir: Path, ranks: list[int], timeout: float = native_stacks.TIMEOUT_S) -> dict[int, list[NativeStackDump]]:
+def native_stacks_of(
+    run_dir: Path, ranks: list[int], timeout: float = native_stacks.TIMEOUT_S
+) -> dict[int, list[NativeStackDump]]:
     """``rpcctl stack --native``: each live rank of ``ranks`` and every process under it, all read
     at once by one py-spy each, each within ``timeout`` (64 ranks cost one timeout, not 64). A
     stopped process is read as any other: ptrace needs nothing of it."""
-    trees = {rank: (state.pid, native_stacks.tree(state.pid)) for rank, state in ((r, live_rank(run_dir, r)) for r in ranks)}
+    trees = {
+        rank: (state.pid, native_stacks.tree(state.pid)) for rank, state in ((r, live_rank(run_dir, r)) for r in ranks)
+    }
     read = native_stacks.read([p for _, tree in trees.values() for p, _ in tree], timeout)
-    return {rank: [NativeStackDump(rank, p, "rank" if p == pid else "child", cmdline, read[p]) for p, cmdline in tree]
-            for rank, (pid, tree) in trees.items()}
+    return {
+        rank: [NativeStackDump(rank, p, "rank" if p == pid else "child", cmdline, read[p]) for p, cmdline in tree]
+        for rank, (pid, tree) in trees.items()
+    }
 
 
 def native_text(dumps: dict[int, list[NativeStackDump]], all_frames: bool = False) -> str:
@@ -88,7 +96,11 @@ def native_text(dumps: dict[int, list[NativeStackDump]], all_frames: bool = Fals
     out = []
     for rank, procs in dumps.items():
         for d in procs:
-            head = f"── rank {rank} (pid {d.pid}) · native ──" if d.kind == "rank" else f"── rank {rank} › pid {d.pid}: {shlex.join(d.cmdline)} · native ──"
+            head = (
+                f"── rank {rank} (pid {d.pid}) · native ──"
+                if d.kind == "rank"
+                else f"── rank {rank} › pid {d.pid}: {shlex.join(d.cmdline)} · native ──"
+            )
             out.append(f"{head}\n{d.dump.text(all_frames)}\n")
     return "".join(out)
 

@@ -51,7 +51,10 @@ class _Stored:
         keys = set(rows[0].keys())
         columns = [(cls.RENAMED.get(f.name, f.name), f.name in cls.JSON) for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
         present = [(name if name in keys else None, json) for name, json in columns]
-        return [cls(*[None if name is None else loads(row[name]) if json else row[name] for name, json in present]) for row in rows]
+        return [
+            cls(*[None if name is None else loads(row[name]) if json else row[name] for name, json in present])
+            for row in rows
+        ]
 
 
 @dataclass

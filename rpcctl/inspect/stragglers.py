@@ -41,23 +41,29 @@ class Straggler:
     pg: str | None = None  # collective_skew: the process group, and how often it was last of how many compared
     last: int | None = None
     compared: int | None = None
-    proc_id: int | None = None  # collective_skew: the process that is that rank of pg (a rank's child, in an mp.spawn job)
+    # collective_skew: the process that is that rank of pg (a rank's child, in an mp.spawn job)
+    proc_id: int | None = None
 
     def describe(self) -> str:
         who = f"rank {self.rank}" if self.rank is not None else (self.worker or "?")
         if self.metric == "step_rate":
             return f"{who}: {self.value:.2f} steps/s, the other ranks {self.others:.2f} steps/s ({self.others / max(self.value, 1e-9):.1f}× slower)"
         if self.metric == "collective_skew":
-            return (f"{who}: last into {self.last} of {self.compared} collectives of pg {self.pg}; the others waited"
-                    f" {human_seconds(self.value)} for it (p50, max {human_seconds(self.others)})")
-        return (f"{who}: calls to {self.worker} ({self.func}) take {human_seconds(self.value)}, to the others"
-                f" {human_seconds(self.others)} ({self.value / max(self.others, 1e-9):.1f}× slower)")
+            return (
+                f"{who}: last into {self.last} of {self.compared} collectives of pg {self.pg}; the others waited"
+                f" {human_seconds(self.value)} for it (p50, max {human_seconds(self.others)})"
+            )
+        return (
+            f"{who}: calls to {self.worker} ({self.func}) take {human_seconds(self.value)}, to the others"
+            f" {human_seconds(self.others)} ({self.value / max(self.others, 1e-9):.1f}× slower)"
+        )
 
 
 def stragglers(run_dir: Path) -> list[Straggler]:
     with StoreReader(run_dir) as s:
         restart = s.latest_restart()
-        rows = from_most_direct_source(s.recent_loss_times(restart, RECENT))  # a step the trainer reported and printed is one step
+        # a step the trainer reported and printed is one step
+        rows = from_most_direct_source(s.recent_loss_times(restart, RECENT))
         stats = s.call_stats(restart)
         names = s.rank_of_name(restart)
         now = s.now if s.live else (s.closed_at or s.now)
@@ -66,8 +72,17 @@ def stragglers(run_dir: Path) -> list[Straggler]:
 
 
 def _late(slow: CollectiveStraggler) -> Straggler:
-    return Straggler(slow.rank, None, "collective_skew", slow.skew_p50_s or 0.0, slow.skew_max_s or 0.0, pg=slow.pg, last=slow.last,
-                     compared=slow.compared, proc_id=slow.proc_id)
+    return Straggler(
+        slow.rank,
+        None,
+        "collective_skew",
+        slow.skew_p50_s or 0.0,
+        slow.skew_max_s or 0.0,
+        pg=slow.pg,
+        last=slow.last,
+        compared=slow.compared,
+        proc_id=slow.proc_id,
+    )
 
 
 def _slow_steps(rows: list, now: float) -> list[Straggler]:

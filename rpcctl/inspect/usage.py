@@ -37,7 +37,14 @@ def usage(run_dir: Path, *, restart: int | None = None) -> list[UsageSample]:
         restart = s.latest_restart() if restart is None else restart
         rows = s.probes(restart)
     return [
-        UsageSample(rank=row["rank"], name=row["name"], pid=row["pid"], kind=row["kind"] or "rank", time=iso_time(row["t"]),
-                    cpu_percent=row["cpu_percent"], rss_bytes=row["rss_bytes"])
+        UsageSample(
+            rank=row["rank"],
+            name=row["name"],
+            pid=row["pid"],
+            kind=row["kind"] or "rank",
+            time=iso_time(row["t"]),
+            cpu_percent=row["cpu_percent"],
+            rss_bytes=row["rss_bytes"],
+        )
         for row in rows
     ]

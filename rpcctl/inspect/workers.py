@@ -42,7 +42,8 @@ class WorkerRecord:
     name: str | None  # RPC worker name, once init_rpc ran
     host: str | None
     pid: int | None
-    state: RankStatus  # pending | running | stopped (SIGSTOP) | succeeded | failed | killed | lost | orphaned; a child: those or exited
+    # pending | running | stopped (SIGSTOP) | succeeded | failed | killed | lost | orphaned; a child: those or exited
+    state: RankStatus
     exit_code: int | None
     cpu_percent: float | None
     rss_bytes: int | None
@@ -63,10 +64,12 @@ class WorkerRecord:
     cpu_s: float | None  # CPU time the process used, all threads (at its last probe)
     telemetry_cpu_s: float | None  # of which rpcctl's telemetry sender thread
     straggler: str | None = None  # far slower than the others, with the figure (``stragglers``)
-    dist_rank: int | None = None  # its rank in its c10d world (a spawned child's is not the launcher rank), once init_process_group returned
+    # its rank in its c10d world (a spawned child's is not the launcher rank), once init_process_group returned
+    dist_rank: int | None = None
     pg_world: int | None = None  # which c10d world (0, then 1, 2... for each new one: a round of mp.spawn)
     world: int | None = None  # which RPC world, as the RRefs view's WORLD (a round of mp.spawn); None: never joined RPC
-    parents: list[int] = field(default_factory=list)  # pids between its rank and it, its parent last ([]: a rank, or a rank's own child)
+    # pids between its rank and it, its parent last ([]: a rank, or a rank's own child)
+    parents: list[int] = field(default_factory=list)
     lineage: str | None = field(default=None, metadata={"json": False})  # whose child it is: "rank 0", "rank 0 › pid A"
 
     @property
@@ -132,15 +135,24 @@ def workers(run_dir: Path) -> list[WorkerRecord]:
             if proc["proc_id"] not in of_proc:
                 records.append(_worker(s, proc, None, restart))
                 of_proc[proc["proc_id"]] = records[-1]
-    records.sort(key=lambda w: (w.rank if w.rank is not None else 1 << 30, w.kind != "rank", w.rpc_rank or 0, w.pid or 0))
+    records.sort(
+        key=lambda w: (w.rank if w.rank is not None else 1 << 30, w.kind != "rank", w.rpc_rank or 0, w.pid or 0)
+    )
     records = _as_tree(records)
     from rpcctl.inspect.stragglers import stragglers
 
     for slow in stragglers(run_dir):
         # A collective straggler is the process that is that rank of its group: a rank, or in an
         # mp.spawn job the rank's child whose dist rank it is.
-        flagged = [of_proc[slow.proc_id]] if slow.proc_id in of_proc else [
-            r for r in records if r.kind == "rank" and (r.rank == slow.rank or (slow.worker and r.name == slow.worker))]
+        flagged = (
+            [of_proc[slow.proc_id]]
+            if slow.proc_id in of_proc
+            else [
+                r
+                for r in records
+                if r.kind == "rank" and (r.rank == slow.rank or (slow.worker and r.name == slow.worker))
+            ]
+        )
         for record in flagged:
             record.straggler = "; ".join(filter(None, [record.straggler, slow.describe()]))
     return records
@@ -161,7 +173,9 @@ def _as_tree(records: list[WorkerRecord]) -> list[WorkerRecord]:
     for r in records:
         parent = None
         if r.kind != "rank":  # pid and host together: on a multi-node run pids repeat across hosts
-            same_host = [p for p in by_pid.get(r.parent_pid, []) if p is not r and (None in (p.host, r.host) or p.host == r.host)]
+            same_host = [
+                p for p in by_pid.get(r.parent_pid, []) if p is not r and (None in (p.host, r.host) or p.host == r.host)
+            ]
             parent = same_host[0] if same_host else ranks.get(r.rank)
         if parent is None:
             tops.append(r)
@@ -177,7 +191,10 @@ def _as_tree(records: list[WorkerRecord]) -> list[WorkerRecord]:
             if id(child) in seen:
                 continue
             if node.kind != "rank":
-                child.parents, child.lineage = [*node.parents, node.pid], f"{node.lineage or f'rank {node.rank}'} › pid {node.pid}"
+                child.parents, child.lineage = (
+                    [*node.parents, node.pid],
+                    f"{node.lineage or f'rank {node.rank}'} › pid {node.pid}",
+                )
             elif child.parent_pid is not None and node.pid is not None and child.parent_pid != node.pid:
                 child.parents, child.lineage = [child.parent_pid], f"rank {node.rank} › … › pid {child.parent_pid}"
             visit(child)
@@ -208,9 +225,19 @@ def _with_recorded_ranks(s: StoreReader, rows: list[sqlite3.Row], restart: int) 
         return list(rows)
     stored = {row["rank"] for row in rows}
     recorded = [
-        {"rank": r.rank, "restart": restart, "pid": r.pid, "local_rank": r.local_rank, "device": r.device,
-         "state": r.state, "exit_code": r.exit_code, "started_at": epoch_of(r.started_at), "ended_at": epoch_of(r.ended_at)}
-        for r in s.record.ranks if r.rank not in stored and r.pid is not None
+        {
+            "rank": r.rank,
+            "restart": restart,
+            "pid": r.pid,
+            "local_rank": r.local_rank,
+            "device": r.device,
+            "state": r.state,
+            "exit_code": r.exit_code,
+            "started_at": epoch_of(r.started_at),
+            "ended_at": epoch_of(r.ended_at),
+        }
+        for r in s.record.ranks
+        if r.rank not in stored and r.pid is not None
     ]
     return sorted([*rows, *recorded], key=lambda row: row["rank"])
 
@@ -306,11 +333,15 @@ class SharedWorld:
     def describe(self) -> str:
         runs = ", ".join(f"{run_id} ({', '.join(names) or '?'})" for run_id, _, _, names in self.others)
         where = f" in {self.others[0][1].parent}" if self.others else ""
-        text = (f"RPC world {self.world} ({self.rendezvous}, {self.world_size} workers) is one job with "
-                f"{len(self.others)} other run{'s' if len(self.others) != 1 else ''}{where}: {runs or 'none found'}")
+        text = (
+            f"RPC world {self.world} ({self.rendezvous}, {self.world_size} workers) is one job with "
+            f"{len(self.others)} other run{'s' if len(self.others) != 1 else ''}{where}: {runs or 'none found'}"
+        )
         if self.missing:
-            text += (f"; {', '.join(self.missing)} {'is' if len(self.missing) == 1 else 'are'} in no run of this runs directory"
-                     " (another host or runs directory): not shown")
+            text += (
+                f"; {', '.join(self.missing)} {'is' if len(self.missing) == 1 else 'are'} in no run of this runs directory"
+                " (another host or runs directory): not shown"
+            )
         return text
 
 
@@ -318,8 +349,8 @@ def _rpc_worlds(s: StoreReader, restart: int) -> dict[int, tuple[str, int | None
     prefix = f"rpc_world.{restart}."
     found = {}
     for key, value in s.meta.items():
-        if key.startswith(prefix) and key[len(prefix):].isdigit() and isinstance(value, dict) and value.get("rdv"):
-            found[int(key[len(prefix):])] = (str(value["rdv"]), value.get("world_size"))
+        if key.startswith(prefix) and key[len(prefix) :].isdigit() and isinstance(value, dict) and value.get("rdv"):
+            found[int(key[len(prefix) :])] = (str(value["rdv"]), value.get("world_size"))
     return found
 
 
@@ -339,7 +370,10 @@ def _world_names(s: StoreReader, restart: int) -> tuple[dict[int, dict[int, str]
 def _open_span(s: StoreReader) -> tuple[float, float]:
     opened = s.meta.get("opened_at")
     closed = s.closed_at
-    return (float(opened) if isinstance(opened, (int, float)) else 0.0, float(closed) if isinstance(closed, (int, float)) else float("inf"))
+    return (
+        float(opened) if isinstance(opened, (int, float)) else 0.0,
+        float(closed) if isinstance(closed, (int, float)) else float("inf"),
+    )
 
 
 def shared_worlds(run_dir: Path, restart: int | None = None) -> list[SharedWorld]:
@@ -387,11 +421,17 @@ def shutdown_waits(run_dir: Path) -> str | None:
         restart = s.latest_restart()
         rows = s.procs(restart)
         told, _ = _world_names(s, restart)
-    inside = [r for r in rows if r["rpc_shutdown_at"] is not None and column(r, "rpc_shutdown_done_at") is None and r["ended_at"] is None]
+    inside = [
+        r
+        for r in rows
+        if r["rpc_shutdown_at"] is not None and column(r, "rpc_shutdown_done_at") is None and r["ended_at"] is None
+    ]
     if not inside:
         return None
     # name -> (its row, the run it is in: None for this one)
-    known: dict[tuple[int, str], tuple[Any, str | None]] = {((column(r, "world") or 0), r["name"]): (r, None) for r in rows if r["name"]}
+    known: dict[tuple[int, str], tuple[Any, str | None]] = {
+        ((column(r, "world") or 0), r["name"]): (r, None) for r in rows if r["name"]
+    }
     for world in shared_worlds(run_dir, restart):
         for run_id, other_dir, their_world, _ in world.others:
             try:

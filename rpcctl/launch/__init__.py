@@ -8,9 +8,17 @@ the config models.
 
 import importlib
 
-_WHERE = {"DryRun": "dryrun", "PlannedRank": "dryrun", "dry_run": "dryrun",
-          "Job": "job", "Resolution": "job", "job_from_config": "job", "job_from_line": "job",
-          "launch": "launcher", "plan_job": "launcher"}
+_WHERE = {
+    "DryRun": "dryrun",
+    "PlannedRank": "dryrun",
+    "dry_run": "dryrun",
+    "Job": "job",
+    "Resolution": "job",
+    "job_from_config": "job",
+    "job_from_line": "job",
+    "launch": "launcher",
+    "plan_job": "launcher",
+}
 __all__ = sorted(_WHERE)
 
 

@@ -49,8 +49,10 @@ class DryRun:
 
     @property
     def ranks(self) -> list[PlannedRank]:
-        return [PlannedRank(r.rank, r.local_rank, self.node_rank, self.host, list(r.argv), dict(r.env), r.device, r.log)
-                for r in self.plan.ranks]
+        return [
+            PlannedRank(r.rank, r.local_rank, self.node_rank, self.host, list(r.argv), dict(r.env), r.device, r.log)
+            for r in self.plan.ranks
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         """``rpcctl launch --dry-run --json``: the plan and the sources."""

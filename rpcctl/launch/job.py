@@ -65,8 +65,9 @@ def _wanted(flags: Mapping[str, tuple[Any, str]] | None) -> Nodes | None:
         return None
 
 
-def config_resolution(config: ConfigFile, overrides: list[str] = (), flags: Flags | None = None,
-                      env: Mapping[str, str] = os.environ) -> Resolution:
+def config_resolution(
+    config: ConfigFile, overrides: list[str] = (), flags: Flags | None = None, env: Mapping[str, str] = os.environ
+) -> Resolution:
     """What the scheduler gives a config's job: a SLURM step's values, else a pod's. An Indexed
     Job's completion index alone is a node rank only for a config of several nodes. ``flags``:
     the caller's (an elastic ``nnodes`` MIN:MAX there, else in the config, is kept in a SLURM step)."""
@@ -77,7 +78,10 @@ def config_resolution(config: ConfigFile, overrides: list[str] = (), flags: Flag
     if values:
         return _resolved(values, True)
     values = pod_flags(env, gpus=len(visible_gpus()), wanted=wanted)
-    if weak_node_rank(values) and config.spec(list(overrides), flags={k: v for k, v in values.items() if k != "node_rank"}).nnodes == 1:
+    if (
+        weak_node_rank(values)
+        and config.spec(list(overrides), flags={k: v for k, v in values.items() if k != "node_rank"}).nnodes == 1
+    ):
         del values["node_rank"]
     return _resolved(values, False)
 
@@ -90,7 +94,9 @@ def line_resolution(flags: Flags, env: Mapping[str, str] = os.environ) -> Resolu
     if values:
         return _resolved(values, True)
     # PET_NPROC_PER_NODE is the line's --nproc-per-node (auto, cpu, gpu, N: torchrun's words), read with the rest
-    values = pod_flags({k: v for k, v in env.items() if k != "PET_NPROC_PER_NODE"}, gpus=len(visible_gpus()), wanted=wanted)
+    values = pod_flags(
+        {k: v for k, v in env.items() if k != "PET_NPROC_PER_NODE"}, gpus=len(visible_gpus()), wanted=wanted
+    )
     nnodes = str(flags.get("nnodes", (values.get("nnodes", (1, ""))[0], ""))[0]).partition(":")[0]
     if weak_node_rank(values) and nnodes.strip() in ("", "1"):
         del values["node_rank"]
@@ -154,13 +160,23 @@ class Job:
             value = f"{spec.min_nodes}:{spec.nnodes}" if key == "nnodes" and spec.elastic else getattr(spec, key)
             source = self.locate(key) or "default"
             if key == "master_port" and value is None:  # several nodes: torchrun's; one: the free port the plan took
-                value, source = (DEFAULT_MASTER_PORT, "default (several nodes)") if spec.multi_node else (plan.master_port, "default (a free port)")
+                value, source = (
+                    (DEFAULT_MASTER_PORT, "default (several nodes)")
+                    if spec.multi_node
+                    else (plan.master_port, "default (a free port)")
+                )
             rows.append({"key": key, "value": value, "source": source})
         return rows
 
 
-def job_from_config(config: str | os.PathLike[str] | ConfigFile, overrides: list[str] = (), *, flags: Flags | None = None,
-                    env: Mapping[str, str] = os.environ, resolution: Resolution | None = None) -> Job:
+def job_from_config(
+    config: str | os.PathLike[str] | ConfigFile,
+    overrides: list[str] = (),
+    *,
+    flags: Flags | None = None,
+    env: Mapping[str, str] = os.environ,
+    resolution: Resolution | None = None,
+) -> Job:
     """The job of a config file on this node: the config read once, under ``--set``
     ``overrides``, the caller's ``flags`` and what the scheduler gives (``resolution``; read
     from ``env`` when not given)."""
@@ -172,11 +188,21 @@ def job_from_config(config: str | os.PathLike[str] | ConfigFile, overrides: list
     return Job(config.spec(list(overrides), flags=merged), config, tuple(overrides), merged, resolution)
 
 
-def job_from_line(target: str, args: list[str], *, module: bool = False, no_python: bool = False, flags: Flags | None = None,
-                  env: Mapping[str, str] = os.environ, resolution: Resolution | None = None) -> Job:
+def job_from_line(
+    target: str,
+    args: list[str],
+    *,
+    module: bool = False,
+    no_python: bool = False,
+    flags: Flags | None = None,
+    env: Mapping[str, str] = os.environ,
+    resolution: Resolution | None = None,
+) -> Job:
     """The job of a torchrun line (``flags``: its options as config keys), as ``job_from_config``."""
     flags = dict(flags or {})
     if resolution is None:
         resolution = line_resolution(flags, env)
     merged = over(resolution, flags)
-    return Job(spec_from_line(target, args, module=module, no_python=no_python, flags=merged), None, (), merged, resolution)
+    return Job(
+        spec_from_line(target, args, module=module, no_python=no_python, flags=merged), None, (), merged, resolution
+    )

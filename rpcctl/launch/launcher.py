@@ -35,10 +35,19 @@ from rpcctl.supervise import listeners
 from rpcctl.planning.plan import LaunchPlan, NodeFacts, free_port, plan_attempt, probe_node, program
 from rpcctl.planning.preflight import check_before_spawn
 from rpcctl.base.private import private_dir, private_open
-from rpcctl.records.runs import RankState, RunRecord, bounded_command, check_runs_dir, default_runs_dir, hostname, new_run_id, now_iso, save_record
+from rpcctl.records.runs import (
+    RankState,
+    RunRecord,
+    bounded_command,
+    check_runs_dir,
+    default_runs_dir,
+    hostname,
+    new_run_id,
+    now_iso,
+    save_record,
+)
 from rpcctl.base.states import RunStatus
 from rpcctl.supervise.supervisor import CANCEL_SIGNALS, Supervisor
-
 
 
 def plan_job(
@@ -61,7 +70,9 @@ def plan_job(
     return plan_attempt(spec, facts, run_id=run_id, run_dir=run_dir), facts
 
 
-def _plan_first_round(spec: JobSpec, facts: NodeFacts, run_id: str, runs_dir: Path | None, cluster, publish: dict | None):
+def _plan_first_round(
+    spec: JobSpec, facts: NodeFacts, run_id: str, runs_dir: Path | None, cluster, publish: dict | None
+):
     """Elastic (issue 43): the host's run id, then the first round (once MIN nodes are there,
     after last_call for more); each node's directory is named by the order nodes first came."""
     from rpcctl.supervise.elastic import round_plan
@@ -81,13 +92,18 @@ def join_cluster(spec: JobSpec, say=lambda message: None) -> NodeRendezvous | No
         from rpcctl.supervise.elastic import join_elastic
 
         if not spec.master_addr:
-            raise ConfigError("an elastic job (nnodes MIN:MAX) needs the rendezvous endpoint, torchrun's --rdzv-endpoint: "
-                              "master_addr (and master_port) of the node that hosts it", key="master_addr")
+            raise ConfigError(
+                "an elastic job (nnodes MIN:MAX) needs the rendezvous endpoint, torchrun's --rdzv-endpoint: "
+                "master_addr (and master_port) of the node that hosts it",
+                key="master_addr",
+            )
         return join_elastic(spec, secret_from_env(), spec.master_port or DEFAULT_MASTER_PORT, say)
     if not spec.multi_node:
         return None
     if not spec.master_addr:
-        raise ConfigError("a multi-node job needs master_addr (the host of node 0): --master-addr HOST", key="master_addr")
+        raise ConfigError(
+            "a multi-node job needs master_addr (the host of node 0): --master-addr HOST", key="master_addr"
+        )
     cluster = NodeRendezvous(
         node_rank=spec.node_rank,
         nnodes=spec.nnodes,
@@ -125,13 +141,26 @@ def launch(
     """
     if isinstance(spec, Job):
         job = spec
-        return job.located(lambda: launch(job.spec, runs_dir=runs_dir, console=console, echo=echo, live=live, ranks_shown=ranks_shown,
-                                          config_path=config_path or job.config_path, telemetry=telemetry, on_start=on_start,
-                                          command_line=command_line))
+        return job.located(
+            lambda: launch(
+                job.spec,
+                runs_dir=runs_dir,
+                console=console,
+                echo=echo,
+                live=live,
+                ranks_shown=ranks_shown,
+                config_path=config_path or job.config_path,
+                telemetry=telemetry,
+                on_start=on_start,
+                command_line=command_line,
+            )
+        )
     console = console or get_console()
     with _cancels_raise():
         try:
-            return _launch(spec, runs_dir, console, echo, live, ranks_shown, config_path, telemetry, on_start, command_line)
+            return _launch(
+                spec, runs_dir, console, echo, live, ranks_shown, config_path, telemetry, on_start, command_line
+            )
         except _Cancel as cancel:  # before the run directory was made: nothing of the job exists
             said = f"cancelled by {signal.Signals(cancel.signum).name} before the job started"
             with contextlib.suppress(OSError):  # the terminal went away (SIGHUP): the exit code still says it
@@ -169,17 +198,30 @@ def _cancels_raise():
             signal.signal(s, handler)
 
 
-def _launch(spec: JobSpec, runs_dir: Path | None, console: Console, echo: bool, live: bool, ranks_shown: set[int] | None,
-            config_path: Path | None, telemetry: bool, on_start: Callable[[RunRecord], None] | None,
-            command_line: list[str] | None = None) -> RunRecord:
+def _launch(
+    spec: JobSpec,
+    runs_dir: Path | None,
+    console: Console,
+    echo: bool,
+    live: bool,
+    ranks_shown: set[int] | None,
+    config_path: Path | None,
+    telemetry: bool,
+    on_start: Callable[[RunRecord], None] | None,
+    command_line: list[str] | None = None,
+) -> RunRecord:
     check_before_spawn(spec)  # before meeting other nodes: a mistake here is the same on every node
     cluster = join_cluster(spec, console.info)
     if cluster is not None and spec.elastic:  # the host holds the run's store and watchdog, as node 0 does
         spec = spec.model_copy(update={"node_rank": cluster.node_rank})
-        console.info(f"rpcctl: elastic job of {spec.min_nodes} to {spec.nnodes} nodes: "
-                     f"{'hosting' if cluster.is_host else 'joining'} the rendezvous at {cluster.where}")
+        console.info(
+            f"rpcctl: elastic job of {spec.min_nodes} to {spec.nnodes} nodes: "
+            f"{'hosting' if cluster.is_host else 'joining'} the rendezvous at {cluster.where}"
+        )
     elif cluster is not None:
-        console.info(f"rpcctl: node {spec.node_rank} of {spec.nnodes}: joining the rendezvous at {spec.master_addr}:{cluster.master_port}")
+        console.info(
+            f"rpcctl: node {spec.node_rank} of {spec.nnodes}: joining the rendezvous at {spec.master_addr}:{cluster.master_port}"
+        )
     telemetry_listener = _telemetry_listener(cluster) if telemetry else None
     publish = {"telemetry_port": telemetry_listener.getsockname()[1]} if telemetry_listener else None
     try:
@@ -233,7 +275,9 @@ def _launch(spec: JobSpec, runs_dir: Path | None, console: Console, echo: bool, 
         server = None
         try:
             world = spec.nnodes * plan.nproc_per_node if spec.elastic else plan.world_size  # elastic: the largest world
-            server = _telemetry_server(run_dir, spec, world, cluster, telemetry_listener, console) if telemetry else None
+            server = (
+                _telemetry_server(run_dir, spec, world, cluster, telemetry_listener, console) if telemetry else None
+            )
             return _supervise(spec, plan, facts, record, console, server, cluster, live, ranks_shown if echo else set())
         except _Cancel as cancel:  # before the supervisor's handlers: no rank started
             if server is not None:
@@ -256,8 +300,17 @@ def _cancelled_before_start(record: RunRecord, signum: int, cluster: NodeRendezv
     return record
 
 
-def _supervise(spec: JobSpec, plan: LaunchPlan, facts: NodeFacts, record: RunRecord, console: Console, server,
-               cluster: NodeRendezvous | None, live: bool, ranks_shown: set[int] | None) -> RunRecord:
+def _supervise(
+    spec: JobSpec,
+    plan: LaunchPlan,
+    facts: NodeFacts,
+    record: RunRecord,
+    console: Console,
+    server,
+    cluster: NodeRendezvous | None,
+    live: bool,
+    ranks_shown: set[int] | None,
+) -> RunRecord:
     """Run the supervisor with its listeners (``ranks_shown``: whose lines are echoed; None: every rank's)."""
     # On node 0 (a single node's too), whose store has every node's telemetry; it signals this node's ranks only.
     watchdog = None
@@ -265,7 +318,9 @@ def _supervise(spec: JobSpec, plan: LaunchPlan, facts: NodeFacts, record: RunRec
         from rpcctl.supervise.watchdog import HangWatchdog
 
         # It asks the server whether the store can be trusted before it reads a silence as a stall.
-        watchdog = HangWatchdog(Path(record.run_dir), spec.hang_timeout, spec.on_hang == "keep", console, health=server.health)
+        watchdog = HangWatchdog(
+            Path(record.run_dir), spec.hang_timeout, spec.on_hang == "keep", console, health=server.health
+        )
     view = None
     if live:
         from rpcctl.supervise.live import LiveView
@@ -331,7 +386,9 @@ def _telemetry_listener(cluster: NodeRendezvous | None) -> socket.socket | None:
     return listener
 
 
-def _telemetry_server(run_dir: Path, spec: JobSpec, world_size: int, cluster: NodeRendezvous | None, listener, console: Console):
+def _telemetry_server(
+    run_dir: Path, spec: JobSpec, world_size: int, cluster: NodeRendezvous | None, listener, console: Console
+):
     """One store per run, on node 0: other nodes forward their ranks' telemetry to it."""
     if cluster is not None and cluster.node_rank != 0:
         from rpcctl.telemetry.forward import TelemetryForwarder

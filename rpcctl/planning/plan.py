@@ -79,7 +79,7 @@ class RankPlan:
     @property
     def script_argv(self) -> list[str]:
         """SCRIPT ARGS: what the bootstrap runs, as the rank server is told it."""
-        return self.argv[len(module_command(RUNTIME)):]
+        return self.argv[len(module_command(RUNTIME)) :]
 
 
 # The --dry-run table of the variables every rank gets, over {"variable": ..., "value": ...}.
@@ -116,8 +116,16 @@ class Place:
     master_port: int
 
 
-def plan_attempt(spec: JobSpec, facts: NodeFacts, *, run_id: str, run_dir: Path, restart: int = 0,
-                 master_port: int | None = None, place: Place | None = None) -> LaunchPlan:
+def plan_attempt(
+    spec: JobSpec,
+    facts: NodeFacts,
+    *,
+    run_id: str,
+    run_dir: Path,
+    restart: int = 0,
+    master_port: int | None = None,
+    place: Place | None = None,
+) -> LaunchPlan:
     """This node's plan of one attempt, the only way one is made: the first (restart 0, on the
     facts probed), each restart (``master_port``: the port the nodes met on again) and each
     elastic round (``place``). The launcher plans the first, the supervisor every later one."""
@@ -275,7 +283,8 @@ def probe_node(spec: JobSpec, master_ip: str | None = None) -> NodeFacts:
         )
     return NodeFacts(
         hostname=socket.gethostname(),
-        master_addr="localhost" if spec.master_addr == "localhost" else LOOPBACK,  # torchrun's word on one node (it binds 127.0.0.1)
+        # torchrun's word on one node (it binds 127.0.0.1)
+        master_addr="localhost" if spec.master_addr == "localhost" else LOOPBACK,
         socket_ifname=spec.ifname or loopback_interface(),
         gpus=tuple(visible_gpus()),
         master_port=spec.master_port or free_port(),

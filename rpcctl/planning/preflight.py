@@ -76,9 +76,13 @@ def check_script(spec: JobSpec) -> None:
         hint = ""
         if spec.argv0 is not None and script.suffix != ".py":  # a torchrun line's SCRIPT: perhaps a config, misnamed
             hint = " (a config is named .yaml or .yml; a program that is not Python takes --no-python)"
-        raise ConfigError(f"{at}: not valid Python ({exc.msg}): rpcctl runs the script with {_python()}{hint}", key="script") from None
+        raise ConfigError(
+            f"{at}: not valid Python ({exc.msg}): rpcctl runs the script with {_python()}{hint}", key="script"
+        ) from None
     except ValueError as exc:  # e.g. "source code string cannot contain null bytes": a binary
-        raise ConfigError(f"{script}: not Python ({exc}): rpcctl runs the script with {_python()}", key="script") from None
+        raise ConfigError(
+            f"{script}: not Python ({exc}): rpcctl runs the script with {_python()}", key="script"
+        ) from None
 
 
 def _python() -> str:
@@ -93,7 +97,9 @@ def check_preload(spec: JobSpec) -> None:
         return  # only the fork server imports them
     for index, module in enumerate(spec.preload):
         if not module_exists(module):
-            raise ConfigError(f"no module named {module!r} to preload (is it installed, and spelt so?)", key=f"preload.{index}")
+            raise ConfigError(
+                f"no module named {module!r} to preload (is it installed, and spelt so?)", key=f"preload.{index}"
+            )
 
 
 def module_exists(name: str) -> bool:
@@ -142,8 +148,15 @@ def worker_names(spec: JobSpec) -> list[str]:
                 key="rpc.name",
             )
         if name in first_rank:
-            hint = "use {rank}: {local_rank} repeats on every node" if "{local_rank}" in spec.rpc.name else "use {rank} in it"
-            raise ConfigError(f"ranks {first_rank[name]} and {rank} would both be worker {name!r}: names must be unique ({hint})", key="rpc.name")
+            hint = (
+                "use {rank}: {local_rank} repeats on every node"
+                if "{local_rank}" in spec.rpc.name
+                else "use {rank} in it"
+            )
+            raise ConfigError(
+                f"ranks {first_rank[name]} and {rank} would both be worker {name!r}: names must be unique ({hint})",
+                key="rpc.name",
+            )
         first_rank[name] = rank
         names.append(name)
     return names
@@ -195,7 +208,9 @@ def check_devices(spec: JobSpec, names: list[str]) -> None:
     for worker, mapping in spec.rpc.device_maps.items():
         if worker not in known:
             shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
-            raise ConfigError(f"no worker {worker!r} in this job (its workers: {shown})", key=f"rpc.device_maps.{worker}")
+            raise ConfigError(
+                f"no worker {worker!r} in this job (its workers: {shown})", key=f"rpc.device_maps.{worker}"
+            )
         target = names.index(worker) % nproc
         for local, remote in mapping.items():
             key = f"rpc.device_maps.{worker}.{local}"
@@ -223,7 +238,9 @@ def check_ifname(spec: JobSpec) -> None:
     interfaces = psutil.net_if_addrs()
     name = spec.ifname
     if name not in interfaces:
-        raise ConfigError(f"no network interface {name!r} on this host (it has: {', '.join(sorted(interfaces))})", key="ifname")
+        raise ConfigError(
+            f"no network interface {name!r} on this host (it has: {', '.join(sorted(interfaces))})", key="ifname"
+        )
     if not spec.multi_node and name != loopback_interface():
         raise ConfigError(
             f"ifname {name!r} would make TensorPipe and Gloo listen beyond this machine, and a single-node job "
@@ -232,7 +249,9 @@ def check_ifname(spec: JobSpec) -> None:
             key="ifname",
         )
     if spec.multi_node and not any(address.family == socket.AF_INET for address in interfaces[name]):
-        raise ConfigError(f"network interface {name!r} has no IPv4 address for TensorPipe and Gloo to use", key="ifname")
+        raise ConfigError(
+            f"network interface {name!r} has no IPv4 address for TensorPipe and Gloo to use", key="ifname"
+        )
 
 
 def check_port_free(port: int, host: str = LOOPBACK) -> None:

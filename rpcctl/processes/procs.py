@@ -108,7 +108,14 @@ class RankProcesses:
         return self._sock.fileno()
 
     def start(self, rank: RankPlan, env: dict[str, str], exec_fresh: bool, output_fd: int, cwd: str) -> None:
-        message = {"op": "spawn", "rank": rank.rank, "argv": rank.script_argv, "env": env, "cwd": cwd, "exec": exec_fresh}
+        message = {
+            "op": "spawn",
+            "rank": rank.rank,
+            "argv": rank.script_argv,
+            "env": env,
+            "cwd": cwd,
+            "exec": exec_fresh,
+        }
         socket.send_fds(self._sock, [json.dumps(message).encode()], [output_fd])
 
     def poll(self, timeout: float) -> list[ExitStatus]:
@@ -173,7 +180,9 @@ class RankProcesses:
             how = "closed its socket"
         self.lost = how
         self.kill_run_processes()
-        raise RankServerLost(f"the rank server (pid {self.server.pid}) {how}; every process of the run was killed (see launcher.log)")
+        raise RankServerLost(
+            f"the rank server (pid {self.server.pid}) {how}; every process of the run was killed (see launcher.log)"
+        )
 
     def kill_run_processes(self, timeout: float = 5.0) -> None:
         """SIGKILL every process of the run the rank server can no longer kill: the ranks'
@@ -186,7 +195,11 @@ class RankProcesses:
                     os.killpg(pid, signal.SIGKILL)  # each rank leads its own group
                 except (ProcessLookupError, PermissionError):
                     pass
-            left = [p for p in _descendants() if p.pid != self.server.pid and self.run_id and process_in_run(p.pid, self.run_id)]
+            left = [
+                p
+                for p in _descendants()
+                if p.pid != self.server.pid and self.run_id and process_in_run(p.pid, self.run_id)
+            ]
             for proc in left:
                 try:
                     if proc.ppid() == os.getpid():

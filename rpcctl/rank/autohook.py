@@ -162,5 +162,7 @@ def watch(hooks: Any) -> None:
     for module, on_import in hooks:
         if module in sys.modules:
             on_import()
-        elif not any(isinstance(f, _ImportHook) and f.module == module and f.on_import is on_import for f in sys.meta_path):
+        elif not any(
+            isinstance(f, _ImportHook) and f.module == module and f.on_import is on_import for f in sys.meta_path
+        ):
             sys.meta_path.insert(0, _ImportHook(module, on_import))

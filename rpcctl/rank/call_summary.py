@@ -45,11 +45,13 @@ class Summariser:
         self.sites: dict[tuple[Any, int], str] = {}
         self.stats: dict[tuple[str, str, str], list[Any]] = {}  # (callee, func, kind) → [n, err, tmo, sum, max, hist]
         self.listed = 0
-        self.running: dict[int, list[Any]] = {}  # thread → [what it serves (self.state.serving_now), start, id or 0] (``_carried``)
+        # thread → [what it serves (self.state.serving_now), start, id or 0] (``_carried``)
+        self.running: dict[int, list[Any]] = {}
         self.watching: list[Ref] = []  # rpc.remote handles alive when first seen
         self.remote_listed: dict[int, int] = {}  # id(handle record) → call id, for those listed
         self.watched_listed: dict[int, int] = {}  # id(watched rpc_async) → call id, for those listed
-        self.calling: dict[int, list[Any]] = {}  # thread → [its untimed rpc_sync (self.state.in_flight), start, id or 0]
+        # thread → [its untimed rpc_sync (self.state.in_flight), start, id or 0]
+        self.calling: dict[int, list[Any]] = {}
         self.untimed_listed: dict[int, tuple[Any, float]] = {}  # call id → (stats key, start) of a listed untimed call
         self.next_id = 1
         # (kind, to, func, method or None) → its stats key, None for torch's own calls: a call's
@@ -78,8 +80,22 @@ class Summariser:
         self._watch_remotes(now, out)
         self._calling(now, out)  # before the counts go out: a long call's end sets their longest
         for (callee, func, kind), (n, err, tmo, total, longest, hist, sent) in self.stats.items():
-            out.append({"e": "cstat", "callee": callee, "func": func, "kind": kind, "n": n, "err": err, "tmo": tmo,
-                        "sum": total, "max": longest, "h": {str(k): v for k, v in hist.items()}, "bytes": sent, "t": now})
+            out.append(
+                {
+                    "e": "cstat",
+                    "callee": callee,
+                    "func": func,
+                    "kind": kind,
+                    "n": n,
+                    "err": err,
+                    "tmo": tmo,
+                    "sum": total,
+                    "max": longest,
+                    "h": {str(k): v for k, v in hist.items()},
+                    "bytes": sent,
+                    "t": now,
+                }
+            )
         self.stats.clear()
         self._serving(now, out)
         return out
@@ -151,9 +167,16 @@ class Summariser:
             del rref
             still.append(ref)
             if now - ref.t >= calls.LONG_S and id(ref) not in self.remote_listed and self.listed < calls.MAX_LISTED:
-                self.remote_listed[id(ref)] = self._listed(out, "call", kind="remote", callee=self._callee(ref.to),
-                                                           func=self._ref_name(ref), site=self._site(ref.code, ref.lasti),
-                                                           thread=ref.tid, t=ref.t)
+                self.remote_listed[id(ref)] = self._listed(
+                    out,
+                    "call",
+                    kind="remote",
+                    callee=self._callee(ref.to),
+                    func=self._ref_name(ref),
+                    site=self._site(ref.code, ref.lasti),
+                    thread=ref.tid,
+                    t=ref.t,
+                )
         self.watching = still
 
     def _entry(self, key: tuple[str, str, str]) -> list[Any]:
@@ -168,7 +191,13 @@ class Summariser:
         for LONG_S (ended when seen done, so their end is known within a cycle). A plain call
         that ended well (no method in its arguments, not listed, short) is tallied by (callee,
         function) and resolved once per cycle: the sender's cost per call (launch_cost.py async)."""
-        watched_q, done, value, helped_types, invokes = self.state.watched, self.state.future_done, self.state.future_value, self.state.HELPED, self.state.local_invokes
+        watched_q, done, value, helped_types, invokes = (
+            self.state.watched,
+            self.state.future_done,
+            self.state.future_value,
+            self.state.HELPED,
+            self.state.local_invokes,
+        )
         tally: dict[tuple[Any, Any], int] = {}
         long_s = calls.LONG_S
         for _ in range(len(watched_q)):
@@ -216,8 +245,16 @@ class Summariser:
         _, to, func, args, code, lasti, tid, t0 = watched
         method = self.state.proxy_method(func, args)
         self.watched_listed[id(watched)] = self._listed(
-            out, "call", kind="rpc_async", callee=self._callee(to), func=self._func_or_method(func, method),
-            site=self._site(code, lasti), thread=tid, nbytes=self.state.sent_bytes(args, method), t=t0)
+            out,
+            "call",
+            kind="rpc_async",
+            callee=self._callee(to),
+            func=self._func_or_method(func, method),
+            site=self._site(code, lasti),
+            thread=tid,
+            nbytes=self.state.sent_bytes(args, method),
+            t=t0,
+        )
 
     def _count_watched(self, watched: tuple[Any, ...], status: str, seen: float, out: list[dict[str, Any]]) -> None:
         if self.watched_listed:
@@ -277,8 +314,17 @@ class Summariser:
     def _list(self, call: calls.Call, out: list[dict[str, Any]]) -> None:
         if self.listed >= calls.MAX_LISTED or not call.counted:  # a sampled remote: its handle is listed
             return
-        call.listed = self._listed(out, "call", kind=call.kind, callee=self._callee(call.to), func=self._name(call),
-                                   site=self._site(call.code, call.lasti), thread=call.tid, nbytes=call.nbytes, t=call.t0)
+        call.listed = self._listed(
+            out,
+            "call",
+            kind=call.kind,
+            callee=self._callee(call.to),
+            func=self._name(call),
+            site=self._site(call.code, call.lasti),
+            thread=call.tid,
+            nbytes=call.nbytes,
+            t=call.t0,
+        )
 
     def _listed(self, out: list[dict[str, Any]], event: str, **fields: Any) -> int:
         """One call (or served call) listed: its event, under the next id, which it returns."""
@@ -310,12 +356,23 @@ class Summariser:
         if key is None:  # torch's own
             entry[2] = -1
             return
-        entry[2] = self._listed(out, "call", kind="rpc_sync", callee=key[0], func=key[1], site=self._site(code, lasti), thread=tid,
-                                nbytes=self.state.sent_bytes(args, method), t=t0)
+        entry[2] = self._listed(
+            out,
+            "call",
+            kind="rpc_sync",
+            callee=key[0],
+            func=key[1],
+            site=self._site(code, lasti),
+            thread=tid,
+            nbytes=self.state.sent_bytes(args, method),
+            t=t0,
+        )
         self.untimed_listed[entry[2]] = (key, t0)
         self.state.listed_sync[id(entry[0])] = entry[2]
 
-    def _end_untimed(self, listed: tuple[Any, float] | None, call_id: int, status: str, ended: float, out: list[dict[str, Any]]) -> None:
+    def _end_untimed(
+        self, listed: tuple[Any, float] | None, call_id: int, status: str, ended: float, out: list[dict[str, Any]]
+    ) -> None:
         out.append({"e": "cend", "id": call_id, "status": status, "t": ended})
         if listed is not None:  # untimed, but the longest call is known
             key, t0 = listed
@@ -331,7 +388,11 @@ class Summariser:
             if not entry[2] and now - entry[1] >= calls.LONG_S and self.listed < calls.MAX_LISTED:
                 udf = entry[0][0]
                 name = _udf_name(udf)
-                entry[2] = -1 if name is None else self._listed(out, "srv", thread=tid, func=name, nbytes=_tensor_bytes(udf), t=entry[1])
+                entry[2] = (
+                    -1
+                    if name is None
+                    else self._listed(out, "srv", thread=tid, func=name, nbytes=_tensor_bytes(udf), t=entry[1])
+                )
         for entry in gone:
             out.append({"e": "send", "id": entry[2], "t": now})
 
@@ -401,7 +462,9 @@ class Summariser:
 _summariser = Summariser()
 
 
-def _carried(previous: dict[int, list[Any]], table: dict[int, tuple[Any, ...]], start: int) -> tuple[dict[int, list[Any]], list[list[Any]]]:
+def _carried(
+    previous: dict[int, list[Any]], table: dict[int, tuple[Any, ...]], start: int
+) -> tuple[dict[int, list[Any]], list[list[Any]]]:
     """A hook's table of what each thread runs now (``state.in_flight``, ``state.serving_now``),
     carried from the last cycle: thread → [the entry, its start (the entry's item ``start``),
     its id once listed, -1 if it is not to be], each kept while the same entry is there (its

@@ -112,7 +112,22 @@ _helpers: set[Any] = set()
 
 
 class Call:
-    __slots__ = ("kind", "to", "func", "args", "code", "lasti", "tid", "t0", "t1", "status", "listed", "counted", "nbytes", "timed")
+    __slots__ = (
+        "kind",
+        "to",
+        "func",
+        "args",
+        "code",
+        "lasti",
+        "tid",
+        "t0",
+        "t1",
+        "status",
+        "listed",
+        "counted",
+        "nbytes",
+        "timed",
+    )
 
     def finish(self, fut: Any) -> None:
         """Done-callback of an async call's future (a torch thread)."""
@@ -150,7 +165,8 @@ def _start(kind: str, to: Any, func: Any, args: Any) -> Call | None:
     call = Call()
     call.kind, call.to, call.func, call.tid, call.listed, call.counted, call.timed = kind, to, func, tid, 0, True, True
     call.args = _proxy_method(func, args)
-    call.code, call.lasti = _caller(3)  # 3: this function, the hook, the hook's caller (or rpcctl's frames, walked past)
+    # 3: this function, the hook, the hook's caller (or rpcctl's frames, walked past)
+    call.code, call.lasti = _caller(3)
     call.nbytes = _sent_bytes(args, call.args)
     call.t0 = _time()
     _pending[id(call)] = call
@@ -455,7 +471,12 @@ def _set_sender(tid: int) -> None:
     _sender_tid = tid
 
 
-STATE.proxy_method, STATE.sent_bytes, STATE.failure, STATE.set_sender = _proxy_method, _sent_bytes, _failure, _set_sender
+STATE.proxy_method, STATE.sent_bytes, STATE.failure, STATE.set_sender = (
+    _proxy_method,
+    _sent_bytes,
+    _failure,
+    _set_sender,
+)
 
 
 class CallsObserver(Observer):
@@ -474,7 +495,8 @@ class CallsObserver(Observer):
     def activate(self, queue: Any) -> None:
         global _q
         _q, STATE.active = queue, True
-        hooks.set_remote_timer(_time_remote, functools.partial(_count_failure, "remote"), _remote_timed)  # its part of the rpc.remote hook
+        # its part of the rpc.remote hook
+        hooks.set_remote_timer(_time_remote, functools.partial(_count_failure, "remote"), _remote_timed)
 
     def deactivate(self) -> None:
         global _q

@@ -69,7 +69,7 @@ def note(index: int, pid: int) -> str:
 def noted(line: str) -> tuple[int, int] | None:
     """(index, pid) of a ``note`` line; None for any other line."""
     head, mid, pid = line.strip().partition(_NOTE_MID)
-    index = head[len(_NOTE_HEAD):] if head.startswith(_NOTE_HEAD) else ""
+    index = head[len(_NOTE_HEAD) :] if head.startswith(_NOTE_HEAD) else ""
     if not mid or not index.isdigit() or not pid.isdigit() or not index.isascii() or not pid.isascii():
         return None
     return int(index), int(pid)
@@ -112,7 +112,12 @@ def _note_failed_pid() -> None:
         original(self, *args, **kwargs)
         try:
             index, pid = getattr(self, "error_index", None), getattr(self, "error_pid", None)
-            if type(index) is int and type(pid) is int and _not_a_rank() and note(index, pid) not in getattr(self, "__notes__", ()):
+            if (
+                type(index) is int
+                and type(pid) is int
+                and _not_a_rank()
+                and note(index, pid) not in getattr(self, "__notes__", ())
+            ):
                 self.add_note(note(index, pid))
         except Exception:  # noqa: BLE001 - never change what the program's own join raises
             pass
@@ -161,10 +166,15 @@ def _raised_document(exc: BaseException, name: str) -> dict[str, Any]:
     pid), and its exception as the rank's error file has one, capped the same way."""
     whole = "; the whole is in the rank's log"
     return {
-        "rank_pid": os.environ.get(protocol.ENV_RANK_PID), "pid": os.getpid(), "ppid": os.getppid(), "name": str(name)[:200],
+        "rank_pid": os.environ.get(protocol.ENV_RANK_PID),
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "name": str(name)[:200],
         "worker": _worker_name(),
-        "type": type(exc).__name__, "message": cap_text(f"{type(exc).__name__}: {exc}", MAX_MESSAGE_CHARS, whole),
-        "traceback": cap_text("".join(traceback.format_exception(exc)), MAX_TRACEBACK_CHARS, whole), "t": time.time(),
+        "type": type(exc).__name__,
+        "message": cap_text(f"{type(exc).__name__}: {exc}", MAX_MESSAGE_CHARS, whole),
+        "traceback": cap_text("".join(traceback.format_exception(exc)), MAX_TRACEBACK_CHARS, whole),
+        "t": time.time(),
     }
 
 

@@ -83,9 +83,25 @@ MAX_NAME_CHARS = 256  # of a group's name (new_group's hashed names are 40)
 MAX_MEMBERS = 100_000  # ranks of a group sent
 USER_PREFIXES = ("TORCH_FR_", "TORCH_NCCL_")
 
-_DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1, "Byte": 1,
-                "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "UInt16": 2,
-                "UInt32": 4, "UInt64": 8}
+_DTYPE_BYTES = {
+    "Float": 4,
+    "Double": 8,
+    "Half": 2,
+    "BFloat16": 2,
+    "Long": 8,
+    "Int": 4,
+    "Short": 2,
+    "Char": 1,
+    "Byte": 1,
+    "Bool": 1,
+    "ComplexFloat": 8,
+    "ComplexDouble": 16,
+    "Float8_e4m3fn": 1,
+    "Float8_e5m2": 1,
+    "UInt16": 2,
+    "UInt32": 4,
+    "UInt64": 8,
+}
 
 _active = False
 _queue: Any = None
@@ -165,7 +181,13 @@ def identity(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | 
             rdv = f"{host}:{port}" if host else f"file://{path}" if path else "store"
         else:
             rdv = rendezvous(method)
-        return {"e": "pgw", "rank": int(dist.get_rank()), "world_size": int(dist.get_world_size()), "rdv": rdv, "t": time.time()}
+        return {
+            "e": "pgw",
+            "rank": int(dist.get_rank()),
+            "world_size": int(dist.get_world_size()),
+            "rdv": rdv,
+            "t": time.time(),
+        }
     except Exception:  # noqa: BLE001 - never fail the user's init_process_group for telemetry
         return None
 
@@ -208,8 +230,11 @@ class CollectivesObserver(Observer):
         if full is None:
             return
         after = {str(pg) for pg in full.get("pg_status") or {}}
-        named = {str(e.get("pg_id")) for e in full.get("entries") or []
-                 if isinstance(e.get("process_group"), (list, tuple)) and e["process_group"] and e["process_group"][0]}
+        named = {
+            str(e.get("pg_id"))
+            for e in full.get("entries") or []
+            if isinstance(e.get("process_group"), (list, tuple)) and e["process_group"] and e["process_group"][0]
+        }
         labels = set(_rpc_groups.values())
         label = RPC_GROUP if not labels else f"{RPC_GROUP}{len(labels) + 1}"
         for pg in after - before - named:
@@ -278,7 +303,11 @@ def c10d_members() -> dict[str, list[int]]:
     if not names or not ranks:
         return {}
     try:
-        return {str(name): sorted(int(r) for r in ranks[pg])[:MAX_MEMBERS] for pg, name in list(names.items()) if pg in ranks}
+        return {
+            str(name): sorted(int(r) for r in ranks[pg])[:MAX_MEMBERS]
+            for pg, name in list(names.items())
+            if pg in ranks
+        }
     except Exception:  # noqa: BLE001 - torch's private bookkeeping changed shape: members unknown, as before
         return {}
 
@@ -322,14 +351,28 @@ def _settled_status() -> dict[str, Any] | None:
     while True:
         status = _dump(entries=False)
         groups = (status or {}).get("pg_status") or {}
-        behind = any(int(st.get("last_enqueued_collective", 0)) > int(st.get("last_completed_collective", 0)) for st in groups.values())
+        behind = any(
+            int(st.get("last_enqueued_collective", 0)) > int(st.get("last_completed_collective", 0))
+            for st in groups.values()
+        )
         if not behind or time.monotonic() >= deadline:
             return status
         time.sleep(0.01)
 
 
 class _Group:
-    __slots__ = ("entered", "completed", "sent", "flight_seen", "described", "marks", "desc", "size", "members", "members_sent")
+    __slots__ = (
+        "entered",
+        "completed",
+        "sent",
+        "flight_seen",
+        "described",
+        "marks",
+        "desc",
+        "size",
+        "members",
+        "members_sent",
+    )
 
     def __init__(self) -> None:
         self.entered = self.completed = 0
@@ -384,9 +427,14 @@ class Poller:
         for pg, st in (status.get("pg_status") or {}).items():
             group = self.groups.setdefault(str(pg), _Group())
             # -1: none yet (torch's initial value)
-            group.saw(max(0, int(st.get("last_enqueued_collective", 0))), max(0, int(st.get("last_completed_collective", 0))), now)
+            group.saw(
+                max(0, int(st.get("last_enqueued_collective", 0))),
+                max(0, int(st.get("last_completed_collective", 0))),
+                now,
+            )
             if group.entered > group.completed:
-                if group.flight_seen != group.completed + 1:  # a new one in flight: read it only if it is still there next cycle
+                # a new one in flight: read it only if it is still there next cycle
+                if group.flight_seen != group.completed + 1:
                     group.flight_seen, group.described = group.completed + 1, None
                 elif group.described is None:
                     want_entries = True  # the same collective in flight for a cycle: read what it is
@@ -395,12 +443,19 @@ class Poller:
             if str(pg) not in self.names:
                 if str(pg) in _rpc_groups:
                     self._name(str(pg), _rpc_groups[str(pg)])
-                elif str(pg) not in self.asked:  # once: a ring that overwrote its entries names it at its next collective
+                # once: a ring that overwrote its entries names it at its next collective
+                elif str(pg) not in self.asked:
                     self.asked.add(str(pg))
                     unnamed = want_entries = True
-        if want_entries and not final and not unnamed and not any(
+        if (
+            want_entries
+            and not final
+            and not unnamed
+            and not any(
                 group.completed > self.counted.get(pg, 0) or group.described is None and group.entered > group.completed
-                for pg, group in self.groups.items()):
+                for pg, group in self.groups.items()
+            )
+        ):
             want_entries = False  # nothing completed since the last read, nothing in flight to describe: ~3-6 ms saved
         if want_entries:
             self.next_sample = now + SAMPLE_EVERY_S
@@ -415,8 +470,15 @@ class Poller:
             if state == group.sent and not final:
                 continue
             group.sent = state
-            event: dict[str, Any] = {"e": "coll", "pg": label, "name": group.desc, "size": group.size, "enq": group.entered,
-                                     "done": group.completed, "t": now}
+            event: dict[str, Any] = {
+                "e": "coll",
+                "pg": label,
+                "name": group.desc,
+                "size": group.size,
+                "enq": group.entered,
+                "done": group.completed,
+                "t": now,
+            }
             if group.members is not None and (final or not group.members_sent):
                 event["ranks"], group.members_sent = group.members, True
             if group.described is not None:
@@ -457,7 +519,14 @@ class Poller:
                     unretired = unretired or seq > counted
                     if seq == group.completed + 1 and group.entered > group.completed:
                         created, op, sizes, dtypes, size = _decoded(entry)
-                        group.described = {"seq": seq, "op": op, "sizes": sizes, "dtypes": dtypes, "bytes": size, "since": created}
+                        group.described = {
+                            "seq": seq,
+                            "op": op,
+                            "sizes": sizes,
+                            "dtypes": dtypes,
+                            "bytes": size,
+                            "since": created,
+                        }
                     continue
                 if unretired and not final:
                     # gloo's worker threads retire out of order: N+1 can retire before N. Counted
@@ -483,15 +552,28 @@ class Poller:
                 b = str(bucket(duration)) if duration > 0 else "0"
                 stat[4][b] = stat[4].get(b, 0) + 1
                 if len(listed) < MAX_LISTED_PER_READ and (seq <= LIST_FIRST or seq % LIST_EVERY == 0):
-                    listed.append({"e": "cent", "pg": label, "seq": seq, "op": op, "sizes": sizes, "dtypes": dtypes, "bytes": size,
-                                   "entered": created, "completed": bound, "t": now})
+                    listed.append(
+                        {
+                            "e": "cent",
+                            "pg": label,
+                            "seq": seq,
+                            "op": op,
+                            "sizes": sizes,
+                            "dtypes": dtypes,
+                            "bytes": size,
+                            "entered": created,
+                            "completed": bound,
+                            "t": now,
+                        }
+                    )
                 counted = seq
             self.counted[pg] = counted
             group.marks = [m for m in group.marks if m[0] > counted]
-        events = [{"e": "cop", "pg": pg, "op": op, "n": s[0], "bytes": s[1], "sum": s[2], "max": s[3], "h": s[4], "t": now}
-                  for (pg, op), s in stats.items()]
+        events = [
+            {"e": "cop", "pg": pg, "op": op, "n": s[0], "bytes": s[1], "sum": s[2], "max": s[3], "h": s[4], "t": now}
+            for (pg, op), s in stats.items()
+        ]
         return events + listed
-
 
     def _name(self, pg: str, label: str) -> None:
         """Recorder group ``pg`` is ``label`` on every rank; its members, from c10d's bookkeeping
@@ -507,8 +589,13 @@ def _decoded(entry: dict[str, Any]) -> tuple[float, str, list[list[int]], list[s
     """A recorder entry's (created, op, sizes, dtypes, bytes)."""
     sizes = [list(s) for s in entry.get("input_sizes") or []]
     dtypes = [str(d) for d in entry.get("input_dtypes") or []]
-    return (int(entry.get("time_created_ns") or 0) / 1e9, op_name(str(entry.get("profiling_name") or "")), sizes, dtypes,
-            nbytes(sizes, dtypes))
+    return (
+        int(entry.get("time_created_ns") or 0) / 1e9,
+        op_name(str(entry.get("profiling_name") or "")),
+        sizes,
+        dtypes,
+        nbytes(sizes, dtypes),
+    )
 
 
 def poller() -> Poller:

@@ -69,10 +69,17 @@ class Family:
 
     __slots__ = ("name", "events", "observer", "processor", "after_fork", "imports", "rpc_hooks", "at_start")
 
-    def __init__(self, name: str, events: tuple[str, ...], observer: Any = None,
-                 processor: Callable[[Cycle], Processor] | None = None, after_fork: Callable[[], None] | None = None,
-                 imports: tuple[tuple[str, Callable[[], None]], ...] = (), rpc_hooks: bool = False,
-                 at_start: Callable[[], Any] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        events: tuple[str, ...],
+        observer: Any = None,
+        processor: Callable[[Cycle], Processor] | None = None,
+        after_fork: Callable[[], None] | None = None,
+        imports: tuple[tuple[str, Callable[[], None]], ...] = (),
+        rpc_hooks: bool = False,
+        at_start: Callable[[], Any] | None = None,
+    ) -> None:
         self.name, self.events, self.observer, self.processor = name, tuple(events), observer, processor
         self.after_fork, self.imports, self.rpc_hooks, self.at_start = after_fork, tuple(imports), rpc_hooks, at_start
 
@@ -105,12 +112,29 @@ def _builtin() -> tuple[Family, ...]:
     from rpcctl.rank.rrefs import hooks, sender
 
     return (
-        Family("rrefs", ("rref", "conf", "desc", "vfree", "fork", "rel", "used", "churn", "shutdown"), hooks.OBSERVER,
-               lambda cycle: _OfItems(sender.tracker(), cycle), sender.after_fork_in_child, rpc_hooks=True),
-        Family("calls", ("join", "cstat", "call", "cend", "srv", "send"), calls.OBSERVER,
-               lambda cycle: _Calls(call_summary.summariser(), cycle), call_summary.after_fork_in_child, rpc_hooks=True),
-        Family("collectives", ("coll", "cop", "cent", "pgjoin", "pgw"), collectives.OBSERVER,
-               lambda cycle: collectives.poller(), at_start=collectives.configure_env),
+        Family(
+            "rrefs",
+            ("rref", "conf", "desc", "vfree", "fork", "rel", "used", "churn", "shutdown"),
+            hooks.OBSERVER,
+            lambda cycle: _OfItems(sender.tracker(), cycle),
+            sender.after_fork_in_child,
+            rpc_hooks=True,
+        ),
+        Family(
+            "calls",
+            ("join", "cstat", "call", "cend", "srv", "send"),
+            calls.OBSERVER,
+            lambda cycle: _Calls(call_summary.summariser(), cycle),
+            call_summary.after_fork_in_child,
+            rpc_hooks=True,
+        ),
+        Family(
+            "collectives",
+            ("coll", "cop", "cent", "pgjoin", "pgw"),
+            collectives.OBSERVER,
+            lambda cycle: collectives.poller(),
+            at_start=collectives.configure_env,
+        ),
         Family("children", ("cexit",), children.OBSERVER),
         STEPS,
     )

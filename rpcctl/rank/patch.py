@@ -200,10 +200,22 @@ def _rpc_info(options: Any) -> dict[str, Any]:
         pass
     device_maps = devices = None
     if options is not None:
-        device_maps = {str(k): {str(a): str(b) for a, b in v.items()} for k, v in (getattr(options, "device_maps", None) or {}).items()}
+        device_maps = {
+            str(k): {str(a): str(b) for a, b in v.items()}
+            for k, v in (getattr(options, "device_maps", None) or {}).items()
+        }
         devices = [str(d) for d in (getattr(options, "devices", None) or [])]
-    return {"e": "rpc", "name": me.name, "rpc_rank": me.id, "world_size": len(workers) or None, "workers": workers,
-            "device_maps": device_maps, "devices": devices, "rdv": _rendezvous(options), "t": time.time()}
+    return {
+        "e": "rpc",
+        "name": me.name,
+        "rpc_rank": me.id,
+        "world_size": len(workers) or None,
+        "workers": workers,
+        "device_maps": device_maps,
+        "devices": devices,
+        "rdv": _rendezvous(options),
+        "t": time.time(),
+    }
 
 
 def _rendezvous(options: Any) -> str:

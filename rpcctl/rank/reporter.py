@@ -343,7 +343,9 @@ class _Reporter:
             try:
                 if families.FAMILIES is not known:  # the first cycle, or a family registered since
                     known = families.FAMILIES
-                    processors.update((f.name, f.processor(cycle)) for f in known if f.processor and f.name not in processors)
+                    processors.update(
+                        (f.name, f.processor(cycle)) for f in known if f.processor and f.name not in processors
+                    )
                 events: list[dict[str, Any]] = []
                 for processor in processors.values():
                     events.extend(processor.process(now, stopping))
@@ -379,8 +381,13 @@ class _Reporter:
             return False
 
     def _probe(self, now: float) -> dict[str, Any]:
-        event: dict[str, Any] = {"e": "probe", "t": now, "dropped": self._dropped(), "telemetry_cpu_s": self.cpu_s,
-                                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+        event: dict[str, Any] = {
+            "e": "probe",
+            "t": now,
+            "dropped": self._dropped(),
+            "telemetry_cpu_s": self.cpu_s,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        }
         if self._process is not None:
             try:
                 event.update(self._process.read())
@@ -415,7 +422,11 @@ class _ProcStat:
         wall = time.monotonic()
         fields = stat_fields()
         cpu_s = (int(fields[UTIME]) + int(fields[STIME])) * self.TICK_S
-        out: dict[str, Any] = {"cpu_s": cpu_s, "rss_bytes": int(fields[RSS_PAGES]) * self.PAGE, "threads": int(fields[NUM_THREADS])}
+        out: dict[str, Any] = {
+            "cpu_s": cpu_s,
+            "rss_bytes": int(fields[RSS_PAGES]) * self.PAGE,
+            "threads": int(fields[NUM_THREADS]),
+        }
         if self.last is not None:
             spent, elapsed = cpu_s - self.last[0], wall - self.last[1]
             out["cpu_percent"] = round(spent / elapsed * 100, 1) if elapsed > 0 else 0.0
@@ -432,8 +443,12 @@ class _PsutilProbe:
     def read(self) -> dict[str, Any]:
         with self.process.oneshot():
             times = self.process.cpu_times()
-            return {"cpu_percent": self.process.cpu_percent(None), "cpu_s": times.user + times.system,
-                    "rss_bytes": self.process.memory_info().rss, "threads": self.process.num_threads()}
+            return {
+                "cpu_percent": self.process.cpu_percent(None),
+                "cpu_s": times.user + times.system,
+                "rss_bytes": self.process.memory_info().rss,
+                "threads": self.process.num_threads(),
+            }
 
 
 def _psutil_process() -> _PsutilProbe | None:
@@ -470,9 +485,14 @@ def _cuda_probe() -> dict[str, Any]:
             if reserved == 0 and index != current:
                 continue
             props = cuda.get_device_properties(index)
-            entry = {"index": index, "physical": visible[index] if index < len(visible) else str(index), "name": props.name,
-                     "total_bytes": int(props.total_memory), "reserved_bytes": reserved,
-                     "allocated_bytes": int(cuda.memory_allocated(index))}
+            entry = {
+                "index": index,
+                "physical": visible[index] if index < len(visible) else str(index),
+                "name": props.name,
+                "total_bytes": int(props.total_memory),
+                "reserved_bytes": reserved,
+                "allocated_bytes": int(cuda.memory_allocated(index)),
+            }
             if reserved:
                 free, total = cuda.mem_get_info(index)
                 entry["device_used_bytes"] = int(total - free)

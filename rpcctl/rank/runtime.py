@@ -70,7 +70,10 @@ _stack_file = None  # kept open for faulthandler.register
 def run_rank(argv: list[str]) -> int:
     """Run ``argv = [SCRIPT, *ARGS]`` as this rank's main program; return its exit code."""
     if not argv:
-        print("usage: python -m rpcctl.rank.runtime SCRIPT [ARGS...] | -m MODULE [ARGS...] | --no-python PROGRAM [ARGS...]", file=sys.stderr)
+        print(
+            "usage: python -m rpcctl.rank.runtime SCRIPT [ARGS...] | -m MODULE [ARGS...] | --no-python PROGRAM [ARGS...]",
+            file=sys.stderr,
+        )
         return 2
     if argv[0] == "--no-python" and len(argv) > 1:  # torchrun --no-python: the program is the rank, by the path typed
         typed = os.environ.get("RPCCTL_ARGV0") or argv[1]  # (a script's $0 is the path it was run by)
@@ -180,8 +183,13 @@ def spawned_failure(exc: BaseException) -> dict[str, Any] | None:
     process whose own failure it was. None for any other exception."""
     if not type(exc).__module__.startswith("torch.multiprocessing") or not hasattr(exc, "error_pid"):
         return None
-    found: dict[str, Any] = {"index": getattr(exc, "error_index", None), "pid": exc.error_pid, "traceback": None, "type": None,
-                             "chain": [exc.error_pid]}
+    found: dict[str, Any] = {
+        "index": getattr(exc, "error_index", None),
+        "pid": exc.error_pid,
+        "traceback": None,
+        "type": None,
+        "chain": [exc.error_pid],
+    }
     if hasattr(exc, "exit_code"):
         signal_name = getattr(exc, "signal_name", None)
         found["how"] = f"was killed by {signal_name}" if signal_name else f"exited with code {exc.exit_code}"
@@ -213,9 +221,9 @@ def _exited(line: str) -> str | None:
     """How a process ended, from the line of a ``ProcessExitedException`` its parent raised."""
     detail = line.partition(_EXITED_LINE)[2].partition(" terminated with ")[2].strip()
     if detail.startswith("signal "):
-        return f"was killed by {detail[len('signal '):]}"
+        return f"was killed by {detail[len('signal ') :]}"
     if detail.startswith("exit code "):
-        return f"exited with code {detail[len('exit code '):]}"
+        return f"exited with code {detail[len('exit code ') :]}"
     return None
 
 
@@ -228,7 +236,11 @@ def _write_error_file(exc: BaseException) -> None:
     path = os.environ.get("RPCCTL_ERROR_FILE") or os.environ.get("TORCHELASTIC_ERROR_FILE")
     if not path or os.path.exists(path):  # torch's @record may already have written it
         return
-    message, callstack, kind = f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc)), type(exc).__name__
+    message, callstack, kind = (
+        f"{type(exc).__name__}: {exc}",
+        "".join(traceback.format_exception(exc)),
+        type(exc).__name__,
+    )
     ours: dict[str, Any] = {"rank": os.environ.get("RANK"), "pid": os.getpid()}
     whole = f"; the whole is in logs/rank-{os.environ.get('RANK')}.log"  # Python prints it there too
     child = spawned_failure(exc)
@@ -237,12 +249,19 @@ def _write_error_file(exc: BaseException) -> None:
         message = f"mp.spawn process {child['index']} (pid {child['pid']}{where}) {child['how']}"
         callstack, kind = child["traceback"] or callstack, child["type"] or kind
         # Its text is a rank's too: capped as the message is (the whole is in the log).
-        ours["child"] = {**child, "traceback": None, "how": cap_text(child["how"], MAX_MESSAGE_CHARS, whole),
-                         "type": cap_text(child["type"], MAX_MESSAGE_CHARS, whole) if child["type"] else None}
+        ours["child"] = {
+            **child,
+            "traceback": None,
+            "how": cap_text(child["how"], MAX_MESSAGE_CHARS, whole),
+            "type": cap_text(child["type"], MAX_MESSAGE_CHARS, whole) if child["type"] else None,
+        }
     document = {
         "message": {
             "message": cap_text(message, MAX_MESSAGE_CHARS, whole),
-            "extraInfo": {"py_callstack": cap_text(callstack, MAX_TRACEBACK_CHARS, whole), "timestamp": str(int(time.time()))},
+            "extraInfo": {
+                "py_callstack": cap_text(callstack, MAX_TRACEBACK_CHARS, whole),
+                "timestamp": str(int(time.time())),
+            },
         },
         "rpcctl": {"type": kind, **ours},
     }
@@ -313,8 +332,13 @@ def bind_rendezvous_store_to_master_addr(rendezvous: types.ModuleType) -> None:
             # the server the first one started, as torch's own does; binding again would fail
             # with EADDRINUSE.
             store = TCPStore(
-                host_name=hostname, port=port, world_size=world_size, is_master=True, timeout=timeout,
-                multi_tenant=True, use_libuv=use_libuv,
+                host_name=hostname,
+                port=port,
+                world_size=world_size,
+                is_master=True,
+                timeout=timeout,
+                multi_tenant=True,
+                use_libuv=use_libuv,
             )
         else:
             listener = socket.socket(socket.AF_INET6 if ":" in hostname else socket.AF_INET, socket.SOCK_STREAM)
@@ -322,8 +346,14 @@ def bind_rendezvous_store_to_master_addr(rendezvous: types.ModuleType) -> None:
             listener.bind((hostname, port))
             listener.listen(2048)
             store = TCPStore(
-                host_name=hostname, port=port, world_size=world_size, is_master=True, timeout=timeout,
-                multi_tenant=True, master_listen_fd=listener.detach(), use_libuv=use_libuv,
+                host_name=hostname,
+                port=port,
+                world_size=world_size,
+                is_master=True,
+                timeout=timeout,
+                multi_tenant=True,
+                master_listen_fd=listener.detach(),
+                use_libuv=use_libuv,
             )
             # Held for the process's life, as torchrun's agent holds its store for the ranks':
             # a process group destroyed before init_rpc must not take the server with it.

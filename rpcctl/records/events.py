@@ -122,8 +122,19 @@ class Notice:
     warning: bool = False
 
 
-Event = (RankStarted | RankExited | RankOutput | AttemptStarted | RoundMeeting | Failed | Restarting | CancelRequested
-         | Cancelled | RunSaved | Notice)
+Event = (
+    RankStarted
+    | RankExited
+    | RankOutput
+    | AttemptStarted
+    | RoundMeeting
+    | Failed
+    | Restarting
+    | CancelRequested
+    | Cancelled
+    | RunSaved
+    | Notice
+)
 Listener = Callable[[Event], None]
 
 

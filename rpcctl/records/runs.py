@@ -160,7 +160,9 @@ class RunRecord:
         """The elastic round going on at epoch time ``t`` (the last to begin at or before it; a
         process that started before the first: the first); None for a run with no rounds. By
         time, not by restart: another node's ranks count their own attempts."""
-        rounds = [(at, r) for r in self.rounds if isinstance(r, dict) for at in [epoch_or_none(r.get("at"))] if at is not None]
+        rounds = [
+            (at, r) for r in self.rounds if isinstance(r, dict) for at in [epoch_or_none(r.get("at"))] if at is not None
+        ]
         if not rounds or t is None:
             return None
         begun = [r for at, r in rounds if at <= t]  # a round is stamped before its ranks start
@@ -195,7 +197,9 @@ class RunRecord:
     def from_dict(cls, data: dict[str, Any]) -> RunRecord:
         data = dict(data)
         data["status"] = RunStatus(data["status"])
-        data["ranks"] = [RankState(**{**r, "state": RankStatus(r.get("state", RankStatus.PENDING))}) for r in data.get("ranks", [])]
+        data["ranks"] = [
+            RankState(**{**r, "state": RankStatus(r.get("state", RankStatus.PENDING))}) for r in data.get("ranks", [])
+        ]
         if data.get("root_cause"):
             data["root_cause"] = Failure(**data["root_cause"])
         data["reason"] = cap_text(data.get("reason"), MAX_MESSAGE_CHARS)  # a record written before the caps
@@ -282,16 +286,22 @@ def check_runs_dir(runs_dir: Path, flag: str) -> list[str]:
         except OSError:
             continue  # not there yet: rpcctl makes it, as yours
         if st.st_uid not in (me, 0):
-            raise UsageError(f"{flag}: {directory} belongs to another user (uid {st.st_uid}): they could swap a run directory "
-                             "for a link to anywhere; use a runs directory of your own")
+            raise UsageError(
+                f"{flag}: {directory} belongs to another user (uid {st.st_uid}): they could swap a run directory "
+                "for a link to anywhere; use a runs directory of your own"
+            )
         if st.st_mode & stat.S_ISVTX:
             continue
         if st.st_mode & stat.S_IWOTH:
-            raise UsageError(f"{flag}: {directory} is writable by every user (mode {stat.S_IMODE(st.st_mode):o}): another user "
-                             f"could swap a run directory for a link to anywhere; chmod o-w (or +t, as /tmp) {directory}, or use another")
+            raise UsageError(
+                f"{flag}: {directory} is writable by every user (mode {stat.S_IMODE(st.st_mode):o}): another user "
+                f"could swap a run directory for a link to anywhere; chmod o-w (or +t, as /tmp) {directory}, or use another"
+            )
         if st.st_mode & stat.S_IWGRP and st.st_uid == me:
-            warnings.append(f"{directory} is writable by its group (mode {stat.S_IMODE(st.st_mode):o}): its members could swap "
-                            "a run directory for a link; chmod g-w (or +t) if they are not to")
+            warnings.append(
+                f"{directory} is writable by its group (mode {stat.S_IMODE(st.st_mode):o}): its members could swap "
+                "a run directory for a link; chmod g-w (or +t) if they are not to"
+            )
     return warnings
 
 

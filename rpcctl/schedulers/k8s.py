@@ -103,7 +103,9 @@ def pod_flags(env: Mapping[str, str], gpus: int = 0, wanted: Nodes | None = None
         addr = env["PET_MASTER_ADDR"].strip()
         problem = host_problem(addr)
         if problem is not None:
-            raise UsageError(f"$PET_MASTER_ADDR={_shown(env['PET_MASTER_ADDR'])} is not an IP address or a host name: {problem}")
+            raise UsageError(
+                f"$PET_MASTER_ADDR={_shown(env['PET_MASTER_ADDR'])} is not an IP address or a host name: {problem}"
+            )
         flags["master_addr"] = (addr, f"PET_MASTER_ADDR={addr}")
     if env.get("PET_MASTER_PORT"):
         port = _count(env, "PET_MASTER_PORT", 1)
@@ -145,12 +147,20 @@ def _shown(value: str) -> str:
     return repr(value) if len(value) <= 80 else repr(value[:77]) + "..."
 
 
-def check_name(value: str, what: str, *, rule: Literal["label", "rfc1035", "subdomain"] = "label", max_len: int = 63) -> str:
+def check_name(
+    value: str, what: str, *, rule: Literal["label", "rfc1035", "subdomain"] = "label", max_len: int = 63
+) -> str:
     """``value`` if it is a valid Kubernetes name of this kind, else a UsageError (exit 2)
     naming ``what`` (a flag or a config key)."""
     pattern, words = {
-        "label": (_LABEL, "a DNS-1123 label: lower-case letters, digits and '-', starting and ending with a letter or digit"),
-        "rfc1035": (_RFC1035, "an RFC 1035 label: lower-case letters, digits and '-', starting with a letter and ending with a letter or digit"),
+        "label": (
+            _LABEL,
+            "a DNS-1123 label: lower-case letters, digits and '-', starting and ending with a letter or digit",
+        ),
+        "rfc1035": (
+            _RFC1035,
+            "an RFC 1035 label: lower-case letters, digits and '-', starting with a letter and ending with a letter or digit",
+        ),
         "subdomain": (_SUBDOMAIN, "a DNS-1123 subdomain: DNS-1123 labels joined by '.'"),
     }[rule]
     if not pattern.fullmatch(value):
@@ -162,7 +172,9 @@ def check_name(value: str, what: str, *, rule: Literal["label", "rfc1035", "subd
 
 def check_image(value: str) -> str:
     if not _IMAGE.fullmatch(value) or len(value) > 4096:
-        raise UsageError(f"--image: {_shown(value)} is not an image reference like registry.example.com/team/train:1.0 or name@sha256:<digest>")
+        raise UsageError(
+            f"--image: {_shown(value)} is not an image reference like registry.example.com/team/train:1.0 or name@sha256:<digest>"
+        )
     return value
 
 
@@ -177,10 +189,14 @@ def check_image_path(value: str, flag: str) -> str:
     name of at most 255 bytes each, 4095 in all); else a UsageError (exit 2) naming ``flag``."""
     odd = next((c for c in value if unicodedata.category(c) in _NOT_IN_A_PATH), None)
     if odd is not None:
-        raise UsageError(f"{flag}: {_shown(value)} holds U+{ord(odd):04X} ({unicodedata.name(odd, 'a control character')}): "
-                         "a path in the image is printable text")
+        raise UsageError(
+            f"{flag}: {_shown(value)} holds U+{ord(odd):04X} ({unicodedata.name(odd, 'a control character')}): "
+            "a path in the image is printable text"
+        )
     if not value.startswith("/") or value.endswith("/"):
-        raise UsageError(f"{flag}: {_shown(value)} is not an absolute path in the image (of a file, like /app/train.py)")
+        raise UsageError(
+            f"{flag}: {_shown(value)} is not an absolute path in the image (of a file, like /app/train.py)"
+        )
     if len(value.encode()) > 4095 or any(len(part.encode()) > 255 for part in value.split("/")):
         raise UsageError(f"{flag}: {_shown(value)} is longer than Linux allows (255 bytes a name, 4095 in all)")
     return value
@@ -248,15 +264,23 @@ def pod_config(spec: JobSpec, k8s: K8sSpec) -> tuple[str, dict[str, str]]:
     elif spec.script is None:  # a module (-m): the image holds it
         pass
     else:
-        key = spec.script.name if _CONFIGMAP_KEY.fullmatch(spec.script.name) and spec.script.name != CONFIG_KEY else "script.py"
+        key = (
+            spec.script.name
+            if _CONFIGMAP_KEY.fullmatch(spec.script.name) and spec.script.name != CONFIG_KEY
+            else "script.py"
+        )
         try:
             data[key] = Path(spec.script).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"cannot ship the script {spec.script} in a ConfigMap ({exc}): put it in the image and pass --script-in-image PATH") from None
+            raise UsageError(
+                f"cannot ship the script {spec.script} in a ConfigMap ({exc}): put it in the image and pass --script-in-image PATH"
+            ) from None
         update["script"] = f"{CONFIG_DIR}/{key}"
     if k8s.gpus_per_node:
         if spec.devices == "cpu":
-            raise UsageError(f"--gpus-per-node {k8s.gpus_per_node}, but the config's devices is 'cpu': drop one of them")
+            raise UsageError(
+                f"--gpus-per-node {k8s.gpus_per_node}, but the config's devices is 'cpu': drop one of them"
+            )
         if spec.devices == "inherit":
             update["devices"] = "auto"  # one of the pod's GPUs per rank
     # The pod's environment gives nnodes, node_rank and master; the file keeps one-node values.
@@ -267,12 +291,18 @@ def pod_config(spec: JobSpec, k8s: K8sSpec) -> tuple[str, dict[str, str]]:
     data[CONFIG_KEY] = text
     size = sum(len(k.encode()) + len(v.encode()) for k, v in data.items())
     if size > MAX_CONFIGMAP_BYTES:
-        raise UsageError(f"the config and script are {size:,} bytes, too big for a ConfigMap (1 MiB): put the script in the image and pass --script-in-image PATH")
+        raise UsageError(
+            f"the config and script are {size:,} bytes, too big for a ConfigMap (1 MiB): put the script in the image and pass --script-in-image PATH"
+        )
     return text, data
 
 
 def _labels(k8s: K8sSpec) -> dict[str, str]:
-    return {"app.kubernetes.io/name": "rpcctl", "app.kubernetes.io/instance": k8s.name, "app.kubernetes.io/managed-by": "rpcctl"}
+    return {
+        "app.kubernetes.io/name": "rpcctl",
+        "app.kubernetes.io/instance": k8s.name,
+        "app.kubernetes.io/managed-by": "rpcctl",
+    }
 
 
 def _metadata(k8s: K8sSpec, name: str) -> dict[str, Any]:
@@ -286,7 +316,8 @@ def _resources(spec: JobSpec, k8s: K8sSpec) -> dict[str, Any]:
     requests: dict[str, Any] = {"cpu": k8s.cpus_per_node or str(spec.nproc_per_node)}
     limits: dict[str, Any] = {}
     if k8s.memory_per_node:
-        requests["memory"] = limits["memory"] = k8s.memory_per_node  # memory is not compressible: request what the limit is
+        # memory is not compressible: request what the limit is
+        requests["memory"] = limits["memory"] = k8s.memory_per_node
     if k8s.gpus_per_node:
         limits["nvidia.com/gpu"] = k8s.gpus_per_node
     return {"requests": requests, "limits": limits} if limits else {"requests": requests}
@@ -304,7 +335,8 @@ def _volumes(k8s: K8sSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     volumes = [
         {"name": "config", "configMap": {"name": f"{k8s.name}-config"}},
         {"name": "runs", **runs},
-        {"name": "dshm", "emptyDir": {"medium": "Memory"}},  # TensorPipe's shared memory: the container's own /dev/shm is 64 MiB
+        # TensorPipe's shared memory: the container's own /dev/shm is 64 MiB
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
     ]
     mounts = [
         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
@@ -322,8 +354,11 @@ def manifests(spec: JobSpec, k8s: K8sSpec) -> list[dict[str, Any]]:
     """Everything that runs ``spec`` on ``k8s.nodes`` pods, in the order to apply it."""
     _, data = pod_config(spec, k8s)
     secret = {
-        "apiVersion": "v1", "kind": "Secret", "metadata": _metadata(k8s, f"{k8s.name}-secret"),
-        "type": "Opaque", "stringData": {SECRET_KEY: k8s.secret},
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(k8s, f"{k8s.name}-secret"),
+        "type": "Opaque",
+        "stringData": {SECRET_KEY: k8s.secret},
     }
     config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _metadata(k8s, f"{k8s.name}-config"), "data": data}
     if k8s.kind == "trainjob":
@@ -333,7 +368,9 @@ def manifests(spec: JobSpec, k8s: K8sSpec) -> list[dict[str, Any]]:
 
 def _service(spec: JobSpec, k8s: K8sSpec) -> dict[str, Any]:
     return {
-        "apiVersion": "v1", "kind": "Service", "metadata": _metadata(k8s, k8s.name),
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(k8s, k8s.name),
         "spec": {
             "clusterIP": "None",  # headless: a DNS name per pod
             "publishNotReadyAddresses": True,  # pods find each other before they are ready
@@ -347,29 +384,39 @@ def _job(spec: JobSpec, k8s: K8sSpec) -> dict[str, Any]:
     port = spec.master_port or DEFAULT_PORT
     volumes, mounts = _volumes(k8s)
     env = [
-        {"name": "PET_NNODES", "value": k8s.elastic_range or str(k8s.nodes)},  # MIN:MAX: the pods' launchers meet elastically
+        # MIN:MAX: the pods' launchers meet elastically
+        {"name": "PET_NNODES", "value": k8s.elastic_range or str(k8s.nodes)},
         {"name": "PET_MASTER_ADDR", "value": f"{k8s.name}-0.{k8s.name}"},  # pod 0 through the headless Service
         {"name": "PET_MASTER_PORT", "value": str(port)},
         *_env(k8s),
     ]  # the node rank is the pod's JOB_COMPLETION_INDEX
     container = {
-        "name": "rpcctl", "image": k8s.image, "command": command(), "env": env,
+        "name": "rpcctl",
+        "image": k8s.image,
+        "command": command(),
+        "env": env,
         "ports": [{"name": "rendezvous", "containerPort": port, "protocol": "TCP"}],
-        "resources": _resources(spec, k8s), "volumeMounts": mounts,
+        "resources": _resources(spec, k8s),
+        "volumeMounts": mounts,
     }
     # rpcctl restarts every node together (max_restarts in the config); a pod that fails
     # has used those up, and a replacement could not rejoin the others: the Job fails.
     policy: dict[str, Any] = {"backoffLimit": 0}
     if k8s.min_nodes is not None:
         policy = {
-            "successPolicy": {"rules": [{"succeededIndexes": "0"}]},  # pod 0 hosts the rendezvous: its verdict is the job's
+            # pod 0 hosts the rendezvous: its verdict is the job's
+            "successPolicy": {"rules": [{"succeededIndexes": "0"}]},
             "backoffLimitPerIndex": 0,  # a failed pod is not made again: the others go on without it
             "maxFailedIndexes": k8s.nodes - k8s.min_nodes,  # while at least MIN remain
             # a preempted or evicted pod is made again (not counted) and its launcher joins the job
-            "podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
+            "podFailurePolicy": {
+                "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+            },
         }
     return {
-        "apiVersion": "batch/v1", "kind": "Job", "metadata": _metadata(k8s, k8s.name),
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _metadata(k8s, k8s.name),
         "spec": {
             "completionMode": "Indexed",
             "completions": k8s.nodes,
@@ -380,9 +427,11 @@ def _job(spec: JobSpec, k8s: K8sSpec) -> dict[str, Any]:
                 "spec": {
                     "subdomain": k8s.name,  # pod i is <name>-<i>.<name>
                     "restartPolicy": "Never",
-                    "enableServiceLinks": False,  # no <SERVICE>_PORT variables (a Service named 'master' would set MASTER_PORT)
+                    # no <SERVICE>_PORT variables (a Service named 'master' would set MASTER_PORT)
+                    "enableServiceLinks": False,
                     "automountServiceAccountToken": False,  # rpcctl never talks to the API server
-                    "terminationGracePeriodSeconds": int(spec.grace) + 30,  # the launcher's teardown: SIGTERM, grace, SIGKILL
+                    # the launcher's teardown: SIGTERM, grace, SIGKILL
+                    "terminationGracePeriodSeconds": int(spec.grace) + 30,
                     "containers": [container],
                     "volumes": volumes,
                 },
@@ -394,14 +443,21 @@ def _job(spec: JobSpec, k8s: K8sSpec) -> dict[str, Any]:
 def _trainjob(spec: JobSpec, k8s: K8sSpec) -> dict[str, Any]:
     volumes, mounts = _volumes(k8s)
     pod = {"volumes": volumes, "containers": [{"name": TRAINER_NODE, "volumeMounts": mounts}]}
-    patch = {"template": {"spec": {"replicatedJobs": [{"name": TRAINER_NODE, "template": {"spec": {"template": {"spec": pod}}}}]}}}
+    patch = {
+        "template": {
+            "spec": {"replicatedJobs": [{"name": TRAINER_NODE, "template": {"spec": {"template": {"spec": pod}}}}]}
+        }
+    }
     return {
-        "apiVersion": TRAINER_API, "kind": "TrainJob", "metadata": _metadata(k8s, k8s.name),
+        "apiVersion": TRAINER_API,
+        "kind": "TrainJob",
+        "metadata": _metadata(k8s, k8s.name),
         "spec": {
             "runtimeRef": {"name": k8s.runtime},
             "trainer": {
                 "image": k8s.image,
-                "command": command(k8s.elastic_range),  # the torch plugin sets PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR/PORT, PET_NPROC_PER_NODE
+                # the torch plugin sets PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR/PORT, PET_NPROC_PER_NODE
+                "command": command(k8s.elastic_range),
                 "numNodes": k8s.nodes,
                 "numProcPerNode": spec.nproc_per_node,
                 "resourcesPerNode": _resources(spec, k8s),

@@ -31,8 +31,10 @@ def parse_nodes(text: str, source: str) -> Nodes:
     low = int(match.group(1)) if match else 0
     high = int(match.group(2)) if match and match.group(2) is not None else low
     if not match or not 1 <= low <= high <= MAX_NODES:
-        raise UsageError(f"{source} {cap_text(str(text), 60)!r} is not a node count N nor an elastic range MIN:MAX "
-                         f"(whole numbers, 1 <= MIN <= MAX <= {MAX_NODES})")
+        raise UsageError(
+            f"{source} {cap_text(str(text), 60)!r} is not a node count N nor an elastic range MIN:MAX "
+            f"(whole numbers, 1 <= MIN <= MAX <= {MAX_NODES})"
+        )
     return Nodes(low, high, match.group(2) is not None)
 
 

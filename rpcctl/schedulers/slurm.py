@@ -89,8 +89,11 @@ def slurm_flags(env: Mapping[str, str], wanted: Nodes | None = None) -> dict[str
         if not wanted.low <= nnodes <= wanted.high:
             raise UsageError(
                 f"nnodes {wanted} (elastic), but this srun step has {nnodes} node(s) (${name}): "
-                + ("a SLURM job never grows, so it would wait for nodes that cannot come" if nnodes < wanted.low
-                   else "one launcher per node, and at most MAX of them")
+                + (
+                    "a SLURM job never grows, so it would wait for nodes that cannot come"
+                    if nnodes < wanted.low
+                    else "one launcher per node, and at most MAX of them"
+                )
                 + f"; run it on {wanted.low} to {wanted.high} nodes (srun -N, sbatch --nodes={wanted.low}-{wanted.high})"
             )
         return {  # MAX capped at what SLURM gave; the rendezvous numbers the nodes
@@ -115,7 +118,9 @@ def first_host(nodelist: str) -> str:
     if not nodelist:
         raise UsageError("SLURM_JOB_NODELIST is empty: cannot tell which node hosts the rendezvous")
     try:
-        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30, check=True).stdout
+        out = subprocess.run(
+            ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
     except (OSError, subprocess.SubprocessError) as exc:
         raise RpcctlError(f"`scontrol show hostnames {nodelist}` failed: {exc}") from None
     hosts = out.split()
@@ -205,29 +210,35 @@ def batch_script(
         "# count and the master host from SLURM. The secret that signs the nodes' rendezvous is",
         "# made here, at run time, and reaches every node through srun's environment only.",
         "set -euo pipefail",
-        "export RPCCTL_SECRET=\"$(" + shlex.quote(python) + " -c 'import secrets; print(secrets.token_hex(16))')\"",
+        'export RPCCTL_SECRET="$(' + shlex.quote(python) + " -c 'import secrets; print(secrets.token_hex(16))')\"",
         f"mkdir -p {shlex.quote(str(runs_dir))}",
     ]
     if not elastic:
-        return "\n".join([*head, "srun --ntasks-per-node=1 --kill-on-bad-exit=1 " + " ".join(shlex.quote(a) for a in launch), ""])
+        return "\n".join(
+            [*head, "srun --ntasks-per-node=1 --kill-on-bad-exit=1 " + " ".join(shlex.quote(a) for a in launch), ""]
+        )
     exit_file = shlex.quote(str(runs_dir)) + '/slurm-"$SLURM_JOB_ID".node0-exit'
     keep = '"$@"; code=$?; if [ "$SLURM_NODEID" = 0 ]; then echo "$code" > "$RPCCTL_NODE0_EXIT"; fi; exit "$code"'
-    return "\n".join([
-        *head,
-        f"# Elastic ({nodes}): SLURM starts the job on {nodes.low} to {nodes.high} nodes and adds none later; a node lost (--no-kill)",
-        "# or whose launcher dies (--kill-on-bad-exit=0) leaves the job, which goes on while MIN remain.",
-        "# The job's exit code is node 0's, the rendezvous host's verdict on the whole job.",
-        f"export RPCCTL_NODE0_EXIT={exit_file}",
-        'rm -f "$RPCCTL_NODE0_EXIT"',
-        "set +e",
-        "srun --ntasks-per-node=1 --kill-on-bad-exit=0 --no-kill bash -c " + shlex.quote(keep) + " rpcctl-node "
-        + " ".join(shlex.quote(a) for a in launch),
-        "step=$?",
-        'node0=$(cat "$RPCCTL_NODE0_EXIT" 2>/dev/null || true)',
-        'rm -f "$RPCCTL_NODE0_EXIT"',
-        'exit "${node0:-$step}"',
-        "",
-    ])
+    return "\n".join(
+        [
+            *head,
+            f"# Elastic ({nodes}): SLURM starts the job on {nodes.low} to {nodes.high} nodes and adds none later; a node lost (--no-kill)",
+            "# or whose launcher dies (--kill-on-bad-exit=0) leaves the job, which goes on while MIN remain.",
+            "# The job's exit code is node 0's, the rendezvous host's verdict on the whole job.",
+            f"export RPCCTL_NODE0_EXIT={exit_file}",
+            'rm -f "$RPCCTL_NODE0_EXIT"',
+            "set +e",
+            "srun --ntasks-per-node=1 --kill-on-bad-exit=0 --no-kill bash -c "
+            + shlex.quote(keep)
+            + " rpcctl-node "
+            + " ".join(shlex.quote(a) for a in launch),
+            "step=$?",
+            'node0=$(cat "$RPCCTL_NODE0_EXIT" 2>/dev/null || true)',
+            'rm -f "$RPCCTL_NODE0_EXIT"',
+            'exit "${node0:-$step}"',
+            "",
+        ]
+    )
 
 
 def submit(script: Path) -> str:
@@ -243,7 +254,9 @@ def _submit(script: Path) -> str:
     try:
         result = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, timeout=60)
     except FileNotFoundError:
-        raise RpcctlError("sbatch is not installed here (is this a SLURM login node?); use --dry-run to see the script") from None
+        raise RpcctlError(
+            "sbatch is not installed here (is this a SLURM login node?); use --dry-run to see the script"
+        ) from None
     if result.returncode != 0:
         raise RpcctlError(f"sbatch failed: {result.stderr.strip() or result.stdout.strip()}")
     return result.stdout.strip().split(";")[0]

@@ -117,7 +117,10 @@ def wait_for_master(
         try:
             ip = socket.gethostbyname(host)
         except OSError as exc:
-            why, what = f"{exc.strerror or exc}", f"master_addr '{host}' to resolve (a pod's DNS name appears once its Service publishes it)"
+            why, what = (
+                f"{exc.strerror or exc}",
+                f"master_addr '{host}' to resolve (a pod's DNS name appears once its Service publishes it)",
+            )
         else:
             why, what = _usable(ip, port, node_rank), f"node 0's rendezvous at {host} ({ip}):{port}"
             if node_rank == 0:
@@ -125,7 +128,9 @@ def wait_for_master(
             if why is None:
                 return ip
         if time.monotonic() + poll > deadline:
-            raise RendezvousError(f"node {node_rank} gave up waiting for {what} after rdzv_timeout ({timeout:g}s): {why}", node_rank)
+            raise RendezvousError(
+                f"node {node_rank} gave up waiting for {what} after rdzv_timeout ({timeout:g}s): {why}", node_rank
+            )
         waiting(what, why, timeout)
         time.sleep(poll)
         poll = min(poll * 1.5, 2.0)
@@ -200,7 +205,9 @@ def import_tcpstore():
 
 
 class NodeRendezvous:
-    def __init__(self, *, node_rank: int, nnodes: int, master_addr: str, master_port: int, timeout: float, secret: bytes):
+    def __init__(
+        self, *, node_rank: int, nnodes: int, master_addr: str, master_port: int, timeout: float, secret: bytes
+    ):
         self.node_rank, self.nnodes = node_rank, nnodes
         self.master_addr, self.master_port = master_addr, master_port
         self.timeout, self.secret = timeout, secret
@@ -219,7 +226,9 @@ class NodeRendezvous:
         """Resolve the master and, on nodes other than 0, wait until node 0 listens (up to
         ``rdzv_timeout``, saying what is awaited); the address the ranks will use too."""
         import_tcpstore()  # torch takes seconds to import: before the wait, not after it
-        self.master_ip = wait_for_master(self.master_addr, self.master_port, node_rank=self.node_rank, timeout=self.timeout, say=say)
+        self.master_ip = wait_for_master(
+            self.master_addr, self.master_port, node_rank=self.node_rank, timeout=self.timeout, say=say
+        )
         return self.master_ip
 
     # -- signed values --------------------------------------------------------------------------
@@ -247,13 +256,20 @@ class NodeRendezvous:
                 listener.bind((master_ip, self.master_port))
                 listener.listen(128)
                 self.store = TCPStore(
-                    master_ip, self.master_port, None, True, timedelta(seconds=self.timeout),
-                    wait_for_workers=False, master_listen_fd=listener.detach(),
+                    master_ip,
+                    self.master_port,
+                    None,
+                    True,
+                    timedelta(seconds=self.timeout),
+                    wait_for_workers=False,
+                    master_listen_fd=listener.detach(),
                 )
             else:
                 self.store = TCPStore(master_ip, self.master_port, None, False, timedelta(seconds=self.timeout))
         except OSError as exc:
-            raise RendezvousError(f"cannot {'host' if self.node_rank == 0 else 'reach'} the rendezvous at {master_ip}:{self.master_port}: {exc}") from None
+            raise RendezvousError(
+                f"cannot {'host' if self.node_rank == 0 else 'reach'} the rendezvous at {master_ip}:{self.master_port}: {exc}"
+            ) from None
         except RuntimeError as exc:
             raise RendezvousError(
                 f"node {self.node_rank} could not reach the rendezvous at {master_ip}:{self.master_port} within "
@@ -278,7 +294,9 @@ class NodeRendezvous:
             self.shared = self._get("run")
             return self.shared
         except RuntimeError as exc:
-            raise RendezvousError(f"node 0 never published the run within {self.timeout:g}s: {str(exc).splitlines()[0]}") from None
+            raise RendezvousError(
+                f"node 0 never published the run within {self.timeout:g}s: {str(exc).splitlines()[0]}"
+            ) from None
 
     def node_name(self, node: int) -> str:
         host = self.shared.get("nodes", {}).get(str(node))
@@ -348,13 +366,19 @@ class NodeRendezvous:
                 if stop() or self._has("job/cancelled"):
                     return None
                 if time.monotonic() > deadline:
-                    raise RendezvousError(f"node 0 did not restart the job within {self.timeout:g}s", 0, self.shared.get("nodes", {}).get("0"))
+                    raise RendezvousError(
+                        f"node 0 did not restart the job within {self.timeout:g}s",
+                        0,
+                        self.shared.get("nodes", {}).get("0"),
+                    )
                 time.sleep(0.05)
             go = self._get(go_key)
         except RuntimeError as exc:  # the store (node 0's launcher) is gone
             raise RendezvousError(
                 f"lost contact with the rendezvous on node 0 ({self.master_addr}:{self.master_port}) while restarting: "
-                f"{str(exc).splitlines()[0]}", 0, self.shared.get("nodes", {}).get("0"),
+                f"{str(exc).splitlines()[0]}",
+                0,
+                self.shared.get("nodes", {}).get("0"),
             ) from None
         if "abort" in go:
             raise RendezvousError(go["abort"], go.get("node"), go.get("host"))
@@ -393,7 +417,14 @@ class NodeRendezvous:
                 # Nodes waiting to restart with us learn at once that there is no next round.
                 next_go = f"round{self.round + 1}/go"
                 if not self._has(next_go):
-                    self._put(next_go, {"abort": f"node 0 ended the job ({status})", "node": 0, "host": self.shared.get("nodes", {}).get("0")})
+                    self._put(
+                        next_go,
+                        {
+                            "abort": f"node 0 ended the job ({status})",
+                            "node": 0,
+                            "host": self.shared.get("nodes", {}).get("0"),
+                        },
+                    )
                 deadline = time.monotonic() + wait
                 while time.monotonic() < deadline:
                     if all(self._has(f"done/{r}") for r in range(self.nnodes) if r not in self.gone):

@@ -76,7 +76,13 @@ def _absent(pg: str, rows: list[StoredGroup], procs: list[Any], by_proc: dict[An
     absent = []
     for p in procs:
         rank = p.dist_rank if p.dist_rank is not None else p.rank if p.kind == "rank" else None
-        if p.proc_id in present or p.pg_world not in world or rank is None or p.dist_rank is None and p.pg_joined_at is None:
+        if (
+            p.proc_id in present
+            or p.pg_world not in world
+            or rank is None
+            or p.dist_rank is None
+            and p.pg_joined_at is None
+        ):
             continue  # a process that has not entered init_process_group is absent_from_groups' to name
         if (ranks is not None and rank in ranks) or (default and (p.kind == "rank" or p.dist_rank is not None)):
             absent.append(StoredGroup(p.proc_id, rank, pg, 0, 0, None, None, None, None, None, None, None, None))
@@ -93,7 +99,9 @@ def verdict(rows: list[StoredGroup], procs: list[Any], now: float, where: Any) -
     waiting_somewhere = {r.proc_id for r in rows if r.entered > r.completed}
     details: list[str] = []
     found: list[tuple[int, int, CollectiveVerdict]] = []  # (how much of it other collectives explain, order, verdict)
-    for order, (pg, rows_of) in enumerate(sorted(groups.items(), key=lambda kv: -max(r.entered - r.completed for r in kv[1]))):
+    for order, (pg, rows_of) in enumerate(
+        sorted(groups.items(), key=lambda kv: -max(r.entered - r.completed for r in kv[1]))
+    ):
         inside = [r for r in rows_of if r.entered > r.completed]
         if not inside:
             continue
@@ -111,10 +119,12 @@ def verdict(rows: list[StoredGroup], procs: list[Any], now: float, where: Any) -
             ordered = sorted(kinds.values(), key=len)
             odd, usual = ordered[0], [r for group in ordered[1:] for r in group]
             same_op = odd[0].cur_op == usual[0].cur_op
-            headline = (f"collective mismatch in pg {pg}: {_ranks([r.rank for r in odd])} called {odd[0].cur_op} #{k}"
-                        + (f" with other sizes ({in_flight(odd[0])})" if same_op else "")
-                        + f" where {_ranks([r.rank for r in usual])} called {usual[0].cur_op} #{k}"
-                        + (f" ({in_flight(usual[0])})" if same_op else ""))
+            headline = (
+                f"collective mismatch in pg {pg}: {_ranks([r.rank for r in odd])} called {odd[0].cur_op} #{k}"
+                + (f" with other sizes ({in_flight(odd[0])})" if same_op else "")
+                + f" where {_ranks([r.rank for r in usual])} called {usual[0].cur_op} #{k}"
+                + (f" ({in_flight(usual[0])})" if same_op else "")
+            )
             found.append((0, order, CollectiveVerdict(headline, details, by_proc.get(odd[0].proc_id))))
             continue
         behind = [r for r in rows_of if r.entered < k] + _absent(pg, rows_of, procs, by_proc)
@@ -132,13 +142,21 @@ def verdict(rows: list[StoredGroup], procs: list[Any], now: float, where: Any) -
             state = "it is stopped (SIGSTOP)"
         else:
             state = f"it is at {at}" if at else "its stack did not come"
-        headline = (f"{_ranks([r.rank for r in waiting])} {'waits' if len(waiting) == 1 else 'wait'} in {label}{waited}; "
-                    f"{_who(behind, by_proc)} {'has' if len(behind) == 1 else 'have'} not entered it"
-                    + (f" (last entered #{suspect_row.entered})" if suspect_row.entered else "") + f": {state}")
+        headline = (
+            f"{_ranks([r.rank for r in waiting])} {'waits' if len(waiting) == 1 else 'wait'} in {label}{waited}; "
+            f"{_who(behind, by_proc)} {'has' if len(behind) == 1 else 'have'} not entered it"
+            + (f" (last entered #{suspect_row.entered})" if suspect_row.entered else "")
+            + f": {state}"
+        )
         # 0: none of the missing waits elsewhere (this group's wait is the root); 1: some do; 2: even the suspect does.
         elsewhere = [r.proc_id in waiting_somewhere for r in behind]
-        found.append((2 if suspect_row.proc_id in waiting_somewhere else int(any(elsewhere)), order,
-                      CollectiveVerdict(headline, details, suspect)))
+        found.append(
+            (
+                2 if suspect_row.proc_id in waiting_somewhere else int(any(elsewhere)),
+                order,
+                CollectiveVerdict(headline, details, suspect),
+            )
+        )
     return min(found, key=lambda f: f[:2])[2] if found else None
 
 

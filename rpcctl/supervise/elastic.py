@@ -44,7 +44,14 @@ from typing import Any
 
 from rpcctl.base.errors import RpcctlError
 from rpcctl.base.states import RunStatus
-from rpcctl.supervise.cluster import ClusterNews, RendezvousError, SignedStore, import_tcpstore, wait_for_master, wait_to_resolve
+from rpcctl.supervise.cluster import (
+    ClusterNews,
+    RendezvousError,
+    SignedStore,
+    import_tcpstore,
+    wait_for_master,
+    wait_to_resolve,
+)
 
 MAC_BYTES = 32  # HMAC-SHA256, raw, in front of every state the handler writes
 
@@ -68,9 +75,13 @@ def signed_backend(inner: Any, secret: bytes, where: str) -> Any:
 
         def _open(self, sealed: bytes) -> bytes:
             mac, state = sealed[:MAC_BYTES], sealed[MAC_BYTES:]
-            if len(sealed) < MAC_BYTES or not hmac.compare_digest(mac, hmac.new(secret, state, hashlib.sha256).digest()):
-                raise ForgedStateError(f"the elastic rendezvous state at {where} is not sealed with this run's secret: refused, "
-                                       "never read (check that $RPCCTL_SECRET is the same on every node)")
+            if len(sealed) < MAC_BYTES or not hmac.compare_digest(
+                mac, hmac.new(secret, state, hashlib.sha256).digest()
+            ):
+                raise ForgedStateError(
+                    f"the elastic rendezvous state at {where} is not sealed with this run's secret: refused, "
+                    "never read (check that $RPCCTL_SECRET is the same on every node)"
+                )
             return state
 
         def get_state(self):
@@ -202,7 +213,9 @@ class ElasticRendezvous:
             except OSError as exc:
                 listener.close()
                 if exc.errno != errno.EADDRINUSE:
-                    raise RendezvousError(f"cannot host the elastic rendezvous at {self.where}: {exc.strerror or exc}") from None
+                    raise RendezvousError(
+                        f"cannot host the elastic rendezvous at {self.where}: {exc.strerror or exc}"
+                    ) from None
             else:
                 self._listener, self.is_host, self.ip = listener, True, ip
                 return ip
@@ -214,7 +227,8 @@ class ElasticRendezvous:
         """Open the store (the host serves it) and the handler; the run document: the host's
         ``run_id`` and ``extra`` (what every node needs of it: the telemetry port)."""
         TCPStore = import_tcpstore()
-        os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"  # the ranks meet where rpcctl says, not on a store of torch's
+        # the ranks meet where rpcctl says, not on a store of torch's
+        os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
         from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
         from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler, RendezvousTimeout
 
@@ -222,13 +236,22 @@ class ElasticRendezvous:
         try:
             if self.is_host:
                 listener, self._listener = self._listener, None
-                raw = TCPStore(self.ip, s.port, None, True, timedelta(seconds=s.join_timeout), wait_for_workers=False,
-                               master_listen_fd=listener.detach())
+                raw = TCPStore(
+                    self.ip,
+                    s.port,
+                    None,
+                    True,
+                    timedelta(seconds=s.join_timeout),
+                    wait_for_workers=False,
+                    master_listen_fd=listener.detach(),
+                )
             else:
                 raw = TCPStore(self.ip, s.port, None, False, timedelta(seconds=s.join_timeout))
         except (OSError, RuntimeError) as exc:
-            raise RendezvousError(f"cannot {'host' if self.is_host else 'reach'} the elastic rendezvous at {self.where}: "
-                                  f"{str(exc).splitlines()[0]}") from None
+            raise RendezvousError(
+                f"cannot {'host' if self.is_host else 'reach'} the elastic rendezvous at {self.where}: "
+                f"{str(exc).splitlines()[0]}"
+            ) from None
         self.store = SignedStore(raw, self.secret, self.where)
         if self.is_host:  # first in the order of nodes, then the run document the others wait for
             self.node_index = int(raw.add("elastic/nodes", 1)) - 1
@@ -237,12 +260,23 @@ class ElasticRendezvous:
         if not self.is_host:
             self.node_index = int(raw.add("elastic/nodes", 1)) - 1
         backend = signed_backend(C10dRendezvousBackend(raw, s.rdzv_id), self.secret, self.where)
-        timeout = RendezvousTimeout(join=timedelta(seconds=s.join_timeout), last_call=timedelta(seconds=s.last_call),
-                                    close=timedelta(seconds=min(30.0, s.join_timeout)))
+        timeout = RendezvousTimeout(
+            join=timedelta(seconds=s.join_timeout),
+            last_call=timedelta(seconds=s.last_call),
+            close=timedelta(seconds=min(30.0, s.join_timeout)),
+        )
         self.backend = backend
         self.handler = DynamicRendezvousHandler.from_backend(
-            s.rdzv_id, raw, backend, s.min_nodes, s.max_nodes, local_addr=self.ip if self.is_host else None, timeout=timeout,
-            keep_alive_interval=max(1, round(s.keep_alive)), keep_alive_max_attempt=s.keep_alive_attempts)
+            s.rdzv_id,
+            raw,
+            backend,
+            s.min_nodes,
+            s.max_nodes,
+            local_addr=self.ip if self.is_host else None,
+            timeout=timeout,
+            keep_alive_interval=max(1, round(s.keep_alive)),
+            keep_alive_max_attempt=s.keep_alive_attempts,
+        )
         return self.shared
 
     def next_round(self, pick_port) -> Round:
@@ -257,9 +291,13 @@ class ElasticRendezvous:
             raise RendezvousError(str(exc)) from None
         except TorchRendezvousError as exc:
             if type(exc).__name__ == "RendezvousClosedError":
-                raise RendezvousError(f"the elastic rendezvous at {self.where} was closed: its host ended the job") from None
-            raise RendezvousError(f"the elastic rendezvous at {self.where} did not gather {s.min_nodes} node(s) "
-                                  f"(--nnodes {s.min_nodes}:{s.max_nodes}) within {s.join_timeout:g} s: {_first_line(exc)}") from None
+                raise RendezvousError(
+                    f"the elastic rendezvous at {self.where} was closed: its host ended the job"
+                ) from None
+            raise RendezvousError(
+                f"the elastic rendezvous at {self.where} did not gather {s.min_nodes} node(s) "
+                f"(--nnodes {s.min_nodes}:{s.max_nodes}) within {s.join_timeout:g} s: {_first_line(exc)}"
+            ) from None
         number = int(getattr(getattr(getattr(self.handler, "_state_holder", None), "state", None), "round", 0))
         group_rank, nnodes = int(info.rank), int(info.world_size)
         me = Member(group_rank, self.host, _own_address(self.ip), self.node_id, s.nproc, os.getpid())
@@ -311,14 +349,22 @@ class ElasticRendezvous:
         if left is not None:
             return f"{left.name()} left the job (cancelled)"
         gone = self.lost()
-        return None if gone is None else f"{gone.name()} was lost (its launcher stopped beating for {self.settings.lost_after:g} s)"
+        return (
+            None
+            if gone is None
+            else f"{gone.name()} was lost (its launcher stopped beating for {self.settings.lost_after:g} s)"
+        )
 
     def left(self) -> Member | None:
         """A member of the round that ended cancelled (it left: Ctrl-C or SIGTERM on its launcher)."""
         assert self.round is not None and self.store is not None
         for member in self.round.members:
             key = f"elastic/done/{member.node_id}"
-            if member.node_id != self.node_id and self.store.has(key) and self.store.get(key).get("status") == RunStatus.CANCELLED:
+            if (
+                member.node_id != self.node_id
+                and self.store.has(key)
+                and self.store.get(key).get("status") == RunStatus.CANCELLED
+            ):
                 return member
         return None
 
@@ -338,7 +384,10 @@ class ElasticRendezvous:
     def report_failure(self, info: dict[str, Any], *, final: bool = False) -> None:
         key = f"elastic/r{self.round.number if self.round else 0}/failed"
         if not self.store.has(key):
-            self.store.put(key, {"node": self.round.group_rank if self.round else -1, "node_id": self.node_id, "final": final, **info})
+            self.store.put(
+                key,
+                {"node": self.round.group_rank if self.round else -1, "node_id": self.node_id, "final": final, **info},
+            )
 
     def report_cancelled(self, reason: str) -> None:
         """The host's cancel ends every node (the store goes with it); another node's is that node
@@ -351,7 +400,10 @@ class ElasticRendezvous:
         if self._seen_news or self.round is None:
             return None
         try:
-            for kind, key in ((RunStatus.FAILED, f"elastic/r{self.round.number}/failed"), (RunStatus.CANCELLED, "elastic/cancelled")):
+            for kind, key in (
+                (RunStatus.FAILED, f"elastic/r{self.round.number}/failed"),
+                (RunStatus.CANCELLED, "elastic/cancelled"),
+            ):
                 if self.store.has(key):
                     info = self.store.get(key)
                     if info.get("node_id") != self.node_id:
@@ -384,9 +436,18 @@ def join_elastic(spec: Any, secret: bytes, port: int, say=lambda message: None) 
     """This node's side of ``spec``'s elastic rendezvous (``nnodes: "MIN:MAX"``), its store reached
     (or bound: this node hosts it) on ``master_addr:port``, torchrun's ``--rdzv-endpoint``."""
     settings = ElasticSettings(
-        endpoint=spec.master_addr, port=port, rdzv_id=getattr(spec, "rdzv_id", None) or spec.name, min_nodes=spec.min_nodes,
-        max_nodes=spec.nnodes, nproc=spec.nproc_per_node, join_timeout=spec.rdzv_timeout, last_call=spec.rdzv_last_call,
-        keep_alive=1.0, keep_alive_attempts=5, lost_after=5.0,  # torch drops a node unheard for 5 s, when rpcctl calls it lost
+        endpoint=spec.master_addr,
+        port=port,
+        rdzv_id=getattr(spec, "rdzv_id", None) or spec.name,
+        min_nodes=spec.min_nodes,
+        max_nodes=spec.nnodes,
+        nproc=spec.nproc_per_node,
+        join_timeout=spec.rdzv_timeout,
+        last_call=spec.rdzv_last_call,
+        # torch drops a node unheard for 5 s, when rpcctl calls it lost
+        keep_alive=1.0,
+        keep_alive_attempts=5,
+        lost_after=5.0,
     )
     node = ElasticRendezvous(settings, secret)
     node.reach(say)
@@ -399,16 +460,32 @@ def round_plan(spec: Any, facts: Any, rnd: Round, *, run_id: str, run_dir: Any, 
     from rpcctl.planning.plan import Place, plan_attempt
 
     if any(m.nproc != rnd.members[0].nproc for m in rnd.members):
-        raise RendezvousError("the nodes of an elastic job run the same number of ranks each (nproc_per_node): "
-                              + ", ".join(f"{m.name()}: {m.nproc}" for m in rnd.members))
-    return plan_attempt(spec, facts, run_id=run_id, run_dir=run_dir, restart=restart,
-                        place=Place(rnd.nnodes, rnd.group_rank, rnd.master_addr, rnd.master_port))
+        raise RendezvousError(
+            "the nodes of an elastic job run the same number of ranks each (nproc_per_node): "
+            + ", ".join(f"{m.name()}: {m.nproc}" for m in rnd.members)
+        )
+    return plan_attempt(
+        spec,
+        facts,
+        run_id=run_id,
+        run_dir=run_dir,
+        restart=restart,
+        place=Place(rnd.nnodes, rnd.group_rank, rnd.master_addr, rnd.master_port),
+    )
 
 
 def round_entry(rnd: Round, why: str, at: str) -> dict[str, Any]:
     """A round as the run record lists it (``RunRecord.rounds``)."""
-    return {"round": rnd.number, "nnodes": rnd.nnodes, "world_size": rnd.world_size, "group_rank": rnd.group_rank,
-            "first_rank": rnd.first_rank, "members": rnd.describe(), "why": why, "at": at}
+    return {
+        "round": rnd.number,
+        "nnodes": rnd.nnodes,
+        "world_size": rnd.world_size,
+        "group_rank": rnd.group_rank,
+        "first_rank": rnd.first_rank,
+        "members": rnd.describe(),
+        "why": why,
+        "at": at,
+    }
 
 
 def _first_line(exc: BaseException) -> str:

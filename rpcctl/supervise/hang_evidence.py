@@ -48,7 +48,8 @@ from rpcctl.base.procstat import cpu_seconds
 BUSY_SHARE = 0.05  # a main thread on CPU this share of the time between two looks is computing (0.2 missed a
 # product that got under a fifth of a core at a load average of 10 on 2 cores)
 DUMP_TIMEOUT_S = 2.0
-NATIVE_TIMEOUT_S = 10.0  # each process's py-spy at a verdict (all at once): libtorch's symbols take ~2 s, more on a loaded machine
+# each process's py-spy at a verdict (all at once): libtorch's symbols take ~2 s, more on a loaded machine
+NATIVE_TIMEOUT_S = 10.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,7 +156,8 @@ class Look:
     at: float  # monotonic
     seen: dict[int, Seen] = field(default_factory=dict)  # pid → what was seen
     missed: list[str] = field(default_factory=list)  # ranks that could not be dumped, and why
-    native: dict[int, tuple[int, str, list[str], native_stacks.NativeDump]] = field(default_factory=dict)  # pid → (rank, kind, cmdline, dump)
+    # pid → (rank, kind, cmdline, dump)
+    native: dict[int, tuple[int, str, list[str], native_stacks.NativeDump]] = field(default_factory=dict)
 
     @classmethod
     def take(cls, run_dir: Path, ranks: list[tuple[int, int]]) -> Look:
@@ -173,15 +175,25 @@ class Look:
             for dump in dumps:
                 stopped = dump.kind == "child" and stacks.stopped(dump.pid)
                 text = None if stopped else dump.text
-                look.seen[dump.pid] = Seen(dump.pid, dump.rank, dump.kind, dump.cmdline, text, parse_stacks(text or ""),
-                                           cpu_seconds(dump.pid, dump.pid), stopped=stopped)
+                look.seen[dump.pid] = Seen(
+                    dump.pid,
+                    dump.rank,
+                    dump.kind,
+                    dump.cmdline,
+                    text,
+                    parse_stacks(text or ""),
+                    cpu_seconds(dump.pid, dump.pid),
+                    stopped=stopped,
+                )
         return look
 
     def read_native(self, timeout: float = NATIVE_TIMEOUT_S) -> bool:
         """Read every rank seen and every process under it from outside (py-spy, all at once, each
         within ``timeout``) and mark each thread with the native frame that explains its wait.
         False when not one could be read because ptrace is refused here (``refused_hint``)."""
-        trees = [(seen.rank, seen.pid, native_stacks.tree(seen.pid)) for seen in self.seen.values() if seen.kind == "rank"]
+        trees = [
+            (seen.rank, seen.pid, native_stacks.tree(seen.pid)) for seen in self.seen.values() if seen.kind == "rank"
+        ]
         read = native_stacks.read([pid for _, _, tree in trees for pid, _ in tree], timeout)
         for rank, rank_pid, tree in trees:
             for pid, cmdline in tree:
@@ -200,7 +212,11 @@ class Look:
             if seen.stopped and seen.kind == "rank":
                 out.append(f"── {describe(seen)} ──\n(stopped: no stack until SIGCONT)\n{self._native_text(seen.pid)}")
                 continue
-            header = f"── rank {seen.rank} (pid {seen.pid}) ──" if seen.kind == "rank" else f"── rank {seen.rank} › pid {seen.pid}: {' '.join(seen.cmdline)} ──"
+            header = (
+                f"── rank {seen.rank} (pid {seen.pid}) ──"
+                if seen.kind == "rank"
+                else f"── rank {seen.rank} › pid {seen.pid}: {' '.join(seen.cmdline)} ──"
+            )
             out.append(f"{header}\n{seen.text or '(wrote no stack in time)'}\n{self._native_text(seen.pid)}")
         for pid, (rank, _, cmdline, _) in self.native.items():
             if pid not in self.seen:
@@ -227,9 +243,16 @@ def motion(before: Look, after: Look, waiting: set[int]) -> list[str]:
             was, is_now = where(main_thread(then.threads)), where(main_thread(now.threads))
             change = f": {was} → {is_now}" if was and is_now and was != is_now else ""
             moved.append(f"{who}: its Python stack changed{change}")
-        elif pid not in waiting and now.cpu_s is not None and then.cpu_s is not None and now.cpu_s - then.cpu_s >= BUSY_SHARE * elapsed:
-            moved.append(f"{who}: its main thread ran {now.cpu_s - then.cpu_s:.1f} s of CPU in {elapsed:.1f} s"
-                         + (f" at {where(main_thread(now.threads))}" if where(main_thread(now.threads)) else ""))
+        elif (
+            pid not in waiting
+            and now.cpu_s is not None
+            and then.cpu_s is not None
+            and now.cpu_s - then.cpu_s >= BUSY_SHARE * elapsed
+        ):
+            moved.append(
+                f"{who}: its main thread ran {now.cpu_s - then.cpu_s:.1f} s of CPU in {elapsed:.1f} s"
+                + (f" at {where(main_thread(now.threads))}" if where(main_thread(now.threads)) else "")
+            )
     return moved
 
 

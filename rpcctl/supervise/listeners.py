@@ -58,7 +58,9 @@ def console_messages(console: Console):
         try:
             match event:
                 case CancelRequested(signal=name, grace=grace):
-                    console.info(f"rpcctl: {name} received: stopping the job (grace {grace:g}s; press Ctrl-C again to kill at once)")
+                    console.info(
+                        f"rpcctl: {name} received: stopping the job (grace {grace:g}s; press Ctrl-C again to kill at once)"
+                    )
                 case Restarting(restart=restart, of=of, after=after, everywhere=everywhere):
                     where = " on every node" if everywhere else ""
                     console.warn(f"restarting the whole group{where} ({restart}/{of}) after: {after}")
@@ -111,8 +113,15 @@ def cluster_relay(cluster: Any, host: str, console: Console):
     def on(event: Event) -> None:
         match event:
             case Failed(failure=failure, final=final) if failure.reason != "remote":
-                info = {"rank": failure.rank, "pid": failure.pid, "exit_code": failure.exit_code, "signal": failure.signal,
-                        "message": failure.message, "traceback": failure.traceback, "host": host}
+                info = {
+                    "rank": failure.rank,
+                    "pid": failure.pid,
+                    "exit_code": failure.exit_code,
+                    "signal": failure.signal,
+                    "message": failure.message,
+                    "traceback": failure.traceback,
+                    "host": host,
+                }
                 try:
                     cluster.report_failure(info, final=final)
                 except RuntimeError as exc:  # the store is unreachable: the others will time out on it

@@ -25,8 +25,14 @@ from rpcctl.records.events import Event, RankOutput, RunSaved
 from rpcctl.records.runs import RunRecord
 from rpcctl.base.states import RankStatus
 
-STATE_STYLE = {RankStatus.PENDING: "dim", RankStatus.RUNNING: "cyan", RankStatus.SUCCEEDED: "green", RankStatus.FAILED: "bold red",
-               RankStatus.KILLED: "yellow", RankStatus.STOPPED: "bold yellow"}
+STATE_STYLE = {
+    RankStatus.PENDING: "dim",
+    RankStatus.RUNNING: "cyan",
+    RankStatus.SUCCEEDED: "green",
+    RankStatus.FAILED: "bold red",
+    RankStatus.KILLED: "yellow",
+    RankStatus.STOPPED: "bold yellow",
+}
 
 
 @dataclass(frozen=True)
@@ -62,7 +68,14 @@ class LiveView:
         self.last: dict[int, str] = {}  # rank → its last finished line
         # Raw writes to the launcher's stderr (a Python warning, a library's print) go through
         # the live console too, above the panel (rpcctl's own messages: see __enter__).
-        self._live = Live(self, console=console.out, refresh_per_second=4, transient=False, redirect_stdout=False, redirect_stderr=True)
+        self._live = Live(
+            self,
+            console=console.out,
+            refresh_per_second=4,
+            transient=False,
+            redirect_stdout=False,
+            redirect_stderr=True,
+        )
         self.console = self._live.console
         self._owner = console
         self._stack = contextlib.ExitStack()
@@ -121,12 +134,22 @@ class LiveView:
         rows = []
         for state in record.ranks:
             exit_text = state.signal or ("" if state.exit_code is None else str(state.exit_code))
-            shown = RankStatus.STOPPED if state.state == RankStatus.RUNNING and state.pid and stacks.stopped(state.pid) else state.state
-            rows.append(LiveRank(state.rank, state.pid or None, shown, state.device, exit_text, self.latest_line(state.rank)))
+            shown = (
+                RankStatus.STOPPED
+                if state.state == RankStatus.RUNNING and state.pid and stacks.stopped(state.pid)
+                else state.state
+            )
+            rows.append(
+                LiveRank(state.rank, state.pid or None, shown, state.device, exit_text, self.latest_line(state.rank))
+            )
         # Plain text cells (render_table never parses markup): a rank's output is arbitrary text
         # ("[epoch 1]"), and a print(markup=False) while the panel is up renders it without markup.
-        table = render_table(rows, LiveRank.COLUMNS, title=f"{record.name}  {record.run_id}  {elapsed:.0f}s{restarts}",
-                             hint="rpcctl inspect workers and rpcctl logs show them")
+        table = render_table(
+            rows,
+            LiveRank.COLUMNS,
+            title=f"{record.name}  {record.run_id}  {elapsed:.0f}s{restarts}",
+            hint="rpcctl inspect workers and rpcctl logs show them",
+        )
         parts = [table]
         parts.extend(_telemetry_panels(Path(record.run_dir)))
         return Group(*parts)
@@ -139,5 +162,3 @@ def _telemetry_panels(run_dir: Path) -> list:
         return list(dashboard_panels(run_dir))
     except Exception:  # noqa: BLE001 - the view must never take the job down
         return []
-
-

@@ -33,7 +33,17 @@ from pathlib import Path
 from rpcctl.supervise.cluster import RendezvousError
 from rpcctl.config import JobSpec
 from rpcctl.records.events import (
-    AttemptStarted, CancelRequested, Cancelled, Events, Failed, Notice, RankExited, RankOutput, RankStarted, Restarting, RoundMeeting,
+    AttemptStarted,
+    CancelRequested,
+    Cancelled,
+    Events,
+    Failed,
+    Notice,
+    RankExited,
+    RankOutput,
+    RankStarted,
+    Restarting,
+    RoundMeeting,
     RunSaved,
 )
 from rpcctl.base.lines import MAX_MESSAGE_CHARS, Piece, cap_text
@@ -110,7 +120,9 @@ class Supervisor:
         except OSError as exc:
             if self._record_error is None:
                 self._record_error = str(exc)
-                self._warn(f"could not write the run record {self.run_dir / 'run.json'}: {exc.strerror or exc}; the job goes on")
+                self._warn(
+                    f"could not write the run record {self.run_dir / 'run.json'}: {exc.strerror or exc}; the job goes on"
+                )
 
     def _on_log_error(self, rank: int, path: Path, written: int, exc: OSError) -> None:
         what = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
@@ -157,7 +169,15 @@ class Supervisor:
                 return self.record
         except BaseException as exc:
             if self.cluster is not None:  # do not leave the other nodes waiting on us
-                failure = Failure(-1, os.getpid(), None, None, "launcher", f"the launcher on node {self.spec.node_rank} crashed: {exc!r}", now_iso())
+                failure = Failure(
+                    -1,
+                    os.getpid(),
+                    None,
+                    None,
+                    "launcher",
+                    f"the launcher on node {self.spec.node_rank} crashed: {exc!r}",
+                    now_iso(),
+                )
                 self.events.publish(Failed(failure, final=True))
             raise
         finally:
@@ -184,7 +204,9 @@ class Supervisor:
         it, or the job's outcome when it cannot restart (cancelled, a node did not come back)."""
         cause = self.record.root_cause
         after = cause.message if cause else "failure"
-        self.events.publish(Restarting(self.record.restarts + 1, self.spec.max_restarts, after, everywhere=self.cluster is not None))
+        self.events.publish(
+            Restarting(self.record.restarts + 1, self.spec.max_restarts, after, everywhere=self.cluster is not None)
+        )
         procs.reset()
         if self.spec.elastic:  # issue 43: the nodes meet again on torch's rendezvous; a restart counted
             self.record.restarts += 1
@@ -196,7 +218,15 @@ class Supervisor:
                 port = self.cluster.rejoin(free_port, stop=lambda: self.cancel_signal is not None)
             except RendezvousError as exc:
                 self.record.root_cause = Failure(
-                    -1, None, None, None, "rendezvous", f"{exc} (restarting after: {after})", now_iso(), node=exc.node, host=exc.host
+                    -1,
+                    None,
+                    None,
+                    None,
+                    "rendezvous",
+                    f"{exc} (restarting after: {after})",
+                    now_iso(),
+                    node=exc.node,
+                    host=exc.host,
                 )
                 return RunStatus.FAILED
             if port is None:
@@ -206,8 +236,14 @@ class Supervisor:
                     self.remote_cancel = self.remote_cancel or "while the nodes were restarting"
                 return RunStatus.CANCELLED
         self.record.restarts += 1
-        self.plan = plan_attempt(self.spec, self.facts, run_id=self.record.run_id, run_dir=self.run_dir,
-                                 restart=self.record.restarts, master_port=port)
+        self.plan = plan_attempt(
+            self.spec,
+            self.facts,
+            run_id=self.record.run_id,
+            run_dir=self.run_dir,
+            restart=self.record.restarts,
+            master_port=port,
+        )
         self.record.master_port = self.plan.master_port
         return None
 
@@ -230,7 +266,9 @@ class Supervisor:
         """Run one attempt of the whole group; return its outcome (succeeded/failed/cancelled)."""
         header = f"--- rpcctl: restart {self.plan.restart} ---\n" if self.plan.restart else None
         self.record.root_cause = None
-        self.record.ranks = [RankState(rank=r.rank, local_rank=r.local_rank, device=r.device, log=r.log) for r in self.plan.ranks]
+        self.record.ranks = [
+            RankState(rank=r.rank, local_rank=r.local_rank, device=r.device, log=r.log) for r in self.plan.ranks
+        ]
         states = {s.rank: s for s in self.record.ranks}
         base_env = {**os.environ, **telemetry_env}
         for rank in self.plan.ranks:
@@ -253,7 +291,9 @@ class Supervisor:
             changed = self._note_spawned(procs, states)
             for rank, error in list(procs.spawn_errors.items()):
                 if failure is None:
-                    failure = Failure(rank, None, None, None, "launch", f"rank {rank} could not be started: {error}", now_iso())
+                    failure = Failure(
+                        rank, None, None, None, "launch", f"rank {rank} could not be started: {error}", now_iso()
+                    )
                 states[rank].state = RankStatus.FAILED
             for status in exits:
                 changed = True
@@ -277,7 +317,13 @@ class Supervisor:
                 return RunStatus.SUCCEEDED
             if self._timed_out(deadline):
                 self.record.root_cause = Failure(
-                    -1, None, None, None, "timeout", f"the job exceeded its timeout of {self.spec.timeout:g}s", now_iso()
+                    -1,
+                    None,
+                    None,
+                    None,
+                    "timeout",
+                    f"the job exceeded its timeout of {self.spec.timeout:g}s",
+                    now_iso(),
                 )
                 self.events.publish(Failed(self.record.root_cause, final=True))
                 self._dump_stacks(procs, "at the timeout")
@@ -311,7 +357,9 @@ class Supervisor:
         if why is None:
             return False
         self._round_why = why
-        self.events.publish(Notice(f"rpcctl: the membership changes ({why}): every rank stops and the nodes meet again"))
+        self.events.publish(
+            Notice(f"rpcctl: the membership changes ({why}): every rank stops and the nodes meet again")
+        )
         return True
 
     def _next_round(self, why: str) -> RunStatus | None:
@@ -322,9 +370,18 @@ class Supervisor:
         self.events.publish(RoundMeeting(self.plan.restart + 1))  # before the others can start theirs in it
         try:
             rnd = self.cluster.next_round(free_port)
-            plan = round_plan(self.spec, self.facts, rnd, run_id=self.record.run_id, run_dir=self.run_dir, restart=self.plan.restart + 1)
+            plan = round_plan(
+                self.spec,
+                self.facts,
+                rnd,
+                run_id=self.record.run_id,
+                run_dir=self.run_dir,
+                restart=self.plan.restart + 1,
+            )
         except RendezvousError as exc:
-            self.record.root_cause = Failure(-1, None, None, None, "rendezvous", f"{exc} (the last round ended: {why})", now_iso())
+            self.record.root_cause = Failure(
+                -1, None, None, None, "rendezvous", f"{exc} (the last round ended: {why})", now_iso()
+            )
             return RunStatus.FAILED
         self.plan = plan
         for rank in plan.ranks:
@@ -333,7 +390,9 @@ class Supervisor:
         self.record.world_size, self.record.nnodes, self.record.node_rank = plan.world_size, rnd.nnodes, rnd.group_rank
         self.record.master_addr, self.record.master_port = plan.master_addr, plan.master_port
         ranks = f"{rnd.first_rank}-{rnd.first_rank + len(plan.ranks) - 1}"
-        self.events.publish(Notice(f"rpcctl: round {rnd.number}: {rnd.nnodes} node(s), world size {rnd.world_size}; ranks {ranks} here"))
+        self.events.publish(
+            Notice(f"rpcctl: round {rnd.number}: {rnd.nnodes} node(s), world size {rnd.world_size}; ranks {ranks} here")
+        )
         return None
 
     def _watch(self) -> Failure | None:
@@ -386,7 +445,9 @@ class Supervisor:
                 self.events.publish(RankStarted(rank, pid, state.local_rank, state.device, self.plan.restart))
         return changed
 
-    def _note_exit(self, status: ExitStatus, states: dict[int, RankState], *, tearing_down: bool, raised: bool = False) -> bool:
+    def _note_exit(
+        self, status: ExitStatus, states: dict[int, RankState], *, tearing_down: bool, raised: bool = False
+    ) -> bool:
         """Record a rank's exit; return True if it counts as a failure (``raised``: it exited 0,
         but a process it started raised)."""
         state = states[status.rank]
@@ -420,7 +481,9 @@ class Supervisor:
         got = sorted(r for r, pid in live.items() if dumps.get(pid))
         if got:
             ranks = ", ".join(map(str, got))
-            self.events.publish(Notice(f"rpcctl: stacks of rank{'s' if len(got) > 1 else ''} {ranks} {when}: {self.run_dir / 'stacks'}"))
+            self.events.publish(
+                Notice(f"rpcctl: stacks of rank{'s' if len(got) > 1 else ''} {ranks} {when}: {self.run_dir / 'stacks'}")
+            )
 
     def _teardown(self, procs: RankProcesses, states: dict[int, RankState]) -> None:
         for status in procs.terminate(self.spec.grace, hurry=lambda: self.hurry):
@@ -486,13 +549,22 @@ class Supervisor:
                 name = None
         parent = f" › pid {first['ppid']}" if type(first.get("ppid")) is int and first["ppid"] != status.pid else ""
         more = f" (and {len(found) - 1} more of its processes raised)" if len(found) > 1 else ""
-        message = (f"{name or 'a process'} (pid {pid}, {str(first.get('name'))[:200]}, rank {rank}{parent} › pid {pid}) raised "
-                   f"{cap_text(str(first.get('message')), MAX_MESSAGE_CHARS)}{more}; rank {rank} exited 0 all the same: "
-                   "multiprocessing does not pass a process's exception to its parent")
+        message = (
+            f"{name or 'a process'} (pid {pid}, {str(first.get('name'))[:200]}, rank {rank}{parent} › pid {pid}) raised "
+            f"{cap_text(str(first.get('message')), MAX_MESSAGE_CHARS)}{more}; rank {rank} exited 0 all the same: "
+            "multiprocessing does not pass a process's exception to its parent"
+        )
         return Failure(
-            rank=rank, pid=status.pid, exit_code=status.exit_code, signal=None, reason="exited", message=message,
-            timestamp=now_iso(), traceback=first.get("traceback") if isinstance(first.get("traceback"), str) else None,
-            error_type=first.get("type") if isinstance(first.get("type"), str) else None, log_tail=list(self.tails[rank]),
+            rank=rank,
+            pid=status.pid,
+            exit_code=status.exit_code,
+            signal=None,
+            reason="exited",
+            message=message,
+            timestamp=now_iso(),
+            traceback=first.get("traceback") if isinstance(first.get("traceback"), str) else None,
+            error_type=first.get("type") if isinstance(first.get("type"), str) else None,
+            log_tail=list(self.tails[rank]),
         )
 
     def _spawned_message(self, rank: int, child: dict, message: str) -> str:
@@ -566,6 +638,7 @@ def _read_error_file(path: Path) -> dict | None:
         "message": str(message.get("message", "")).strip(),
         "traceback": extra.get("py_callstack"),
         "type": ours.get("type"),
-        "child": ours.get("child") if isinstance(ours.get("child"), dict) and isinstance(ours["child"].get("pid"), int) else None,
+        "child": ours.get("child")
+        if isinstance(ours.get("child"), dict) and isinstance(ours["child"].get("pid"), int)
+        else None,
     }
-

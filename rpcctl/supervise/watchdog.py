@@ -84,7 +84,9 @@ class HangWatchdog:
     named with their host, and a failure it declares tears every node down as any failure does).
     ``health``: the telemetry server's ``health`` (None: trusted as is)."""
 
-    def __init__(self, run_dir: Path, timeout: float, keep: bool, console: Any, health: Callable[[], Any] | None = None):
+    def __init__(
+        self, run_dir: Path, timeout: float, keep: bool, console: Any, health: Callable[[], Any] | None = None
+    ):
         self.run_dir = Path(run_dir)
         self.timeout = timeout
         self.keep = keep
@@ -133,7 +135,8 @@ class HangWatchdog:
         seen = None
         if why is None:
             try:
-                seen = inspect.progress(self.run_dir, self._restart)  # one read a check; the dumps wait until it is closed
+                # one read a check; the dumps wait until it is closed
+                seen = inspect.progress(self.run_dir, self._restart)
             except Exception as exc:  # noqa: BLE001 - a store that cannot be read is telemetry impaired, not a hang
                 why = f"the telemetry store cannot be read ({exc})"
         if why is None:
@@ -190,8 +193,16 @@ class HangWatchdog:
         self.console.warn(f"hang: no progress for {human_seconds(stalled)}; stopping the job (the diagnosis follows)")
         suspect = diagnosis.suspect
         details = "".join(f"  {line}\n" for line in diagnosis.details)  # the message is the headline
-        return Failure(rank=-1, pid=suspect.pid if suspect is not None else None, exit_code=None, signal=None, reason="hang",
-                       message=f"hang: {diagnosis.headline}", timestamp=now_iso(), traceback=f"{details}evidence: {evidence}\n")
+        return Failure(
+            rank=-1,
+            pid=suspect.pid if suspect is not None else None,
+            exit_code=None,
+            signal=None,
+            reason="hang",
+            message=f"hang: {diagnosis.headline}",
+            timestamp=now_iso(),
+            traceback=f"{details}evidence: {evidence}\n",
+        )
 
     # -- is the silence the job's? ----------------------------------------------------------------
     def _server_health(self) -> tuple[float, str | None]:
@@ -228,16 +239,23 @@ class HangWatchdog:
         moved = motion(first, second, waiting)
         if moved:
             self._moved_at = time.time()
-            self._say_once("moved", f"rpcctl: no progress reached telemetry for {human_seconds(stalled)}, but the job moves "
-                           f"({'; '.join(moved[:3])}): no hang")
+            self._say_once(
+                "moved",
+                f"rpcctl: no progress reached telemetry for {human_seconds(stalled)}, but the job moves "
+                f"({'; '.join(moved[:3])}): no hang",
+            )
             return False
-        elsewhere = [p for p in procs if not p.local and p.proc_id in in_flight]  # another node's, waiting the whole time
+        # another node's, waiting the whole time
+        elsewhere = [p for p in procs if not p.local and p.proc_id in in_flight]
         if still(first, second) or elsewhere or any(p.stopped for p in procs):
             return True
         self._moved_at = time.time()  # nothing to show either way: look again after another timeout
         missed = "; ".join(second.missed[:3]) or "no process of this node could be looked at"
-        self._say_once("blind", f"rpcctl: no progress reached telemetry for {human_seconds(stalled)}, and nothing shows the job "
-                       f"is stuck ({missed}): no hang declared")
+        self._say_once(
+            "blind",
+            f"rpcctl: no progress reached telemetry for {human_seconds(stalled)}, and nothing shows the job "
+            f"is stuck ({missed}): no hang declared",
+        )
         return False
 
     def _say_once(self, key: str, message: str) -> None:
@@ -251,13 +269,18 @@ class HangWatchdog:
         thought to watch it."""
         started = epoch_of(record.started_at)
         if started is not None and time.time() - started >= self.timeout and "unwatched" not in self._said:
-            self._say_once("unwatched", f"rpcctl: hang_timeout ({human_seconds(self.timeout)}): no process of this job has entered "
-                           "init_rpc or init_process_group yet, so the hang watchdog has nothing to judge it by (it reads torch "
-                           "RPC calls and collectives, from the first process that enters one; a Monarch job's actors are not "
-                           "watched)")
+            self._say_once(
+                "unwatched",
+                f"rpcctl: hang_timeout ({human_seconds(self.timeout)}): no process of this job has entered "
+                "init_rpc or init_process_group yet, so the hang watchdog has nothing to judge it by (it reads torch "
+                "RPC calls and collectives, from the first process that enters one; a Monarch job's actors are not "
+                "watched)",
+            )
 
     # -- evidence ------------------------------------------------------------------------------
-    def _facts(self, seen: inspect.Progress, record: RunRecord) -> tuple[list[Proc], float, float | None, float | None] | None:
+    def _facts(
+        self, seen: inspect.Progress, record: RunRecord
+    ) -> tuple[list[Proc], float, float | None, float | None] | None:
         """Processes of this attempt, the last progress the store saw, the first init_rpc and the
         first init_process_group; None while no process of the job entered either (the job
         uses no torch.distributed, or not yet)."""
@@ -310,10 +333,15 @@ class HangWatchdog:
                 self.console.warn(f"{quiet}: it is stopped (SIGSTOP); `kill -CONT {proc.pid}` resumes it")
                 continue
             at = where(proc.main_thread())
-            self.console.warn(f"{quiet} (its telemetry thread cannot run: a long call holding the GIL?)"
-                              + (f"; it is at {at}" if at else "") + f"; stacks in stacks/rank-{proc.rank}.txt")
+            self.console.warn(
+                f"{quiet} (its telemetry thread cannot run: a long call holding the GIL?)"
+                + (f"; it is at {at}" if at else "")
+                + f"; stacks in stacks/rank-{proc.rank}.txt"
+            )
 
-    def _warn_absent(self, procs: list[Proc], record: RunRecord, first_join: float, wall: float, group: bool = False) -> None:
+    def _warn_absent(
+        self, procs: list[Proc], record: RunRecord, first_join: float, wall: float, group: bool = False
+    ) -> None:
         """Name, once, a rank that has not entered init_rpc (``group``: init_process_group) while
         another did ``join_warn_s`` ago."""
         if wall - first_join < self.join_warn_s:
@@ -321,22 +349,30 @@ class HangWatchdog:
         warned, what = (self._warned_pg, "entered init_process_group") if group else (self._warned_join, "joined RPC")
         connected = {p.rank for p in procs if p.kind == "rank"}
         for proc in procs:
-            if proc.kind != "rank" or (proc.pg_joined_at if group else proc.joined_at) is not None or proc.rank in warned:
+            if (
+                proc.kind != "rank"
+                or (proc.pg_joined_at if group else proc.joined_at) is not None
+                or proc.rank in warned
+            ):
                 continue
             if group and proc.rank in self._pg_through:
                 continue
             warned.add(proc.rank)
             self._dump(proc, record)
             at = where(proc.main_thread())
-            state = "it is stopped (SIGSTOP)" if proc.stopped else (f"it is at {at}" if at else "its stack did not come")
+            state = (
+                "it is stopped (SIGSTOP)" if proc.stopped else (f"it is at {at}" if at else "its stack did not come")
+            )
             if not proc.local:
                 state = proc.elsewhere.lstrip("; ")
             self.console.warn(f"{proc.describe()} has not {what} after {human_seconds(wall - first_join)}; {state}")
         for state in record.ranks:  # a rank whose telemetry never connected is absent too
             if state.state == RankStatus.RUNNING and state.rank not in connected and state.rank not in warned:
                 warned.add(state.rank)
-                self.console.warn(f"rank {state.rank} (pid {state.pid}) has not {what} after {human_seconds(wall - first_join)}"
-                                  " and never reported: see `rpcctl stack`")
+                self.console.warn(
+                    f"rank {state.rank} (pid {state.pid}) has not {what} after {human_seconds(wall - first_join)}"
+                    " and never reported: see `rpcctl stack`"
+                )
 
     def _dump(self, proc: Proc, record: RunRecord) -> list[Any]:
         """Dump a rank (and its children) unless it is stopped; fill in the threads."""
@@ -355,7 +391,9 @@ class HangWatchdog:
         proc.threads = parse_stacks(dumps[0].text or "")
         return dumps
 
-    def report(self, procs: list[Proc], record: RunRecord, stalled: float, look: Look, calls: CallsReport) -> tuple[Diagnosis, Path | None]:
+    def report(
+        self, procs: list[Proc], record: RunRecord, stalled: float, look: Look, calls: CallsReport
+    ) -> tuple[Diagnosis, Path | None]:
         """The diagnosis from ``look`` (the processes' stacks) and ``calls``, and the evidence written
         as far as the disk lets it (the folder, or None if none of it could be written)."""
         if not look.read_native():  # the verdict's own evidence: native frames, each process bounded
@@ -364,9 +402,15 @@ class HangWatchdog:
             seen = look.seen.get(proc.pid) if proc.local else None
             if seen is not None:
                 proc.threads, proc.stopped, proc.dumped = seen.threads, seen.stopped, seen.text is not None
-        texts = [f"── {p.describe()} ──\n(not dumped from this node{p.elsewhere})\n" for p in procs if p.kind == "rank" and not p.local]
+        texts = [
+            f"── {p.describe()} ──\n(not dumped from this node{p.elsewhere})\n"
+            for p in procs
+            if p.kind == "rank" and not p.local
+        ]
         by_pid = {p.pid: p for p in procs}
-        texts += look.texts(lambda seen: by_pid[seen.pid].describe() if seen.pid in by_pid else f"rank {seen.rank} (pid {seen.pid})")
+        texts += look.texts(
+            lambda seen: by_pid[seen.pid].describe() if seen.pid in by_pid else f"rank {seen.rank} (pid {seen.pid})"
+        )
         try:  # who a shutdown waits for, in this run or the runs it is one job with
             shutdown = inspect.shutdown_waits(self.run_dir)
         except Exception:  # noqa: BLE001 - a courtesy: the diagnosis stands without it
@@ -391,7 +435,9 @@ class HangWatchdog:
         except OSError as exc:
             if not self._unwritten:
                 self._unwritten = True
-                self.console.warn(f"could not write the hang evidence into {folder}: {exc.strerror or exc} (the verdict stands)")
+                self.console.warn(
+                    f"could not write the hang evidence into {folder}: {exc.strerror or exc} (the verdict stands)"
+                )
             return folder if (folder / "diagnosis.txt").is_file() else None
         return folder
 
@@ -399,8 +445,19 @@ class HangWatchdog:
 def _proc(row: inspect.StoredProcess, record: RunRecord) -> Proc:
     """A process as the watchdog sees it; local: a process of one of this node's ranks."""
     local = row.rank in {r.rank for r in record.ranks}
-    return Proc(row.proc_id, row.pid, row.rank, row.kind or "rank", row.name, row.rpc_join_at, host=row.host, local=local,
-                pg_joined_at=row.pg_join_at, dist_rank=row.dist_rank, pg_world=row.pg_world or 0)
+    return Proc(
+        row.proc_id,
+        row.pid,
+        row.rank,
+        row.kind or "rank",
+        row.name,
+        row.rpc_join_at,
+        host=row.host,
+        local=local,
+        pg_joined_at=row.pg_join_at,
+        dist_rank=row.dist_rank,
+        pg_world=row.pg_world or 0,
+    )
 
 
 def _relay_silent(rows: list[inspect.StoredProcess], record: RunRecord, since: float) -> str | None:
@@ -416,8 +473,10 @@ def _relay_silent(rows: list[inspect.StoredProcess], record: RunRecord, since: f
     for host, beating in sorted(hosts.items()):
         quiet = min(wall - max(r.last_seen, since) for r in beating)
         if quiet > RELAY_QUIET_S:
-            return (f"telemetry from {host} has stopped (none of its {len(beating)} processes heard from for "
-                    f"{human_seconds(quiet)}: its launcher's relay?)")
+            return (
+                f"telemetry from {host} has stopped (none of its {len(beating)} processes heard from for "
+                f"{human_seconds(quiet)}: its launcher's relay?)"
+            )
     return None
 
 

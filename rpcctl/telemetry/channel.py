@@ -46,7 +46,8 @@ from typing import Any
 
 from rpcctl.wire import protocol
 
-SITE_DIR = Path(__file__).resolve().parents[1] / "rank" / "_site"  # the rank package's sitecustomize, named, not imported
+# the rank package's sitecustomize, named, not imported
+SITE_DIR = Path(__file__).resolve().parents[1] / "rank" / "_site"
 
 
 # -- framing --------------------------------------------------------------------------------------
@@ -217,8 +218,11 @@ class Refusals:
         self.count += 1
         if uid not in self.uids:
             self.uids.add(uid)
-            print(f"rpcctl: {self.where} refused a connection from uid {uid}: only the run's owner "
-                  f"(uid {os.getuid()}) may send telemetry", file=sys.stderr)
+            print(
+                f"rpcctl: {self.where} refused a connection from uid {uid}: only the run's owner "
+                f"(uid {os.getuid()}) may send telemetry",
+                file=sys.stderr,
+            )
 
 
 def accept_local(listener: socket.socket, refusals: Refusals) -> socket.socket | None:

@@ -22,7 +22,15 @@ from typing import Any
 from rpcctl.wire import protocol
 from rpcctl.telemetry.losses import LossParser
 from rpcctl.telemetry.channel import (
-    OUT_OF_DESCRIPTORS, Refusals, Reserve, accept_local, close_unix, connect_authenticated, connection_cap, listen_unix, worker_env,
+    OUT_OF_DESCRIPTORS,
+    Refusals,
+    Reserve,
+    accept_local,
+    close_unix,
+    connect_authenticated,
+    connection_cap,
+    listen_unix,
+    worker_env,
 )
 
 
@@ -49,7 +57,10 @@ class TelemetryForwarder:
         listener, path, self._private_dir = listen_unix(self.run_dir)
         listener.settimeout(0.2)
         self._listener, self._socket_path = listener, path
-        for target, name in ((self._accept_loop, "rpcctl-telemetry-relay"), (self._send_loop, "rpcctl-telemetry-launcher")):
+        for target, name in (
+            (self._accept_loop, "rpcctl-telemetry-relay"),
+            (self._send_loop, "rpcctl-telemetry-launcher"),
+        ):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -116,7 +127,9 @@ class TelemetryForwarder:
                     if exc.errno not in OUT_OF_DESCRIPTORS:
                         return  # the listener is closed
                     self.refused_connections += reserve.shed(self._listener)
-                    self._say_once("descriptors", f"out of file descriptors ({exc.strerror}): telemetry connections are refused")
+                    self._say_once(
+                        "descriptors", f"out of file descriptors ({exc.strerror}): telemetry connections are refused"
+                    )
                     time.sleep(0.05)
                     continue
                 if local is None:
@@ -127,7 +140,9 @@ class TelemetryForwarder:
                 if full:
                     local.close()
                     self.refused_connections += 1
-                    self._say_once("cap", f"{cap} connections are relayed, the most it takes: it refuses more, and counts them")
+                    self._say_once(
+                        "cap", f"{cap} connections are relayed, the most it takes: it refuses more, and counts them"
+                    )
                     continue
                 thread = threading.Thread(target=self._relay, args=(local,), name="rpcctl-telemetry-pipe", daemon=True)
                 thread.start()

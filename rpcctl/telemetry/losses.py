@@ -85,17 +85,34 @@ _EPOCH_VALUE = _Rule(
     anchored=True,
 )
 # "Epoch 2/3", "=== epoch 4 ===", "Epoch 5:" alone on a line: what the following lines belong to.
-_EPOCH_HEADER = _Rule(rf"[^{_W}]*epoch{_S}*[:#]?{_S}*\[?{_S}*(?P<epoch>{_D}+)(?:{_S}*/{_S}*{_D}+)?{_S}*\]?[^{_W}]*$", anchored=True)
+_EPOCH_HEADER = _Rule(
+    rf"[^{_W}]*epoch{_S}*[:#]?{_S}*\[?{_S}*(?P<epoch>{_D}+)(?:{_S}*/{_S}*{_D}+)?{_S}*\]?[^{_W}]*$", anchored=True
+)
 # A progress counter "n/total" (tqdm, Lightning, Keras, the mnist example's "[640/60000 (1%)]").
 _COUNTER = _Rule(rf"(?P<n>{_D}+){_S}*/{_S}*(?P<total>{_D}+)", not_after=_W + "./", not_before=_W + "./")
 # A progress bar: a tqdm bar "|█▌  |" or a Rich/Keras bar of box-drawing characters.
 _BAR = _Rule(rf"\|[^|]*\|{_S}*{_D}+/|[━─╸╺]{{3,}}|{_D}+%\|")
 _METRIC = _Rule(rf"(?P<name>[A-Za-z][{_W}./@-]*?){_S}*[:=]{_S}*(?P<value>{_NUM})", not_after=_NOT_IN_WORD)
 # The PyTorch imagenet example's meters: "Acc@1  50.00 ( 48.12)" (the value, then the average).
-_METER = _Rule(rf"(?P<name>[A-Za-z][{_W}@]*){_S}+(?P<value>{_NUM}){_S}+\({_S}*(?:{_NUM}){_S}*\)", not_after=_NOT_IN_WORD)
+_METER = _Rule(
+    rf"(?P<name>[A-Za-z][{_W}@]*){_S}+(?P<value>{_NUM}){_S}+\({_S}*(?:{_NUM}){_S}*\)", not_after=_NOT_IN_WORD
+)
 _NOT_METRICS = frozenset(
-    {"loss", "train_loss", "training_loss", "train/loss", "train_loss_step", "step", "epoch", "iter", "iteration", "it",
-     "batch", "global_step", "v_num"}
+    {
+        "loss",
+        "train_loss",
+        "training_loss",
+        "train/loss",
+        "train_loss_step",
+        "step",
+        "epoch",
+        "iter",
+        "iteration",
+        "it",
+        "batch",
+        "global_step",
+        "v_num",
+    }
 )
 _DICT_LOSS_KEYS = ("loss", "train_loss", "training_loss", "train/loss", "train_loss_step")
 _DICT_STEP_KEYS = ("step", "global_step", "iter", "iteration", "it", "batch", "train/global_step")
@@ -143,17 +160,25 @@ class LossParser:
         if self.custom is not None:
             parsed = self._parse_custom(line)
             if parsed is None:
-                return Explanation(line, None, "the config's losses.pattern does not match (it replaces every built-in rule)")
+                return Explanation(
+                    line, None, "the config's losses.pattern does not match (it replaces every built-in rule)"
+                )
             return _storable(Explanation(line, "pattern", "the config's losses.pattern matched", parsed))
         if _PREFILTER.search(line) is None:
             return Explanation(line, None, "no 'loss' or 'epoch' in the line")
-        explanation = self._dict(line) or self._bar(line) or self._text(line) or self._epoch_value(line) or self._header(line)
+        explanation = (
+            self._dict(line) or self._bar(line) or self._text(line) or self._epoch_value(line) or self._header(line)
+        )
         if explanation is None:
-            return Explanation(line, None, "no training loss value in the line (validation/test losses, a loss without a number)")
+            return Explanation(
+                line, None, "no training loss value in the line (validation/test losses, a loss without a number)"
+            )
         if explanation.parsed is not None and explanation.parsed.epoch is None and self.epoch is not None:
             parsed = explanation.parsed
             parsed = ParsedLoss(parsed.loss, parsed.step, self.epoch, parsed.metrics, parsed.rule)
-            explanation = Explanation(line, explanation.rule, explanation.reason + f"; epoch {self.epoch} from the last epoch header", parsed)
+            explanation = Explanation(
+                line, explanation.rule, explanation.reason + f"; epoch {self.epoch} from the last epoch header", parsed
+            )
         explanation = _storable(explanation)
         if explanation.parsed is not None:
             self.last_loss = explanation.parsed.loss
@@ -170,7 +195,11 @@ class LossParser:
         kind = "a JSON object" if data[1] == "json" else "a Python dict"
         values: dict[str, Any] = data[0]
         if any(key in values for key in _DICT_SUMMARY_KEYS):
-            return Explanation(line, "dict", f"{kind} with {_DICT_SUMMARY_KEYS[0]!r}: a run summary (its loss is the run's mean), not a step")
+            return Explanation(
+                line,
+                "dict",
+                f"{kind} with {_DICT_SUMMARY_KEYS[0]!r}: a run summary (its loss is the run's mean), not a step",
+            )
         loss_key = next((k for k in _DICT_LOSS_KEYS if _number(values.get(k)) is not None), None)
         if loss_key is None:
             return Explanation(line, "dict", f"{kind} without a training loss key ({', '.join(_DICT_LOSS_KEYS)})")
@@ -186,7 +215,9 @@ class LossParser:
                 continue
             metrics[str(key)] = number
         parsed = ParsedLoss(_number(values[loss_key]), step, epoch, metrics, "dict")  # type: ignore[arg-type]
-        return Explanation(line, "dict", f"{kind}: loss from {loss_key!r}" + (f", step from {step_key!r}" if step_key else ""), parsed)
+        return Explanation(
+            line, "dict", f"{kind}: loss from {loss_key!r}" + (f", step from {step_key!r}" if step_key else ""), parsed
+        )
 
     def _bar(self, line: str) -> Explanation | None:
         if _BAR.search(line) is None:
@@ -199,7 +230,9 @@ class LossParser:
         step = _count(counter["n"]) if counter else None
         if step == 0 and _float(loss["loss"]) == self.last_loss:
             # Lightning starts each epoch's bar at 0/N with the last epoch's postfix still on it.
-            return Explanation(line, "bar", f"a bar reset to {counter[0]!r} still showing the previous loss: not a new step")
+            return Explanation(
+                line, "bar", f"a bar reset to {counter[0]!r} still showing the previous loss: not a new step"
+            )
         metrics = _metrics(line, loss, start=counter.end() if counter else 0)  # not the bar's "desc: 30%"
         parsed = ParsedLoss(_float(loss["loss"]), step, _count(epoch["epoch"]) if epoch else None, metrics, "bar")
         where = f", step {step} from the counter {counter[0]!r}" if counter else ""
@@ -214,10 +247,19 @@ class LossParser:
         step_value = _count(step["step"]) if step else None
         how = f", step from {step[0]!r}" if step else ""
         if step is None:
-            counter = next((c for c in _COUNTER.finditer(line) if (epoch is None or c.start() >= epoch.end()) and c.end() <= loss.start()), None)
+            counter = next(
+                (
+                    c
+                    for c in _COUNTER.finditer(line)
+                    if (epoch is None or c.start() >= epoch.end()) and c.end() <= loss.start()
+                ),
+                None,
+            )
             if counter is not None:
                 step_value, how = _count(counter["n"]), f", step from the counter {counter[0]!r}"
-        parsed = ParsedLoss(_float(loss["loss"]), step_value, _count(epoch["epoch"]) if epoch else None, _metrics(line, loss), "text")
+        parsed = ParsedLoss(
+            _float(loss["loss"]), step_value, _count(epoch["epoch"]) if epoch else None, _metrics(line, loss), "text"
+        )
         if step_value is None and parsed.epoch is None:
             how = ", no step or epoch: keyed by arrival order"
         return Explanation(line, "text", f"loss from {loss[0]!r}{how}", parsed)
@@ -237,8 +279,12 @@ class LossParser:
         if not protocol.STEP.ok(epoch):  # a hash or a counter, not an epoch: the later lines keep theirs
             return Explanation(line, "header", f"an epoch header whose epoch is not {protocol.STEP.what}: not taken")
         self.epoch = epoch
-        return Explanation(line, "header", f"an epoch header: this rank's later lines without an epoch get epoch {self.epoch}",
-                           epoch_context=self.epoch)
+        return Explanation(
+            line,
+            "header",
+            f"an epoch header: this rank's later lines without an epoch get epoch {self.epoch}",
+            epoch_context=self.epoch,
+        )
 
     def _parse_custom(self, line: str) -> ParsedLoss | None:
         assert self.custom is not None
@@ -258,7 +304,9 @@ class LossParser:
                 metrics[name] = _float(value)
             except ValueError:
                 continue
-        return ParsedLoss(loss=loss, step=_int(groups.get("step")), epoch=_int(groups.get("epoch")), metrics=metrics, rule="pattern")
+        return ParsedLoss(
+            loss=loss, step=_int(groups.get("step")), epoch=_int(groups.get("epoch")), metrics=metrics, rule="pattern"
+        )
 
 
 def compile_pattern(pattern: str) -> Any:
@@ -350,11 +398,17 @@ def _storable(explanation: Explanation) -> Explanation:
     if parsed is None:
         return explanation
     metrics = parsed.metrics
-    kept = {k: v for k, v in metrics.items() if protocol.NAME.ok(k) and protocol.MEASURE.ok(v)}  # a metric is extra: only it goes
+    # a metric is extra: only it goes
+    kept = {k: v for k, v in metrics.items() if protocol.NAME.ok(k) and protocol.MEASURE.ok(v)}
     if len(kept) != len(metrics):
         parsed = ParsedLoss(parsed.loss, parsed.step, parsed.epoch, kept, parsed.rule)
-        explanation = Explanation(explanation.line, explanation.rule, f"{explanation.reason}; {len(metrics) - len(kept)} metric(s)"
-                                  f" left out (a name longer than {protocol.NAME.most:,} characters)", parsed)
+        explanation = Explanation(
+            explanation.line,
+            explanation.rule,
+            f"{explanation.reason}; {len(metrics) - len(kept)} metric(s)"
+            f" left out (a name longer than {protocol.NAME.most:,} characters)",
+            parsed,
+        )
     refused = protocol.loss_refusal(parsed.step, parsed.epoch, parsed.loss, parsed.metrics)
     if refused is None:
         return explanation

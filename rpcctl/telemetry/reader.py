@@ -112,7 +112,9 @@ class StoreReader:
 
     # -- the run -------------------------------------------------------------------------------
     def latest_restart(self) -> int:
-        rows = self._rows("SELECT max(restart) AS r FROM (SELECT restart FROM ranks UNION ALL SELECT restart FROM procs)")
+        rows = self._rows(
+            "SELECT max(restart) AS r FROM (SELECT restart FROM ranks UNION ALL SELECT restart FROM procs)"
+        )
         return int(rows[0]["r"]) if rows and rows[0]["r"] is not None else 0
 
     def schema_version(self) -> int | None:
@@ -130,28 +132,40 @@ class StoreReader:
         """The processes that connected: of one restart, or of every restart (by ``proc_id``)."""
         if restart is None:
             return self._rows("SELECT * FROM procs ORDER BY proc_id")
-        return self._rows("SELECT * FROM procs WHERE restart = ?" + (" ORDER BY proc_id" if ordered else ""), (restart,))
+        return self._rows(
+            "SELECT * FROM procs WHERE restart = ?" + (" ORDER BY proc_id" if ordered else ""), (restart,)
+        )
 
     def running_procs(self, restart: int) -> list[sqlite3.Row]:
         return self._rows("SELECT * FROM procs WHERE restart = ? AND ended_at IS NULL", (restart,))
 
     def ended_ranks(self, restart: int) -> list[sqlite3.Row]:
         """The restart's rank processes (not the ones they spawned) whose telemetry has ended."""
-        return self._rows("SELECT * FROM procs WHERE restart = ? AND ended_at IS NOT NULL AND kind = 'rank'", (restart,))
+        return self._rows(
+            "SELECT * FROM procs WHERE restart = ? AND ended_at IS NOT NULL AND kind = 'rank'", (restart,)
+        )
 
     def spawned_name(self, rank: int, pid: int) -> str | None:
-        rows = self._rows("SELECT name FROM procs WHERE rank = ? AND pid = ? AND kind = 'child' AND name IS NOT NULL"
-                          " ORDER BY proc_id DESC LIMIT 1", (rank, pid))
+        rows = self._rows(
+            "SELECT name FROM procs WHERE rank = ? AND pid = ? AND kind = 'child' AND name IS NOT NULL"
+            " ORDER BY proc_id DESC LIMIT 1",
+            (rank, pid),
+        )
         return rows[0]["name"] if rows else None
 
     def ended_without_shutdown(self, restart: int) -> list[str]:
-        rows = self._rows("SELECT DISTINCT name FROM procs WHERE restart = ? AND rpc_join_at IS NOT NULL AND ended_at IS NOT NULL"
-                          " AND rpc_shutdown_at IS NULL AND name IS NOT NULL ORDER BY name", (restart,))
+        rows = self._rows(
+            "SELECT DISTINCT name FROM procs WHERE restart = ? AND rpc_join_at IS NOT NULL AND ended_at IS NOT NULL"
+            " AND rpc_shutdown_at IS NULL AND name IS NOT NULL ORDER BY name",
+            (restart,),
+        )
         return [row["name"] for row in rows]
 
     def rank_of_name(self, restart: int) -> dict[str, int]:
         """RPC name → rank, for the ranks themselves (not the processes they spawned)."""
-        rows = self._rows("SELECT name, rank FROM procs WHERE restart = ? AND kind = 'rank' AND name IS NOT NULL", (restart,))
+        rows = self._rows(
+            "SELECT name, rank FROM procs WHERE restart = ? AND kind = 'rank' AND name IS NOT NULL", (restart,)
+        )
         return {r["name"]: r["rank"] for r in rows}
 
     def joined_through_children(self, restart: int, column: str = "rpc_join_at") -> dict[int, float]:
@@ -159,8 +173,11 @@ class StoreReader:
         entered init_process_group (``column="pg_join_at"``)."""
         if column not in ("rpc_join_at", "pg_join_at"):
             raise ValueError(column)
-        rows = self._rows(f"SELECT rank, min({column}) AS t FROM procs WHERE restart = ? AND kind = 'child'"
-                          f" AND {column} IS NOT NULL GROUP BY rank", (restart,))
+        rows = self._rows(
+            f"SELECT rank, min({column}) AS t FROM procs WHERE restart = ? AND kind = 'child'"
+            f" AND {column} IS NOT NULL GROUP BY rank",
+            (restart,),
+        )
         return {r["rank"]: r["t"] for r in rows}
 
     def cpu_totals(self) -> sqlite3.Row | None:
@@ -201,15 +218,23 @@ class StoreReader:
         """One restart's long calls (oldest first; only those not ended), or every restart's."""
         if restart is None:
             return self._rows("SELECT * FROM calls")
-        return self._rows("SELECT * FROM calls WHERE restart = ?" + (" AND ended_at IS NULL" if unfinished_only else "")
-                          + " ORDER BY started_at", (restart,))
+        return self._rows(
+            "SELECT * FROM calls WHERE restart = ?"
+            + (" AND ended_at IS NULL" if unfinished_only else "")
+            + " ORDER BY started_at",
+            (restart,),
+        )
 
     def serving(self, restart: int | None = None, *, unfinished_only: bool = False) -> list[sqlite3.Row]:
         """What processes ran for incoming calls, as ``calls``."""
         if restart is None:
             return self._rows("SELECT * FROM serving")
-        return self._rows("SELECT * FROM serving WHERE restart = ?" + (" AND ended_at IS NULL" if unfinished_only else "")
-                          + " ORDER BY started_at", (restart,))
+        return self._rows(
+            "SELECT * FROM serving WHERE restart = ?"
+            + (" AND ended_at IS NULL" if unfinished_only else "")
+            + " ORDER BY started_at",
+            (restart,),
+        )
 
     def call_stats(self, restart: int) -> list[sqlite3.Row]:
         return self._rows("SELECT * FROM call_stats WHERE restart = ?", (restart,))
@@ -218,34 +243,49 @@ class StoreReader:
         """The latest marks of progress the store has: a call counted, a long call ended, a loss."""
         rows = self._rows(
             "SELECT (SELECT max(updated_at) FROM call_stats WHERE restart = ?) AS a, (SELECT max(ended_at) FROM calls WHERE restart = ?) AS b,"
-            " (SELECT time FROM losses WHERE restart = ? ORDER BY id DESC LIMIT 1) AS c", (restart,) * 3)
+            " (SELECT time FROM losses WHERE restart = ? ORDER BY id DESC LIMIT 1) AS c",
+            (restart,) * 3,
+        )
         return [m for m in (rows[0]["a"], rows[0]["b"], rows[0]["c"]) if m is not None] if rows else []
 
     # -- collectives ---------------------------------------------------------------------------
     def coll_groups(self, restart: int) -> list[sqlite3.Row]:
         """Process groups per rank (by rank, group), with ``proc_ended``: when their process ended."""
-        return self._rows("SELECT g.*, p.ended_at AS proc_ended FROM coll_groups g JOIN procs p USING (proc_id) WHERE g.restart = ?"
-                          " ORDER BY g.rank, g.pg", (restart,))
+        return self._rows(
+            "SELECT g.*, p.ended_at AS proc_ended FROM coll_groups g JOIN procs p USING (proc_id) WHERE g.restart = ?"
+            " ORDER BY g.rank, g.pg",
+            (restart,),
+        )
 
     def running_coll_groups(self, restart: int) -> list[sqlite3.Row]:
         """The process groups of the processes still running."""
-        return self._rows("SELECT * FROM coll_groups WHERE restart = ? AND proc_id IN (SELECT proc_id FROM procs"
-                          " WHERE restart = ? AND ended_at IS NULL)", (restart, restart))
+        return self._rows(
+            "SELECT * FROM coll_groups WHERE restart = ? AND proc_id IN (SELECT proc_id FROM procs"
+            " WHERE restart = ? AND ended_at IS NULL)",
+            (restart, restart),
+        )
 
     def coll_stats(self, restart: int) -> list[sqlite3.Row]:
         return self._rows("SELECT * FROM coll_stats WHERE restart = ? ORDER BY pg, op", (restart,))
 
     def sampled_collectives(self, restart: int, limit: int) -> list[sqlite3.Row]:
         """(pg, seq, rank, entered_at, proc_id) of the last ``limit`` sampled collectives."""
-        return self._rows("SELECT pg, seq, rank, entered_at, proc_id FROM collectives WHERE restart = ? ORDER BY rowid DESC LIMIT ?", (restart, limit))
+        return self._rows(
+            "SELECT pg, seq, rank, entered_at, proc_id FROM collectives WHERE restart = ? ORDER BY rowid DESC LIMIT ?",
+            (restart, limit),
+        )
 
     def collective_spans(self) -> list[sqlite3.Row]:
         """Every sampled collective a rank entered, with its group's name (every restart)."""
-        return self._rows("SELECT c.*, g.name FROM collectives c LEFT JOIN coll_groups g USING (proc_id, pg) WHERE c.entered_at IS NOT NULL")
+        return self._rows(
+            "SELECT c.*, g.name FROM collectives c LEFT JOIN coll_groups g USING (proc_id, pg) WHERE c.entered_at IS NOT NULL"
+        )
 
     def collectives_in_flight(self) -> list[sqlite3.Row]:
         """The groups whose latest collective was entered and has not completed (every restart)."""
-        return self._rows("SELECT * FROM coll_groups WHERE cur_seq IS NOT NULL AND cur_since IS NOT NULL AND entered > completed")
+        return self._rows(
+            "SELECT * FROM coll_groups WHERE cur_seq IS NOT NULL AND cur_since IS NOT NULL AND entered > completed"
+        )
 
     # -- losses --------------------------------------------------------------------------------
     def losses(self, restart: int | None = None, *, last: int | None = None) -> list[sqlite3.Row]:
@@ -255,13 +295,19 @@ class StoreReader:
             return self._rows("SELECT * FROM losses ORDER BY id")
         if last is None:
             return self._rows("SELECT * FROM losses WHERE restart = ? ORDER BY id", (restart,))
-        return self._rows("SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY rank, source ORDER BY id DESC) AS k"
-                          " FROM losses WHERE restart = ?) WHERE k <= ? ORDER BY id", (restart, last))
+        return self._rows(
+            "SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY rank, source ORDER BY id DESC) AS k"
+            " FROM losses WHERE restart = ?) WHERE k <= ? ORDER BY id",
+            (restart, last),
+        )
 
     def recent_loss_times(self, restart: int, recent: int) -> list[sqlite3.Row]:
         """(rank, restart, time, source) of the store's latest ``recent`` losses, of this restart."""
-        return self._rows("SELECT rank, restart, time, source FROM losses WHERE restart = ? AND id > (SELECT coalesce(max(id), 0) - ? FROM losses)"
-                          " AND time IS NOT NULL", (restart, recent))
+        return self._rows(
+            "SELECT rank, restart, time, source FROM losses WHERE restart = ? AND id > (SELECT coalesce(max(id), 0) - ? FROM losses)"
+            " AND time IS NOT NULL",
+            (restart, recent),
+        )
 
     def log_lines(self, restart: int) -> list[sqlite3.Row]:
         return self._rows("SELECT rank, lines, matched FROM log_lines WHERE restart = ?", (restart,))

@@ -47,7 +47,8 @@ where steps repeat (epoch-local steps, no step at all). Stores before version 4 
 index: readers take ``seq`` from the row order there (``rpcctl.inspect``).
 """
 
-SCHEMA_VERSION = 9  # 2: procs.cpu_s, procs.telemetry_cpu_s; meta server_cpu_s. 3: calls, call_stats, serving, procs.rpc_join_at
+# 2: procs.cpu_s, procs.telemetry_cpu_s; meta server_cpu_s. 3: calls, call_stats, serving, procs.rpc_join_at
+SCHEMA_VERSION = 9
 # 4: losses.seq, losses.rule, log_lines. 5: rrefs.value_watched (1: the owner watches the value, so value_freed_at NULL means still alive)
 # 6: handles.last_used_at (the holder's last use of a reference it still held at rpc.shutdown()),
 #    call_stats.request_bytes, calls.nbytes (bytes of the tensor arguments)

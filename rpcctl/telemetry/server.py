@@ -40,7 +40,16 @@ from typing import TYPE_CHECKING, Any
 
 from rpcctl.wire import protocol
 from rpcctl.telemetry.channel import (
-    OUT_OF_DESCRIPTORS, LineBuffer, Refusals, Reserve, accept_local, challenge, close_unix, connection_cap, is_answer, listen_unix,
+    OUT_OF_DESCRIPTORS,
+    LineBuffer,
+    Refusals,
+    Reserve,
+    accept_local,
+    challenge,
+    close_unix,
+    connection_cap,
+    is_answer,
+    listen_unix,
     worker_env,
 )
 from rpcctl.telemetry.losses import LossParser
@@ -53,7 +62,8 @@ COMMIT_INTERVAL_S = 0.1
 LOOP_STALE_S = 5.0  # the thread has not gone round its loop for this long: it is not reading
 RECV_BYTES = 256 * 1024  # one read of a connection
 MAX_PENDING = 32 * 1024 * 1024  # unfinished lines all connections hold together; beyond, the largest holder is cut off
-FAULT_HOLD_S = 1.0  # a fault that keeps coming (accept failing for want of descriptors) holds until this long after the last
+# a fault that keeps coming (accept failing for want of descriptors) holds until this long after the last
+FAULT_HOLD_S = 1.0
 ACCEPT_PAUSE_S = 0.05  # after such a failure the listener is not polled for this long (it stays readable: no spin)
 MAX_BACKOFF_S = 1.0  # the longest pause after the same fault of the loop again and again
 # What an event with a missing or ill-typed field raises in the store: the event is dropped.
@@ -69,7 +79,9 @@ class TelemetryHealth:
 
 
 class TelemetryServer:
-    def __init__(self, run_dir: Path, spec: JobSpec | None = None, world_size: int = 1, warn: Callable[[str], None] | None = None):
+    def __init__(
+        self, run_dir: Path, spec: JobSpec | None = None, world_size: int = 1, warn: Callable[[str], None] | None = None
+    ):
         self.run_dir = Path(run_dir)
         self._warn_store = warn
         self.world_size = world_size
@@ -123,7 +135,9 @@ class TelemetryServer:
     def start(self) -> dict[str, str]:
         """Create the store and the socket, start the thread; returns env vars for every rank."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self._store = StoreWriter(protocol.db_path(self.run_dir), **({"warn": self._warn_store} if self._warn_store else {}))
+        self._store = StoreWriter(
+            protocol.db_path(self.run_dir), **({"warn": self._warn_store} if self._warn_store else {})
+        )
         self._store.set_meta(run_id=self.run_id, world_size=self.world_size)
         self._listener = self._listen()
         self._store.set_meta(socket=str(self._socket_path))
@@ -220,7 +234,10 @@ class TelemetryServer:
             parsed = parser.parse(line)
         except Exception as exc:  # (the parser is total: this is a bug, and the line is not a record)
             parsed = None
-            self._say_once(f"loss parser: {type(exc).__name__}", f"the loss parser failed on a line of rank {rank} ({_short(exc)}); it goes on")
+            self._say_once(
+                f"loss parser: {type(exc).__name__}",
+                f"the loss parser failed on a line of rank {rank} ({_short(exc)}); it goes on",
+            )
         lines, matched = self._line_counts.get(rank, (0, 0))
         self._line_counts[rank] = (lines + 1, matched + (parsed is not None))
         if parsed is not None:
@@ -326,8 +343,12 @@ class TelemetryServer:
     def _note_counts(self) -> None:
         assert self._store is not None
         # This thread is the launcher's whole share of telemetry work.
-        self._store.set_meta(server_cpu_s=time.thread_time(), refused_messages=self.bad_messages,
-                             refused_connections=self.refused_connections, server_faults=self.faults)
+        self._store.set_meta(
+            server_cpu_s=time.thread_time(),
+            refused_messages=self.bad_messages,
+            refused_connections=self.refused_connections,
+            server_faults=self.faults,
+        )
 
     # -- faults of its own -------------------------------------------------------------------------
     def _own_fault(self, where: str, exc: BaseException) -> None:
@@ -371,8 +392,11 @@ class TelemetryServer:
             conn.close()
             self.refused_connections += 1
             self._fault_at = time.time()
-            self._say_once("cap", f"{self._connections} connections are open, the most it takes (the launcher's descriptors"
-                                  " are for its own work too): it refuses more, and counts them")
+            self._say_once(
+                "cap",
+                f"{self._connections} connections are open, the most it takes (the launcher's descriptors"
+                " are for its own work too): it refuses more, and counts them",
+            )
             return
         state = _Conn(remote=tcp)
         if tcp:
@@ -391,7 +415,9 @@ class TelemetryServer:
         the reserve descriptor), the listener rests a moment, and the fault holds until such
         failures stop."""
         self._fault_at = time.time()
-        self._fault = f"the launcher is out of file descriptors ({exc.strerror or exc}): telemetry connections are refused"
+        self._fault = (
+            f"the launcher is out of file descriptors ({exc.strerror or exc}): telemetry connections are refused"
+        )
         self._fault_until = time.monotonic() + FAULT_HOLD_S
         if self._reserve is not None and self._reserve.shed(listener):
             self.refused_connections += 1
@@ -432,7 +458,9 @@ class TelemetryServer:
         self._pending += conn.lines.size - before
         if lines is None:  # a line longer than protocol.MAX_LINE
             self.bad_messages += 1
-            self._say_once("long line", f"a connection sent a line longer than {protocol.MAX_LINE >> 20} MiB: it was cut off")
+            self._say_once(
+                "long line", f"a connection sent a line longer than {protocol.MAX_LINE >> 20} MiB: it was cut off"
+            )
             self._disconnect(selector, sock, conn)
             return
         for line in lines:
@@ -461,13 +489,20 @@ class TelemetryServer:
     def _cut_largest(self, selector: selectors.BaseSelector) -> None:
         """Connections hold more than MAX_PENDING of unfinished lines: the one that holds the most
         is cut off (a rank's lines end within milliseconds; a line that never ends is no rank's)."""
-        held = [(key.data.lines.size, key.fileobj, key.data) for key in selector.get_map().values() if isinstance(key.data, _Conn)]
+        held = [
+            (key.data.lines.size, key.fileobj, key.data)
+            for key in selector.get_map().values()
+            if isinstance(key.data, _Conn)
+        ]
         if not held:
             return
         size, sock, conn = max(held, key=lambda item: item[0])
         self.refused_connections += 1
-        self._say_once("pending", f"connections held {self._pending >> 20} MiB of unfinished lines (at most {MAX_PENDING >> 20} MiB in"
-                                  f" all): the one holding the most ({size >> 20} MiB) was cut off")
+        self._say_once(
+            "pending",
+            f"connections held {self._pending >> 20} MiB of unfinished lines (at most {MAX_PENDING >> 20} MiB in"
+            f" all): the one holding the most ({size >> 20} MiB) was cut off",
+        )
         self._disconnect(selector, sock, conn)
 
     def _handle(self, conn: _Conn, message: dict[str, Any]) -> None:
@@ -506,7 +541,8 @@ class TelemetryServer:
             self._store.heartbeat(conn.proc, now)
             for event in events:
                 if not protocol.valid_event(event):
-                    self.bad_messages += 1  # an unknown kind, a field of the wrong type or out of bounds: dropped, the server goes on
+                    # an unknown kind, a field of the wrong type or out of bounds: dropped, the server goes on
+                    self.bad_messages += 1
                     continue
                 try:
                     self._store.apply(conn.proc, event)
@@ -556,7 +592,9 @@ class TelemetryServer:
                 # The same step drawn again: a bar redraws after set_postfix, with the new value.
                 store.replace_loss(last[1], parsed.loss, parsed.metrics, t)
             else:
-                loss_id = store.loss(rank, restart, parsed.step, parsed.epoch, parsed.loss, parsed.metrics, t, "log", parsed.rule)
+                loss_id = store.loss(
+                    rank, restart, parsed.step, parsed.epoch, parsed.loss, parsed.metrics, t, "log", parsed.rule
+                )
                 self._last_loss[rank] = (key, loss_id)
         elif kind == "meeting":
             self._attempt = max(self._attempt, item[1])

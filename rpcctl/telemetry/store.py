@@ -24,6 +24,7 @@ from rpcctl.base.private import private_file
 from rpcctl.wire.protocol import LOSS_SOURCES
 from rpcctl.telemetry.schema import DDL, SCHEMA_VERSION, pg_label
 
+
 def _int(value: Any) -> int | None:
     return None if value is None else int(value)
 
@@ -39,7 +40,6 @@ _STORAGE_ERRORS = {13: "SQLITE_FULL", 10: "SQLITE_IOERR", 8: "SQLITE_READONLY", 
 
 def _flag(value: Any) -> int | None:
     return None if value is None else int(bool(value))
-
 
 
 def _print_warning(message: str) -> None:
@@ -141,8 +141,18 @@ class StoreWriter:
             (state, exit_code, t, rank, pid),
         )
 
-    def loss(self, rank: int, restart: int, step: int | None, epoch: int | None, loss: float | None,
-             metrics: dict[str, float] | None, t: float, source: str, rule: str | None = None) -> int:
+    def loss(
+        self,
+        rank: int,
+        restart: int,
+        step: int | None,
+        epoch: int | None,
+        loss: float | None,
+        metrics: dict[str, float] | None,
+        t: float,
+        source: str,
+        rule: str | None = None,
+    ) -> int:
         """Add a loss record; returns its id."""
         key = (rank, restart, source)
         seq = self._loss_seq.get(key, 0)
@@ -155,7 +165,9 @@ class StoreWriter:
 
     def replace_loss(self, loss_id: int, loss: float | None, metrics: dict[str, float] | None, t: float) -> None:
         """A redraw of the same step (a progress bar after ``set_postfix``) replaces its value."""
-        self._x("UPDATE losses SET loss = ?, metrics = ?, time = ? WHERE id = ?", (loss, _json(metrics or None), t, loss_id))
+        self._x(
+            "UPDATE losses SET loss = ?, metrics = ?, time = ? WHERE id = ?", (loss, _json(metrics or None), t, loss_id)
+        )
 
     def log_lines(self, rank: int, restart: int, lines: int, matched: int) -> None:
         """Add to the count of lines the loss parser read on (rank, restart), and of those that matched."""
@@ -169,7 +181,16 @@ class StoreWriter:
     def proc_connected(self, hello: dict[str, Any], restart: int, t: float) -> int:
         cursor = self._x(
             "INSERT INTO procs (host, pid, ppid, rank, restart, kind, connected_at, last_seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (hello.get("host"), hello.get("pid"), hello.get("ppid"), hello.get("rank"), restart, hello.get("kind"), t, t),
+            (
+                hello.get("host"),
+                hello.get("pid"),
+                hello.get("ppid"),
+                hello.get("rank"),
+                restart,
+                hello.get("kind"),
+                t,
+                t,
+            ),
         )
         return int(cursor.lastrowid) if cursor is not None else -1
 
@@ -193,32 +214,63 @@ class StoreWriter:
             "UPDATE procs SET last_seen = ?, cpu_percent = ?, rss_bytes = ?, threads = ?, device = ?, cuda_visible_devices = ?,"
             " gpu_memory_bytes = ?, gpus = ?, dropped = ?, cpu_s = coalesce(?, cpu_s), telemetry_cpu_s = coalesce(?, telemetry_cpu_s)"
             " WHERE proc_id = ?",
-            (t, ev.get("cpu_percent"), ev.get("rss_bytes"), ev.get("threads"), ev.get("device"), ev.get("cuda_visible_devices"),
-             ev.get("gpu_memory_bytes"), _json(ev.get("gpus")), ev.get("dropped", 0), ev.get("cpu_s"), ev.get("telemetry_cpu_s"),
-             proc.proc_id),
+            (
+                t,
+                ev.get("cpu_percent"),
+                ev.get("rss_bytes"),
+                ev.get("threads"),
+                ev.get("device"),
+                ev.get("cuda_visible_devices"),
+                ev.get("gpu_memory_bytes"),
+                _json(ev.get("gpus")),
+                ev.get("dropped", 0),
+                ev.get("cpu_s"),
+                ev.get("telemetry_cpu_s"),
+                proc.proc_id,
+            ),
         )
         # The history behind the latest values (the report's CPU and RSS over time), one row per
         # probe: PROBE_INTERVAL_S apart, so an hour of 8 ranks is ~30k small rows.
-        self._x("INSERT INTO probes (proc_id, t, cpu_percent, rss_bytes) VALUES (?, ?, ?, ?)",
-                (proc.proc_id, t, ev.get("cpu_percent"), ev.get("rss_bytes")))
+        self._x(
+            "INSERT INTO probes (proc_id, t, cpu_percent, rss_bytes) VALUES (?, ?, ?, ?)",
+            (proc.proc_id, t, ev.get("cpu_percent"), ev.get("rss_bytes")),
+        )
 
     def _ev_rpc(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         proc.name, proc.rpc_rank = ev.get("name"), ev.get("rpc_rank")
         proc.world = self._world_of(proc, proc.rpc_rank, ev, self._worlds, self._next_world)
         # Where the world met: runs of separate launches that met there are one job (``inspect.shared_worlds``).
-        self.set_meta(**{f"rpc_world.{proc.restart}.{proc.world}": {"rdv": ev.get("rdv"), "world_size": ev.get("world_size")}})
+        self.set_meta(
+            **{f"rpc_world.{proc.restart}.{proc.world}": {"rdv": ev.get("rdv"), "world_size": ev.get("world_size")}}
+        )
         self._x(
             "UPDATE procs SET last_seen = ?, name = ?, rpc_rank = ?, world_size = ?, device_maps = ?, devices = ?, world = ? WHERE proc_id = ?",
-            (t, proc.name, proc.rpc_rank, ev.get("world_size"), _json(ev.get("device_maps")), _json(ev.get("devices")), proc.world,
-             proc.proc_id),
+            (
+                t,
+                proc.name,
+                proc.rpc_rank,
+                ev.get("world_size"),
+                _json(ev.get("device_maps")),
+                _json(ev.get("devices")),
+                proc.world,
+                proc.proc_id,
+            ),
         )
         for rank, name in (ev.get("workers") or {}).items():
-            self._x("INSERT OR REPLACE INTO rpc_workers (restart, world, rpc_rank, name) VALUES (?, ?, ?, ?)",
-                    (proc.restart, proc.world, int(rank), name))
+            self._x(
+                "INSERT OR REPLACE INTO rpc_workers (restart, world, rpc_rank, name) VALUES (?, ?, ?, ?)",
+                (proc.restart, proc.world, int(rank), name),
+            )
 
     @staticmethod
-    def _world_of(proc: ProcInfo, rank: int | None, ev: dict[str, Any], worlds: dict, next_world: dict[int, int],
-                  stays: bool = False) -> int:
+    def _world_of(
+        proc: ProcInfo,
+        rank: int | None,
+        ev: dict[str, Any],
+        worlds: dict,
+        next_world: dict[int, int],
+        stays: bool = False,
+    ) -> int:
         """The world (RPC's or c10d's) a process joins as ``rank``: the open one of its rendezvous,
         unless its rank is taken there (a second mp.spawn round reusing the address, or a later
         one on a new port); ``stays``: not by itself (c10d: init_process_group again)."""
@@ -245,16 +297,36 @@ class StoreWriter:
             " dtype = coalesce(excluded.dtype, dtype), device = coalesce(excluded.device, device),"
             " nbytes = coalesce(excluded.nbytes, nbytes), confirmed_at = coalesce(confirmed_at, excluded.confirmed_at),"
             " value_watched = coalesce(excluded.value_watched, value_watched), storages = coalesce(excluded.storages, storages)",
-            (proc.restart, proc.world, ev["id"], ev.get("kind"), ev.get("owner_rank"), ev.get("owner"), proc.rpc_rank, proc.name, proc.proc_id,
-             ev.get("callee"), ev.get("site"), value.get("type"), _json(value.get("shape")), value.get("dtype"),
-             value.get("device"), value.get("nbytes"), t, t if ev.get("confirmed") else None, _flag(ev.get("watched")),
-             _json(value.get("storages"))),
+            (
+                proc.restart,
+                proc.world,
+                ev["id"],
+                ev.get("kind"),
+                ev.get("owner_rank"),
+                ev.get("owner"),
+                proc.rpc_rank,
+                proc.name,
+                proc.proc_id,
+                ev.get("callee"),
+                ev.get("site"),
+                value.get("type"),
+                _json(value.get("shape")),
+                value.get("dtype"),
+                value.get("device"),
+                value.get("nbytes"),
+                t,
+                t if ev.get("confirmed") else None,
+                _flag(ev.get("watched")),
+                _json(value.get("storages")),
+            ),
         )
         self._handle(proc, ev["id"], ev.get("fork") or "", "creator", t)
 
     def _ev_conf(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
-        self._x("UPDATE rrefs SET confirmed_at = ? WHERE restart = ? AND world = ? AND rref_id = ? AND confirmed_at IS NULL",
-                (t, proc.restart, proc.world, ev["id"]))
+        self._x(
+            "UPDATE rrefs SET confirmed_at = ? WHERE restart = ? AND world = ? AND rref_id = ? AND confirmed_at IS NULL",
+            (t, proc.restart, proc.world, ev["id"]),
+        )
 
     def _ev_desc(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         """The owner describes a value (it may report before the creator's event arrives). For an
@@ -274,14 +346,33 @@ class StoreWriter:
             " type = CASE WHEN excluded.type LIKE '%ScriptModule' THEN coalesce(type, excluded.type) ELSE coalesce(excluded.type, type) END,"
             " shape = excluded.shape, dtype = excluded.dtype, device = excluded.device, storages = excluded.storages,"
             " nbytes = excluded.nbytes, value_watched = coalesce(excluded.value_watched, value_watched)",
-            (proc.restart, proc.world, ev["id"], "local" if local else "remote", proc.rpc_rank, proc.name,
-             proc.rpc_rank if local else None, proc.name if local else None, proc.proc_id if local else None, ev.get("site"),
-             value.get("type"), _json(value.get("shape")), value.get("dtype"), value.get("device"), value.get("nbytes"), t,
-             _flag(ev.get("watched")), _json(value.get("storages"))),
+            (
+                proc.restart,
+                proc.world,
+                ev["id"],
+                "local" if local else "remote",
+                proc.rpc_rank,
+                proc.name,
+                proc.rpc_rank if local else None,
+                proc.name if local else None,
+                proc.proc_id if local else None,
+                ev.get("site"),
+                value.get("type"),
+                _json(value.get("shape")),
+                value.get("dtype"),
+                value.get("device"),
+                value.get("nbytes"),
+                t,
+                _flag(ev.get("watched")),
+                _json(value.get("storages")),
+            ),
         )
 
     def _ev_vfree(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
-        self._x("UPDATE rrefs SET value_freed_at = ? WHERE restart = ? AND world = ? AND rref_id = ?", (t, proc.restart, proc.world, ev["id"]))
+        self._x(
+            "UPDATE rrefs SET value_freed_at = ? WHERE restart = ? AND world = ? AND rref_id = ?",
+            (t, proc.restart, proc.world, ev["id"]),
+        )
 
     def _ev_fork(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         # The creator may be untracked, or have dropped its handle before reporting: the fork
@@ -311,14 +402,32 @@ class StoreWriter:
         self._x(
             "INSERT INTO churn (restart, world, proc_id, owner, callee, call_site, count) VALUES (?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (restart, world, proc_id, owner, callee, call_site) DO UPDATE SET count = count + excluded.count",
-            (proc.restart, proc.world, proc.proc_id, ev.get("owner") or "?", ev.get("callee") or "?", ev.get("site") or "?", int(ev.get("n", 1))),
+            (
+                proc.restart,
+                proc.world,
+                proc.proc_id,
+                ev.get("owner") or "?",
+                ev.get("callee") or "?",
+                ev.get("site") or "?",
+                int(ev.get("n", 1)),
+            ),
         )
 
     def _ev_loss(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         rank = proc.rpc_rank if proc.rpc_rank is not None else proc.rank
         source = ev.get("source")
-        source = source if source in LOSS_SOURCES and source != "log" else "report"  # a process never sends a printed line's
-        self.loss(rank if rank is not None else -1, proc.restart, ev.get("step"), ev.get("epoch"), ev.get("loss"), ev.get("metrics"), t, source)
+        # a process never sends a printed line's
+        source = source if source in LOSS_SOURCES and source != "log" else "report"
+        self.loss(
+            rank if rank is not None else -1,
+            proc.restart,
+            ev.get("step"),
+            ev.get("epoch"),
+            ev.get("loss"),
+            ev.get("metrics"),
+            t,
+            source,
+        )
 
     # -- calls (``rpcctl.rank.calls``) ------------------------------------------------------
     def _ev_join(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
@@ -328,13 +437,27 @@ class StoreWriter:
         self._x(
             "INSERT OR REPLACE INTO calls (restart, proc_id, call_id, kind, caller, caller_rank, callee, func, call_site, thread,"
             " started_at, nbytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (proc.restart, proc.proc_id, int(ev["id"]), str(ev.get("kind")), proc.name, proc.rpc_rank, str(ev.get("callee")),
-             str(ev.get("func")), str(ev.get("site")), _int(ev.get("thread")), t, _int(ev.get("nbytes"))),
+            (
+                proc.restart,
+                proc.proc_id,
+                int(ev["id"]),
+                str(ev.get("kind")),
+                proc.name,
+                proc.rpc_rank,
+                str(ev.get("callee")),
+                str(ev.get("func")),
+                str(ev.get("site")),
+                _int(ev.get("thread")),
+                t,
+                _int(ev.get("nbytes")),
+            ),
         )
 
     def _ev_cend(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
-        self._x("UPDATE calls SET ended_at = ?, status = ? WHERE proc_id = ? AND call_id = ?",
-                (t, str(ev.get("status")), proc.proc_id, int(ev["id"])))
+        self._x(
+            "UPDATE calls SET ended_at = ?, status = ? WHERE proc_id = ? AND call_id = ?",
+            (t, str(ev.get("status")), proc.proc_id, int(ev["id"])),
+        )
 
     def _merged_hist(self, sql: str, key: tuple, ev: dict[str, Any]) -> dict[str, int]:
         """A stats row's stored histogram plus the event's ``h``."""
@@ -346,7 +469,9 @@ class StoreWriter:
 
     def _ev_cstat(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         key = (proc.proc_id, str(ev["callee"]), str(ev["func"]), str(ev["kind"]))
-        hist = self._merged_hist("SELECT hist FROM call_stats WHERE proc_id = ? AND callee = ? AND func = ? AND kind = ?", key, ev)
+        hist = self._merged_hist(
+            "SELECT hist FROM call_stats WHERE proc_id = ? AND callee = ? AND func = ? AND kind = ?", key, ev
+        )
         self._x(
             "INSERT INTO call_stats (restart, proc_id, caller, caller_rank, callee, func, kind, count, errors, timeouts, total_s,"
             " max_s, hist, updated_at, request_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (proc_id, callee, func, kind)"
@@ -355,16 +480,38 @@ class StoreWriter:
             " timeouts = timeouts + excluded.timeouts, total_s = total_s + excluded.total_s,"
             " max_s = max(max_s, excluded.max_s), hist = excluded.hist, updated_at = excluded.updated_at,"
             " caller = coalesce(excluded.caller, caller), caller_rank = coalesce(excluded.caller_rank, caller_rank)",
-            (proc.restart, proc.proc_id, proc.name, proc.rpc_rank, *key[1:], int(ev.get("n", 0)), int(ev.get("err", 0)),
-             int(ev.get("tmo", 0)), float(ev.get("sum", 0.0)), float(ev.get("max", 0.0)), _json(hist), t, max(0, _int(ev.get("bytes")) or 0)),
+            (
+                proc.restart,
+                proc.proc_id,
+                proc.name,
+                proc.rpc_rank,
+                *key[1:],
+                int(ev.get("n", 0)),
+                int(ev.get("err", 0)),
+                int(ev.get("tmo", 0)),
+                float(ev.get("sum", 0.0)),
+                float(ev.get("max", 0.0)),
+                _json(hist),
+                t,
+                max(0, _int(ev.get("bytes")) or 0),
+            ),
         )
 
     def _ev_srv(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         self._x(
             "INSERT OR REPLACE INTO serving (restart, proc_id, serve_id, worker, worker_rank, thread, func, nbytes, started_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (proc.restart, proc.proc_id, int(ev["id"]), proc.name, proc.rpc_rank, _int(ev.get("thread")), str(ev.get("func")),
-             _int(ev.get("nbytes")), t),
+            (
+                proc.restart,
+                proc.proc_id,
+                int(ev["id"]),
+                proc.name,
+                proc.rpc_rank,
+                _int(ev.get("thread")),
+                str(ev.get("func")),
+                _int(ev.get("nbytes")),
+                t,
+            ),
         )
 
     def _ev_send(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
@@ -378,7 +525,10 @@ class StoreWriter:
         sent before its groups): the collectives rows carry that rank and world from then on."""
         proc.dist_rank = _int(ev.get("rank"))
         proc.pg_world = self._world_of(proc, proc.dist_rank, ev, self._pg_worlds, self._next_pg_world, stays=True)
-        self._x("UPDATE procs SET dist_rank = ?, pg_world = ? WHERE proc_id = ?", (proc.dist_rank, proc.pg_world, proc.proc_id))
+        self._x(
+            "UPDATE procs SET dist_rank = ?, pg_world = ? WHERE proc_id = ?",
+            (proc.dist_rank, proc.pg_world, proc.proc_id),
+        )
 
     def _coll_key(self, proc: ProcInfo, ev: dict[str, Any]) -> tuple[int | None, int, str]:
         """(rank, world, pg) of a collectives row: the process's rank in its c10d world, where it has one."""
@@ -396,9 +546,24 @@ class StoreWriter:
             " entered = excluded.entered, completed = excluded.completed, cur_seq = excluded.cur_seq, cur_op = excluded.cur_op,"
             " cur_sizes = excluded.cur_sizes, cur_dtypes = excluded.cur_dtypes, cur_bytes = excluded.cur_bytes,"
             " cur_since = excluded.cur_since, updated_at = excluded.updated_at",
-            (proc.restart, proc.proc_id, *self._coll_key(proc, ev), ev.get("name"), _int(ev.get("size")), int(ev["enq"]), done,
-             t if done > 0 else None, _int(ev.get("seq")), ev.get("op"), _json(ev.get("sizes")), _json(ev.get("dtypes")),
-             _int(ev.get("bytes")), ev.get("since"), t, _json(ev.get("ranks"))),
+            (
+                proc.restart,
+                proc.proc_id,
+                *self._coll_key(proc, ev),
+                ev.get("name"),
+                _int(ev.get("size")),
+                int(ev["enq"]),
+                done,
+                t if done > 0 else None,
+                _int(ev.get("seq")),
+                ev.get("op"),
+                _json(ev.get("sizes")),
+                _json(ev.get("dtypes")),
+                _int(ev.get("bytes")),
+                ev.get("since"),
+                t,
+                _json(ev.get("ranks")),
+            ),
         )
 
     def _ev_cop(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
@@ -410,33 +575,63 @@ class StoreWriter:
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (proc_id, pg, op) DO UPDATE SET count = count + excluded.count,"
             " bytes = coalesce(bytes, 0) + excluded.bytes, total_s = total_s + excluded.total_s, max_s = max(max_s, excluded.max_s),"
             " hist = excluded.hist, updated_at = excluded.updated_at",
-            (proc.restart, proc.proc_id, rank, world, *key[1:], max(0, int(ev.get("n") or 0)), max(0, _int(ev.get("bytes")) or 0),
-             float(ev.get("sum") or 0.0), float(ev.get("max") or 0.0), _json(hist), t),
+            (
+                proc.restart,
+                proc.proc_id,
+                rank,
+                world,
+                *key[1:],
+                max(0, int(ev.get("n") or 0)),
+                max(0, _int(ev.get("bytes")) or 0),
+                float(ev.get("sum") or 0.0),
+                float(ev.get("max") or 0.0),
+                _json(hist),
+                t,
+            ),
         )
 
     def _ev_cent(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         self._x(
             "INSERT OR REPLACE INTO collectives (restart, proc_id, rank, world, pg, seq, op, sizes, dtypes, bytes, entered_at,"
             " completed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (proc.restart, proc.proc_id, *self._coll_key(proc, ev), int(ev["seq"]), ev.get("op"), _json(ev.get("sizes")),
-             _json(ev.get("dtypes")), _int(ev.get("bytes")), ev.get("entered"), ev.get("completed")),
+            (
+                proc.restart,
+                proc.proc_id,
+                *self._coll_key(proc, ev),
+                int(ev["seq"]),
+                ev.get("op"),
+                _json(ev.get("sizes")),
+                _json(ev.get("dtypes")),
+                _int(ev.get("bytes")),
+                ev.get("entered"),
+                ev.get("completed"),
+            ),
         )
 
     def _ev_shutdown(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         if ev.get("done"):
-            self._x("UPDATE procs SET rpc_shutdown_done_at = ?, autograd_contexts = ? WHERE proc_id = ?",
-                    (t, _int(ev.get("autograd_contexts")), proc.proc_id))
+            self._x(
+                "UPDATE procs SET rpc_shutdown_done_at = ?, autograd_contexts = ? WHERE proc_id = ?",
+                (t, _int(ev.get("autograd_contexts")), proc.proc_id),
+            )
         else:
-            self._x("UPDATE procs SET rpc_shutdown_at = coalesce(rpc_shutdown_at, ?) WHERE proc_id = ?", (t, proc.proc_id))
+            self._x(
+                "UPDATE procs SET rpc_shutdown_at = coalesce(rpc_shutdown_at, ?) WHERE proc_id = ?", (t, proc.proc_id)
+            )
 
     def _ev_bye(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
-        self._x("UPDATE procs SET stopped_at = ?, last_seen = ?, dropped = ? WHERE proc_id = ?", (t, t, ev.get("dropped", 0), proc.proc_id))
+        self._x(
+            "UPDATE procs SET stopped_at = ?, last_seen = ?, dropped = ? WHERE proc_id = ?",
+            (t, t, ev.get("dropped", 0), proc.proc_id),
+        )
 
     def _ev_cexit(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         """A process this one started ended: its exit status (minus the signal's number if a
         signal ended it), on the latest row of that pid whose parent this process is."""
-        self._x("UPDATE procs SET exit_code = ? WHERE proc_id = (SELECT max(proc_id) FROM procs WHERE pid = ? AND ppid = ? AND restart = ?)",
-                (int(ev["code"]), int(ev["pid"]), proc.pid, proc.restart))
+        self._x(
+            "UPDATE procs SET exit_code = ? WHERE proc_id = (SELECT max(proc_id) FROM procs WHERE pid = ? AND ppid = ? AND restart = ?)",
+            (int(ev["code"]), int(ev["pid"]), proc.pid, proc.restart),
+        )
 
     def heartbeat(self, proc: ProcInfo, t: float) -> None:
         self._x("UPDATE procs SET last_seen = ? WHERE proc_id = ?", (t, proc.proc_id))
@@ -454,19 +649,35 @@ class StoreWriter:
 # in ``protocol`` and one entry here (``tests/test_families.py`` checks both ways).
 Handler = Callable[["StoreWriter", "ProcInfo", dict[str, Any], float], None]
 HANDLERS: dict[str, Handler] = {
-    "probe": StoreWriter._ev_probe, "rpc": StoreWriter._ev_rpc, "bye": StoreWriter._ev_bye,
+    "probe": StoreWriter._ev_probe,
+    "rpc": StoreWriter._ev_rpc,
+    "bye": StoreWriter._ev_bye,
     # RRefs
-    "rref": StoreWriter._ev_rref, "conf": StoreWriter._ev_conf, "desc": StoreWriter._ev_desc, "vfree": StoreWriter._ev_vfree,
-    "fork": StoreWriter._ev_fork, "rel": StoreWriter._ev_rel, "used": StoreWriter._ev_used, "churn": StoreWriter._ev_churn,
+    "rref": StoreWriter._ev_rref,
+    "conf": StoreWriter._ev_conf,
+    "desc": StoreWriter._ev_desc,
+    "vfree": StoreWriter._ev_vfree,
+    "fork": StoreWriter._ev_fork,
+    "rel": StoreWriter._ev_rel,
+    "used": StoreWriter._ev_used,
+    "churn": StoreWriter._ev_churn,
     "shutdown": StoreWriter._ev_shutdown,
     # calls
-    "join": StoreWriter._ev_join, "cstat": StoreWriter._ev_cstat, "call": StoreWriter._ev_call, "cend": StoreWriter._ev_cend,
-    "srv": StoreWriter._ev_srv, "send": StoreWriter._ev_send,
+    "join": StoreWriter._ev_join,
+    "cstat": StoreWriter._ev_cstat,
+    "call": StoreWriter._ev_call,
+    "cend": StoreWriter._ev_cend,
+    "srv": StoreWriter._ev_srv,
+    "send": StoreWriter._ev_send,
     # collectives
-    "coll": StoreWriter._ev_coll, "cop": StoreWriter._ev_cop, "cent": StoreWriter._ev_cent, "pgjoin": StoreWriter._ev_pgjoin,
+    "coll": StoreWriter._ev_coll,
+    "cop": StoreWriter._ev_cop,
+    "cent": StoreWriter._ev_cent,
+    "pgjoin": StoreWriter._ev_pgjoin,
     "pgw": StoreWriter._ev_pgw,
     # children, steps
-    "cexit": StoreWriter._ev_cexit, "loss": StoreWriter._ev_loss,
+    "cexit": StoreWriter._ev_cexit,
+    "loss": StoreWriter._ev_loss,
 }
 NOT_STORED = ("error",)
 

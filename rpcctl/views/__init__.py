@@ -1,2 +1,1 @@
-"""What is drawn from the SDK: the live view's panels, and a run as Chrome trace-event JSON.
-"""
+"""What is drawn from the SDK: the live view's panels, and a run as Chrome trace-event JSON."""

@@ -36,12 +36,20 @@ def dashboard_panels(run_dir: Path) -> list[Any]:
     panels: list[Any] = []
     if owners:
         rrefs = inspect.view("rrefs")  # the panels name the views of inspect.VIEWS as every surface does
-        panels.append(render_table(owners, inspect.OwnerSummary.COLUMNS, title=f"{rrefs.title} by owner",
-                                   hint=f"rpcctl inspect {rrefs.word} shows them"))
+        panels.append(
+            render_table(
+                owners,
+                inspect.OwnerSummary.COLUMNS,
+                title=f"{rrefs.title} by owner",
+                hint=f"rpcctl inspect {rrefs.word} shows them",
+            )
+        )
     if summaries:
         columns = [c for c in inspect.LossSummary.COLUMNS if c.key in LOSS_COLUMNS]
         losses = inspect.view("losses")
-        panels.append(render_table(summaries, columns, title=losses.title, hint=f"rpcctl inspect {losses.word} shows them"))
+        panels.append(
+            render_table(summaries, columns, title=losses.title, hint=f"rpcctl inspect {losses.word} shows them")
+        )
     slow = _stragglers(Path(run_dir))
     if slow:
         panels.append(Text("\n".join(f"STRAGGLER: {sanitize(s.describe())}" for s in slow), style="yellow"))

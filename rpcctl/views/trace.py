@@ -90,7 +90,12 @@ def build_trace(run_dir: Path, max_events: int = MAX_EVENTS) -> dict[str, Any]:
     return {
         "traceEvents": builder.events,
         "displayTimeUnit": "ms",
-        "otherData": {"run_dir": str(run_dir), "start_epoch_s": start, "calls": to_jsonable(report.summary), "left_out": builder.left_out},
+        "otherData": {
+            "run_dir": str(run_dir),
+            "start_epoch_s": start,
+            "calls": to_jsonable(report.summary),
+            "left_out": builder.left_out,
+        },
     }
 
 
@@ -131,10 +136,22 @@ class _Builder:
             self.left_out["events_at_impossible_times"] = len(self.events) - len(kept)
         self.events = kept
 
-    def span(self, pid: int, tid: int, name: str, begin: float, finish: float | None, cat: str, args: dict[str, Any]) -> None:
+    def span(
+        self, pid: int, tid: int, name: str, begin: float, finish: float | None, cat: str, args: dict[str, Any]
+    ) -> None:
         finish = self.end if finish is None else finish
-        self.events.append({"ph": "X", "pid": pid, "tid": tid, "name": name, "cat": cat, "ts": self.ts(begin),
-                            "dur": round(max(0.0, finish - begin) * 1e6, 3), "args": args})
+        self.events.append(
+            {
+                "ph": "X",
+                "pid": pid,
+                "tid": tid,
+                "name": name,
+                "cat": cat,
+                "ts": self.ts(begin),
+                "dur": round(max(0.0, finish - begin) * 1e6, 3),
+                "args": args,
+            }
+        )
 
     def meta(self, pid: int, name: str, args: dict[str, Any], tid: int | None = None) -> None:
         event = {"ph": "M", "pid": pid, "name": name, "args": args}
@@ -180,9 +197,20 @@ class _Builder:
             self.meta(track, "process_name", {"name": label})
             if proc.kind == "child" and proc.connected_at is not None:  # the launcher never saw it start: telemetry did
                 self.thread(track, PROCESS_THREAD, "process")
-                self.span(track, PROCESS_THREAD, proc.name or f"pid {proc.pid}", proc.connected_at,
-                          proc.ended_at or proc.stopped_at, "process", {"pid": proc.pid, "started_by_rank": rank})
-            self.meta(track, "process_sort_index", {"sort_index": (rank if rank is not None else 999) * 1000 + restart * 10 + (proc.kind == "child")})
+                self.span(
+                    track,
+                    PROCESS_THREAD,
+                    proc.name or f"pid {proc.pid}",
+                    proc.connected_at,
+                    proc.ended_at or proc.stopped_at,
+                    "process",
+                    {"pid": proc.pid, "started_by_rank": rank},
+                )
+            self.meta(
+                track,
+                "process_sort_index",
+                {"sort_index": (rank if rank is not None else 999) * 1000 + restart * 10 + (proc.kind == "child")},
+            )
         for row in ranks:
             key = (row.rank, row.restart)
             if key not in self.track_of_rank:  # no telemetry from it: the launcher's view only
@@ -192,11 +220,20 @@ class _Builder:
             track = self.track_of_rank[key]
             if row.started_at is not None:
                 self.thread(track, PROCESS_THREAD, "process")
-                self.span(track, PROCESS_THREAD, f"rank {row.rank}", row.started_at, row.ended_at, "rank",
-                          {"pid": row.pid, "state": row.state, "exit_code": row.exit_code, "restart": row.restart})
+                self.span(
+                    track,
+                    PROCESS_THREAD,
+                    f"rank {row.rank}",
+                    row.started_at,
+                    row.ended_at,
+                    "rank",
+                    {"pid": row.pid, "state": row.state, "exit_code": row.exit_code, "restart": row.restart},
+                )
 
     # -- calls, with flow arrows to what the callee ran for them -------------------------------
-    def calls(self, calls: list[inspect.StoredCall], serving: list[inspect.StoredServed], procs: list[inspect.StoredProcess]) -> None:
+    def calls(
+        self, calls: list[inspect.StoredCall], serving: list[inspect.StoredServed], procs: list[inspect.StoredProcess]
+    ) -> None:
         ended = {p.proc_id: p.ended_at for p in procs}
         calls = self._longest(calls, "calls", ended)
         serving = self._longest(serving, "served", ended)
@@ -207,15 +244,42 @@ class _Builder:
                 continue
             tid = self.python_thread(pid, row.thread, "thread")
             finish = row.ended_at if row.ended_at is not None else ended.get(row.proc_id)
-            self.span(pid, tid, f"{row.kind} → {row.callee}: {row.func}", row.started_at, finish, "rpc",
-                      {"callee": row.callee, "func": row.func, "site": row.call_site, "status": row.status or "unfinished"})
+            self.span(
+                pid,
+                tid,
+                f"{row.kind} → {row.callee}: {row.func}",
+                row.started_at,
+                finish,
+                "rpc",
+                {"callee": row.callee, "func": row.func, "site": row.call_site, "status": row.status or "unfinished"},
+            )
             target = served_for.get((row.proc_id, row.call_id))
             if target is not None and self.track_of_proc.get(target.proc_id) is not None:
                 flow = f"{row.proc_id}.{row.call_id}"
-                self.events.append({"ph": "s", "pid": pid, "tid": tid, "name": "rpc", "cat": "rpc", "id": flow, "ts": self.ts(row.started_at)})
+                self.events.append(
+                    {
+                        "ph": "s",
+                        "pid": pid,
+                        "tid": tid,
+                        "name": "rpc",
+                        "cat": "rpc",
+                        "id": flow,
+                        "ts": self.ts(row.started_at),
+                    }
+                )
                 callee = self.track_of_proc[target.proc_id]
-                self.events.append({"ph": "f", "bp": "e", "pid": callee, "tid": self.python_thread(callee, target.thread, "rpc thread"),
-                                    "name": "rpc", "cat": "rpc", "id": flow, "ts": self.ts(max(target.started_at, row.started_at))})
+                self.events.append(
+                    {
+                        "ph": "f",
+                        "bp": "e",
+                        "pid": callee,
+                        "tid": self.python_thread(callee, target.thread, "rpc thread"),
+                        "name": "rpc",
+                        "cat": "rpc",
+                        "id": flow,
+                        "ts": self.ts(max(target.started_at, row.started_at)),
+                    }
+                )
         for row in serving:
             pid = self.track_of_proc.get(row.proc_id)
             if pid is None:
@@ -236,7 +300,9 @@ class _Builder:
         return sorted(rows, key=duration, reverse=True)[:MAX_SPANS]
 
     # -- RRefs, losses, exits ------------------------------------------------------------------
-    def rrefs(self, rows: list[inspect.StoredRRef], handles: list[inspect.StoredHandle], procs: list[inspect.StoredProcess]) -> None:
+    def rrefs(
+        self, rows: list[inspect.StoredRRef], handles: list[inspect.StoredHandle], procs: list[inspect.StoredProcess]
+    ) -> None:
         # The owner is the process that was that RPC rank in the RRef's world (stores before
         # schema 7 have world 0 only): with mp.spawn, a worker the rank spawned, not the rank.
         owners = {}
@@ -268,9 +334,23 @@ class _Builder:
                 self.left_out["rrefs_of_unknown_owners"] = self.left_out.get("rrefs_of_unknown_owners", 0) + 1
                 continue
             self.thread(track, RREF_THREAD, "RRefs")
-            self.span(track, RREF_THREAD, f"RRef {row.type or '?'}", row.created_at, gone, "rref",
-                      {"rref_id": row.rref_id, "world": world, "creator": row.creator, "site": row.call_site,
-                       "nbytes": row.nbytes, "shape": row.shape, "device": row.device})
+            self.span(
+                track,
+                RREF_THREAD,
+                f"RRef {row.type or '?'}",
+                row.created_at,
+                gone,
+                "rref",
+                {
+                    "rref_id": row.rref_id,
+                    "world": world,
+                    "creator": row.creator,
+                    "site": row.call_site,
+                    "nbytes": row.nbytes,
+                    "shape": row.shape,
+                    "device": row.device,
+                },
+            )
 
     # -- collectives, linked across ranks by (pg, seq) ----------------------------------------
     def collectives(self, spans: list[inspect.CollectiveSpan], procs: list[inspect.StoredProcess]) -> None:
@@ -301,15 +381,40 @@ class _Builder:
             first = members[0].entered_at
             for index, span in enumerate(members):
                 track = self.track_of_proc[span.proc_id]
-                tid = self.lane(track, ("pg", pg), f"collectives pg {pg}" + (f" ({span.group})" if span.group else ""), {"pg": pg})
-                self.span(track, tid, f"{span.op or '?'} #{seq}", span.entered_at, finish(span), "collective",
-                          {"op": span.op, "pg": pg, "group": span.group, "seq": seq, "sizes": span.sizes, "dtypes": span.dtypes,
-                           "bytes": span.bytes, "late_by_s": round(span.entered_at - first, 6), "flow": flow,
-                           "state": "completed" if span.completed_at is not None else "in flight"})
+                tid = self.lane(
+                    track, ("pg", pg), f"collectives pg {pg}" + (f" ({span.group})" if span.group else ""), {"pg": pg}
+                )
+                self.span(
+                    track,
+                    tid,
+                    f"{span.op or '?'} #{seq}",
+                    span.entered_at,
+                    finish(span),
+                    "collective",
+                    {
+                        "op": span.op,
+                        "pg": pg,
+                        "group": span.group,
+                        "seq": seq,
+                        "sizes": span.sizes,
+                        "dtypes": span.dtypes,
+                        "bytes": span.bytes,
+                        "late_by_s": round(span.entered_at - first, 6),
+                        "flow": flow,
+                        "state": "completed" if span.completed_at is not None else "in flight",
+                    },
+                )
                 if len(members) > 1:
                     phase = "s" if index == 0 else "f" if index == len(members) - 1 else "t"
-                    event = {"ph": phase, "pid": track, "tid": tid, "name": "collective", "cat": "collective", "id": flow,
-                             "ts": self.ts(span.entered_at)}
+                    event = {
+                        "ph": phase,
+                        "pid": track,
+                        "tid": tid,
+                        "name": "collective",
+                        "cat": "collective",
+                        "id": flow,
+                        "ts": self.ts(span.entered_at),
+                    }
                     if phase == "f":
                         event["bp"] = "e"
                     self.events.append(event)
@@ -339,30 +444,59 @@ class _Builder:
                 if math.isfinite(value):
                     self.events.append({"ph": "C", "pid": track, "name": name, "ts": self.ts(t), "args": {name: value}})
                 else:  # inf, -inf, nan: not JSON, nor a counter value; an instant on the rank's track says it
-                    self.events.append({"ph": "i", "s": "t", "pid": track, "tid": PROCESS_THREAD, "ts": self.ts(t), "cat": "metric",
-                                        "name": f"{name}={value}", "args": {"metric": name, "value": str(value)}})
+                    self.events.append(
+                        {
+                            "ph": "i",
+                            "s": "t",
+                            "pid": track,
+                            "tid": PROCESS_THREAD,
+                            "ts": self.ts(t),
+                            "cat": "metric",
+                            "name": f"{name}={value}",
+                            "args": {"metric": name, "value": str(value)},
+                        }
+                    )
 
     def exits(self, ranks: list[inspect.StoredRank]) -> None:
         for row in ranks:
             track = self.track_of_rank.get((row.rank, row.restart))
             if row.ended_at is not None and track is not None:
-                self.events.append({"ph": "i", "s": "p", "pid": track, "tid": PROCESS_THREAD, "ts": self.ts(row.ended_at),
-                                    "name": f"rank {row.rank} {row.state}" + (f" (exit {row.exit_code})" if row.exit_code is not None else ""),
-                                    "args": {"exit_code": row.exit_code, "state": row.state}})
+                self.events.append(
+                    {
+                        "ph": "i",
+                        "s": "p",
+                        "pid": track,
+                        "tid": PROCESS_THREAD,
+                        "ts": self.ts(row.ended_at),
+                        "name": f"rank {row.rank} {row.state}"
+                        + (f" (exit {row.exit_code})" if row.exit_code is not None else ""),
+                        "args": {"exit_code": row.exit_code, "state": row.state},
+                    }
+                )
         if self.elastic:  # each membership change, when it began, with why
             for rnd in self.record.rounds:
                 at = epoch_or_none(rnd.get("at")) if isinstance(rnd, dict) else None
                 if at is not None:
-                    self.events.append({"ph": "i", "s": "g", "pid": 0, "tid": 0, "ts": self.ts(max(at, self.start)),
-                                        "name": f"round {rnd.get('round')}: {rnd.get('nnodes')} node(s), world size {rnd.get('world_size')}",
-                                        "args": {"why": rnd.get("why"), "members": rnd.get("members")}})
+                    self.events.append(
+                        {
+                            "ph": "i",
+                            "s": "g",
+                            "pid": 0,
+                            "tid": 0,
+                            "ts": self.ts(max(at, self.start)),
+                            "name": f"round {rnd.get('round')}: {rnd.get('nnodes')} node(s), world size {rnd.get('world_size')}",
+                            "args": {"why": rnd.get("why"), "members": rnd.get("members")},
+                        }
+                    )
             return
         firsts: dict[int, float] = {}
         for row in ranks:
             if row.restart and row.started_at is not None:
                 firsts[row.restart] = min(firsts.get(row.restart, row.started_at), row.started_at)
         for restart, t in sorted(firsts.items()):
-            self.events.append({"ph": "i", "s": "g", "pid": 0, "tid": 0, "ts": self.ts(t), "name": f"restart {restart}", "args": {}})
+            self.events.append(
+                {"ph": "i", "s": "g", "pid": 0, "tid": 0, "ts": self.ts(t), "name": f"restart {restart}", "args": {}}
+            )
 
     def attempt(self, restart: int, started: float | None) -> str:
         """How a track names its attempt: "restart 2", or an elastic run's round going on when it
@@ -378,9 +512,18 @@ class _Builder:
             if proc.kind != "child" or end is None or track is None:
                 continue
             code = proc.exit_code
-            self.events.append({"ph": "i", "s": "p", "pid": track, "tid": PROCESS_THREAD, "ts": self.ts(end),
-                                "name": f"{proc.name or 'pid ' + str(proc.pid)} ended" + (f" (exit {code})" if code is not None else ""),
-                                "args": {"exit_code": code, "pid": proc.pid}})
+            self.events.append(
+                {
+                    "ph": "i",
+                    "s": "p",
+                    "pid": track,
+                    "tid": PROCESS_THREAD,
+                    "ts": self.ts(end),
+                    "name": f"{proc.name or 'pid ' + str(proc.pid)} ended"
+                    + (f" (exit {code})" if code is not None else ""),
+                    "args": {"exit_code": code, "pid": proc.pid},
+                }
+            )
 
 
 def _a_time(t: Any) -> bool:

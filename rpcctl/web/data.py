@@ -70,8 +70,18 @@ class RunSnapshot:
         telemetry), the record's latest attempt of each rank (restart = the run's restarts)."""
         if self.attempts:
             return self.attempts
-        return [inspect.RankAttempt(rank=r.rank, restart=self.record.restarts, pid=r.pid, state=r.state, exit_code=r.exit_code,
-                                    started_at=r.started_at, ended_at=r.ended_at) for r in self.record.ranks]
+        return [
+            inspect.RankAttempt(
+                rank=r.rank,
+                restart=self.record.restarts,
+                pid=r.pid,
+                state=r.state,
+                exit_code=r.exit_code,
+                started_at=r.started_at,
+                ended_at=r.ended_at,
+            )
+            for r in self.record.ranks
+        ]
 
     @property
     def rounds(self) -> list[dict[str, Any]]:
@@ -144,8 +154,17 @@ def thin(points: list[Any], limit: int = MAX_POINTS_PER_SERIES) -> list[Any]:
 # was lost keeps a row of its own (up to KEPT_BAD_ROWS of them).
 MAX_TIMELINE_ROWS = 60
 KEPT_BAD_ROWS = 10
-_SEVERITY = (RankStatus.FAILED, RankStatus.KILLED, RankStatus.LOST, RankStatus.ORPHANED, RankStatus.RUNNING,
-             RankStatus.STOPPED, RankStatus.PENDING, RankStatus.EXITED, RankStatus.SUCCEEDED)
+_SEVERITY = (
+    RankStatus.FAILED,
+    RankStatus.KILLED,
+    RankStatus.LOST,
+    RankStatus.ORPHANED,
+    RankStatus.RUNNING,
+    RankStatus.STOPPED,
+    RankStatus.PENDING,
+    RankStatus.EXITED,
+    RankStatus.SUCCEEDED,
+)
 _BAD = {RankStatus.FAILED, RankStatus.KILLED, RankStatus.LOST, RankStatus.ORPHANED}
 
 
@@ -205,7 +224,7 @@ def severity(state: str) -> int:
 
 def _natural_key(name: str) -> tuple:
     head = name.rstrip("0123456789")
-    tail = name[len(head):]
+    tail = name[len(head) :]
     return (head, int(tail) if tail else -1, name)
 
 
@@ -227,8 +246,16 @@ def process_rows(snap: RunSnapshot, limit: int = MAX_TIMELINE_ROWS) -> Timeline:
         record = latest.get(attempt.rank)
         signal = record.signal if record is not None and attempt.restart == snap.record.restarts else None
         row = ranks.setdefault(attempt.rank, ProcessRow(f"rank {attempt.rank}", [], "rank", attempt.rank))
-        row.lives.append(Life(start, now if end is None else end, str(attempt.state),
-                              _ending(attempt.state, attempt.exit_code, signal), attempt.restart, attempt.pid))
+        row.lives.append(
+            Life(
+                start,
+                now if end is None else end,
+                str(attempt.state),
+                _ending(attempt.state, attempt.exit_code, signal),
+                attempt.restart,
+                attempt.pid,
+            )
+        )
     children: dict[int | None, list[ProcessRow]] = {}
     for worker in snap.workers:
         if worker.kind == "rank":
@@ -239,9 +266,17 @@ def process_rows(snap: RunSnapshot, limit: int = MAX_TIMELINE_ROWS) -> Timeline:
         end = snap.since_start(worker.ended_at)
         who = worker.name or f"pid {worker.pid}"
         where = f" · world {worker.world}" if several and worker.world is not None else ""
-        life = Life(start, now if end is None else end, str(worker.state), _ending(worker.state, worker.exit_code, None),
-                    worker.restart, worker.pid)
-        children.setdefault(worker.rank, []).append(ProcessRow(f"└ {who}{where}", [life], "child", worker.rank, worker.world))
+        life = Life(
+            start,
+            now if end is None else end,
+            str(worker.state),
+            _ending(worker.state, worker.exit_code, None),
+            worker.restart,
+            worker.pid,
+        )
+        children.setdefault(worker.rank, []).append(
+            ProcessRow(f"└ {who}{where}", [life], "child", worker.rank, worker.world)
+        )
     for rows in children.values():
         rows.sort(key=lambda r: (r.world if r.world is not None else -1, _natural_key(r.label), r.lives[0].pid or 0))
     order = sorted(set(ranks) | {r for r in children if r is not None})
@@ -261,7 +296,9 @@ def process_rows(snap: RunSnapshot, limit: int = MAX_TIMELINE_ROWS) -> Timeline:
     for row in rows:  # plotly merges rows of the same name: each gets its own
         seen[row.label] = seen.get(row.label, 0) + 1
         if seen[row.label] > 1:
-            row.label = f"{row.label} (pid {row.lives[0].pid})" if row.members == 1 else f"{row.label} ({seen[row.label]})"
+            row.label = (
+                f"{row.label} (pid {row.lives[0].pid})" if row.members == 1 else f"{row.label} ({seen[row.label]})"
+            )
     for row in rows:
         if not row.lives:
             continue
@@ -287,12 +324,15 @@ def _group(label: str, rows: list[ProcessRow], kind: str, rank: int | None, worl
             for state, n in (life.states or {life.state: 1}).items():
                 states[state] = states.get(state, 0) + n
         worst = min(states, key=severity)
-        lives.append(Life(min(x.start for x in group), max(x.end for x in group), worst, _summary(states), restart, None, states))
+        lives.append(
+            Life(min(x.start for x in group), max(x.end for x in group), worst, _summary(states), restart, None, states)
+        )
     return ProcessRow(label, lives, kind, rank, world, members)
 
 
-def _grouped(order: list[int], ranks: dict[int, ProcessRow], children: dict[int | None, list[ProcessRow]],
-             limit: int) -> tuple[list[ProcessRow], str]:
+def _grouped(
+    order: list[int], ranks: dict[int, ProcessRow], children: dict[int | None, list[ProcessRow]], limit: int
+) -> tuple[list[ProcessRow], str]:
     bad = [row for rows in children.values() for row in rows if row.lives[0].state in _BAD][:KEPT_BAD_ROWS]
     kept = {id(row) for row in bad}
     rest = {rank: [row for row in rows if id(row) not in kept] for rank, rows in children.items()}
@@ -302,19 +342,33 @@ def _grouped(order: list[int], ranks: dict[int, ProcessRow], children: dict[int 
         worlds: dict[int | None, list[ProcessRow]] = {}
         for row in rest.get(rank, []):
             worlds.setdefault(row.world, []).append(row)
-        return [_group(f"└ {len(rows)} spawned{f' · world {world}' if world is not None else ''}", rows, "children", rank, world)
-                for world, rows in worlds.items()]
+        return [
+            _group(
+                f"└ {len(rows)} spawned{f' · world {world}' if world is not None else ''}",
+                rows,
+                "children",
+                rank,
+                world,
+            )
+            for world, rows in worlds.items()
+        ]
 
     def whole(rank: int | None) -> list[ProcessRow]:
         rows = rest.get(rank, [])
         return [_group(f"└ {len(rows)} spawned by rank {rank}", rows, "children", rank)] if rows else []
 
     mine = {id(row): row for row in bad}
-    for level, note in ((by_world, "each world's spawned processes of a rank share a row"),
-                        (whole, "each rank's spawned processes share a row")):
+    for level, note in (
+        (by_world, "each world's spawned processes of a rank share a row"),
+        (whole, "each rank's spawned processes share a row"),
+    ):
         rows: list[ProcessRow] = []
         for rank in [*order, None]:
-            rows += ([ranks[rank]] if rank in ranks else []) + [r for r in children.get(rank, []) if id(r) in mine] + level(rank)
+            rows += (
+                ([ranks[rank]] if rank in ranks else [])
+                + [r for r in children.get(rank, []) if id(r) in mine]
+                + level(rank)
+            )
         if len(rows) <= limit:
             return rows, note + kept_note
     # Blocks of consecutive ranks, each a row, and their spawned processes a row.
@@ -324,7 +378,7 @@ def _grouped(order: list[int], ranks: dict[int, ProcessRow], children: dict[int 
         size += 1
     rows = []
     for first in range(0, len(order), size):
-        block = order[first:first + size]
+        block = order[first : first + size]
         name = f"ranks {block[0]}-{block[-1]}" if len(block) > 1 else f"rank {block[0]}"
         if any(r in ranks for r in block):
             rows.append(_group(name, [ranks[r] for r in block if r in ranks], "ranks", block[0]))
@@ -360,7 +414,7 @@ def name_ranges(names: list[str]) -> str:
     plain: list[str] = []
     for name in dict.fromkeys(names):
         head = name.rstrip("0123456789")
-        tail = name[len(head):]
+        tail = name[len(head) :]
         if tail and (tail == "0" or not tail.startswith("0")):
             numbered.setdefault(head, []).append(int(tail))
         else:

@@ -28,9 +28,14 @@ from rpcctl.web.data import MAX_POINTS_PER_SERIES, RunSnapshot, process_rows, ra
 # plotly's default colours: one per owner or transport, the same in every chart of a page.
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 STATE_COLOURS = {  # a rank's state (RankStatus) and a run's (RunStatus): the same word, the same colour
-    RankStatus.RUNNING: "#1f77b4", RankStatus.SUCCEEDED: "#2ca02c", RankStatus.EXITED: "#2ca02c",
-    RankStatus.FAILED: "#d62728", RankStatus.KILLED: "#ff7f0e", RankStatus.PENDING: "#bbbbbb",
-    RunStatus.CANCELLED: "#ff7f0e", RunStatus.LOST: "#7f7f7f",
+    RankStatus.RUNNING: "#1f77b4",
+    RankStatus.SUCCEEDED: "#2ca02c",
+    RankStatus.EXITED: "#2ca02c",
+    RankStatus.FAILED: "#d62728",
+    RankStatus.KILLED: "#ff7f0e",
+    RankStatus.PENDING: "#bbbbbb",
+    RunStatus.CANCELLED: "#ff7f0e",
+    RunStatus.LOST: "#7f7f7f",
 }
 _BASE_LAYOUT = {
     "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
@@ -59,14 +64,22 @@ def layout(title: str, **extra: Any) -> dict[str, Any]:
 
 def log_scale_menu(axis: str = "yaxis") -> list[dict[str, Any]]:
     """Buttons that switch an axis between linear and log scale."""
-    return [{
-        "type": "buttons", "direction": "left", "x": 1, "xanchor": "right", "y": -0.3, "yanchor": "top",
-        "showactive": True, "pad": {"r": 0, "t": 0},
-        "buttons": [
-            {"label": "linear", "method": "relayout", "args": [{f"{axis}.type": "linear"}]},
-            {"label": "log", "method": "relayout", "args": [{f"{axis}.type": "log"}]},
-        ],
-    }]
+    return [
+        {
+            "type": "buttons",
+            "direction": "left",
+            "x": 1,
+            "xanchor": "right",
+            "y": -0.3,
+            "yanchor": "top",
+            "showactive": True,
+            "pad": {"r": 0, "t": 0},
+            "buttons": [
+                {"label": "linear", "method": "relayout", "args": [{f"{axis}.type": "linear"}]},
+                {"label": "log", "method": "relayout", "args": [{f"{axis}.type": "log"}]},
+            ],
+        }
+    ]
 
 
 def _finite(value: Any) -> bool:
@@ -112,18 +125,29 @@ def loss_figures(snap: RunSnapshot, *, complete: bool = False) -> dict[str, dict
     for index, name in enumerate(names):
         traces = []
         for rank in sorted(series[name]):
-            points = series[name][rank] if share is None else thin(series[name][rank], min(share, MAX_POINTS_PER_SERIES))
-            traces.append({
-                "type": "scatter", "mode": "lines+markers" if len(points) <= 60 else "lines",
-                "name": f"rank {rank}", "x": [p[0] for p in points], "y": [p[1] for p in points],
-                "hovertemplate": f"rank {rank}<br>{'step' if x_title == 'step' else '#'} %{{x}}<br>{label(name)} %{{y:.6g}}<extra></extra>",
-                "meta": {"rank": rank, "metric": name},
-            })
+            points = (
+                series[name][rank] if share is None else thin(series[name][rank], min(share, MAX_POINTS_PER_SERIES))
+            )
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines+markers" if len(points) <= 60 else "lines",
+                    "name": f"rank {rank}",
+                    "x": [p[0] for p in points],
+                    "y": [p[1] for p in points],
+                    "hovertemplate": f"rank {rank}<br>{'step' if x_title == 'step' else '#'} %{{x}}<br>{label(name)} %{{y:.6g}}<extra></extra>",
+                    "meta": {"rank": rank, "metric": name},
+                }
+            )
         figures[f"fig-metric-{index}"] = {
             "area": "losses",
             "data": traces,
-            "layout": layout(label(name), xaxis={"title": {"text": x_title}}, yaxis={"title": {"text": label(name)}, "type": "linear"},
-                             updatemenus=log_scale_menu()),
+            "layout": layout(
+                label(name),
+                xaxis={"title": {"text": x_title}},
+                yaxis={"title": {"text": label(name)}, "type": "linear"},
+                updatemenus=log_scale_menu(),
+            ),
         }
     return figures
 
@@ -186,7 +210,8 @@ _MORE = "\0more"  # the key of a side's folded row (no worker is named with a NU
 @dataclass
 class _Side:
     rrefs: dict[str, int] = field(default_factory=dict)  # worker → RRefs (owned, or created/held on others)
-    owned: dict[str, dict[str, int]] = field(default_factory=dict)  # owner → live, pending, deleted, live_bytes, short_lived
+    # owner → live, pending, deleted, live_bytes, short_lived
+    owned: dict[str, dict[str, int]] = field(default_factory=dict)
     folded: int = 0  # workers in the "+N more" row
     folded_rrefs: int = 0
 
@@ -213,10 +238,14 @@ def _panels(snap: RunSnapshot) -> tuple[list[_Panel], str | None]:
             if keep(w):
                 for key, n in counts.items():
                     merged[(source, target, relation)][key] += n
-                sources.rrefs[source] = sources.rrefs.get(source, 0) + counts["live"] + counts["pending"] + counts["deleted"]
+                sources.rrefs[source] = (
+                    sources.rrefs.get(source, 0) + counts["live"] + counts["pending"] + counts["deleted"]
+                )
         for o in snap.owners:
             if keep(o.world):
-                entry = owners.owned.setdefault(o.owner, {"live": 0, "pending": 0, "deleted": 0, "live_bytes": 0, "short_lived": 0})
+                entry = owners.owned.setdefault(
+                    o.owner, {"live": 0, "pending": 0, "deleted": 0, "live_bytes": 0, "short_lived": 0}
+                )
                 for key in entry:
                     entry[key] += getattr(o, key)
                 owners.rrefs[o.owner] = owners.rrefs.get(o.owner, 0) + o.live + o.pending + o.deleted
@@ -233,7 +262,9 @@ def _panels(snap: RunSnapshot) -> tuple[list[_Panel], str | None]:
             p.title = f"world {p.world}: {len(set(p.sources.rrefs) | set(p.owners.rrefs))} workers, {sum(p.owners.rrefs.values())} RRefs"
     elif len(separate) > 1:
         panels = [panel(lambda w: True, None)]
-        panels[0].title = f"all {len(worlds)} worlds, merged by worker name: {sum(panels[0].owners.rrefs.values())} RRefs"
+        panels[
+            0
+        ].title = f"all {len(worlds)} worlds, merged by worker name: {sum(panels[0].owners.rrefs.values())} RRefs"
         notes.append(f"the {len(worlds)} RPC worlds are drawn as one, each worker name once (too many to draw apart)")
     else:
         panels = separate
@@ -252,7 +283,7 @@ def _fold(p: _Panel) -> None:
         if len(side.rrefs) <= GRAPH_MAX_SIDE:
             continue
         ranked = sorted(side.rrefs, key=lambda n: (-side.rrefs[n], _natural(n)))
-        gone = set(ranked[GRAPH_MAX_SIDE - 1:])
+        gone = set(ranked[GRAPH_MAX_SIDE - 1 :])
         side.folded, side.folded_rrefs = len(gone), sum(side.rrefs[n] for n in gone)
         side.rrefs = {n: side.rrefs[n] for n in ranked if n not in gone} | {_MORE: side.folded_rrefs}
         more = {"live": 0, "pending": 0, "deleted": 0, "live_bytes": 0, "short_lived": 0}
@@ -276,7 +307,7 @@ def _rrefs(n: int) -> str:
 
 
 def _short(name: str) -> str:
-    return name if len(name) <= GRAPH_NAME_CHARS else name[:GRAPH_NAME_CHARS - 1] + "…"
+    return name if len(name) <= GRAPH_NAME_CHARS else name[: GRAPH_NAME_CHARS - 1] + "…"
 
 
 def ownership_graph(snap: RunSnapshot) -> dict[str, Any]:
@@ -288,25 +319,54 @@ def ownership_graph(snap: RunSnapshot) -> dict[str, Any]:
     panels, folded = _panels(snap)
     hidden = {"visible": False}
     if not any(p.owners.rrefs for p in panels):
-        return {"area": "rrefs", "wide": True, "data": [],
-                "layout": layout("RRef ownership: no RRefs yet", xaxis=hidden, yaxis=hidden, height=200)}
+        return {
+            "area": "rrefs",
+            "wide": True,
+            "data": [],
+            "layout": layout("RRef ownership: no RRefs yet", xaxis=hidden, yaxis=hidden, height=200),
+        }
     traces: list[dict[str, Any]] = []
     annotations: list[dict[str, Any]] = [
-        {"x": 0, "y": 0, "text": "<b>created or holds</b>", "xanchor": "right", "showarrow": False, "font": {"size": 12, "color": "#555"}},
-        {"x": 1, "y": 0, "text": "<b>owner</b>", "xanchor": "left", "showarrow": False, "font": {"size": 12, "color": "#555"}},
+        {
+            "x": 0,
+            "y": 0,
+            "text": "<b>created or holds</b>",
+            "xanchor": "right",
+            "showarrow": False,
+            "font": {"size": 12, "color": "#555"},
+        },
+        {
+            "x": 1,
+            "y": 0,
+            "text": "<b>owner</b>",
+            "xanchor": "left",
+            "showarrow": False,
+            "font": {"size": 12, "color": "#555"},
+        },
     ]
-    nodes: dict[str, dict[str, list[Any]]] = {side: {"x": [], "y": [], "text": [], "hovertext": [], "size": [], "names": []}
-                                             for side in ("holder", "owner")}
+    nodes: dict[str, dict[str, list[Any]]] = {
+        side: {"x": [], "y": [], "text": [], "hovertext": [], "size": [], "names": []} for side in ("holder", "owner")
+    }
     row = 1
     for p in panels:
         if p.title:
-            annotations.append({"x": 0.5, "y": -row, "text": label(p.title), "xanchor": "center", "showarrow": False,
-                                "font": {"size": 12, "color": "#1d2b3a"}})
+            annotations.append(
+                {
+                    "x": 0.5,
+                    "y": -row,
+                    "text": label(p.title),
+                    "xanchor": "center",
+                    "showarrow": False,
+                    "font": {"size": 12, "color": "#1d2b3a"},
+                }
+            )
             row += 1
         where = f" (world {p.world})" if p.world is not None and len(panels) > 1 else ""
         ys: dict[tuple[int, str], float] = {}
         for at, (side, kind) in enumerate(((p.sources, "holder"), (p.owners, "owner"))):
-            names = sorted((n for n in side.rrefs if n != _MORE), key=_natural) + ([_MORE] if _MORE in side.rrefs else [])
+            names = sorted((n for n in side.rrefs if n != _MORE), key=_natural) + (
+                [_MORE] if _MORE in side.rrefs else []
+            )
             for index, name in enumerate(names):
                 y = -(row + index)
                 ys[(at, name)] = y
@@ -316,49 +376,90 @@ def ownership_graph(snap: RunSnapshot) -> dict[str, Any]:
                 entry["y"].append(y)
                 entry["names"].append(None if name == _MORE else name)
                 if kind == "owner":
-                    owned = side.owned.get(name, {"live": 0, "pending": 0, "deleted": 0, "live_bytes": 0, "short_lived": 0})
-                    entry["text"].append(f"{label(shown)}  ·  {_rrefs(side.rrefs[name])}, {owned['live']} live, {human_bytes(owned['live_bytes'])}")
+                    owned = side.owned.get(
+                        name, {"live": 0, "pending": 0, "deleted": 0, "live_bytes": 0, "short_lived": 0}
+                    )
+                    entry["text"].append(
+                        f"{label(shown)}  ·  {_rrefs(side.rrefs[name])}, {owned['live']} live, {human_bytes(owned['live_bytes'])}"
+                    )
                     entry["hovertext"].append(
                         f"{label(name if name != _MORE else f'{side.folded} more owners')}{where}<br>owns {side.rrefs[name]} RRef(s): "
                         f"live {owned['live']}, pending {owned['pending']}, deleted {owned['deleted']}, short-lived {owned['short_lived']}"
-                        f"<br>live bytes {human_bytes(owned['live_bytes'])}")
+                        f"<br>live bytes {human_bytes(owned['live_bytes'])}"
+                    )
                     kib = owned["live_bytes"] / 1024
                     entry["size"].append(10 + min(10.0, 2 * math.log2(1 + kib)))
                 else:
                     entry["text"].append(f"{label(shown)}  ·  {_rrefs(side.rrefs[name])}  ")
                     entry["hovertext"].append(
-                        f"{label(name if name != _MORE else f'{side.folded} more workers')}{where}<br>created or holds {side.rrefs[name]} RRef(s) of other owners")
+                        f"{label(name if name != _MORE else f'{side.folded} more workers')}{where}<br>created or holds {side.rrefs[name]} RRef(s) of other owners"
+                    )
                     entry["size"].append(10)
         row += max(len(p.sources.rrefs), len(p.owners.rrefs))
         for (source, target, relation), counts in sorted(p.edges.items()):
             y0, y1 = ys[(0, source)], ys[(1, target)]
             alive = counts["live"] + counts["pending"]
-            ends = [source if source != _MORE else f"+{p.sources.folded} more", target if target != _MORE else f"+{p.owners.folded} more"]
-            text = (f"{label(ends[0])} → {label(ends[1])}{where} ({relation})<br>live {counts['live']}, pending {counts['pending']}, "
-                    f"deleted {counts['deleted']}<br>live bytes {human_bytes(counts['live_bytes'])}")
-            traces.append({
-                "type": "scatter", "mode": "lines", "x": [0, 0.5, 1], "y": [y0, (y0 + y1) / 2, y1],
-                "line": {"width": 1 + min(5, alive), "color": "#555" if alive else "#bbb", "dash": "solid" if relation == "created" else "dot"},
-                "hoverinfo": "text", "text": ["", text, ""], "showlegend": False,
-                "meta": {"edge": ends, "relation": relation, "world": p.world, **counts},
-            })
+            ends = [
+                source if source != _MORE else f"+{p.sources.folded} more",
+                target if target != _MORE else f"+{p.owners.folded} more",
+            ]
+            text = (
+                f"{label(ends[0])} → {label(ends[1])}{where} ({relation})<br>live {counts['live']}, pending {counts['pending']}, "
+                f"deleted {counts['deleted']}<br>live bytes {human_bytes(counts['live_bytes'])}"
+            )
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "x": [0, 0.5, 1],
+                    "y": [y0, (y0 + y1) / 2, y1],
+                    "line": {
+                        "width": 1 + min(5, alive),
+                        "color": "#555" if alive else "#bbb",
+                        "dash": "solid" if relation == "created" else "dot",
+                    },
+                    "hoverinfo": "text",
+                    "text": ["", text, ""],
+                    "showlegend": False,
+                    "meta": {"edge": ends, "relation": relation, "world": p.world, **counts},
+                }
+            )
     for kind, entry in nodes.items():
-        traces.append({
-            "type": "scatter", "mode": "markers+text", "x": entry["x"], "y": entry["y"], "text": entry["text"],
-            "textposition": "middle left" if kind == "holder" else "middle right", "hovertext": entry["hovertext"], "hoverinfo": "text",
-            "cliponaxis": False, "textfont": {"size": 12},
-            "marker": {"size": entry["size"], "color": "#4c78a8" if kind == "owner" else "#9ecae9", "line": {"width": 1, "color": "#223"}},
-            "showlegend": False, "meta": {"side": kind, "nodes": entry["names"]},
-        })
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "markers+text",
+                "x": entry["x"],
+                "y": entry["y"],
+                "text": entry["text"],
+                "textposition": "middle left" if kind == "holder" else "middle right",
+                "hovertext": entry["hovertext"],
+                "hoverinfo": "text",
+                "cliponaxis": False,
+                "textfont": {"size": 12},
+                "marker": {
+                    "size": entry["size"],
+                    "color": "#4c78a8" if kind == "owner" else "#9ecae9",
+                    "line": {"width": 1, "color": "#223"},
+                },
+                "showlegend": False,
+                "meta": {"side": kind, "nodes": entry["names"]},
+            }
+        )
     title = "RRef ownership" + (f": {len(panels)} RPC worlds" if len(panels) > 1 else "")
     return {
         "area": "rrefs",
         "wide": True,
         "data": traces,
-        "layout": layout(title, xaxis=dict(hidden, range=[-1.4, 2.4], fixedrange=True),
-                         yaxis=dict(hidden, range=[-(row - 0.5), 0.6], fixedrange=True), annotations=annotations,
-                         margin={"l": 10, "r": 10, "t": 40, "b": 10}, height=60 + GRAPH_ROW_PX * row,
-                         meta={"rows": row, "folded": folded, "worlds": [p.world for p in panels]}),
+        "layout": layout(
+            title,
+            xaxis=dict(hidden, range=[-1.4, 2.4], fixedrange=True),
+            yaxis=dict(hidden, range=[-(row - 0.5), 0.6], fixedrange=True),
+            annotations=annotations,
+            margin={"l": 10, "r": 10, "t": 40, "b": 10},
+            height=60 + GRAPH_ROW_PX * row,
+            meta={"rows": row, "folded": folded, "worlds": [p.world for p in panels]},
+        ),
     }
 
 
@@ -383,7 +484,9 @@ def rrefs_over_time(snap: RunSnapshot) -> dict[str, Any]:
     elif len(worlds) <= MAX_OWNER_SERIES:
         series = defaultdict(list)
         for ref in snap.rrefs:
-            series[f"world {ref.world} ({len({r.owner for r in snap.rrefs if r.world == ref.world})} owners)"].append(ref)
+            series[f"world {ref.world} ({len({r.owner for r in snap.rrefs if r.world == ref.world})} owners)"].append(
+                ref
+            )
         what = "world"
     elif len({ref.owner for ref in snap.rrefs}) <= MAX_OWNER_SERIES:  # mp.spawn rounds reuse their names
         series = defaultdict(list)
@@ -391,7 +494,7 @@ def rrefs_over_time(snap: RunSnapshot) -> dict[str, Any]:
             series[f"{ref.owner or '?'} (all {len(worlds)} worlds)"].append(ref)
         what = "worker name, across worlds"
     else:
-        busiest = sorted(owners, key=lambda o: (-len(owners[o]), _natural(o)))[:MAX_OWNER_SERIES - 1]
+        busiest = sorted(owners, key=lambda o: (-len(owners[o]), _natural(o)))[: MAX_OWNER_SERIES - 1]
         series = {f"all {len(owners)} owners": list(snap.rrefs), **{owner: owners[owner] for owner in busiest}}
         what = "busiest owner"
     now = round((snap.ended or snap.taken_at) - snap.started, 3)
@@ -417,16 +520,32 @@ def rrefs_over_time(snap: RunSnapshot) -> dict[str, Any]:
         gone.append(gone[-1])
         colour = PALETTE[index % len(PALETTE)]
         for state, ys, dash in ((RRefState.LIVE, live, "solid"), (RRefState.DELETED, gone, "dot")):
-            traces.append({"type": "scatter", "mode": "lines", "line": {"shape": "hv", "color": colour, "dash": dash},
-                           "name": label(name), "legendgroup": name, "showlegend": state == RRefState.LIVE, "x": xs, "y": ys,
-                           "hovertemplate": f"{label(name)} {state}<br>%{{x:.1f}} s: %{{y}}<extra></extra>",
-                           "meta": {"owner": name, "state": state, "series": what}})
-    return {"area": "rrefs", "wide": True, "data": traces,
-            "layout": layout(f"RRefs over time, per {what}: live (solid), deleted so far (dotted)",
-                             xaxis={"title": {"text": "seconds since start"}, "rangemode": "tozero"},
-                             yaxis={"title": {"text": "RRefs"}, "rangemode": "tozero", "ticklabelstandoff": 6},
-                             legend={"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1, "yanchor": "top"},
-                             margin=dict(_BASE_LAYOUT["margin"], r=220))}
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "line": {"shape": "hv", "color": colour, "dash": dash},
+                    "name": label(name),
+                    "legendgroup": name,
+                    "showlegend": state == RRefState.LIVE,
+                    "x": xs,
+                    "y": ys,
+                    "hovertemplate": f"{label(name)} {state}<br>%{{x:.1f}} s: %{{y}}<extra></extra>",
+                    "meta": {"owner": name, "state": state, "series": what},
+                }
+            )
+    return {
+        "area": "rrefs",
+        "wide": True,
+        "data": traces,
+        "layout": layout(
+            f"RRefs over time, per {what}: live (solid), deleted so far (dotted)",
+            xaxis={"title": {"text": "seconds since start"}, "rangemode": "tozero"},
+            yaxis={"title": {"text": "RRefs"}, "rangemode": "tozero", "ticklabelstandoff": 6},
+            legend={"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1, "yanchor": "top"},
+            margin=dict(_BASE_LAYOUT["margin"], r=220),
+        ),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -436,22 +555,61 @@ def rrefs_over_time(snap: RunSnapshot) -> dict[str, Any]:
 def placement(snap: RunSnapshot) -> dict[str, Any]:
     """Ranks per device and, where there are any, the bytes of live RRef values on it."""
     devices = [label(d.device) for d in snap.placement]
-    traces = [{"type": "bar", "name": "ranks", "x": devices, "y": [len(d.ranks) for d in snap.placement], "offsetgroup": 0, "width": 0.3,
-               "hovertext": [label(rank_ranges(d.ranks)) for d in snap.placement], "meta": {"what": "ranks"}}]
+    traces = [
+        {
+            "type": "bar",
+            "name": "ranks",
+            "x": devices,
+            "y": [len(d.ranks) for d in snap.placement],
+            "offsetgroup": 0,
+            "width": 0.3,
+            "hovertext": [label(rank_ranges(d.ranks)) for d in snap.placement],
+            "meta": {"what": "ranks"},
+        }
+    ]
     extra: dict[str, Any] = {}
     if any(d.rref_bytes for d in snap.placement):
-        traces.append({"type": "bar", "name": "live RRef MiB", "x": devices, "y": [d.rref_bytes / 2**20 for d in snap.placement],
-                       "yaxis": "y2", "offsetgroup": 1, "width": 0.3, "meta": {"what": "rref_bytes"}})
-        extra["yaxis2"] = {"title": {"text": "MiB of live RRefs"}, "overlaying": "y", "side": "right", "rangemode": "tozero"}
-    return {"area": "placement", "data": traces,
-            "layout": layout("Placement per device", barmode="group", yaxis={"title": {"text": "ranks"}, **({"dtick": 1} if max((len(d.ranks) for d in snap.placement), default=0) <= 10 else {})}, height=280, **extra)}
+        traces.append(
+            {
+                "type": "bar",
+                "name": "live RRef MiB",
+                "x": devices,
+                "y": [d.rref_bytes / 2**20 for d in snap.placement],
+                "yaxis": "y2",
+                "offsetgroup": 1,
+                "width": 0.3,
+                "meta": {"what": "rref_bytes"},
+            }
+        )
+        extra["yaxis2"] = {
+            "title": {"text": "MiB of live RRefs"},
+            "overlaying": "y",
+            "side": "right",
+            "rangemode": "tozero",
+        }
+    return {
+        "area": "placement",
+        "data": traces,
+        "layout": layout(
+            "Placement per device",
+            barmode="group",
+            yaxis={
+                "title": {"text": "ranks"},
+                **({"dtick": 1} if max((len(d.ranks) for d in snap.placement), default=0) <= 10 else {}),
+            },
+            height=280,
+            **extra,
+        ),
+    }
 
 
 def worker_usage(snap: RunSnapshot) -> dict[str, dict[str, Any]]:
     """CPU % and RSS of every process over the run, one series per process (from its probes)."""
     series: dict[tuple, list[Any]] = defaultdict(list)
     for sample in snap.usage:
-        series[(sample.rank if sample.rank is not None else -1, sample.kind != "rank", sample.pid, sample.name)].append(sample)
+        series[(sample.rank if sample.rank is not None else -1, sample.kind != "rank", sample.pid, sample.name)].append(
+            sample
+        )
     figures = {}
     for key, title, unit, value in (
         ("cpu", "CPU over time", "CPU %", lambda s: s.cpu_percent),
@@ -461,13 +619,25 @@ def worker_usage(snap: RunSnapshot) -> dict[str, dict[str, Any]]:
         for (rank, _child, pid, name), samples in sorted(series.items(), key=lambda item: item[0][:3]):
             points = thin([(snap.since_start(s.time), value(s)) for s in samples if value(s) is not None])
             who = name or (f"rank {rank} pid {pid}" if rank >= 0 else f"pid {pid}")
-            traces.append({"type": "scatter", "mode": "lines+markers" if len(points) <= 60 else "lines", "name": label(who), "x": [p[0] for p in points], "y": [p[1] for p in points],
-                           "hovertemplate": f"{label(who)}<br>%{{x:.1f}} s<br>%{{y:.1f}} {unit}<extra></extra>",
-                           "meta": {"rank": rank, "pid": pid, "what": key}})
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines+markers" if len(points) <= 60 else "lines",
+                    "name": label(who),
+                    "x": [p[0] for p in points],
+                    "y": [p[1] for p in points],
+                    "hovertemplate": f"{label(who)}<br>%{{x:.1f}} s<br>%{{y:.1f}} {unit}<extra></extra>",
+                    "meta": {"rank": rank, "pid": pid, "what": key},
+                }
+            )
         figures[f"fig-usage-{key}"] = {
-            "area": "workers", "data": traces,
-            "layout": layout(title, xaxis={"title": {"text": "seconds since start"}, "rangemode": "tozero"},
-                             yaxis={"title": {"text": unit}, "rangemode": "tozero", "ticklabelstandoff": 6}),
+            "area": "workers",
+            "data": traces,
+            "layout": layout(
+                title,
+                xaxis={"title": {"text": "seconds since start"}, "rangemode": "tozero"},
+                yaxis={"title": {"text": unit}, "rangemode": "tozero", "ticklabelstandoff": 6},
+            ),
         }
     return figures if series else {}
 
@@ -492,33 +662,74 @@ def timeline(snap: RunSnapshot) -> dict[str, Any]:
             bars["base"].append(life.start)
             bars["hovertext"].append(f"{who}{count}: {label(life.how)}<br>{life.start:.2f} s → {life.end:.2f} s")
             bars["customdata"].append(life.restart)
-    traces = [{"type": "bar", "orientation": "h", "name": label(state), **bars, "marker": {"color": STATE_COLOURS.get(state, "#999")},
-               "hoverinfo": "text", "meta": {"what": "processes", "state": state}}
-              for state, bars in sorted(per_state.items(), key=lambda item: data.severity(item[0]))]
+    traces = [
+        {
+            "type": "bar",
+            "orientation": "h",
+            "name": label(state),
+            **bars,
+            "marker": {"color": STATE_COLOURS.get(state, "#999")},
+            "hoverinfo": "text",
+            "meta": {"what": "processes", "state": state},
+        }
+        for state, bars in sorted(per_state.items(), key=lambda item: data.severity(item[0]))
+    ]
     shapes, annotations = [], []
     cause = snap.record.root_cause
     if cause is not None:
         moment = snap.since_start(cause.timestamp)
         if moment is not None:
-            shapes.append({"type": "line", "x0": moment, "x1": moment, "yref": "paper", "y0": 0, "y1": 1,
-                           "line": {"color": "#d62728", "dash": "dash"}})
-            annotations.append({"x": moment, "yref": "paper", "y": 1, "text": f"root cause: rank {cause.rank}" if cause.rank >= 0 else f"root cause: {label(cause.reason)}", "showarrow": False,
-                                "font": {"color": "#d62728"}, "xanchor": "left", "yanchor": "bottom"})
+            shapes.append(
+                {
+                    "type": "line",
+                    "x0": moment,
+                    "x1": moment,
+                    "yref": "paper",
+                    "y0": 0,
+                    "y1": 1,
+                    "line": {"color": "#d62728", "dash": "dash"},
+                }
+            )
+            annotations.append(
+                {
+                    "x": moment,
+                    "yref": "paper",
+                    "y": 1,
+                    "text": f"root cause: rank {cause.rank}"
+                    if cause.rank >= 0
+                    else f"root cause: {label(cause.reason)}",
+                    "showarrow": False,
+                    "font": {"color": "#d62728"},
+                    "xanchor": "left",
+                    "yanchor": "bottom",
+                }
+            )
     spawned = f", {story.spawned} spawned" if story.spawned else ""
     shared = f" in {len(story.rows)} rows" if story.grouped else ""
     rows = [label(row.label) for row in story.rows]
     return {
         "area": "timeline",
         "data": traces,
-        "layout": layout(f"Processes over time: {story.ranks} rank{'s' if story.ranks != 1 else ''}{spawned}{shared} (restarts: {snap.record.restarts})",
-                         xaxis={"title": {"text": "seconds since start"}, "rangemode": "tozero"},
-                         yaxis={"autorange": "reversed", "type": "category", "categoryorder": "array", "categoryarray": rows,
-                                "automargin": True, "tickfont": {"size": 11}},
-                         barmode="overlay", bargap=0.25, shapes=shapes, annotations=annotations,
-                         legend={"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "x": 0},
-                         margin=dict(_BASE_LAYOUT["margin"], b=90),
-                         meta={"rows": len(rows), "processes": story.processes, "grouped": story.grouped},
-                         height=max(180, 110 + 20 * len(rows))),
+        "layout": layout(
+            f"Processes over time: {story.ranks} rank{'s' if story.ranks != 1 else ''}{spawned}{shared} (restarts: {snap.record.restarts})",
+            xaxis={"title": {"text": "seconds since start"}, "rangemode": "tozero"},
+            yaxis={
+                "autorange": "reversed",
+                "type": "category",
+                "categoryorder": "array",
+                "categoryarray": rows,
+                "automargin": True,
+                "tickfont": {"size": 11},
+            },
+            barmode="overlay",
+            bargap=0.25,
+            shapes=shapes,
+            annotations=annotations,
+            legend={"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "x": 0},
+            margin=dict(_BASE_LAYOUT["margin"], b=90),
+            meta={"rows": len(rows), "processes": story.processes, "grouped": story.grouped},
+            height=max(180, 110 + 20 * len(rows)),
+        ),
     }
 
 
@@ -535,5 +746,5 @@ def run_figures(snap: RunSnapshot, *, complete: bool = False) -> dict[str, dict[
 def _natural(name: str) -> tuple:
     """worker2 before worker10."""
     head = name.rstrip("0123456789")
-    tail = name[len(head):]
+    tail = name[len(head) :]
     return (head, int(tail) if tail else -1, name)

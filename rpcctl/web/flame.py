@@ -52,8 +52,10 @@ def _speedscope(data: dict) -> Counter:
 def _chrome(events: list) -> Counter:
     """X spans per thread: a span inside another (by its start and end) is its callee."""
     out: Counter = Counter()
-    spans = sorted((e for e in events if isinstance(e, dict) and e.get("ph") == "X"),
-                   key=lambda e: (e.get("pid"), e.get("tid"), e.get("ts", 0), -e.get("dur", 0)))
+    spans = sorted(
+        (e for e in events if isinstance(e, dict) and e.get("ph") == "X"),
+        key=lambda e: (e.get("pid"), e.get("tid"), e.get("ts", 0), -e.get("dur", 0)),
+    )
     open_spans: list[tuple[tuple, float, str]] = []  # (thread, end, label)
     for span in spans:
         thread, ts, dur = (span.get("pid"), span.get("tid")), float(span.get("ts", 0)), float(span.get("dur", 0))
@@ -81,9 +83,19 @@ def figure(path: Path, title: str) -> dict[str, Any]:
         values.append(seconds)
     return {
         "area": "profile",
-        "data": [{"type": "icicle", "ids": ids, "labels": labels, "parents": parents, "values": values, "branchvalues": "total",
-                  "tiling": {"orientation": "v", "flip": "y"}, "hovertemplate": "%{label}<br>%{value:.2f} s (%{percentRoot:.1%})<extra></extra>",
-                  "meta": {"what": "flame"}}],
+        "data": [
+            {
+                "type": "icicle",
+                "ids": ids,
+                "labels": labels,
+                "parents": parents,
+                "values": values,
+                "branchvalues": "total",
+                "tiling": {"orientation": "v", "flip": "y"},
+                "hovertemplate": "%{label}<br>%{value:.2f} s (%{percentRoot:.1%})<extra></extra>",
+                "meta": {"what": "flame"},
+            }
+        ],
         "layout": {"title": {"text": escape(title)}, "height": 520, "margin": {"l": 10, "r": 10, "t": 40, "b": 10}},
     }
 
@@ -98,14 +110,22 @@ def section(run_dir: Path) -> tuple[str, dict[str, dict[str, Any]]]:
     """The profile section's text and its flame graph (the run's latest profile), or a note."""
     kept = profiles(run_dir)
     if not kept:
-        return '<p class="empty">No profile taken: <code>rpcctl profile --rank R --seconds S</code> samples a live rank.</p>', {}
+        return (
+            '<p class="empty">No profile taken: <code>rpcctl profile --rank R --seconds S</code> samples a live rank.</p>',
+            {},
+        )
     latest = kept[-1]
     if latest.stat().st_size > MAX_BYTES:
-        return f'<p class="note">{escape(latest.name)} is too large to draw here; open it in speedscope.app or ui.perfetto.dev.</p>', {}
+        return (
+            f'<p class="note">{escape(latest.name)} is too large to draw here; open it in speedscope.app or ui.perfetto.dev.</p>',
+            {},
+        )
     try:
         drawn = _figure(str(latest), latest.stat().st_mtime_ns, f"where {latest.name.split('.')[0]} spent its time")
     except (OSError, ValueError, TypeError, AttributeError) as exc:
         return f'<p class="warn">{escape(latest.name)} could not be read: {escape(str(exc))}</p>', {}
     more = f" ({len(kept)} profiles in the run's profiles/ folder)" if len(kept) > 1 else ""
-    return (f'<p>The latest profile, {escape(latest.name)}{escape(more)}: each box a function, as wide as the time sampled '
-            "in it and in what it called.</p>"), {"fig-flame": drawn}
+    return (
+        f"<p>The latest profile, {escape(latest.name)}{escape(more)}: each box a function, as wide as the time sampled "
+        "in it and in what it called.</p>"
+    ), {"fig-flame": drawn}

@@ -31,7 +31,12 @@ def run_sections() -> tuple[tuple[str, str], ...]:
     above its text."""
     from rpcctl import inspect
 
-    return (("summary", "Run"), ("timeline", "Timeline"), *((v.name, v.title) for v in inspect.VIEWS), ("profile", "Profile"))
+    return (
+        ("summary", "Run"),
+        ("timeline", "Timeline"),
+        *((v.name, v.title) for v in inspect.VIEWS),
+        ("profile", "Profile"),
+    )
 
 
 @functools.lru_cache(maxsize=1)
@@ -57,13 +62,17 @@ def run_view(run_dir: Path, *, complete: bool = False) -> dict[str, Any]:
     html["profile"], flames = flame.section(run_dir)  # the latest `rpcctl profile`, a flame graph
     hidden = 0 if complete else len(figures.metric_series(snap)) - figures.MAX_METRIC_CHARTS
     if hidden > 0:
-        html["losses"] += (f'<p class="note">{hidden} more metric(s) not drawn: the first {figures.MAX_METRIC_CHARTS} are '
-                           "(rpcctl report --all draws every metric and every point).</p>")
+        html["losses"] += (
+            f'<p class="note">{hidden} more metric(s) not drawn: the first {figures.MAX_METRIC_CHARTS} are '
+            "(rpcctl report --all draws every metric and every point).</p>"
+        )
     drawn = figures.run_figures(snap, complete=complete)
     folded = drawn["fig-rref-graph"]["layout"].get("meta", {}).get("folded")
     if folded:
-        html["rrefs"] = (f'<p class="note graph-folded">Not drawn apart: {escape(folded)} '
-                         "(<code>rpcctl inspect rrefs</code> lists every RRef).</p>") + html["rrefs"]
+        html["rrefs"] = (
+            f'<p class="note graph-folded">Not drawn apart: {escape(folded)} '
+            "(<code>rpcctl inspect rrefs</code> lists every RRef).</p>"
+        ) + html["rrefs"]
     return {
         "title": f"{snap.record.run_id}: {snap.status}",
         "status": snap.status,
@@ -87,8 +96,10 @@ def render(view: dict[str, Any], sections: tuple[tuple[str, str], ...] | None = 
     sections = run_sections() if sections is None else sections
     nonce = secrets.token_urlsafe(16)
     connect = "'self'" if api else "'none'"
-    csp = (f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; img-src data:; font-src data:; "
-           f"connect-src {connect}; base-uri 'none'; form-action 'none'")
+    csp = (
+        f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; img-src data:; font-src data:; "
+        f"connect-src {connect}; base-uri 'none'; form-action 'none'"
+    )
     nav = " ".join(f'<a href="#sec-{sid}">{escape(heading)}</a>' for sid, heading in sections)
     body = "\n".join(
         f'<section id="sec-{sid}"><h2>{escape(heading)}</h2><div class="charts" data-area="{sid}"></div>'

@@ -325,7 +325,9 @@ class _Front:
             self._answering += 1
             idle = len(self._threads) - (self._answering - 1)
             if idle <= 0 and len(self._threads) < MAX_CONNECTIONS:
-                thread = threading.Thread(target=self._answer_heads, name=f"rpcctl-web-{len(self._threads)}", daemon=True)
+                thread = threading.Thread(
+                    target=self._answer_heads, name=f"rpcctl-web-{len(self._threads)}", daemon=True
+                )
                 self._threads.append(thread)
                 thread.start()
         self._heads.put((connection, client, head))
@@ -338,7 +340,8 @@ class _Front:
             connection, client, head = item
             try:
                 connection.setblocking(True)
-                connection.settimeout(REQUEST_HEAD_S)  # a client that does not read its answer holds a thread this long at most
+                # a client that does not read its answer holds a thread this long at most
+                connection.settimeout(REQUEST_HEAD_S)
                 _Handler(connection, client, self, head)
             except OSError as exc:
                 self.live.drop(f"lost: {type(exc).__name__}", client)
@@ -428,7 +431,9 @@ class _Handler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         try:
             if path == "/":
-                self._send(HTTPStatus.OK, "text/html; charset=utf-8", render(run_view(self.live.run_dir), api=VIEW_PATH[1:]))
+                self._send(
+                    HTTPStatus.OK, "text/html; charset=utf-8", render(run_view(self.live.run_dir), api=VIEW_PATH[1:])
+                )
             elif path == VIEW_PATH:
                 self._send(HTTPStatus.OK, "application/json", self.live.view_document())
             elif path == stacks.PATH:  # native stacks, read when asked (web/stacks.py)

@@ -18,8 +18,14 @@ from rpcctl.web.data import RunSnapshot, name_ranges, parse_time, process_rows, 
 MAX_TABLE_ROWS = 300
 
 
-def html_table(records: Sequence[Any], columns: Sequence[Column], *, detail: bool = False, empty: str = "nothing to show",
-               css: str = "") -> str:
+def html_table(
+    records: Sequence[Any],
+    columns: Sequence[Column],
+    *,
+    detail: bool = False,
+    empty: str = "nothing to show",
+    css: str = "",
+) -> str:
     if not records:
         return f'<p class="empty">{escape(empty)}</p>'
     shown = [c for c in columns if detail or not c.detail]
@@ -27,7 +33,10 @@ def html_table(records: Sequence[Any], columns: Sequence[Column], *, detail: boo
     formatters = [c.formatter(records) for c in shown]  # one scale per column, as in the terminal
     rows = []
     for record in records[:MAX_TABLE_ROWS]:
-        cells = "".join(f'<td class="{c.justify}">{escape(str(c.cell(record, fmt)))}</td>' for c, fmt in zip(shown, formatters))  # str: Text → plain
+        # str: Text → plain
+        cells = "".join(
+            f'<td class="{c.justify}">{escape(str(c.cell(record, fmt)))}</td>' for c, fmt in zip(shown, formatters)
+        )
         rows.append(f"<tr>{cells}</tr>")
     more = f'<p class="note">… and {len(records) - MAX_TABLE_ROWS} more</p>' if len(records) > MAX_TABLE_ROWS else ""
     return f'<table class="{css}"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>{more}'
@@ -42,11 +51,19 @@ def facts(pairs: Sequence[tuple[str, Any]]) -> str:
 def summary(snap: RunSnapshot) -> str:
     record = snap.record
     pairs = [
-        ("run", record.run_id), ("job", record.name), ("status", snap.status),
-        ("started", record.started_at), ("ended", record.ended_at), ("duration", human_seconds(snap.duration_s)),
+        ("run", record.run_id),
+        ("job", record.name),
+        ("status", snap.status),
+        ("started", record.started_at),
+        ("ended", record.ended_at),
+        ("duration", human_seconds(snap.duration_s)),
         ("ranks", f"{record.world_size} ({record.nnodes} node(s) × {record.nproc_per_node})"),
-        ("restarts", f"{record.restarts} of {record.max_restarts}"), *_rounds_fact(snap), ("hosts", ", ".join(snap.hosts)),
-        ("script", record.script), ("config", record.config_path), ("start method", record.start_method),
+        ("restarts", f"{record.restarts} of {record.max_restarts}"),
+        *_rounds_fact(snap),
+        ("hosts", ", ".join(snap.hosts)),
+        ("script", record.script),
+        ("config", record.config_path),
+        ("start method", record.start_method),
         ("rendezvous", f"{record.master_addr}:{record.master_port}"),
     ]
     if record.reason:
@@ -56,14 +73,21 @@ def summary(snap: RunSnapshot) -> str:
     out = [f'<p class="status status-{escape(snap.status)}">{escape(snap.status)}</p>', facts(pairs)]
     cause = record.root_cause
     if cause is not None:
-        how = f"killed by {cause.signal}" if cause.signal else (f"exit code {cause.exit_code}" if cause.exit_code is not None else "")
-        where = f"rank {cause.rank}" if cause.rank >= 0 else f"found by the launcher ({cause.reason})"  # a hang, a deadline
-        out.append(f'<h3>Root cause</h3><p class="root-cause">{escape(where)}{f" ({escape(how)})" if how else ""}: {escape(cause.message)}</p>')
+        how = (
+            f"killed by {cause.signal}"
+            if cause.signal
+            else (f"exit code {cause.exit_code}" if cause.exit_code is not None else "")
+        )
+        # a hang, a deadline
+        where = f"rank {cause.rank}" if cause.rank >= 0 else f"found by the launcher ({cause.reason})"
+        out.append(
+            f'<h3>Root cause</h3><p class="root-cause">{escape(where)}{f" ({escape(how)})" if how else ""}: {escape(cause.message)}</p>'
+        )
         text = cause.traceback or "\n".join(cause.log_tail)
         if text:
             out.append(f'<pre class="traceback">{escape(text)}</pre>')
     if snap.config_text:
-        out.append(f'<details><summary>Resolved config</summary><pre>{escape(snap.config_text)}</pre></details>')
+        out.append(f"<details><summary>Resolved config</summary><pre>{escape(snap.config_text)}</pre></details>")
     return "".join(out)
 
 
@@ -72,7 +96,9 @@ def losses(snap: RunSnapshot) -> str:
 
     rows = [dataclasses.replace(s, trend="") for s in snap.loss_summaries]  # the chart is the trend
     columns = [c for c in LossSummary.COLUMNS if c.key != "trend"]
-    return html_table(rows, columns, empty="no losses recorded (rpcctl.report(step=..., loss=...) or printed 'loss=...' lines)")
+    return html_table(
+        rows, columns, empty="no losses recorded (rpcctl.report(step=..., loss=...) or printed 'loss=...' lines)"
+    )
 
 
 def rrefs(snap: RunSnapshot) -> str:
@@ -83,21 +109,32 @@ def rrefs(snap: RunSnapshot) -> str:
     held = sum(1 for r in snap.rrefs if r.ending == RRefEnding.AT_SHUTDOWN)
     at_exit = sum(1 for r in snap.rrefs if r.ending == RRefEnding.AT_EXIT)
     unused = sum(1 for r in snap.rrefs if r.ending == RRefEnding.HELD_UNUSED)
-    parts = ['<p class="note">Ownership, per RPC world: on the left the workers that created or hold RRefs of another, on the '
-             "right the owners, a line from each to the owner (dotted: held through a fork; grey: every RRef on it deleted). "
-             "Marker size: bytes of live values owned.</p>",
-             "<h3>Per owner</h3>", html_table(snap.owners, OwnerSummary.COLUMNS, empty="no RRefs")]
+    parts = [
+        '<p class="note">Ownership, per RPC world: on the left the workers that created or hold RRefs of another, on the '
+        "right the owners, a line from each to the owner (dotted: held through a fork; grey: every RRef on it deleted). "
+        "Marker size: bytes of live values owned.</p>",
+        "<h3>Per owner</h3>",
+        html_table(snap.owners, OwnerSummary.COLUMNS, empty="no RRefs"),
+    ]
     if leaked:
-        parts.append(f'<p class="warn">{len(leaked)} RRef value(s) leaked: each outlived every reference to it '
-                     "(its owner still held it elsewhere when it shut down).</p>")
+        parts.append(
+            f'<p class="warn">{len(leaked)} RRef value(s) leaked: each outlived every reference to it '
+            "(its owner still held it elsewhere when it shut down).</p>"
+        )
     if unused:
-        parts.append(f'<p class="warn">{unused} RRef(s) were held unused until rpc.shutdown(): no holder had used them for '
-                     "a while before it, and each kept its value alive on its owner until then.</p>")
+        parts.append(
+            f'<p class="warn">{unused} RRef(s) were held unused until rpc.shutdown(): no holder had used them for '
+            "a while before it, and each kept its value alive on its owner until then.</p>"
+        )
     if at_exit:
-        parts.append(f'<p class="note">{at_exit} RRef(s) were still held when their holders ended without rpc.shutdown() '
-                     "(failed or stopped), which released them.</p>")
+        parts.append(
+            f'<p class="note">{at_exit} RRef(s) were still held when their holders ended without rpc.shutdown() '
+            "(failed or stopped), which released them.</p>"
+        )
     if held:
-        parts.append(f'<p class="note">{held} RRef(s) were held, in use, until rpc.shutdown(), which released them: normal, nothing to do.</p>')
+        parts.append(
+            f'<p class="note">{held} RRef(s) were held, in use, until rpc.shutdown(), which released them: normal, nothing to do.</p>'
+        )
     parts.append(f"<h3>Live and pending RRefs ({len(live)} of {len(snap.rrefs)})</h3>")
     parts.append(html_table(live, RRefRecord.COLUMNS, empty="none live"))
     return "".join(parts)
@@ -119,7 +156,12 @@ def _rounds_fact(snap: RunSnapshot) -> list[tuple[str, str]]:
     if not rounds:
         return []
     last = rounds[-1]
-    return [("rounds", f"{len(rounds)}; now round {last.get('round')}: {last.get('nnodes')} node(s), world size {last.get('world_size')}")]
+    return [
+        (
+            "rounds",
+            f"{len(rounds)}; now round {last.get('round')}: {last.get('nnodes')} node(s), world size {last.get('world_size')}",
+        )
+    ]
 
 
 def workers(snap: RunSnapshot) -> str:
@@ -136,12 +178,22 @@ def timeline(snap: RunSnapshot) -> str:
     for rnd in snap.rounds:  # an elastic run: each membership change, when and why
         at = snap.since_start(rnd.get("at"))
         if at is not None:
-            events.append((at, "", f"round {rnd.get('round')}: {rnd.get('nnodes')} node(s), world size {rnd.get('world_size')} ({rnd.get('why')})"))
+            events.append(
+                (
+                    at,
+                    "",
+                    f"round {rnd.get('round')}: {rnd.get('nnodes')} node(s), world size {rnd.get('world_size')} ({rnd.get('why')})",
+                )
+            )
     newest = snap.latest_attempt
     for attempt in snap.rank_attempts:
         record = latest.get(attempt.rank)
         current = attempt.restart == newest
-        name = snap.attempt_name(attempt.restart, parse_time(attempt.started_at)) if attempt.restart or snap.rounds else None
+        name = (
+            snap.attempt_name(attempt.restart, parse_time(attempt.started_at))
+            if attempt.restart or snap.rounds
+            else None
+        )
         which = f"{name}, " if name else ""
         start = snap.since_start(attempt.started_at)
         if start is not None:
@@ -151,7 +203,11 @@ def timeline(snap: RunSnapshot) -> str:
         if end is not None:
             signal = record.signal if record is not None and current else None
             # An earlier attempt's signal is not kept (the store has its state and exit code only).
-            how = f"killed by {signal}" if signal else (f"exit code {attempt.exit_code}" if attempt.exit_code is not None else "")
+            how = (
+                f"killed by {signal}"
+                if signal
+                else (f"exit code {attempt.exit_code}" if attempt.exit_code is not None else "")
+            )
             detail = f"{which}{how}".rstrip(", ")
             bad = "bad" if attempt.state in (RankStatus.FAILED, RankStatus.KILLED) else ""
             events.append((end, bad, f"rank {attempt.rank} {attempt.state}" + (f" ({detail})" if detail else "")))
@@ -162,12 +218,16 @@ def timeline(snap: RunSnapshot) -> str:
     events.sort(key=lambda e: e[0])  # stable: the run's end stays after the exits at the same moment
     if snap.ended is not None:
         events.append((snap.duration_s, "", f"run {snap.status}"))
-    items = "".join(f'<li class="{css}"><span class="t">{t:8.2f} s</span> {escape(text)}</li>' for t, css, text in events)
+    items = "".join(
+        f'<li class="{css}"><span class="t">{t:8.2f} s</span> {escape(text)}</li>' for t, css, text in events
+    )
     parts = []
     story = process_rows(snap)
     if story.grouped:
-        parts.append(f'<p class="note timeline-grouped">{story.processes} processes in {len(story.rows)} rows: {escape(story.grouped)}. '
-                     "Each row's label says how its processes ended; <code>rpcctl inspect workers</code> lists every one.</p>")
+        parts.append(
+            f'<p class="note timeline-grouped">{story.processes} processes in {len(story.rows)} rows: {escape(story.grouped)}. '
+            "Each row's label says how its processes ended; <code>rpcctl inspect workers</code> lists every one.</p>"
+        )
     parts.append(f'<ol class="events">{items}</ol>')
     for index, text in enumerate(snap.hang_diagnoses, 1):
         which = f" ({index} of {len(snap.hang_diagnoses)})" if len(snap.hang_diagnoses) > 1 else ""
@@ -191,9 +251,17 @@ def calls(snap: RunSnapshot) -> str:
         return '<p class="empty">in-flight calls: not recorded by this version of rpcctl</p>'
     parts = []
     for heading, records, empty in (
-        ("In flight for 1 s or more, oldest first", getattr(report, "pending", []), "no call in flight for 1 s or more"),
+        (
+            "In flight for 1 s or more, oldest first",
+            getattr(report, "pending", []),
+            "no call in flight for 1 s or more",
+        ),
         ("Per caller → callee", getattr(report, "summary", []), "no calls recorded"),
-        ("What the callees are running", [s for s in getattr(report, "serving", []) if getattr(s, "state", "") != ServingState.DONE], "nothing running"),
+        (
+            "What the callees are running",
+            [s for s in getattr(report, "serving", []) if getattr(s, "state", "") != ServingState.DONE],
+            "nothing running",
+        ),
     ):
         columns = getattr(records[0], "COLUMNS", None) if records else ()
         parts.append(f"<h3>{escape(heading)}</h3>" + html_table(records, columns or (), empty=empty))
@@ -208,23 +276,37 @@ def collectives(snap: RunSnapshot) -> str:
     report = snap.collectives
     if report is None or not (report.summary or report.ranks):
         return '<p class="empty">no collectives recorded (no process group, or a torch without the Flight Recorder)</p>'
-    parts = ['<p class="note">Times are upper bounds (gloo records no completion time). The trace '
-             "(<code>rpcctl trace</code>) draws the sampled collectives on each rank's track, linked across ranks.</p>",
-             "<h3>Per process group and op</h3>", html_table(report.summary, CollectiveSummary.COLUMNS, empty="none completed")]
+    parts = [
+        '<p class="note">Times are upper bounds (gloo records no completion time). The trace '
+        "(<code>rpcctl trace</code>) draws the sampled collectives on each rank's track, linked across ranks.</p>",
+        "<h3>Per process group and op</h3>",
+        html_table(report.summary, CollectiveSummary.COLUMNS, empty="none completed"),
+    ]
     if report.stragglers:
-        lines = "".join(f"<li>pg {escape(s.pg)}: rank {s.rank} entered last in {s.last} of {s.compared} collectives; the others "
-                        f"waited {escape(human_seconds(s.skew_p50_s or 0))} for it (p50, max {escape(human_seconds(s.skew_max_s or 0))})</li>"
-                        for s in report.stragglers)
+        lines = "".join(
+            f"<li>pg {escape(s.pg)}: rank {s.rank} entered last in {s.last} of {s.compared} collectives; the others "
+            f"waited {escape(human_seconds(s.skew_p50_s or 0))} for it (p50, max {escape(human_seconds(s.skew_max_s or 0))})</li>"
+            for s in report.stragglers
+        )
         parts.append(f'<h3 class="warn">Stragglers (arrival skew)</h3><ul class="stragglers">{lines}</ul>')
     else:
-        parts.append('<p class="note">No straggler: no rank arrives last far more often than the others by a skew that matters.</p>')
+        parts.append(
+            '<p class="note">No straggler: no rank arrives last far more often than the others by a skew that matters.</p>'
+        )
     parts.append("<h3>Per rank</h3>" + html_table(report.ranks, RankCollectives.COLUMNS, empty="no process group"))
     return "".join(parts)
 
 
 # The views this page draws its own way (by ``inspect.VIEWS`` name); any other view is the table
 # of its records' COLUMNS.
-DRAWN = {"losses": losses, "rrefs": rrefs, "placement": placement, "workers": workers, "calls": calls, "collectives": collectives}
+DRAWN = {
+    "losses": losses,
+    "rrefs": rrefs,
+    "placement": placement,
+    "workers": workers,
+    "calls": calls,
+    "collectives": collectives,
+}
 
 
 def view_table(snap: RunSnapshot, view: Any) -> str:
@@ -232,7 +314,9 @@ def view_table(snap: RunSnapshot, view: Any) -> str:
     report) as the table of its record type's columns."""
     found = snap.views.get(view.name)
     records = [] if found is None else found if isinstance(found, list) else [found]
-    return html_table(records, getattr(view.record, "COLUMNS", ()), detail=True, empty=f"no {view.title.lower()} recorded")
+    return html_table(
+        records, getattr(view.record, "COLUMNS", ()), detail=True, empty=f"no {view.title.lower()} recorded"
+    )
 
 
 def run_sections(snap: RunSnapshot) -> dict[str, str]:

@@ -218,8 +218,13 @@ class IntText(Field):
         self.what = f"a string of {self.number.what}"
 
     def ok(self, value: Any) -> bool:
-        return (type(value) is str and 0 < len(value) <= 20 and value.isascii() and value.lstrip("-").isdigit()
-                and self.number.ok(int(value)))
+        return (
+            type(value) is str
+            and 0 < len(value) <= 20
+            and value.isascii()
+            and value.lstrip("-").isdigit()
+            and self.number.ok(int(value))
+        )
 
 
 class ListOf(Field):
@@ -260,8 +265,11 @@ class MapOf(Field):
         if value is None:
             return True
         key_ok, value_ok, nullable = self.key.ok, self.value.ok, self.nullable
-        return (type(value) is dict and len(value) <= self.most
-                and all(key_ok(k) and (v is not None or nullable) and value_ok(v) for k, v in value.items()))
+        return (
+            type(value) is dict
+            and len(value) <= self.most
+            and all(key_ok(k) and (v is not None or nullable) and value_ok(v) for k, v in value.items())
+        )
 
 
 class Record(Field):
@@ -297,7 +305,8 @@ def _bound(x: float) -> str:
 
 # The kinds, by what a value means.
 COUNT = Int(0, 2**32)  # things counted in one sender cycle (calls, errors, collectives)
-CHANGE = Int(-(2**32), 2**32)  # a count's change in one cycle (RRefs that churned: -1 takes back a +1 sent the cycle before)
+# a count's change in one cycle (RRefs that churned: -1 takes back a +1 sent the cycle before)
+CHANGE = Int(-(2**32), 2**32)
 TOTAL = Int(0, 2**53)  # a running count (events dropped since the process started)
 BYTES = Int(0, 2**53)  # a size in bytes (8 PiB): memory, a tensor, the arguments of a cycle's calls
 SEQ = Int(0, 2**53)  # an id or a sequence number the rank counts up
@@ -308,7 +317,8 @@ SIZE = Int(0, 2**31 - 1)  # a world's or a group's size, a thread count, a devic
 STEP = Int(-(2**53), 2**53)  # a step or an epoch: a billion a second for 100 days is below 2^53
 EXIT = Int(-255, 255)  # an exit status, or minus the number of the signal that ended the process
 TIME = Real(0, 2**33)  # a wall-clock time, epoch seconds (1970 to 2242)
-SECONDS = Real(-1e9, 1e12)  # a duration, or the sum of a cycle's (wall-clock differences dip below 0 when the clock steps)
+# a duration, or the sum of a cycle's (wall-clock differences dip below 0 when the clock steps)
+SECONDS = Real(-1e9, 1e12)
 CPU = Real(0.0, 1e10)  # CPU seconds of a process (10,000 threads busy for 11 days)
 PERCENT = Real(0.0, 1e6)  # CPU percent (100 per busy core)
 MEASURE = Measure()
@@ -325,19 +335,65 @@ SHAPE = Shape()
 HIST = MapOf(IntText(0, MAX_BUCKET), COUNT, MAX_BUCKET + 1)
 SIZES = ListOf(SHAPE, MAX_ITEMS)
 NAMES = ListOf(NAME, MAX_ITEMS)
-VALUE = Record({"type": TEXT, "shape": SHAPE, "dtype": NAME, "device": NAME, "nbytes": BYTES,
-                "storages": ListOf(THREAD, MAX_STORAGES)}, "a value's description")
-GPU = Record({"index": SIZE, "physical": NAME, "name": NAME, "total_bytes": BYTES, "reserved_bytes": BYTES,
-              "allocated_bytes": BYTES, "device_used_bytes": BYTES}, "a GPU's figures")
+VALUE = Record(
+    {
+        "type": TEXT,
+        "shape": SHAPE,
+        "dtype": NAME,
+        "device": NAME,
+        "nbytes": BYTES,
+        "storages": ListOf(THREAD, MAX_STORAGES),
+    },
+    "a value's description",
+)
+GPU = Record(
+    {
+        "index": SIZE,
+        "physical": NAME,
+        "name": NAME,
+        "total_bytes": BYTES,
+        "reserved_bytes": BYTES,
+        "allocated_bytes": BYTES,
+        "device_used_bytes": BYTES,
+    },
+    "a GPU's figures",
+)
 
 HELLO_FIELDS: dict[str, Field] = {"pid": PID, "ppid": PID, "rank": RANK, "host": NAME, "kind": NAME, "t": TIME}
 EVENT_FIELDS: dict[str, dict[str, Field]] = {
-    "probe": {"cpu_percent": PERCENT, "rss_bytes": BYTES, "threads": SIZE, "device": NAME, "cuda_visible_devices": TEXT,
-              "gpus": ListOf(GPU, 4_096), "gpu_memory_bytes": BYTES, "dropped": TOTAL, "cpu_s": CPU, "telemetry_cpu_s": CPU},
-    "rpc": {"name": NAME, "rpc_rank": RANK, "world_size": SIZE, "workers": MapOf(IntText(0, 2**31 - 1), NAME, MAX_WORLD),
-            "device_maps": MapOf(NAME, MapOf(NAME, NAME, MAX_ITEMS), MAX_WORLD), "devices": NAMES, "rdv": TEXT},
-    "rref": {"id": NAME, "fork": NAME, "owner": NAME, "owner_rank": RANK, "kind": NAME, "callee": NAME, "site": TEXT,
-             "confirmed": FLAG, "value": VALUE, "watched": FLAG},
+    "probe": {
+        "cpu_percent": PERCENT,
+        "rss_bytes": BYTES,
+        "threads": SIZE,
+        "device": NAME,
+        "cuda_visible_devices": TEXT,
+        "gpus": ListOf(GPU, 4_096),
+        "gpu_memory_bytes": BYTES,
+        "dropped": TOTAL,
+        "cpu_s": CPU,
+        "telemetry_cpu_s": CPU,
+    },
+    "rpc": {
+        "name": NAME,
+        "rpc_rank": RANK,
+        "world_size": SIZE,
+        "workers": MapOf(IntText(0, 2**31 - 1), NAME, MAX_WORLD),
+        "device_maps": MapOf(NAME, MapOf(NAME, NAME, MAX_ITEMS), MAX_WORLD),
+        "devices": NAMES,
+        "rdv": TEXT,
+    },
+    "rref": {
+        "id": NAME,
+        "fork": NAME,
+        "owner": NAME,
+        "owner_rank": RANK,
+        "kind": NAME,
+        "callee": NAME,
+        "site": TEXT,
+        "confirmed": FLAG,
+        "value": VALUE,
+        "watched": FLAG,
+    },
     "conf": {"id": NAME},
     "desc": {"id": NAME, "value": VALUE, "watched": FLAG, "kind": NAME, "site": TEXT},
     "vfree": {"id": NAME},
@@ -345,19 +401,56 @@ EVENT_FIELDS: dict[str, dict[str, Field]] = {
     "rel": {"id": NAME, "fork": NAME},
     "used": {"id": NAME, "fork": NAME},
     "churn": {"owner": NAME, "callee": NAME, "site": TEXT, "n": CHANGE},
-    "loss": {"step": STEP, "epoch": STEP, "loss": MEASURE, "metrics": MapOf(NAME, MEASURE, MAX_ITEMS, nullable=True), "source": NAME},
+    "loss": {
+        "step": STEP,
+        "epoch": STEP,
+        "loss": MEASURE,
+        "metrics": MapOf(NAME, MEASURE, MAX_ITEMS, nullable=True),
+        "source": NAME,
+    },
     "shutdown": {"done": FLAG, "autograd_contexts": TOTAL},
     "join": {},
-    "cstat": {"callee": NAME, "func": TEXT, "kind": NAME, "n": COUNT, "err": COUNT, "tmo": COUNT, "sum": SECONDS, "max": SECONDS,
-              "h": HIST, "bytes": BYTES},
+    "cstat": {
+        "callee": NAME,
+        "func": TEXT,
+        "kind": NAME,
+        "n": COUNT,
+        "err": COUNT,
+        "tmo": COUNT,
+        "sum": SECONDS,
+        "max": SECONDS,
+        "h": HIST,
+        "bytes": BYTES,
+    },
     "call": {"id": SEQ, "kind": NAME, "callee": NAME, "func": TEXT, "site": TEXT, "thread": THREAD, "nbytes": BYTES},
     "cend": {"id": SEQ, "status": NAME},
     "srv": {"id": SEQ, "thread": THREAD, "func": TEXT, "nbytes": BYTES},
     "send": {"id": SEQ},
-    "coll": {"pg": NAME, "name": NAME, "size": SIZE, "enq": SEQ, "done": SEQ, "seq": SEQ, "op": NAME, "sizes": SIZES,
-             "dtypes": NAMES, "bytes": BYTES, "since": TIME, "ranks": ListOf(RANK, MAX_WORLD)},
+    "coll": {
+        "pg": NAME,
+        "name": NAME,
+        "size": SIZE,
+        "enq": SEQ,
+        "done": SEQ,
+        "seq": SEQ,
+        "op": NAME,
+        "sizes": SIZES,
+        "dtypes": NAMES,
+        "bytes": BYTES,
+        "since": TIME,
+        "ranks": ListOf(RANK, MAX_WORLD),
+    },
     "cop": {"pg": NAME, "op": NAME, "n": COUNT, "bytes": BYTES, "sum": SECONDS, "max": SECONDS, "h": HIST},
-    "cent": {"pg": NAME, "seq": SEQ, "op": NAME, "sizes": SIZES, "dtypes": NAMES, "bytes": BYTES, "entered": TIME, "completed": TIME},
+    "cent": {
+        "pg": NAME,
+        "seq": SEQ,
+        "op": NAME,
+        "sizes": SIZES,
+        "dtypes": NAMES,
+        "bytes": BYTES,
+        "entered": TIME,
+        "completed": TIME,
+    },
     "pgjoin": {"call": NAME},
     "pgw": {"rank": RANK, "world_size": SIZE, "rdv": TEXT},
     "error": {"message": MESSAGE},
@@ -366,15 +459,28 @@ EVENT_FIELDS: dict[str, dict[str, Field]] = {
 }
 # Fields that must be present (the store keys rows by them).
 EVENT_REQUIRED: dict[str, tuple[str, ...]] = {
-    "rref": ("id",), "conf": ("id",), "desc": ("id",), "vfree": ("id",), "fork": ("id",), "rel": ("id",), "used": ("id",),
-    "call": ("id",), "cend": ("id",), "srv": ("id",), "send": ("id",), "cstat": ("callee", "func", "kind"),
+    "rref": ("id",),
+    "conf": ("id",),
+    "desc": ("id",),
+    "vfree": ("id",),
+    "fork": ("id",),
+    "rel": ("id",),
+    "used": ("id",),
+    "call": ("id",),
+    "cend": ("id",),
+    "srv": ("id",),
+    "send": ("id",),
+    "cstat": ("callee", "func", "kind"),
     "cexit": ("pid", "code"),
-    "coll": ("pg", "enq", "done"), "cop": ("pg", "op"), "cent": ("pg", "seq"),
+    "coll": ("pg", "enq", "done"),
+    "cop": ("pg", "op"),
+    "cent": ("pg", "seq"),
 }
 # Another node's launcher calls (``launcher`` messages): each argument, in order; all required
 # but an exit code.
 LAUNCHER_ARGS: dict[str, tuple[tuple[Field, bool], ...]] = {
-    "started": ((RANK, True), (PID, True), (SIZE, True), (NAME, True), (SIZE, True)),  # rank, pid, local_rank, device, restart
+    # rank, pid, local_rank, device, restart
+    "started": ((RANK, True), (PID, True), (SIZE, True), (NAME, True), (SIZE, True)),
     "exited": ((RANK, True), (PID, True), (NAME, True), (EXIT, False)),  # rank, pid, state, exit_code
     "log": ((RANK, True), (Text(MAX_LINE_BYTES), True)),  # rank, line (at most what the log pump hands on)
 }

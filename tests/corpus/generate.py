@@ -52,11 +52,22 @@ def run_case(name: str, python: str = sys.executable, env: dict[str, str] | None
     script, args, _ = CASES[name]
     with tempfile.TemporaryDirectory() as tmp:
         truth_path = Path(tmp) / "truth.json"
-        child_env = {**(env or os.environ), "CORPUS_TRUTH": str(truth_path), "KERAS_BACKEND": "torch", "PYTHONPATH": str(SCRIPTS)}
+        child_env = {
+            **(env or os.environ),
+            "CORPUS_TRUTH": str(truth_path),
+            "KERAS_BACKEND": "torch",
+            "PYTHONPATH": str(SCRIPTS),
+        }
         child_env.pop("COLUMNS", None)
         read_fd, write_fd = os.pipe()
-        proc = subprocess.Popen([python, str(SCRIPTS / script), *args], stdout=write_fd, stderr=write_fd, stdin=subprocess.DEVNULL,
-                                cwd=tmp, env=child_env)
+        proc = subprocess.Popen(
+            [python, str(SCRIPTS / script), *args],
+            stdout=write_fd,
+            stderr=write_fd,
+            stdin=subprocess.DEVNULL,
+            cwd=tmp,
+            env=child_env,
+        )
         os.close(write_fd)
         with os.fdopen(read_fd, "rb") as pipe:
             output = pipe.read()
@@ -77,7 +88,9 @@ def main() -> None:
         script, args, libraries = CASES[name]
         versions = {lib: importlib.metadata.version(lib) for lib in ["torch", *libraries]}
         manifest[name] = {"script": script, "args": args, "versions": versions}
-        print(f"{name}: {len(output)} bytes, {len(truth)} truth records ({', '.join(f'{k} {v}' for k, v in versions.items())})")
+        print(
+            f"{name}: {len(output)} bytes, {len(truth)} truth records ({', '.join(f'{k} {v}' for k, v in versions.items())})"
+        )
     manifest_path.write_text(json.dumps(dict(sorted(manifest.items())), indent=1) + "\n")
 
 

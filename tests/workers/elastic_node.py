@@ -21,11 +21,28 @@ def say(**what):
 
 
 def main() -> int:
-    endpoint, port, low, high, nproc = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    endpoint, port, low, high, nproc = (
+        sys.argv[1],
+        int(sys.argv[2]),
+        int(sys.argv[3]),
+        int(sys.argv[4]),
+        int(sys.argv[5]),
+    )
     last_call = float(sys.argv[6]) if len(sys.argv) > 6 else 1.0
     lost_after = float(sys.argv[7]) if len(sys.argv) > 7 else 3.0
-    settings = ElasticSettings(endpoint, port, "test-job", low, high, nproc, join_timeout=15, last_call=last_call,
-                               keep_alive=1, keep_alive_attempts=5, lost_after=lost_after)
+    settings = ElasticSettings(
+        endpoint,
+        port,
+        "test-job",
+        low,
+        high,
+        nproc,
+        join_timeout=15,
+        last_call=last_call,
+        keep_alive=1,
+        keep_alive_attempts=5,
+        lost_after=lost_after,
+    )
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     node = ElasticRendezvous(settings, os.environ["RPCCTL_SECRET"].encode())
@@ -35,8 +52,15 @@ def main() -> int:
         say(opened=True, host=node.is_host, run_id=shared["run_id"], node_index=node.node_index)
         while not stop:
             r = node.next_round(free_port)
-            say(round=r.number, group_rank=r.group_rank, nnodes=r.nnodes, world_size=r.world_size, first_rank=r.first_rank,
-                pids=[m.pid for m in r.members], master=[r.master_addr, r.master_port])
+            say(
+                round=r.number,
+                group_rank=r.group_rank,
+                nnodes=r.nnodes,
+                world_size=r.world_size,
+                first_rank=r.first_rank,
+                pids=[m.pid for m in r.members],
+                master=[r.master_addr, r.master_port],
+            )
             while not stop:
                 if node.waiting():
                     say(waiting=True)

@@ -1,17 +1,17 @@
 """Ranks that feed the launcher's telemetry what no honest rank sends (issue 38).
 
-    hostile_telemetry.py odd-lines   2 ranks: rank 0 prints lines with numbers no 64-bit integer
-                                     holds, then makes rpc_sync calls without printing for
-                                     SILENT_S (longer than the config's hang_timeout), then prints
-                                     "step 5 loss 0.25"; rank 1 sends hostile events over its own
-                                     connection to the run's socket, then serves
-    hostile_telemetry.py flood       rank 0 reports a loss every 50 ms for FLOOD_S + 1 s; once it
-                                     is connected, rank 1's processes connect to the run's socket
-                                     in a loop and hold every connection they get, for FLOOD_S
-    hostile_telemetry.py memory      rank 0, once $RPCCTL_RUN_DIR/go exists: CONNECTIONS connections,
-                                     each sending a hello and then LINE_MIB MiB of one line that
-                                     never ends (a MiB to each in turn), held until
-                                     $RPCCTL_RUN_DIR/release exists; $RPCCTL_RUN_DIR/held says they were sent
+hostile_telemetry.py odd-lines   2 ranks: rank 0 prints lines with numbers no 64-bit integer
+                                 holds, then makes rpc_sync calls without printing for
+                                 SILENT_S (longer than the config's hang_timeout), then prints
+                                 "step 5 loss 0.25"; rank 1 sends hostile events over its own
+                                 connection to the run's socket, then serves
+hostile_telemetry.py flood       rank 0 reports a loss every 50 ms for FLOOD_S + 1 s; once it
+                                 is connected, rank 1's processes connect to the run's socket
+                                 in a loop and hold every connection they get, for FLOOD_S
+hostile_telemetry.py memory      rank 0, once $RPCCTL_RUN_DIR/go exists: CONNECTIONS connections,
+                                 each sending a hello and then LINE_MIB MiB of one line that
+                                 never ends (a MiB to each in turn), held until
+                                 $RPCCTL_RUN_DIR/release exists; $RPCCTL_RUN_DIR/held says they were sent
 """
 
 from __future__ import annotations
@@ -59,7 +59,16 @@ def hostile_events() -> list[bytes]:
         {"e": "call", "t": -inf, "id": 1, "kind": "sync", "callee": "worker0", "func": "f", "thread": huge},
         {"e": "coll", "t": now, "pg": "0", "enq": 2**63 - 1, "done": 0, "seq": huge, "since": -inf, "op": "allreduce"},
         {"e": "cent", "t": now, "pg": "0", "seq": 1, "entered": -inf, "completed": 1e308},
-        {"e": "cstat", "t": now, "callee": "worker0", "func": "f", "kind": "sync", "n": 2**63 - 1, "sum": 1e308, "h": {"99999": 1}},
+        {
+            "e": "cstat",
+            "t": now,
+            "callee": "worker0",
+            "func": "f",
+            "kind": "sync",
+            "n": 2**63 - 1,
+            "sum": 1e308,
+            "h": {"99999": 1},
+        },
         {"e": "cop", "t": now, "pg": "0", "op": "allreduce", "n": 2**63 - 1, "bytes": 2**63 - 1, "sum": inf},
         {"e": "loss", "t": now, "step": BIG, "loss": 0.5},
         {"e": "rref", "t": now, "id": "x" * 100_000, "owner_rank": huge},
@@ -81,12 +90,27 @@ def odd_lines() -> None:
     if RANK == 1:  # its own connection, beside its reporter's
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(SOCKET)
-        sock.sendall(line({"k": "hello", "pid": 2**64, "ppid": 1, "host": "h", "rank": 1, "kind": "rank", "t": time.time()}))
-        sock.sendall(line({"k": "hello", "pid": os.getpid(), "ppid": os.getppid(), "host": "h", "rank": 1, "kind": "child", "t": time.time()}))
+        sock.sendall(
+            line({"k": "hello", "pid": 2**64, "ppid": 1, "host": "h", "rank": 1, "kind": "rank", "t": time.time()})
+        )
+        sock.sendall(
+            line(
+                {
+                    "k": "hello",
+                    "pid": os.getpid(),
+                    "ppid": os.getppid(),
+                    "host": "h",
+                    "rank": 1,
+                    "kind": "child",
+                    "t": time.time(),
+                }
+            )
+        )
         for message in hostile_events():
             sock.sendall(message)
         sock.sendall(b"NaN\n" + b"[" * 100_000 + b"\n" + b"\xff\xfe\n")
-        sock.sendall(line({"k": "launcher", "op": "exited", "args": [0, 1, "failed", 9]}))  # only another node's launcher may
+        # only another node's launcher may
+        sock.sendall(line({"k": "launcher", "op": "exited", "args": [0, 1, "failed", 9]}))
         sock.close()
     rpc.init_rpc(f"worker{RANK}", rank=RANK, world_size=2)
     if RANK == 0:
@@ -152,7 +176,11 @@ def memory() -> None:
     for _ in range(CONNECTIONS):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(SOCKET)
-        sock.sendall(line({"k": "hello", "pid": os.getpid(), "ppid": 1, "host": "h", "rank": 0, "kind": "child", "t": time.time()}))
+        sock.sendall(
+            line(
+                {"k": "hello", "pid": os.getpid(), "ppid": 1, "host": "h", "rank": 0, "kind": "child", "t": time.time()}
+            )
+        )
         sock.sendall(b'{"k": "batch", "ev": [{"e": "error", "message": "')
         held.append(sock)
     live = list(held)

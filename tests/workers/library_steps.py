@@ -28,8 +28,17 @@ def hf() -> list[dict]:
     from hf_trainer import TinyRegressor  # the loss-parsing corpus's model
 
     args = TrainingArguments(
-        output_dir=os.path.join(os.path.dirname(truth_file), "hf-out"), max_steps=6, logging_steps=2, gradient_accumulation_steps=2,
-        per_device_train_batch_size=2, learning_rate=0.05, report_to="none", save_strategy="no", use_cpu=True, disable_tqdm=True, seed=0,
+        output_dir=os.path.join(os.path.dirname(truth_file), "hf-out"),
+        max_steps=6,
+        logging_steps=2,
+        gradient_accumulation_steps=2,
+        per_device_train_batch_size=2,
+        learning_rate=0.05,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        seed=0,
     )
     trainer = Trainer(model=TinyRegressor(), args=args, train_dataset=[{"x": x, "labels": x.sum()} for x in xs])
     trainer.train()
@@ -59,8 +68,14 @@ def lightning() -> list[dict]:
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(xs, xs.sum(1)), batch_size=2)
     logger = pl.loggers.CSVLogger(os.path.join(os.path.dirname(truth_file), "pl-logs"), name="tiny")
     trainer = pl.Trainer(
-        max_epochs=2, accelerator="cpu", devices=1, logger=logger, enable_checkpointing=False, enable_model_summary=False,
-        log_every_n_steps=2, accumulate_grad_batches=2,
+        max_epochs=2,
+        accelerator="cpu",
+        devices=1,
+        logger=logger,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        log_every_n_steps=2,
+        accumulate_grad_batches=2,
     )
     trainer.fit(model, loader)
     steps = [model.losses[i : i + 2] for i in range(0, len(model.losses), 2)]  # batches per optimizer step

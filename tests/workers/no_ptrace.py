@@ -17,8 +17,16 @@ PTRACE, VM_READV, VM_WRITEV = 101, 310, 311
 
 
 def install() -> None:
-    program = [(LD_W_ABS, 0, 0, 4), (JEQ_K, 0, 4, X86_64), (LD_W_ABS, 0, 0, 0), (JEQ_K, 3, 0, PTRACE), (JEQ_K, 2, 0, VM_READV),
-               (JEQ_K, 1, 0, VM_WRITEV), (RET_K, 0, 0, ALLOW), (RET_K, 0, 0, EPERM)]
+    program = [
+        (LD_W_ABS, 0, 0, 4),
+        (JEQ_K, 0, 4, X86_64),
+        (LD_W_ABS, 0, 0, 0),
+        (JEQ_K, 3, 0, PTRACE),
+        (JEQ_K, 2, 0, VM_READV),
+        (JEQ_K, 1, 0, VM_WRITEV),
+        (RET_K, 0, 0, ALLOW),
+        (RET_K, 0, 0, EPERM),
+    ]
     code = b"".join(struct.pack("HBBI", *op) for op in program)
     filters = ctypes.create_string_buffer(code, len(code))
 
@@ -27,7 +35,8 @@ def install() -> None:
 
     prog = Prog(len(program), ctypes.addressof(filters))
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:  # NO_NEW_PRIVS, SECCOMP_MODE_FILTER
+    # NO_NEW_PRIVS, SECCOMP_MODE_FILTER
+    if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl")
 
 

@@ -28,7 +28,8 @@ def run(rank, world, raise_in):
     name = "ps" if rank == 0 else f"trainer_{rank}"
     rpc.init_rpc(name, rank=rank, world_size=world)
     if rank:
-        rrefs = [rpc.rpc_sync("ps", get_param) for _ in range(3)]  # held across the steps, as the example's optimizer does
+        # held across the steps, as the example's optimizer does
+        rrefs = [rpc.rpc_sync("ps", get_param) for _ in range(3)]
         time.sleep(0.5)
         print(f"{name} sum {sum(r.to_here().sum().item() for r in rrefs):g}", flush=True)
     if rank == raise_in:

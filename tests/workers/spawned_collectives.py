@@ -18,7 +18,9 @@ WORLD = 3
 
 
 def worker(rank, port, mode):
-    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(WORLD), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    os.environ.update(
+        {"RANK": str(rank), "WORLD_SIZE": str(WORLD), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    )
     sys.argv = [JOB, mode]
     runpy.run_path(JOB, run_name="__main__")
 

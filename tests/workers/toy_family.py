@@ -52,27 +52,41 @@ def rank_side() -> None:
             self.seen += sum(1 for item in self.cycle.items if type(item) is dict and item.get("e") == "toy")
             if not final:
                 return []
-            return [{"e": "toy", "what": "final", "forked": _sender_forked, "n": self.cycles, "t": now},
-                    {"e": "toy", "what": "seen", "forked": _sender_forked, "n": self.seen, "t": now + 1e-6}]
+            return [
+                {"e": "toy", "what": "final", "forked": _sender_forked, "n": self.cycles, "t": now},
+                {"e": "toy", "what": "seen", "forked": _sender_forked, "n": self.seen, "t": now + 1e-6},
+            ]
 
     def sender_after_fork() -> None:
         global _sender_forked
         _sender_forked = True
 
     observer = ToyObserver()
-    families.register(families.Family("toy", ("toy",), observer, ToyProcessor, sender_after_fork,
-                                      imports=(("wave", lambda: observer.post("imported")),)))
+    families.register(
+        families.Family(
+            "toy",
+            ("toy",),
+            observer,
+            ToyProcessor,
+            sender_after_fork,
+            imports=(("wave", lambda: observer.post("imported")),),
+        )
+    )
 
 
 def launcher_side() -> None:
     from rpcctl.telemetry import store
     from rpcctl.wire import protocol
 
-    protocol.declare_event("toy", {"what": protocol.NAME, "forked": protocol.FLAG, "n": protocol.COUNT}, required=("what",))
+    protocol.declare_event(
+        "toy", {"what": protocol.NAME, "forked": protocol.FLAG, "n": protocol.COUNT}, required=("what",)
+    )
 
     def stored(writer: Any, proc: Any, event: dict[str, Any], t: float) -> None:
         writer._x("CREATE TABLE IF NOT EXISTS toy (pid INTEGER, what TEXT, forked INTEGER, n INTEGER, t REAL)")
-        writer._x("INSERT INTO toy VALUES (?, ?, ?, ?, ?)", (proc.pid, event["what"], int(bool(event.get("forked"))), event.get("n"), t))
+        writer._x(
+            "INSERT INTO toy VALUES (?, ?, ?, ?, ?)",
+            (proc.pid, event["what"], int(bool(event.get("forked"))), event.get("n"), t),
+        )
 
     store.HANDLERS["toy"] = stored
-

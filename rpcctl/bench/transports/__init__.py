@@ -173,7 +173,12 @@ class TransportSpec:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TransportSpec:
-        return cls(name=data["name"], kind=data["kind"], summary=data.get("summary", ""), settings=dict(data.get("settings") or {}))
+        return cls(
+            name=data["name"],
+            kind=data["kind"],
+            summary=data.get("summary", ""),
+            settings=dict(data.get("settings") or {}),
+        )
 
 
 _ADAPTERS: dict[str, type[Transport]] = {}

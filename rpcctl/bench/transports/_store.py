@@ -20,7 +20,9 @@ class SideChannel:
         from torch.distributed import TCPStore
 
         self.ctx = ctx
-        self.store = TCPStore(ctx.master_addr, ctx.master_port, ctx.world_size, is_master=ctx.rank == 0, timeout=TIMEOUT)
+        self.store = TCPStore(
+            ctx.master_addr, ctx.master_port, ctx.world_size, is_master=ctx.rank == 0, timeout=TIMEOUT
+        )
         self._agreed = 0
 
     def share(self, key: str, value: str) -> list[str]:

@@ -24,7 +24,9 @@ class GlooTransport(Transport):
     kind = "gloo"
     summary = "torch.distributed Gloo send/recv ping-pong; all_reduce, broadcast, all_gather"
     ops = {
-        "latency": ("send_recv",), "payload": ("send_recv",), "throughput": ("send_recv",),
+        "latency": ("send_recv",),
+        "payload": ("send_recv",),
+        "throughput": ("send_recv",),
         "collective": ("all_reduce", "broadcast", "all_gather"),
     }
     modules = ("torch", "torch.distributed")
@@ -120,5 +122,6 @@ class GlooTransport(Transport):
 
         dist.barrier()
         dist.destroy_process_group()
+
 
 register(GlooTransport)

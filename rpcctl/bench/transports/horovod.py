@@ -50,25 +50,29 @@ class HorovodTransport(Transport):
         if ctx.rank == 0:
             port = self._serve_rendezvous(ctx)
         port = int(self.side.share("horovod-rendezvous", str(port))[0])
-        os.environ.update({
-            "HOROVOD_GLOO_RENDEZVOUS_ADDR": ctx.master_addr,
-            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port),
-            "HOROVOD_CONTROLLER": "gloo",
-            "HOROVOD_CPU_OPERATIONS": "gloo",
-            "HOROVOD_GLOO_IFACE": _interface_of(ctx.master_addr),
-            "HOROVOD_HOSTNAME": "localhost",
-            "HOROVOD_RANK": str(ctx.rank),
-            "HOROVOD_SIZE": str(ctx.world_size),
-            "HOROVOD_LOCAL_RANK": str(ctx.rank),
-            "HOROVOD_LOCAL_SIZE": str(ctx.world_size),
-            "HOROVOD_CROSS_RANK": "0",
-            "HOROVOD_CROSS_SIZE": "1",
-        })
+        os.environ.update(
+            {
+                "HOROVOD_GLOO_RENDEZVOUS_ADDR": ctx.master_addr,
+                "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port),
+                "HOROVOD_CONTROLLER": "gloo",
+                "HOROVOD_CPU_OPERATIONS": "gloo",
+                "HOROVOD_GLOO_IFACE": _interface_of(ctx.master_addr),
+                "HOROVOD_HOSTNAME": "localhost",
+                "HOROVOD_RANK": str(ctx.rank),
+                "HOROVOD_SIZE": str(ctx.world_size),
+                "HOROVOD_LOCAL_RANK": str(ctx.rank),
+                "HOROVOD_LOCAL_SIZE": str(ctx.world_size),
+                "HOROVOD_CROSS_RANK": "0",
+                "HOROVOD_CROSS_SIZE": "1",
+            }
+        )
         import horovod.torch as hvd
 
         hvd.init()
         if hvd.size() != ctx.world_size or hvd.rank() != ctx.rank:
-            raise RuntimeError(f"horovod sees rank {hvd.rank()} of {hvd.size()}, the launcher {ctx.rank} of {ctx.world_size}")
+            raise RuntimeError(
+                f"horovod sees rank {hvd.rank()} of {hvd.size()}, the launcher {ctx.rank} of {ctx.world_size}"
+            )
         self.hvd = hvd
 
     def _serve_rendezvous(self, ctx: RankContext) -> int:

@@ -100,6 +100,7 @@ class RpcTransport(Transport):
         import torch.distributed.rpc as rpc
 
         rpc.shutdown()
+
     def observe(self) -> dict[str, Any]:
         return {"shm_transport": uses_shm_transport(), "huge_pages": tensors_get_huge_pages()}
 
@@ -176,7 +177,6 @@ register(
     variant("rpc-malloc", "glibc reuses freed blocks below 32 MiB (MALLOC_*_THRESHOLD_)", env=dict(MALLOC_REUSE)),
     _tuned(),
 )
-
 
 
 # -- probes: what a rank really got, whatever the settings say ----------------------------------

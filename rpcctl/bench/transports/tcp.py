@@ -64,7 +64,9 @@ class TcpTransport(Transport):
 
         nbytes = payload.numel() * payload.element_size()
         if min(in_flight, calls) > 1 and min(in_flight, calls) * nbytes > MAX_PIPELINED_BYTES:
-            raise ValueError(f"tcp: {in_flight} in flight × {nbytes} bytes is too much to pipeline without a reader thread")
+            raise ValueError(
+                f"tcp: {in_flight} in flight × {nbytes} bytes is too much to pipeline without a reader thread"
+            )
         self.sock.sendall(HEADER.pack(nbytes, calls))
         self._reply = torch.empty_like(payload)
         self._reply_view = memoryview(self._reply.numpy()).cast("B")

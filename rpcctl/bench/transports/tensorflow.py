@@ -132,10 +132,12 @@ class TfAllReduceTransport(_TensorFlow):
         self.ctx = ctx
         self.side = SideChannel(ctx)
         ports = self.side.share("tf-worker-port", str(free_port(ctx.master_addr)))
-        os.environ["TF_CONFIG"] = json.dumps({
-            "cluster": {"worker": [f"{ctx.master_addr}:{port}" for port in ports]},
-            "task": {"type": "worker", "index": ctx.rank},
-        })
+        os.environ["TF_CONFIG"] = json.dumps(
+            {
+                "cluster": {"worker": [f"{ctx.master_addr}:{port}" for port in ports]},
+                "task": {"type": "worker", "index": ctx.rank},
+            }
+        )
         import tensorflow as tf
 
         options = tf.distribute.experimental.CommunicationOptions(

@@ -105,8 +105,6 @@ class Ref(weakref.ref):
     __slots__ = ("kind", "to", "func", "target", "code", "lasti", "data", "t", "seen", "tid", "oid")
 
 
-
-
 def _released(ref: Ref, _watcher: Any = None) -> None:
     # Only a handle the sender reported (seen == 1) needs its release queued: one it has not
     # reached yet it will find dead (and count as short-lived). Most handles die that young,
@@ -159,8 +157,11 @@ def skip_frames_of(rpc: Any) -> None:
     _skip_dirs = (os.path.dirname(rpc.__file__) + os.sep, telemetry_dir + os.sep)
 
 
-def set_remote_timer(timer: Callable[..., Any] | None, count_failure: Callable[..., None] | None,
-                     timed: Callable[[Any, Any], bool] | None) -> None:
+def set_remote_timer(
+    timer: Callable[..., Any] | None,
+    count_failure: Callable[..., None] | None,
+    timed: Callable[[Any, Any], bool] | None,
+) -> None:
     """The calls family's part of the ``rpc.remote`` hook (``calls.OBSERVER.activate``; None: off).
     ``timed(func, args)`` says whether this call of ``func`` is timed (its per-function schedule, a
     helper's per method, as for rpc_sync and rpc_async); ``timer(orig, to, func, args, kwargs, timeout)`` makes one timed call
@@ -197,7 +198,15 @@ def wrap_remote(orig: Any, unset_timeout: float) -> Any:
         if q is not None:
             if len(q) < MAX_QUEUE:
                 ref = Ref(rref)
-                ref.kind, ref.to, ref.func, ref.t, ref.seen, ref.tid, ref.oid = "r", to, func, _time(), 0, _get_ident(), id(rref)
+                ref.kind, ref.to, ref.func, ref.t, ref.seen, ref.tid, ref.oid = (
+                    "r",
+                    to,
+                    func,
+                    _time(),
+                    0,
+                    _get_ident(),
+                    id(rref),
+                )
                 # The call site: inline where the caller's frame is known as the job's (the
                 # loop that calls it), as a call to caller() costs more than the look.
                 frame = _getframe(1)
@@ -247,7 +256,13 @@ def wrap_receiver(orig: Any) -> Any:
                 # "o": the owner got its own RRef back (no fork: an rpc_async to itself that
                 # returns an RRef(value) it made, DistributedOptimizer's optimizer): it holds it.
                 ref = Ref(rref)
-                ref.kind, ref.data, ref.t, ref.seen, ref.oid = "o" if rref.is_owner() else "f", rref_fork_data, _time(), 0, id(rref)
+                ref.kind, ref.data, ref.t, ref.seen, ref.oid = (
+                    "o" if rref.is_owner() else "f",
+                    rref_fork_data,
+                    _time(),
+                    0,
+                    id(rref),
+                )
                 q.append(ref)
             else:
                 _drop()

@@ -58,6 +58,7 @@ MAX_USES = 200_000  # hooks.last_use entries: beyond, it is cleared (the uses of
 DESCRIBE_PER_CYCLE = 16  # RRefs per owner per sender cycle (0.1 s): at most 160/s per owner
 DESCRIBE_BACKLOG = 10_000  # beyond this, RRefs stay undescribed
 
+
 class Tracker:
     """Per-process state of what was reported. Used only by the sender thread."""
 
@@ -66,7 +67,8 @@ class Tracker:
         self.rank: int | None = None
         self.workers: dict[int, str] = {}
         self.ranks_by_name: dict[str, int] = {}
-        self.sent: dict[int, tuple[Ref, str, str, weakref.ref]] = {}  # id(Ref) → (it, rref id, fork id, its release watcher)
+        # id(Ref) → (it, rref id, fork id, its release watcher)
+        self.sent: dict[int, tuple[Ref, str, str, weakref.ref]] = {}
         self.unconfirmed: dict[int, tuple[weakref.ref, str, str | None]] = {}  # … (weakref, rref id, owner)
         self.values: dict[int, tuple[weakref.ref, str]] = {}  # id(weakref of a value we own) → (weakref, rref id)
         self.to_describe: dict[str, collections.deque[weakref.ref]] = {}  # owner → confirmed RRefs to describe
@@ -76,7 +78,8 @@ class Tracker:
         self.meta: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self.pending_events: list[dict[str, Any]] = []  # made while handling another event
         self.described: set[str] = set()  # forks whose description this process asked for
-        self.churned_local: dict[str, tuple[str, str, str]] = {}  # RRef(value) handles gone unseen: id → churn key (``_o``)
+        # RRef(value) handles gone unseen: id → churn key (``_o``)
+        self.churned_local: dict[str, tuple[str, str, str]] = {}
         self._identity: tuple[str, int, dict[int, str]] | None = None  # the hooks' identity, as last seen
 
     def set_identity(self, name: str, rank: int, workers: dict[int, str]) -> None:
@@ -90,7 +93,8 @@ class Tracker:
             # A peer's call can make RRefs here before init_rpc returns: named by the agent, they
             # are this worker's ("?" was an owner of its own in the report; CI, test_spawned_rrefs).
             identity = hooks.agent_identity()
-        if identity is not self._identity and identity is not None:  # init_rpc returned (or the agent started) since the last cycle
+        # init_rpc returned (or the agent started) since the last cycle
+        if identity is not self._identity and identity is not None:
             self._identity = identity
             self.set_identity(*identity)
         hooks.sender_tid = threading.get_ident()
@@ -98,7 +102,14 @@ class Tracker:
             hooks.last_use.clear()
         out: list[dict[str, Any]] = []
         todo, self.deferred = self.deferred + items, []
-        deferred, churn, young, last_use, handlers, meta = self.deferred, self.churn, now - MIN_AGE_S, hooks.last_use, self.HANDLERS, self.meta
+        deferred, churn, young, last_use, handlers, meta = (
+            self.deferred,
+            self.churn,
+            now - MIN_AGE_S,
+            hooks.last_use,
+            self.HANDLERS,
+            self.meta,
+        )
         for chunk in slices(todo):
             for item in chunk:
                 kind = type(item)
@@ -110,7 +121,12 @@ class Tracker:
                                 # Gone already (most are): counted per call site, nothing sent, by
                                 # the site's cached churn key where it is known (``_r``: inline, the
                                 # sender's cost per rpc.remote call); else ``_r`` resolves it.
-                                if item.kind == "r" and item.target is None and type(item.to) is str and type(item.func) in _PLAIN:
+                                if (
+                                    item.kind == "r"
+                                    and item.target is None
+                                    and type(item.to) is str
+                                    and type(item.func) in _PLAIN
+                                ):
                                     known = meta.get((item.to, item.func, None, id(item.code), item.lasti))
                                     if known is not None:
                                         churn[known[5]] += 1
@@ -156,7 +172,15 @@ class Tracker:
         # _r, _l and _f set seen = 1 while they hold the handle: from then on its death is
         # queued (``hooks._released``), and it cannot die unseen in between.
         kind = ref.kind
-        event = self._r(ref) if kind == "r" else self._l(ref) if kind == "l" else self._o(ref) if kind == "o" else self._f(ref)
+        event = (
+            self._r(ref)
+            if kind == "r"
+            else self._l(ref)
+            if kind == "l"
+            else self._o(ref)
+            if kind == "o"
+            else self._f(ref)
+        )
         if event is None:
             ref.seen = 2
         return event
@@ -213,8 +237,18 @@ class Tracker:
         rref_id = f"{ids[0][0]}:{ids[0][1]}"
         fork_id = f"{ids[1][0]}:{ids[1][1]}" if len(ids) > 1 else ""
         self._report(ref, rref, rref_id, fork_id)
-        event = {"e": "rref", "id": rref_id, "fork": fork_id, "owner": owner, "owner_rank": owner_rank, "kind": "remote",
-                 "callee": callee, "site": site, "confirmed": confirmed, "t": t}
+        event = {
+            "e": "rref",
+            "id": rref_id,
+            "fork": fork_id,
+            "owner": owner,
+            "owner_rank": owner_rank,
+            "kind": "remote",
+            "callee": callee,
+            "site": site,
+            "confirmed": confirmed,
+            "t": t,
+        }
         if confirmed:
             self._describe(rref, owner, rref_id, None, t)
         else:
@@ -232,7 +266,13 @@ class Tracker:
         """Describe a confirmed RRef's value: here if we own it, else batched to its owner."""
         if rref.is_owner():
             value = hooks.local_value(rref)
-            event = {"e": "desc", "id": rref_id, "value": describe(value), "watched": self._watch_value(value, rref_id), "t": t}
+            event = {
+                "e": "desc",
+                "id": rref_id,
+                "value": describe(value),
+                "watched": self._watch_value(value, rref_id),
+                "t": t,
+            }
             if out is not None:
                 out.append(event)
             else:
@@ -301,8 +341,20 @@ class Tracker:
         self._report(ref, rref, rref_id, "")
         watched = self._watch_value(value, rref_id)
         del rref, value
-        return {"e": "rref", "id": rref_id, "fork": "", "owner": self.name, "owner_rank": self.rank, "kind": "local",
-                "callee": None, "site": site, "confirmed": True, "value": description, "watched": watched, "t": t}
+        return {
+            "e": "rref",
+            "id": rref_id,
+            "fork": "",
+            "owner": self.name,
+            "owner_rank": self.rank,
+            "kind": "local",
+            "callee": None,
+            "site": site,
+            "confirmed": True,
+            "value": description,
+            "watched": watched,
+            "t": t,
+        }
 
     def _unchurn(self, rref_id: str) -> None:
         """An RRef(value) made here, whose handle died unseen (counted short-lived), was handed out
@@ -328,9 +380,20 @@ class Tracker:
         value = hooks.local_value(rref)
         self._report(ref, rref, rref_id, fork_id)
         watched = self._watch_value(value, rref_id)
-        event = {"e": "rref", "id": rref_id, "fork": fork_id, "owner": self.name, "owner_rank": self.rank, "kind": "local",
-                 "callee": None, "site": hooks.local_sites.get(rref_id), "confirmed": True, "value": describe(value),
-                 "watched": watched, "t": ref.t}
+        event = {
+            "e": "rref",
+            "id": rref_id,
+            "fork": fork_id,
+            "owner": self.name,
+            "owner_rank": self.rank,
+            "kind": "local",
+            "callee": None,
+            "site": hooks.local_sites.get(rref_id),
+            "confirmed": True,
+            "value": describe(value),
+            "watched": watched,
+            "t": ref.t,
+        }
         del rref, value
         return event
 
@@ -352,8 +415,14 @@ class Tracker:
             self.described.add(rref_id)
             self._describe(rref, self.workers.get(owner_rank), rref_id, None, t)
         del rref
-        return {"e": "fork", "id": rref_id, "fork": fork_id, "owner_rank": owner_rank,
-                "type": None if type_name == "PyObject" else type_name, "t": t}
+        return {
+            "e": "fork",
+            "id": rref_id,
+            "fork": fork_id,
+            "owner_rank": owner_rank,
+            "type": None if type_name == "PyObject" else type_name,
+            "t": t,
+        }
 
     def _vw(self, wr: weakref.ref, rref_id: str) -> None:
         """The owner described a value on an RPC thread (``hooks._describe_on_owner``) and watches
@@ -384,7 +453,10 @@ class Tracker:
         key = (code, lasti)
         site = self.sites.get(key)
         if site is None:
-            line = next((ln for start, end, ln in code.co_lines() if start <= lasti < end and ln is not None), code.co_firstlineno)
+            line = next(
+                (ln for start, end, ln in code.co_lines() if start <= lasti < end and ln is not None),
+                code.co_firstlineno,
+            )
             site = f"{short_path(code.co_filename)}:{line} in {code.co_name}"
             if len(self.sites) < 10_000:
                 self.sites[key] = site
@@ -394,7 +466,12 @@ class Tracker:
     # hooks' docstring). On the class, of plain functions: bound methods in an instance's table
     # would make every Tracker a reference cycle, freed only by the garbage collector.
     HANDLERS: dict[str, Callable[..., dict[str, Any] | None]] = {
-        "released": _released, "uses": _uses, "vw": _vw, "vx": _vx, "unchurn": _unchurn}
+        "released": _released,
+        "uses": _uses,
+        "vw": _vw,
+        "vx": _vx,
+        "unchurn": _unchurn,
+    }
 
 
 _tracker = Tracker()
@@ -430,5 +507,3 @@ def qualname(func: Any) -> str:
         return type(func).__name__
     module = getattr(func, "__module__", None)
     return f"{module}.{name}" if module and module not in ("__main__", "__mp_main__", "builtins") else name
-
-

@@ -27,8 +27,13 @@ def describe(value: Any) -> dict[str, Any]:
         return out
     try:
         if isinstance(value, torch.Tensor):
-            out.update(shape=list(value.shape), dtype=_dtype(value.dtype), device=str(value.device), nbytes=_nbytes(value),
-                       storages=_storages([value]))
+            out.update(
+                shape=list(value.shape),
+                dtype=_dtype(value.dtype),
+                device=str(value.device),
+                nbytes=_nbytes(value),
+                storages=_storages([value]),
+            )
             return out
         tensors = list(itertools.islice(_tensors_in(value, torch), 10_000))
     except Exception:

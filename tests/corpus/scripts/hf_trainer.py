@@ -29,12 +29,26 @@ def main() -> None:
     xs = torch.randn(32, 4)
     data = [{"x": x, "labels": x.sum()} for x in xs]
     args = TrainingArguments(
-        output_dir="hf-out", max_steps=8, logging_steps=1, per_device_train_batch_size=4, learning_rate=0.05,
-        report_to="none", save_strategy="no", use_cpu=True, disable_tqdm="--no-tqdm" in sys.argv, seed=0,
+        output_dir="hf-out",
+        max_steps=8,
+        logging_steps=1,
+        per_device_train_batch_size=4,
+        learning_rate=0.05,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm="--no-tqdm" in sys.argv,
+        seed=0,
     )
     trainer = Trainer(model=TinyRegressor(), args=args, train_dataset=data)
     trainer.train()
-    _truth.save([{"step": h["step"], "epoch": h.get("epoch"), "loss": h["loss"]} for h in trainer.state.log_history if "loss" in h])
+    _truth.save(
+        [
+            {"step": h["step"], "epoch": h.get("epoch"), "loss": h["loss"]}
+            for h in trainer.state.log_history
+            if "loss" in h
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -23,7 +23,9 @@ class Truth(keras.callbacks.Callback):
         self.epoch = epoch + 1  # as Keras prints it: "Epoch 1/2"
 
     def on_train_batch_end(self, batch, logs=None):
-        self.records.append({"epoch": self.epoch, "step": batch + 1, "loss": float(logs["loss"]), "mae": float(logs["mae"])})
+        self.records.append(
+            {"epoch": self.epoch, "step": batch + 1, "loss": float(logs["loss"]), "mae": float(logs["mae"])}
+        )
 
 
 def main() -> None:

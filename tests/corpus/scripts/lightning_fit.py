@@ -45,8 +45,14 @@ def main() -> None:
     bar = sys.argv[sys.argv.index("--bar") + 1] if "--bar" in sys.argv else "rich"
     truth = Truth()
     trainer = pl.Trainer(
-        max_epochs=2, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, enable_model_summary=False,
-        log_every_n_steps=1, callbacks=[RichProgressBar() if bar == "rich" else TQDMProgressBar(), truth],
+        max_epochs=2,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        log_every_n_steps=1,
+        callbacks=[RichProgressBar() if bar == "rich" else TQDMProgressBar(), truth],
     )
     trainer.fit(TinyModule(), loader)
     _truth.save(truth.records)

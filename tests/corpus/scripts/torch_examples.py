@@ -21,7 +21,9 @@ class AverageMeter:
         self.val, self.sum, self.count = val, self.sum + val * n, self.count + n
 
     def __str__(self) -> str:
-        return ("{name} {val" + self.fmt + "} ({avg" + self.fmt + "})").format(name=self.name, val=self.val, avg=self.sum / self.count)
+        return ("{name} {val" + self.fmt + "} ({avg" + self.fmt + "})").format(
+            name=self.name, val=self.val, avg=self.sum / self.count
+        )
 
 
 def main() -> None:
@@ -43,13 +45,19 @@ def main() -> None:
             loss.backward()
             optimizer.step()
             if style == "mnist" and batch_idx % 2 == 0:
-                print("Train Epoch: {} [{}/{} ({:.0f}%)]\tLoss: {:.6f}".format(
-                    epoch, batch_idx * len(data), len(loader.dataset), 100.0 * batch_idx / len(loader), loss.item()), flush=True)
+                print(
+                    "Train Epoch: {} [{}/{} ({:.0f}%)]\tLoss: {:.6f}".format(
+                        epoch, batch_idx * len(data), len(loader.dataset), 100.0 * batch_idx / len(loader), loss.item()
+                    ),
+                    flush=True,
+                )
                 records.append({"epoch": epoch, "step": batch_idx * len(data), "loss": loss.item()})
             elif style == "imagenet":
                 losses.update(loss.item(), data.size(0))
                 top1.update(50.0, data.size(0))
-                print("\t".join([f"Epoch: [{epoch}][{batch_idx:1d}/{len(loader)}]", str(losses), str(top1)]), flush=True)
+                print(
+                    "\t".join([f"Epoch: [{epoch}][{batch_idx:1d}/{len(loader)}]", str(losses), str(top1)]), flush=True
+                )
                 records.append({"epoch": epoch, "step": batch_idx, "loss": float(f"{loss.item():.4e}")})
     _truth.save(records)
 
