@@ -160,7 +160,8 @@ def spec_from_line(
         if not no_python and Path(target).suffix != ".py" and _looks_like_a_config(Path(target)):
             raise ConfigError(
                 f"{target} looks like a config (a mapping with script: or module:), not a script: "
-                "rpcctl reads a config named .yaml or .yml (rename it), and runs any other file as a torchrun line's SCRIPT"
+                "rpcctl reads a config named .yaml or .yml (rename it), and runs any other file "
+                "as a torchrun line's SCRIPT"
             )
         data.update(script=target, argv0=target, no_python=no_python)
         name = Path(target).stem

@@ -297,7 +297,10 @@ class Builder:
         self.values += n
         if self.values > MAX_VALUES:
             raise self._error(
-                f"more than {MAX_VALUES:,} values (aliases count as the values they stand for): a config is a few dozen keys",
+                (
+                    f"more than {MAX_VALUES:,} values (aliases count as the values they stand for): "
+                    "a config is a few dozen keys"
+                ),
                 mark,
                 path,
             )

@@ -133,7 +133,10 @@ def host_problem(value: str) -> str | None:
         return f"it is {len(name)} characters; a host name has at most 253"
     for label in name.split("."):
         if not label:
-            return "it has an empty label (two dots in a row, or a dot at its start): a host name is labels joined by single dots"
+            return (
+                "it has an empty label (two dots in a row, or a dot at its start): "
+                "a host name is labels joined by single dots"
+            )
         if not _HOST_LABEL.fullmatch(label):
             odd = next((c for c in label if not c.isalnum() and c not in "-_"), None)
             if odd is not None:
@@ -274,7 +277,8 @@ class JobSpec(_Spec):
         if isinstance(value, str):
             if value not in ("cpu", "auto", "inherit"):
                 raise ValueError(
-                    f"devices must be 'cpu', 'auto', 'inherit' or a list (one GPU index or 'cpu' per local rank), got {value!r}"
+                    "devices must be 'cpu', 'auto', 'inherit' or a list (one GPU index or 'cpu' per local rank), "
+                    f"got {value!r}"
                 )
             return value
         if not isinstance(value, list):

@@ -55,7 +55,10 @@ OPTIONS: tuple[TorchrunOption, ...] = (  # one row an option, in the order of to
         "nproc_per_node",
         ("--nproc-per-node",),
         "N|auto|cpu|gpu",
-        "nproc_per_node: N, or auto (the GPUs, else the CPUs this process may use), cpu (the CPUs), gpu (the GPUs; none: exit 2, as torchrun fails)",
+        (
+            "nproc_per_node: N, or auto (the GPUs, else the CPUs this process may use), cpu (the CPUs), "
+            "gpu (the GPUs; none: exit 2, as torchrun fails)"
+        ),
         key="nproc_per_node",
         extra=("-n",),
     ),
@@ -63,20 +66,29 @@ OPTIONS: tuple[TorchrunOption, ...] = (  # one row an option, in the order of to
         "rdzv_backend",
         ("--rdzv-backend",),
         "static|c10d",
-        "static or c10d: both are rpcctl's own signed rendezvous (RPCCTL_SECRET) hosted by node 0; etcd, etcd-v2: exit 2",
+        (
+            "static or c10d: both are rpcctl's own signed rendezvous (RPCCTL_SECRET) hosted by node 0; "
+            "etcd, etcd-v2: exit 2"
+        ),
     ),
     _o(
         "rdzv_endpoint",
         ("--rdzv-endpoint",),
         "HOST:PORT",
-        "HOST[:PORT] of node 0, which hosts the rendezvous: master_addr and master_port (PORT: 29400 if left out, as torchrun's c10d; 0, one node: a free port)",
+        (
+            "HOST[:PORT] of node 0, which hosts the rendezvous: master_addr and master_port "
+            "(PORT: 29400 if left out, as torchrun's c10d; 0, one node: a free port)"
+        ),
     ),
     _o("rdzv_id", ("--rdzv-id",), "ID", "rdzv_id: the ranks' TORCHELASTIC_RUN_ID (unset: the run's id)", key="rdzv_id"),
     _o(
         "rdzv_conf",
         ("--rdzv-conf",),
         "KEY=VALUE,...",
-        "KEY=VALUE,...: join_timeout (also timeout) is rdzv_timeout; the other keys tune torch's c10d store and are left out (said once)",
+        (
+            "KEY=VALUE,...: join_timeout (also timeout) is rdzv_timeout; "
+            "the other keys tune torch's c10d store and are left out (said once)"
+        ),
     ),
     _o("standalone", ("--standalone",), None, "one node on loopback, a free port: what rpcctl does for one node"),
     _o(
@@ -90,14 +102,20 @@ OPTIONS: tuple[TorchrunOption, ...] = (  # one row an option, in the order of to
         "monitor_interval",
         ("--monitor-interval",),
         "SECONDS",
-        "checked (seconds > 0), then left out: the rank server tells rpcctl's supervisor of each rank's exit as it reaps it",
+        (
+            "checked (seconds > 0), then left out: "
+            "the rank server tells rpcctl's supervisor of each rank's exit as it reaps it"
+        ),
         notice=True,
     ),
     _o(
         "start_method",
         ("--start-method",),
         "spawn|fork|forkserver",
-        "spawn, fork or forkserver: checked; torchrun starts a script with subprocess whatever it says, so rpcctl keeps its own start_method (fork)",
+        (
+            "spawn, fork or forkserver: checked; torchrun starts a script with subprocess whatever it says, "
+            "so rpcctl keeps its own start_method (fork)"
+        ),
     ),
     _o(
         "event_log_handler",
@@ -112,7 +130,10 @@ OPTIONS: tuple[TorchrunOption, ...] = (  # one row an option, in the order of to
         "no_python",
         ("--no-python",),
         None,
-        "no_python: the script is a program (a shell script, a binary) the rank execs; telemetry then comes only from the Python processes it starts",
+        (
+            "no_python: the script is a program (a shell script, a binary) the rank execs; "
+            "telemetry then comes only from the Python processes it starts"
+        ),
         key="no_python",
     ),
     _o(
@@ -132,14 +153,20 @@ OPTIONS: tuple[TorchrunOption, ...] = (  # one row an option, in the order of to
         "redirects",
         ("--redirects", "-r"),
         "STD",
-        "checked (0-3 or LOCAL:N,...), then left out: every rank's output goes to its log file and, per --ranks, to the console",
+        (
+            "checked (0-3 or LOCAL:N,...), then left out: "
+            "every rank's output goes to its log file and, per --ranks, to the console"
+        ),
         notice=True,
     ),
     _o(
         "tee",
         ("--tee", "-t"),
         "STD",
-        "checked (0-3 or LOCAL:N,...), then left out: every rank's output goes to its log file and, per --ranks, to the console",
+        (
+            "checked (0-3 or LOCAL:N,...), then left out: "
+            "every rank's output goes to its log file and, per --ranks, to the console"
+        ),
         notice=True,
     ),
     _o(
@@ -182,19 +209,28 @@ OPTIONS: tuple[TorchrunOption, ...] = (  # one row an option, in the order of to
         "logs_specs",
         ("--logs-specs",),
         "NAME",
-        "refused (exit 2): a LogsSpecs plugin of torchrun's; rpcctl writes each rank's log to runs/RUN/logs/rank-N.log instead",
+        (
+            "refused (exit 2): a LogsSpecs plugin of torchrun's; "
+            "rpcctl writes each rank's log to runs/RUN/logs/rank-N.log instead"
+        ),
     ),
     _o(
         "numa_binding",
         ("--numa-binding",),
         "MODE",
-        "refused (exit 2): it binds ranks near their GPUs (no GPU: torchrun fails too); rpcctl binds no CPUs: wrap the program with numactl (--no-python)",
+        (
+            "refused (exit 2): it binds ranks near their GPUs (no GPU: torchrun fails too); "
+            "rpcctl binds no CPUs: wrap the program with numactl (--no-python)"
+        ),
     ),
     _o(
         "signals_to_handle",
         ("--signals-to-handle",),
         "SIGNALS",
-        "signals_to_handle: the ranks' TORCHELASTIC_SIGNALS_TO_HANDLE; rpcctl itself stops the job on SIGTERM, SIGINT, SIGHUP and SIGQUIT",
+        (
+            "signals_to_handle: the ranks' TORCHELASTIC_SIGNALS_TO_HANDLE; "
+            "rpcctl itself stops the job on SIGTERM, SIGINT, SIGHUP and SIGQUIT"
+        ),
         key="signals_to_handle",
     ),
     _o(
@@ -358,7 +394,8 @@ def line_flags(
         elif dest == "rdzv_backend":
             if str(value) not in ("static", "c10d"):
                 raise UsageError(
-                    f"{source}: rpcctl meets the nodes over its own signed rendezvous on node 0 (static and c10d mean it): "
+                    f"{source}: rpcctl meets the nodes over its own signed rendezvous on node 0 "
+                    "(static and c10d mean it): "
                     "drop it, or give --rdzv-backend c10d --rdzv-endpoint NODE0:PORT"
                 )
         elif dest == "rdzv_endpoint":
@@ -370,7 +407,8 @@ def line_flags(
         elif dest == "numa_binding":
             why = "this machine has no GPU, and torchrun fails there too" if not gpus else "rpcctl binds no CPUs"
             raise UsageError(
-                f"{source}: binds each rank to the CPUs near its GPU: {why}; wrap the program with numactl (--no-python) instead"
+                f"{source}: binds each rank to the CPUs near its GPU: {why}; "
+                "wrap the program with numactl (--no-python) instead"
             )
         elif dest in ("virtual_local_rank", "no_python"):
             if value:
@@ -395,8 +433,8 @@ def line_flags(
         and not node_rank_known
     ):
         raise UsageError(
-            f"{values['rdzv_backend'][1]} on {nnodes} nodes: torch's c10d numbers the nodes as they arrive; rpcctl's rendezvous "
-            "needs each node's rank: give --node-rank N (a SLURM step or a pod gives it itself)"
+            f"{values['rdzv_backend'][1]} on {nnodes} nodes: torch's c10d numbers the nodes as they arrive; "
+            "rpcctl's rendezvous needs each node's rank: give --node-rank N (a SLURM step or a pod gives it itself)"
         )
     return out
 

@@ -61,7 +61,8 @@ def _expand_part(text: str, i: int, environ: Any, *, depth: int, used: bool) -> 
             name = _VAR_NAME.match(text, j + 2)
             if name is None:
                 raise VarError(
-                    f"bad reference {text[j : j + 12]!r}...: expected ${{NAME}} or ${{NAME:-default}} (write $$ for a literal $)"
+                    f"bad reference {text[j : j + 12]!r}...: expected ${{NAME}} or ${{NAME:-default}} "
+                    "(write $$ for a literal $)"
                 )
             k = name.end()
             if k == len(text):
@@ -75,7 +76,8 @@ def _expand_part(text: str, i: int, environ: Any, *, depth: int, used: bool) -> 
                 default, i = _expand_part(text, k + 2, environ, depth=depth + 1, used=used and not is_set)
             else:
                 raise VarError(
-                    f"bad reference '${{{name.group()}{text[k : k + 1]}': only ${{NAME}} and ${{NAME:-default}} are supported"
+                    f"bad reference '${{{name.group()}{text[k : k + 1]}': "
+                    "only ${NAME} and ${NAME:-default} are supported"
                 )
             if not used:
                 continue

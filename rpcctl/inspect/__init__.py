@@ -19,7 +19,8 @@ Used by ``rpcctl inspect``, the live dashboard and the launcher's end-of-run rep
     inspect.latest_attempt(run_dir)                  -> int (the latest restart: what restart= may be at most)
     inspect.dump_stacks(run_dir, rank)               -> list[StackDump] (rank, then its children)
     inspect.collectives(run_dir)                     -> CollectivesReport (per group and op; per rank)
-    inspect.collective_spans(run_dir)                -> list[CollectiveSpan] (sampled and in-flight collectives, for the trace)
+    inspect.collective_spans(run_dir)                -> list[CollectiveSpan] (sampled and in-flight collectives,
+                                                        for the trace)
     inspect.progress(run_dir, restart)               -> Progress (the watchdog's hang check: what moved last)
     inspect.store_history(run_dir)                   -> StoreHistory (every restart's records: rpcctl trace)
 
@@ -30,15 +31,16 @@ One module per view, over the store's reads (``rpcctl.telemetry.reader``: ``Stor
 SQL outside the writer; these modules hold none)::
 
     rrefs.py    RRefRecord, OwnerSummary: rrefs, rref_owners, leaked_rrefs, ended_rrefs (RRef states, endings)
-    workers.py  WorkerRecord: workers, spawned_name, ended_without_shutdown, shared_worlds (a job of several launches), shutdown_waits
+    workers.py  WorkerRecord: workers, spawned_name, ended_without_shutdown, shared_worlds (a job of several launches),
+                shutdown_waits
     gpus.py     PlacementRecord: placement (gpus)
     losses.py   LossRecord, LossSummary, LossGrid: losses, line_counts, loss_summaries, loss_grid, sparkline,
                 with_metric, x_axis, plot_losses
     stacks.py   StackDump: dump_stacks
     cost.py     TelemetryCost: telemetry_cost
     calls.py    CallsReport (PendingCall, CallSummary, ServingRecord): calls
-    collectives.py  CollectivesReport (CollectiveSummary, RankCollectives, CollectiveStraggler), CollectiveSpan: collectives,
-                collective_spans, collective_stragglers (Flight Recorder)
+    collectives.py  CollectivesReport (CollectiveSummary, RankCollectives, CollectiveStraggler), CollectiveSpan:
+                collectives, collective_spans, collective_stragglers (Flight Recorder)
     stragglers.py  Straggler: stragglers (step rate, call latency far off the others')
     usage.py    UsageSample: usage (every probe's CPU and RSS)
     attempts.py RankAttempt: rank_attempts (one per rank and restart; the run record keeps the latest)

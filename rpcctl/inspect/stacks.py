@@ -44,7 +44,8 @@ def dump_stacks(run_dir: Path, rank: int, timeout: float = 5.0) -> list[StackDum
         raise UsageError(f"not allowed to signal pid {state.pid} of rank {rank}") from None
     if text is None:
         raise UsageError(
-            f"rank {rank} (pid {state.pid}) wrote no stack within {timeout:.0f} s: is faulthandler registered (rpcctl runtime)?"
+            f"rank {rank} (pid {state.pid}) wrote no stack within {timeout:.0f} s: "
+            "is faulthandler registered (rpcctl runtime)?"
         )
     dumps = [StackDump(rank, state.pid, "rank", [], text)]
     for pid, cmdline, path in descendants:

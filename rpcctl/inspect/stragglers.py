@@ -47,7 +47,10 @@ class Straggler:
     def describe(self) -> str:
         who = f"rank {self.rank}" if self.rank is not None else (self.worker or "?")
         if self.metric == "step_rate":
-            return f"{who}: {self.value:.2f} steps/s, the other ranks {self.others:.2f} steps/s ({self.others / max(self.value, 1e-9):.1f}× slower)"
+            return (
+                f"{who}: {self.value:.2f} steps/s, the other ranks {self.others:.2f} steps/s "
+                f"({self.others / max(self.value, 1e-9):.1f}× slower)"
+            )
         if self.metric == "collective_skew":
             return (
                 f"{who}: last into {self.last} of {self.compared} collectives of pg {self.pg}; the others waited"

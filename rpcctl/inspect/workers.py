@@ -339,7 +339,8 @@ class SharedWorld:
         )
         if self.missing:
             text += (
-                f"; {', '.join(self.missing)} {'is' if len(self.missing) == 1 else 'are'} in no run of this runs directory"
+                f"; {', '.join(self.missing)} {'is' if len(self.missing) == 1 else 'are'} "
+                "in no run of this runs directory"
                 " (another host or runs directory): not shown"
             )
         return text

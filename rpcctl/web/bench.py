@@ -75,7 +75,9 @@ def latency_figure(results: list[BenchResult], colours: dict[str, str]) -> dict[
                     "arrayminus": [max(0.0, r.p50_us - b[0]) if b else 0 for r, b in zip(rows, bands)],
                 },
                 "customdata": [r.p99_us for r in rows],
-                "hovertemplate": f"{label(transport)} %{{x}}<br>p50 %{{y:.1f}} µs<br>p99 %{{customdata:.1f}} µs<extra></extra>",
+                "hovertemplate": (
+                    f"{label(transport)} %{{x}}<br>p50 %{{y:.1f}} µs<br>p99 %{{customdata:.1f}} µs<extra></extra>"
+                ),
                 "meta": {"transport": transport},
             }
         )

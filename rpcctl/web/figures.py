@@ -135,7 +135,10 @@ def loss_figures(snap: RunSnapshot, *, complete: bool = False) -> dict[str, dict
                     "name": f"rank {rank}",
                     "x": [p[0] for p in points],
                     "y": [p[1] for p in points],
-                    "hovertemplate": f"rank {rank}<br>{'step' if x_title == 'step' else '#'} %{{x}}<br>{label(name)} %{{y:.6g}}<extra></extra>",
+                    "hovertemplate": (
+                        f"rank {rank}<br>{'step' if x_title == 'step' else '#'} "
+                        f"%{{x}}<br>{label(name)} %{{y:.6g}}<extra></extra>"
+                    ),
                     "meta": {"rank": rank, "metric": name},
                 }
             )
@@ -259,7 +262,10 @@ def _panels(snap: RunSnapshot) -> tuple[list[_Panel], str | None]:
     if len(separate) > 1 and rows + 1 <= GRAPH_MAX_ROWS:
         panels = separate
         for p in panels:
-            p.title = f"world {p.world}: {len(set(p.sources.rrefs) | set(p.owners.rrefs))} workers, {sum(p.owners.rrefs.values())} RRefs"
+            p.title = (
+                f"world {p.world}: {len(set(p.sources.rrefs) | set(p.owners.rrefs))} workers, "
+                f"{sum(p.owners.rrefs.values())} RRefs"
+            )
     elif len(separate) > 1:
         panels = [panel(lambda w: True, None)]
         panels[
@@ -380,11 +386,14 @@ def ownership_graph(snap: RunSnapshot) -> dict[str, Any]:
                         name, {"live": 0, "pending": 0, "deleted": 0, "live_bytes": 0, "short_lived": 0}
                     )
                     entry["text"].append(
-                        f"{label(shown)}  ·  {_rrefs(side.rrefs[name])}, {owned['live']} live, {human_bytes(owned['live_bytes'])}"
+                        f"{label(shown)}  ·  {_rrefs(side.rrefs[name])}, {owned['live']} live, "
+                        f"{human_bytes(owned['live_bytes'])}"
                     )
                     entry["hovertext"].append(
-                        f"{label(name if name != _MORE else f'{side.folded} more owners')}{where}<br>owns {side.rrefs[name]} RRef(s): "
-                        f"live {owned['live']}, pending {owned['pending']}, deleted {owned['deleted']}, short-lived {owned['short_lived']}"
+                        f"{label(name if name != _MORE else f'{side.folded} more owners')}{where}"
+                        f"<br>owns {side.rrefs[name]} RRef(s): "
+                        f"live {owned['live']}, pending {owned['pending']}, deleted {owned['deleted']}, "
+                        f"short-lived {owned['short_lived']}"
                         f"<br>live bytes {human_bytes(owned['live_bytes'])}"
                     )
                     kib = owned["live_bytes"] / 1024
@@ -392,7 +401,8 @@ def ownership_graph(snap: RunSnapshot) -> dict[str, Any]:
                 else:
                     entry["text"].append(f"{label(shown)}  ·  {_rrefs(side.rrefs[name])}  ")
                     entry["hovertext"].append(
-                        f"{label(name if name != _MORE else f'{side.folded} more workers')}{where}<br>created or holds {side.rrefs[name]} RRef(s) of other owners"
+                        f"{label(name if name != _MORE else f'{side.folded} more workers')}{where}"
+                        f"<br>created or holds {side.rrefs[name]} RRef(s) of other owners"
                     )
                     entry["size"].append(10)
         row += max(len(p.sources.rrefs), len(p.owners.rrefs))
@@ -404,7 +414,8 @@ def ownership_graph(snap: RunSnapshot) -> dict[str, Any]:
                 target if target != _MORE else f"+{p.owners.folded} more",
             ]
             text = (
-                f"{label(ends[0])} → {label(ends[1])}{where} ({relation})<br>live {counts['live']}, pending {counts['pending']}, "
+                f"{label(ends[0])} → {label(ends[1])}{where} ({relation})"
+                f"<br>live {counts['live']}, pending {counts['pending']}, "
                 f"deleted {counts['deleted']}<br>live bytes {human_bytes(counts['live_bytes'])}"
             )
             traces.append(
@@ -711,7 +722,10 @@ def timeline(snap: RunSnapshot) -> dict[str, Any]:
         "area": "timeline",
         "data": traces,
         "layout": layout(
-            f"Processes over time: {story.ranks} rank{'s' if story.ranks != 1 else ''}{spawned}{shared} (restarts: {snap.record.restarts})",
+            (
+                f"Processes over time: {story.ranks} rank{'s' if story.ranks != 1 else ''}{spawned}{shared} "
+                f"(restarts: {snap.record.restarts})"
+            ),
             xaxis={"title": {"text": "seconds since start"}, "rangemode": "tozero"},
             yaxis={
                 "autorange": "reversed",

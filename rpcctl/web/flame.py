@@ -111,13 +111,19 @@ def section(run_dir: Path) -> tuple[str, dict[str, dict[str, Any]]]:
     kept = profiles(run_dir)
     if not kept:
         return (
-            '<p class="empty">No profile taken: <code>rpcctl profile --rank R --seconds S</code> samples a live rank.</p>',
+            (
+                '<p class="empty">No profile taken: <code>rpcctl profile --rank R --seconds S</code> '
+                "samples a live rank.</p>"
+            ),
             {},
         )
     latest = kept[-1]
     if latest.stat().st_size > MAX_BYTES:
         return (
-            f'<p class="note">{escape(latest.name)} is too large to draw here; open it in speedscope.app or ui.perfetto.dev.</p>',
+            (
+                f'<p class="note">{escape(latest.name)} is too large to draw here; '
+                "open it in speedscope.app or ui.perfetto.dev.</p>"
+            ),
             {},
         )
     try:

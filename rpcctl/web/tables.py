@@ -81,7 +81,8 @@ def summary(snap: RunSnapshot) -> str:
         # a hang, a deadline
         where = f"rank {cause.rank}" if cause.rank >= 0 else f"found by the launcher ({cause.reason})"
         out.append(
-            f'<h3>Root cause</h3><p class="root-cause">{escape(where)}{f" ({escape(how)})" if how else ""}: {escape(cause.message)}</p>'
+            f'<h3>Root cause</h3><p class="root-cause">{escape(where)}{f" ({escape(how)})" if how else ""}: '
+            f"{escape(cause.message)}</p>"
         )
         text = cause.traceback or "\n".join(cause.log_tail)
         if text:
@@ -110,9 +111,9 @@ def rrefs(snap: RunSnapshot) -> str:
     at_exit = sum(1 for r in snap.rrefs if r.ending == RRefEnding.AT_EXIT)
     unused = sum(1 for r in snap.rrefs if r.ending == RRefEnding.HELD_UNUSED)
     parts = [
-        '<p class="note">Ownership, per RPC world: on the left the workers that created or hold RRefs of another, on the '
-        "right the owners, a line from each to the owner (dotted: held through a fork; grey: every RRef on it deleted). "
-        "Marker size: bytes of live values owned.</p>",
+        '<p class="note">Ownership, per RPC world: on the left the workers that created or hold RRefs of another, '
+        "on the right the owners, a line from each to the owner (dotted: held through a fork; grey: every RRef on it "
+        "deleted). Marker size: bytes of live values owned.</p>",
         "<h3>Per owner</h3>",
         html_table(snap.owners, OwnerSummary.COLUMNS, empty="no RRefs"),
     ]
@@ -133,7 +134,8 @@ def rrefs(snap: RunSnapshot) -> str:
         )
     if held:
         parts.append(
-            f'<p class="note">{held} RRef(s) were held, in use, until rpc.shutdown(), which released them: normal, nothing to do.</p>'
+            f'<p class="note">{held} RRef(s) were held, in use, until rpc.shutdown(), which released them: '
+            "normal, nothing to do.</p>"
         )
     parts.append(f"<h3>Live and pending RRefs ({len(live)} of {len(snap.rrefs)})</h3>")
     parts.append(html_table(live, RRefRecord.COLUMNS, empty="none live"))
@@ -159,7 +161,10 @@ def _rounds_fact(snap: RunSnapshot) -> list[tuple[str, str]]:
     return [
         (
             "rounds",
-            f"{len(rounds)}; now round {last.get('round')}: {last.get('nnodes')} node(s), world size {last.get('world_size')}",
+            (
+                f"{len(rounds)}; now round {last.get('round')}: {last.get('nnodes')} node(s), "
+                f"world size {last.get('world_size')}"
+            ),
         )
     ]
 
@@ -182,7 +187,10 @@ def timeline(snap: RunSnapshot) -> str:
                 (
                     at,
                     "",
-                    f"round {rnd.get('round')}: {rnd.get('nnodes')} node(s), world size {rnd.get('world_size')} ({rnd.get('why')})",
+                    (
+                        f"round {rnd.get('round')}: {rnd.get('nnodes')} node(s), "
+                        f"world size {rnd.get('world_size')} ({rnd.get('why')})"
+                    ),
                 )
             )
     newest = snap.latest_attempt
@@ -225,7 +233,8 @@ def timeline(snap: RunSnapshot) -> str:
     story = process_rows(snap)
     if story.grouped:
         parts.append(
-            f'<p class="note timeline-grouped">{story.processes} processes in {len(story.rows)} rows: {escape(story.grouped)}. '
+            f'<p class="note timeline-grouped">{story.processes} processes in {len(story.rows)} rows: '
+            f"{escape(story.grouped)}. "
             "Each row's label says how its processes ended; <code>rpcctl inspect workers</code> lists every one.</p>"
         )
     parts.append(f'<ol class="events">{items}</ol>')
@@ -236,7 +245,8 @@ def timeline(snap: RunSnapshot) -> str:
     if stale:
         lines = "".join(
             f"<li>rank {w.rank} ({escape(w.name or '?')}, pid {w.pid}): no heartbeat for "
-            f"{escape(human_seconds(w.heartbeat_age_s or 0))}, see <code>rpcctl stack {escape(snap.record.run_id)} --rank {w.rank}</code></li>"
+            f"{escape(human_seconds(w.heartbeat_age_s or 0))}, see "
+            f"<code>rpcctl stack {escape(snap.record.run_id)} --rank {w.rank}</code></li>"
             for w in stale
         )
         parts.append(f'<h3 class="bad">Possible hang</h3><ul class="hang">{lines}</ul>')
@@ -285,13 +295,15 @@ def collectives(snap: RunSnapshot) -> str:
     if report.stragglers:
         lines = "".join(
             f"<li>pg {escape(s.pg)}: rank {s.rank} entered last in {s.last} of {s.compared} collectives; the others "
-            f"waited {escape(human_seconds(s.skew_p50_s or 0))} for it (p50, max {escape(human_seconds(s.skew_max_s or 0))})</li>"
+            f"waited {escape(human_seconds(s.skew_p50_s or 0))} for it "
+            f"(p50, max {escape(human_seconds(s.skew_max_s or 0))})</li>"
             for s in report.stragglers
         )
         parts.append(f'<h3 class="warn">Stragglers (arrival skew)</h3><ul class="stragglers">{lines}</ul>')
     else:
         parts.append(
-            '<p class="note">No straggler: no rank arrives last far more often than the others by a skew that matters.</p>'
+            '<p class="note">No straggler: no rank arrives last far more often than the others '
+            "by a skew that matters.</p>"
         )
     parts.append("<h3>Per rank</h3>" + html_table(report.ranks, RankCollectives.COLUMNS, empty="no process group"))
     return "".join(parts)
