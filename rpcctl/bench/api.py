@@ -252,8 +252,8 @@ def tune_views(result) -> dict[str, Any]:
     if between:
         worst = max(between, key=between.get)
         views["between"] = (
-            f"the defaults, measured {len(tuning.KNOBS) + 1} times in between, varied by up to ±{between[worst] * 50:.0f}% "
-            f"from launch to launch ({worst}); NOISE includes it"
+            f"the defaults, measured {len(tuning.KNOBS) + 1} times in between, varied by up to "
+            f"±{between[worst] * 50:.0f}% from launch to launch ({worst}); NOISE includes it"
         )
     if result.finalists:
         views["finalists"] = candidates_table(

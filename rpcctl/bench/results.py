@@ -439,7 +439,10 @@ SUITE_TITLES = {
     "latency": "latency: one round trip, 8-byte payload (point-to-point)",
     "payload": "payload: echo, GB/s counts bytes both ways (point-to-point)",
     "throughput": "throughput: calls/s with N in flight, 8-byte payload (point-to-point)",
-    "collective": "collective: every rank takes part, GB/s = size / p50; VS GLOO against torch's gloo (never ranked against point-to-point)",
+    "collective": (
+        "collective: every rank takes part, GB/s = size / p50; VS GLOO against torch's gloo (never ranked "
+        "against point-to-point)"
+    ),
     "train": "train: parameter-server steps/s (all trainers), world = 1 server + trainers",
     "startup": "startup: a fresh process (spawn): import + init to first call, one sample per launch",
 }

@@ -342,7 +342,10 @@ def run_unit(
     if status != RunStatus.SUCCEEDED:
         cause = getattr(record, "root_cause", None)
         message = cause.message if cause is not None else getattr(record, "reason", None) or status
-        error = f"{unit.transport.name} (world {unit.world_size}) {status}: {message}; logs: {Path(record.run_dir) / 'logs'}"
+        error = (
+            f"{unit.transport.name} (world {unit.world_size}) {status}: {message}; logs: "
+            f"{Path(record.run_dir) / 'logs'}"
+        )
     observed = next((e["observed"] for e in events if e.get("event") == "observed"), {})
     outcome = UnitOutcome(unit, status, results, str(record.run_dir), error, observed, measured=measured)
     outcome.notes = [

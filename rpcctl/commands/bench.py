@@ -75,9 +75,9 @@ SuiteOption = Annotated[
     Optional[list[str]],
     typer.Option(
         "--suite",
-        help="Suites to run: latency, payload, throughput, collective, train, startup, or 'all' (repeat or comma-separate; "
-        "default: latency, payload, throughput, train). 'compare' is the preset that answers 'how does torch RPC compare "
-        "with Gloo, Ray, Horovod and TensorFlow': their shared operations side by side.",
+        help="Suites to run: latency, payload, throughput, collective, train, startup, or 'all' (repeat or "
+        "comma-separate; default: latency, payload, throughput, train). 'compare' is the preset that answers 'how does "
+        "torch RPC compare with Gloo, Ray, Horovod and TensorFlow': their shared operations side by side.",
         show_default=False,
     ),
 ]
@@ -85,8 +85,8 @@ TransportOption = Annotated[
     Optional[list[str]],
     typer.Option(
         "--transport",
-        help="Transports (rows) to run, e.g. rpc,gloo,tcp; 'all' for every variant (default: rpc, rpc-tuned, gloo, tcp, "
-        "memcpy, ray with --quick; every variant otherwise). See --list.",
+        help="Transports (rows) to run, e.g. rpc,gloo,tcp; 'all' for every variant (default: rpc, rpc-tuned, gloo, "
+        "tcp, memcpy, ray with --quick; every variant otherwise). See --list.",
         show_default=False,
     ),
 ]
@@ -120,7 +120,8 @@ def bench(
         typer.Option(
             "--rounds",
             min=1,
-            help="Launch each transport this many times, interleaved round by round, the repeats split between them (default: 3 with several transports, else 1).",
+            help="Launch each transport this many times, interleaved round by round, the repeats split between them "
+            "(default: 3 with several transports, else 1).",
             show_default=False,
         ),
     ] = None,
@@ -131,7 +132,8 @@ def bench(
         bool,
         typer.Option(
             "--tune",
-            help="Search for the fastest RPC settings on this machine and print them (takes minutes: about 15 launches).",
+            help="Search for the fastest RPC settings on this machine and print them (takes minutes: about 15 "
+            "launches).",
         ),
     ] = False,
     write_config: Annotated[

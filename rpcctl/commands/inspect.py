@@ -104,8 +104,8 @@ RestartOption = Annotated[
         "--restart",
         metavar="N",
         show_default=False,
-        help="Show attempt N: 0 is the first start of the ranks, N the one after the N-th restart (each round of an elastic "
-        "job is an attempt of this node's ranks; another node's ranks count their own). Default: the latest.",
+        help="Show attempt N: 0 is the first start of the ranks, N the one after the N-th restart (each round of an "
+        "elastic job is an attempt of this node's ranks; another node's ranks count their own). Default: the latest.",
     ),
 ]
 
@@ -305,7 +305,8 @@ def _render_workers(records: list[sdk.WorkerRecord], call: Call) -> Any:
         empty=filtered_empty("workers", call.filters) or none_yet(run_dir, "workers"),
     )
     lines = [
-        f"[yellow]STALE:[/yellow] rank {w.rank} (pid {w.pid}) no heartbeat for {w.heartbeat_age_s:.0f} s — try `rpcctl stack --rank {w.rank}`"
+        f"[yellow]STALE:[/yellow] rank {w.rank} (pid {w.pid}) no heartbeat for {w.heartbeat_age_s:.0f} s — "
+        f"try `rpcctl stack --rank {w.rank}`"
         for w in records
         if w.stale
     ]
@@ -328,7 +329,8 @@ def _render_workers(records: list[sdk.WorkerRecord], call: Call) -> Any:
             Text.assemble(
                 ("ROUND: ", "cyan"),
                 sanitize(
-                    f"{last.get('round')} ({last.get('nnodes')} node(s), world size {last.get('world_size')}), since {last.get('at')}: {last.get('why')}"
+                    f"{last.get('round')} ({last.get('nnodes')} node(s), world size {last.get('world_size')}), since "
+                    f"{last.get('at')}: {last.get('why')}"
                 ),
             ),
         )
@@ -394,8 +396,8 @@ def _losses(call: Call) -> None:
             if ranks:
                 return no_match("losses", rank=", ".join(map(str, ranks))) + matched
             return (
-                f"{none_yet(run_dir, 'losses')}{matched}: print them (e.g. `step 3 loss 0.52`), call rpcctl.report(step=..., loss=...), "
-                "or check a line with `rpcctl inspect losses --explain 'LINE'`"
+                f"{none_yet(run_dir, 'losses')}{matched}: print them (e.g. `step 3 loss 0.52`), call "
+                "rpcctl.report(step=..., loss=...), or check a line with `rpcctl inspect losses --explain 'LINE'`"
             )
         shown = sdk.with_metric(found, metric)
         table = render_table(
@@ -433,7 +435,9 @@ SHOWN: dict[str, Shown] = {
                     Optional[str],
                     typer.Option(
                         "--state",
-                        help="Only RRefs in this state: pending, live or deleted; or that ended so: at-shutdown (released by rpc.shutdown, normal), at-exit (held by a process that ended without rpc.shutdown), held-unused (held to rpc.shutdown but unused long before it) or leaked.",
+                        help="Only RRefs in this state: pending, live or deleted; or that ended so: at-shutdown "
+                        "(released by rpc.shutdown, normal), at-exit (held by a process that ended without "
+                        "rpc.shutdown), held-unused (held to rpc.shutdown but unused long before it) or leaked.",
                         show_default=False,
                     ),
                 ],
@@ -466,7 +470,8 @@ SHOWN: dict[str, Shown] = {
     "losses": Shown(
         run=_losses,
         wide=False,
-        example="rpcctl inspect losses --metric acc --plot acc.png --log; rpcctl inspect losses --explain 'epoch 2 step 10 loss=0.52'",
+        example="rpcctl inspect losses --metric acc --plot acc.png --log; "
+        "rpcctl inspect losses --explain 'epoch 2 step 10 loss=0.52'",
         help="""Loss per rank and step: the last steps × ranks, then min/last and a trend per rank.
 
     Losses come from rpcctl.report() and from the ranks' printed output: `step 3 loss 0.52`,
@@ -596,7 +601,10 @@ def _loss_grid(grid: sdk.LossGrid, metric: str | None) -> Any:
     """The last steps × ranks, through render_table: the step columns are keys; on a narrow
     terminal the rightmost ranks are hidden first (and named)."""
     by_arrival = grid.keyed_by == sdk.BY_ARRIVAL
-    title = f"Last {len(grid.rows)} {'records, in arrival order (steps repeat or are not printed)' if by_arrival else 'steps'}"
+    title = (
+        f"Last {len(grid.rows)} "
+        f"{'records, in arrival order (steps repeat or are not printed)' if by_arrival else 'steps'}"
+    )
     labels = [("seq", "#")] if by_arrival else ([("epoch", "EPOCH")] if grid.has_epochs else []) + [("step", "STEP")]
     columns = [Column(key, header, justify="right", priority=KEY) for key, header in labels]
     columns += [Column(f"rank{r}", f"RANK {r}", justify="right") for r in grid.ranks]
@@ -685,7 +693,8 @@ def stack(
         bool,
         typer.Option(
             "--native",
-            help="Read each process from outside (py-spy): Python frames with the native ones of their C calls, every thread, the rank and every process under it; works when the rank cannot run Python.",
+            help="Read each process from outside (py-spy): Python frames with the native ones of their C calls, every "
+            "thread, the rank and every process under it; works when the rank cannot run Python.",
         ),
     ] = False,
     runs_dir: RunsDirOption = None,

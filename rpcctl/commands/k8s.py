@@ -40,7 +40,8 @@ def k8s(
             "--nodes",
             "-N",
             metavar="N|MIN:MAX",
-            help="Pods, one launcher (one node of the job) each; MIN:MAX: elastic, up to MAX pods, going on while MIN remain.",
+            help="Pods, one launcher (one node of the job) each; MIN:MAX: elastic, up to MAX pods, going on while MIN "
+            "remain.",
             show_default=False,
         ),
     ],
@@ -57,7 +58,8 @@ def k8s(
         typer.Option(
             "--gpus-per-node",
             min=0,
-            help="nvidia.com/gpu per pod (default: 0); the config's devices becomes auto (one GPU per rank) unless it lists them.",
+            help="nvidia.com/gpu per pod (default: 0); the config's devices becomes auto (one GPU per rank) unless it "
+            "lists them.",
             show_default=False,
         ),
     ] = 0,
@@ -85,7 +87,8 @@ def k8s(
         Kind,
         typer.Option(
             "--kind",
-            help="job (default): an Indexed Job with a headless Service (plain Kubernetes); trainjob: a Kubeflow Trainer v2 TrainJob.",
+            help="job (default): an Indexed Job with a headless Service (plain Kubernetes); trainjob: a Kubeflow "
+            "Trainer v2 TrainJob.",
             case_sensitive=False,
             show_default=False,
         ),
@@ -94,7 +97,8 @@ def k8s(
         Optional[str],
         typer.Option(
             "--name",
-            help="Name of the Job or TrainJob and its Service; the Secret and ConfigMap add -secret, -config (default: the config's name).",
+            help="Name of the Job or TrainJob and its Service; the Secret and ConfigMap add -secret, -config (default: "
+            "the config's name).",
             show_default=False,
         ),
     ] = None,
@@ -102,7 +106,8 @@ def k8s(
         Optional[str],
         typer.Option(
             "--runs-claim",
-            help="PersistentVolumeClaim mounted at /runs for run records and logs (default: an emptyDir, gone with the pod).",
+            help="PersistentVolumeClaim mounted at /runs for run records and logs (default: an emptyDir, gone with the "
+            "pod).",
             show_default=False,
         ),
     ] = None,
@@ -175,7 +180,8 @@ def k8s(
     if output is not None:
         write_output(output, text, "--output")  # 0600, renamed into place: another link to an old file keeps it
         console.info(
-            f"rpcctl: wrote the {kind.value} '{wanted.name}' ({count} pod(s)) to {output}; apply it with `kubectl apply -f {output}`"
+            f"rpcctl: wrote the {kind.value} '{wanted.name}' ({count} pod(s)) to {output}; "
+            f"apply it with `kubectl apply -f {output}`"
         )
         return
     apply(text, wanted)
@@ -186,7 +192,8 @@ def apply(text: str, wanted: K8sSpec) -> None:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         raise UsageError(
-            "kubectl is not on PATH: write the manifests with -o FILE (then `kubectl apply -f FILE`), or print them with --dry-run"
+            "kubectl is not on PATH: write the manifests with -o FILE (then `kubectl apply -f FILE`), or print them "
+            "with --dry-run"
         )
     try:
         result = subprocess.run([kubectl, "apply", "-f", "-"], input=text, capture_output=True, text=True, timeout=300)
@@ -203,5 +210,6 @@ def apply(text: str, wanted: K8sSpec) -> None:
     console.info(
         f"rpcctl: applied; follow node 0 with `kubectl logs{ns} -f {what}/{wanted.name}`"
         if wanted.kind == "job"
-        else f"rpcctl: applied; watch it with `kubectl get{ns} trainjob {wanted.name}` and `kubectl logs{ns} -f -l jobset.sigs.k8s.io/jobset-name={wanted.name}`"
+        else f"rpcctl: applied; watch it with `kubectl get{ns} trainjob {wanted.name}` "
+        f"and `kubectl logs{ns} -f -l jobset.sigs.k8s.io/jobset-name={wanted.name}`"
     )

@@ -67,7 +67,8 @@ def launch(
         str,
         typer.Argument(
             metavar="CONFIG | SCRIPT",
-            help="The job's YAML config (.yaml, .yml), or the script a torchrun line runs (a module with -m, a program with --no-python).",
+            help="The job's YAML config (.yaml, .yml), or the script a torchrun line runs (a module with -m, a program "
+            "with --no-python).",
             show_default=False,
         ),
     ],
@@ -111,7 +112,8 @@ def launch(
         typer.Option(
             "--save-config",
             metavar="FILE",
-            help="Write the job as a config (YAML) that `rpcctl launch FILE` runs the same, then go on (with --dry-run: stop).",
+            help="Write the job as a config (YAML) that `rpcctl launch FILE` runs the same, then go on (with "
+            "--dry-run: stop).",
             show_default=False,
         ),
     ] = None,
@@ -119,7 +121,8 @@ def launch(
         Optional[float],
         typer.Option(
             "--hang-timeout",
-            help="Seconds without progress (no call ended, no loss, no output) before rpcctl diagnoses a hang; 0: off (default: the config's hang_timeout, 300 if unset).",
+            help="Seconds without progress (no call ended, no loss, no output) before rpcctl diagnoses a hang; 0: off "
+            "(default: the config's hang_timeout, 300 if unset).",
             show_default=False,
         ),
     ] = None,
@@ -275,13 +278,15 @@ def _form(
     if not module and target.endswith(CONFIG_SUFFIXES):
         if script_args:
             raise UsageError(
-                f"a config and a script on one line ({target} and {script_args[0]}): the config names its script (script:), "
-                f"a torchrun line names it instead: `rpcctl launch {target}` or `rpcctl launch [OPTIONS] SCRIPT [ARGS]`"
+                f"a config and a script on one line ({target} and {script_args[0]}): the config names its script "
+                f"(script:), a torchrun line names it instead: `rpcctl launch {target}` or "
+                "`rpcctl launch [OPTIONS] SCRIPT [ARGS]`"
             )
         for dest in PROGRAM_DESTS:
             if dest in given:
                 raise UsageError(
-                    f"{given[dest][1]} goes with a script, not a config: the config says what runs (module:, no_python:)"
+                    f"{given[dest][1]} goes with a script, not a config: the config says what runs (module:, "
+                    "no_python:)"
                 )
         config = ConfigFile(target)  # read once, at its first use
         resolution = config_resolution(config, overrides, given)
@@ -294,7 +299,8 @@ def _form(
         return config, resolution, dict(line.flags), line
     if overrides:
         raise UsageError(
-            f"--set {overrides[0]}: --set changes a config's keys; a torchrun line gives them as options (or write one with --save-config)"
+            f"--set {overrides[0]}: --set changes a config's keys; a torchrun line gives them as options (or write one "
+            "with --save-config)"
         )
     if no_python and module:
         raise UsageError("--no-python and -m: a module runs with Python (torchrun refuses both too)")
@@ -448,8 +454,9 @@ def parse_ranks(text: str, world_size: int, first: int = 0) -> set[int]:
 def render_plan(console: Console, plan: LaunchPlan, sources: list[dict[str, Any]] | None = None) -> None:
     preload = f" (preload {sanitize(', '.join(plan.preload), markup=True)})" if plan.preload else ""
     console.print(
-        f"[bold]{sanitize(plan.name, markup=True)}[/bold]: {plan.world_size} rank(s), start method {plan.start_method}{preload}, "
-        f"rendezvous {sanitize(plan.master_addr, markup=True)}:{plan.master_port}\nrun directory: {sanitize(plan.run_dir, markup=True)}\n"
+        f"[bold]{sanitize(plan.name, markup=True)}[/bold]: {plan.world_size} rank(s), start method "
+        f"{plan.start_method}{preload}, rendezvous {sanitize(plan.master_addr, markup=True)}:{plan.master_port}\n"
+        f"run directory: {sanitize(plan.run_dir, markup=True)}\n"
     )
     shared = {k: v for k, v in plan.ranks[0].env.items() if all(r.env.get(k) == v for r in plan.ranks)}
     own = [dataclasses.replace(r, env={k: v for k, v in r.env.items() if k not in shared}) for r in plan.ranks]
@@ -489,10 +496,10 @@ def render_leaks(console: Console, record: RunRecord) -> None:
         _list_rrefs(console, leaks, lambda r: "")
     if unused:
         console.warn(
-            f"{len(unused)} RRef(s) were held unused until rpc.shutdown(): no holder had used them (to_here, a proxy call, "
-            f"passing them on) for the last {human_seconds(unused[-1].unused_s)} or more, and each kept its value alive on "
-            f"its owner until then; `del` an RRef after its last use to free its value. Longest unused first "
-            f"(`rpcctl inspect rrefs {record.run_id} --state held-unused` lists them all):"
+            f"{len(unused)} RRef(s) were held unused until rpc.shutdown(): no holder had used them (to_here, a proxy "
+            f"call, passing them on) for the last {human_seconds(unused[-1].unused_s)} or more, and each kept its "
+            "value alive on its owner until then; `del` an RRef after its last use to free its value. Longest unused "
+            f"first (`rpcctl inspect rrefs {record.run_id} --state held-unused` lists them all):"
         )
         _list_rrefs(console, unused, lambda r: f", unused for {human_seconds(r.unused_s)}")
     if at_exit:  # a holder that failed (or was killed) before rpc.shutdown(): not "at shutdown"
@@ -507,8 +514,9 @@ def render_leaks(console: Console, record: RunRecord) -> None:
         )
     if held:
         console.info(
-            f"rpcctl: {held} RRef(s) were still referenced, and in use, when rpc.shutdown() began, which released them: normal "
-            f"for RRefs a program keeps to the end, nothing to do (`rpcctl inspect rrefs {record.run_id} --state at-shutdown`)"
+            f"rpcctl: {held} RRef(s) were still referenced, and in use, when rpc.shutdown() began, which released "
+            "them: normal for RRefs a program keeps to the end, nothing to do "
+            f"(`rpcctl inspect rrefs {record.run_id} --state at-shutdown`)"
         )
 
 
@@ -575,7 +583,8 @@ def render_outcome(console: Console, record: RunRecord) -> None:
         )
     if cause.rank >= 0 and cause.node is not None:
         console.detail(
-            f"log: on node {cause.node}{f' ({cause.host})' if cause.host else ''}, run {record.run_id}: logs/rank-{cause.rank}.log"
+            f"log: on node {cause.node}{f' ({cause.host})' if cause.host else ''}, run {record.run_id}: "
+            f"logs/rank-{cause.rank}.log"
         )
     elif cause.rank >= 0:
         console.detail(f"log: {record.run_dir}/logs/rank-{cause.rank}.log")

@@ -67,5 +67,6 @@ def profile(
     write_output(output, data, "--output")
     samples = f"{taken.samples} samples, " if taken.samples is not None else ""
     console.info(
-        f"rpcctl: wrote {output} ({samples}{human_bytes(len(data))}; the run keeps it for `rpcctl report`: {taken.path.name})"
+        f"rpcctl: wrote {output} ({samples}{human_bytes(len(data))}; the run keeps it for `rpcctl report`: "
+        f"{taken.path.name})"
     )

@@ -31,7 +31,8 @@ def report(
         bool,
         typer.Option(
             "--all",
-            help="Draw every metric's chart with every point (by default: the first 16 metrics, loss first, 100,000 points in all; the file can then be tens of MB).",
+            help="Draw every metric's chart with every point (by default: the first 16 metrics, loss first, 100,000 "
+            "points in all; the file can then be tens of MB).",
         ),
     ] = False,
     runs_dir: RunsDirOption = None,
@@ -71,7 +72,8 @@ def web(
         server = LiveServer(run_dir, port=port)
     except OSError as exc:  # in use, or below 1024 without the right
         raise UsageError(
-            f"--port {port}: cannot listen on 127.0.0.1:{port}: {exc.strerror or exc} (another port, or 0 for a free one)"
+            f"--port {port}: cannot listen on 127.0.0.1:{port}: {exc.strerror or exc} (another port, or 0 for a free "
+            "one)"
         ) from None
     get_console().info(f"rpcctl: live page of {run_dir.name} at {server.url} (Ctrl-C to stop)")
     server.serve_forever()

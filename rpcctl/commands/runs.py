@@ -211,10 +211,12 @@ def stop(
     # processes only: this user's, carrying its id) was killed, its record closed.
     killed = len(lost.orphans)
     did = (
-        f"killed {killed} orphaned process{'es' if killed != 1 else ''} (pid {', '.join(str(p.pid) for p in lost.orphans)})"
+        f"killed {killed} orphaned process{'es' if killed != 1 else ''} (pid "
+        f"{', '.join(str(p.pid) for p in lost.orphans)})"
         if killed
         else "nothing was left to kill"
     )
     console.info(
-        f"rpcctl: run {record.run_id} was lost: its launcher (pid {record.launcher_pid}) is gone; {did}; record closed (status lost)"
+        f"rpcctl: run {record.run_id} was lost: its launcher (pid {record.launcher_pid}) is gone; {did}; record closed "
+        "(status lost)"
     )

@@ -26,7 +26,8 @@ def sbatch(
             "--nnodes",
             "-N",
             metavar="N|MIN:MAX",
-            help="Nodes to run on, one launcher each; MIN:MAX: elastic, on as many as SLURM gives at once (--nodes=MIN-MAX, --no-kill) (default: the config's nnodes).",
+            help="Nodes to run on, one launcher each; MIN:MAX: elastic, on as many as SLURM gives at once "
+            "(--nodes=MIN-MAX, --no-kill) (default: the config's nnodes).",
             show_default=False,
         ),
     ] = None,

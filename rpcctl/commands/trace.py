@@ -25,7 +25,8 @@ def trace(
             "--max-events",
             min=0,
             show_default=False,
-            help="About how many events at most (default: 100,000, about 10 MB): the counters (losses, metrics) are thinned evenly to fit; 0 keeps every event of every kind (the file can be hundreds of MB).",
+            help="About how many events at most (default: 100,000, about 10 MB): the counters (losses, metrics) are "
+            "thinned evenly to fit; 0 keeps every event of every kind (the file can be hundreds of MB).",
         ),
     ] = 100_000,
     runs_dir: RunsDirOption = None,

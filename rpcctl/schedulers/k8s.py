@@ -159,7 +159,8 @@ def check_name(
         ),
         "rfc1035": (
             _RFC1035,
-            "an RFC 1035 label: lower-case letters, digits and '-', starting with a letter and ending with a letter or digit",
+            "an RFC 1035 label: lower-case letters, digits and '-', starting with a letter and ending with a letter or "
+            "digit",
         ),
         "subdomain": (_SUBDOMAIN, "a DNS-1123 subdomain: DNS-1123 labels joined by '.'"),
     }[rule]
@@ -173,7 +174,8 @@ def check_name(
 def check_image(value: str) -> str:
     if not _IMAGE.fullmatch(value) or len(value) > 4096:
         raise UsageError(
-            f"--image: {_shown(value)} is not an image reference like registry.example.com/team/train:1.0 or name@sha256:<digest>"
+            f"--image: {_shown(value)} is not an image reference like registry.example.com/team/train:1.0 or "
+            "name@sha256:<digest>"
         )
     return value
 
@@ -273,7 +275,8 @@ def pod_config(spec: JobSpec, k8s: K8sSpec) -> tuple[str, dict[str, str]]:
             data[key] = Path(spec.script).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(
-                f"cannot ship the script {spec.script} in a ConfigMap ({exc}): put it in the image and pass --script-in-image PATH"
+                f"cannot ship the script {spec.script} in a ConfigMap ({exc}): put it in the image and pass "
+                "--script-in-image PATH"
             ) from None
         update["script"] = f"{CONFIG_DIR}/{key}"
     if k8s.gpus_per_node:
@@ -286,13 +289,17 @@ def pod_config(spec: JobSpec, k8s: K8sSpec) -> tuple[str, dict[str, str]]:
     # The pod's environment gives nnodes, node_rank and master; the file keeps one-node values.
     update.update(nnodes=1, node_rank=0, master_addr=None)
     values = spec.model_copy(update=update).model_dump(mode="json")
-    text = "# Written by `rpcctl k8s` from the job's config; nodes, node rank and master come from the pod's environment.\n"
+    text = (
+        "# Written by `rpcctl k8s` from the job's config; nodes, node rank and master come from the pod's "
+        "environment.\n"
+    )
     text += yaml.safe_dump(values, sort_keys=False)
     data[CONFIG_KEY] = text
     size = sum(len(k.encode()) + len(v.encode()) for k, v in data.items())
     if size > MAX_CONFIGMAP_BYTES:
         raise UsageError(
-            f"the config and script are {size:,} bytes, too big for a ConfigMap (1 MiB): put the script in the image and pass --script-in-image PATH"
+            f"the config and script are {size:,} bytes, too big for a ConfigMap (1 MiB): put the script in the image "
+            "and pass --script-in-image PATH"
         )
     return text, data
 

@@ -94,7 +94,8 @@ def slurm_flags(env: Mapping[str, str], wanted: Nodes | None = None) -> dict[str
                     if nnodes < wanted.low
                     else "one launcher per node, and at most MAX of them"
                 )
-                + f"; run it on {wanted.low} to {wanted.high} nodes (srun -N, sbatch --nodes={wanted.low}-{wanted.high})"
+                + f"; run it on {wanted.low} to {wanted.high} nodes "
+                f"(srun -N, sbatch --nodes={wanted.low}-{wanted.high})"
             )
         return {  # MAX capped at what SLURM gave; the rendezvous numbers the nodes
             "nnodes": (f"{wanted.low}:{nnodes}", f"{name}={nnodes} (of nnodes {wanted}: a SLURM job does not grow)"),
@@ -222,7 +223,8 @@ def batch_script(
     return "\n".join(
         [
             *head,
-            f"# Elastic ({nodes}): SLURM starts the job on {nodes.low} to {nodes.high} nodes and adds none later; a node lost (--no-kill)",
+            f"# Elastic ({nodes}): SLURM starts the job on {nodes.low} to {nodes.high} nodes and adds none later; a "
+            "node lost (--no-kill)",
             "# or whose launcher dies (--kill-on-bad-exit=0) leaves the job, which goes on while MIN remain.",
             "# The job's exit code is node 0's, the rendezvous host's verdict on the whole job.",
             f"export RPCCTL_NODE0_EXIT={exit_file}",

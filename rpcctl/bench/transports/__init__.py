@@ -8,8 +8,10 @@ only the TCP transport.
 
 Roles inside a launch (``world_size`` ranks, rank 0 drives the point-to-point cases)::
 
-    rank 0  import → setup → per p2p case: prepare → warm-up/repeats of issue+wait → stop → collectives → [train] → teardown
-    rank k  import → setup → serve (until rank 0's stop)                          → collectives → [train] → teardown
+    rank 0  import → setup → per p2p case: prepare → warm-up/repeats of issue+wait → stop
+            → collectives → [train] → teardown
+    rank k  import → setup → serve (until rank 0's stop)
+            → collectives → [train] → teardown
 
 Collective cases (suite ``collective``) run on every rank at once: each rank calls
 ``collective(op, tensor)`` in the same loop, and ``agree`` keeps the loops in step (rank 0
