@@ -69,7 +69,8 @@ class Console:
             self._log, self._log_path = private_open(path, "a", encoding="utf-8", errors="backslashreplace"), path
         except OSError as exc:
             self.err.print(
-                f"[yellow]warning:[/yellow] cannot write {sanitize(str(path), markup=True)}: {sanitize(exc.strerror or str(exc), markup=True)}"
+                f"[yellow]warning:[/yellow] cannot write {sanitize(str(path), markup=True)}:"
+                f" {sanitize(exc.strerror or str(exc), markup=True)}"
             )
         try:
             yield

@@ -6,16 +6,21 @@ A backend that fails on a thread of its own cannot raise into Python: the except
 c10d's NCCL watchdog on a timeout or an asynchronous error, a peer gone mid-collective: the rank
 is killed by SIGABRT, and all it leaves is what libstdc++'s terminate handler and c10's logging
 printed, then the fatal-error dump faulthandler adds (every thread's stack). Shapes read (torch
-2.13's sources: gloo's transport, ``ProcessGroupNCCL.cpp``, ``c10/util/Logging``)::
+2.13's sources: gloo's transport, ``ProcessGroupNCCL.cpp``, ``c10/util/Logging``; a line too long
+for this page goes on, indented further, on the next)::
 
     terminate called after throwing an instance of 'gloo::EnforceNotMet'
-      what():  [enforce fail at .../pair.cc:456] op.preamble.length <= op.nbytes. 8 vs 4. Received data size doesn't match expected size. Is there a distributed collective mismatch in your code?
+      what():  [enforce fail at .../pair.cc:456] op.preamble.length <= op.nbytes. 8 vs 4. Received data
+          size doesn't match expected size. Is there a distributed collective mismatch in your code?
     terminate called after throwing an instance of 'gloo::IoException'
       what():  [.../pair.cc:534] Connection closed by peer [127.0.0.1]:45210
     terminate called after throwing an instance of 'c10::DistBackendError'
-      what():  [PG ID 0 PG GUID 0(default_pg) Rank 1] Process group watchdog thread terminated with exception: [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, ...) ran for 600021 milliseconds before timing out.
+      what():  [PG ID 0 PG GUID 0(default_pg) Rank 1] Process group watchdog thread terminated with
+          exception: [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, ...) ran for
+          600021 milliseconds before timing out.
       Exception raised from checkTimeout at .../ProcessGroupNCCL.cpp:760 (most recent call first):
-    [rank0]:[F1207 10:00:00.000 ProcessGroupNCCL.cpp:1530] [PG ID 0 ...] ProcessGroupNCCL's watchdog got stuck for 480 seconds ...
+    [rank0]:[F1207 10:00:00.000 ProcessGroupNCCL.cpp:1530] [PG ID 0 ...] ProcessGroupNCCL's watchdog got
+        stuck for 480 seconds ...
     terminate called without an active exception
 
 ``read(lines)`` gives the last of these (``Abort``): the backend (gloo, NCCL, c10d, or the C++

@@ -40,8 +40,8 @@ class GpuNow:
             for pid, used in sorted(self.processes.items())
         )
         return (
-            f"GPU {self.index} ({self.name}): {gib(self.memory_used_bytes)} of {gib(self.memory_total_bytes)} used, {busy} busy"
-            + (f"; {held}" if held else "; no process of its own")
+            f"GPU {self.index} ({self.name}): {gib(self.memory_used_bytes)} of {gib(self.memory_total_bytes)} used,"
+            f" {busy} busy" + (f"; {held}" if held else "; no process of its own")
         )
 
 

@@ -279,8 +279,8 @@ def refused_hint() -> str:
         why.append("this process lacks CAP_SYS_PTRACE (a container without --cap-add SYS_PTRACE?)")
     if _status_field("Seccomp") == "2":
         why.append(
-            "a seccomp filter forbids ptrace here (a container's profile: docker run --security-opt seccomp=unconfined, "
-            "or a profile that allows ptrace and process_vm_readv)"
+            "a seccomp filter forbids ptrace here (a container's profile: docker run --security-opt seccomp=unconfined,"
+            " or a profile that allows ptrace and process_vm_readv)"
         )
     reason = "; ".join(why) or "ptrace was refused"
     return (

@@ -119,7 +119,10 @@ def silence_torch_internal_warnings() -> None:
     # warning too, which is the price of not printing it twice per rank for everyone else.
     warnings.filterwarnings(
         "ignore",
-        message=r"You are using a Backend <class 'torch\.distributed\.distributed_c10d\.ProcessGroupGloo'> as a ProcessGroup",
+        message=(
+            r"You are using a Backend <class 'torch\.distributed\.distributed_c10d\.ProcessGroupGloo'>"
+            r" as a ProcessGroup"
+        ),
         category=UserWarning,
         module=r"torch\.distributed\.distributed_c10d",
     )

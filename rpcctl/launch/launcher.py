@@ -1,7 +1,7 @@
 """The facade the CLI and ``rpcctl bench`` call: plan a job, make its run directory, supervise it.
 
-    spec ──probe_node + plan_attempt──▶ LaunchPlan ──(dry run: return it; restarts and rounds: the supervisor, by the same)
-                                          │
+    spec ──probe_node + plan_attempt──▶ LaunchPlan ──(dry run: return it; restarts and rounds:
+                                          │           the supervisor, by the same)
         runs/<run-id>/ (config.yaml, run.json) ◀── Supervisor.run() ──▶ RunRecord
                                                         │ events
                     console echo and messages, live view, telemetry, watchdog, cluster relay
@@ -220,7 +220,8 @@ def _launch(
         )
     elif cluster is not None:
         console.info(
-            f"rpcctl: node {spec.node_rank} of {spec.nnodes}: joining the rendezvous at {spec.master_addr}:{cluster.master_port}"
+            f"rpcctl: node {spec.node_rank} of {spec.nnodes}: joining the rendezvous at"
+            f" {spec.master_addr}:{cluster.master_port}"
         )
     telemetry_listener = _telemetry_listener(cluster) if telemetry else None
     publish = {"telemetry_port": telemetry_listener.getsockname()[1]} if telemetry_listener else None

@@ -199,7 +199,8 @@ def check_devices(spec: JobSpec, names: list[str]) -> None:
             if index >= seen[local_rank]:
                 rank = spec.node_rank * nproc + local_rank
                 raise ConfigError(
-                    f"GPU cuda:{index} does not exist for rank {rank}: it sees {seen[local_rank]} GPU(s) (devices: {_devices_text(spec)})",
+                    f"GPU cuda:{index} does not exist for rank {rank}: it sees {seen[local_rank]} GPU(s)"
+                    f" (devices: {_devices_text(spec)})",
                     key=key,
                 )
 

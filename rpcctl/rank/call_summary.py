@@ -10,11 +10,12 @@ another: CPython 3.11's ``f_back`` on a frame of a running thread can crash the 
 sampling thread's known hazard; it crashed a callee here once, in a CI run).
 
 Everything else happens on the telemetry sender thread (``Summariser.process``, every 0.1 s):
-ended calls, and the ``rpc.remote`` handles the RRef hook queued, are counted per (callee, function, kind) into a log-scale histogram (``cstat``
-events: count, errors, timeouts, durations), so a fast call costs one small object and no
-event of its own. Only calls running for at least ``LONG_S`` are listed one by one (``call``
-when seen, ``cend`` when over), and only functions served for that long (``srv`` / ``send``),
-with the caller's thread, so the watchdog can tie a waiting thread to what it waits on.
+ended calls, and the ``rpc.remote`` handles the RRef hook queued, are counted per (callee,
+function, kind) into a log-scale histogram (``cstat`` events: count, errors, timeouts, durations),
+so a fast call costs one small object and no event of its own. Only calls running for at least
+``LONG_S`` are listed one by one (``call`` when seen, ``cend`` when over), and only functions
+served for that long (``srv`` / ``send``), with the caller's thread, so the watchdog can tie a
+waiting thread to what it waits on.
 """
 
 from __future__ import annotations

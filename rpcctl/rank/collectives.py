@@ -53,8 +53,8 @@ the moment ``new_group`` returns; else the recorder's ``pg_config``), sent with 
 Events (``protocol``): ``pgw`` (above), ``coll`` (a group's state: last entered and completed sequence number,
 the one in flight with its op and sizes; ``ranks`` once), ``cop`` (per group and op: count, bytes, durations
 as ``calls``' histogram), ``cent`` (a sampled collective: the first ``LIST_FIRST`` of a group and
-every ``LIST_EVERY``-th after, at most ``MAX_LISTED_PER_READ`` per read). Its hook (``wrap_join``) ``patch`` puts on torch; ``OBSERVER`` is what
-``patch`` and the reporter drive (``observer.Observer``).
+every ``LIST_EVERY``-th after, at most ``MAX_LISTED_PER_READ`` per read). Its hook (``wrap_join``) ``patch``
+puts on torch; ``OBSERVER`` is what ``patch`` and the reporter drive (``observer.Observer``).
 """
 
 from __future__ import annotations

@@ -25,9 +25,9 @@ forked child that did not join has no reporter of its own), and a process killed
 says nothing.
 
 The sender thread wakes every ``SEND_INTERVAL_S``: it drains the queue the hooks append to,
-turns it into events (each family's processor, ``families.FAMILIES``), adds a probe (cpu, rss, threads, CUDA memory — never
-initialising CUDA) every ``PROBE_INTERVAL_S``, and writes one JSON line. A send that fails
-ends telemetry for the process; nothing the user's code calls ever waits on it.
+turns it into events (each family's processor, ``families.FAMILIES``), adds a probe (cpu, rss, threads,
+CUDA memory — never initialising CUDA) every ``PROBE_INTERVAL_S``, and writes one JSON line. A send that
+fails ends telemetry for the process; nothing the user's code calls ever waits on it.
 
 Nothing happens at import: a rank forked from a pre-warmed parent creates its thread and
 socket in ``start()``.

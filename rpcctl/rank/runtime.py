@@ -71,7 +71,8 @@ def run_rank(argv: list[str]) -> int:
     """Run ``argv = [SCRIPT, *ARGS]`` as this rank's main program; return its exit code."""
     if not argv:
         print(
-            "usage: python -m rpcctl.rank.runtime SCRIPT [ARGS...] | -m MODULE [ARGS...] | --no-python PROGRAM [ARGS...]",
+            "usage: python -m rpcctl.rank.runtime SCRIPT [ARGS...] | -m MODULE [ARGS...]"
+            " | --no-python PROGRAM [ARGS...]",
             file=sys.stderr,
         )
         return 2

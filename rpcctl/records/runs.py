@@ -295,7 +295,8 @@ def check_runs_dir(runs_dir: Path, flag: str) -> list[str]:
         if st.st_mode & stat.S_IWOTH:
             raise UsageError(
                 f"{flag}: {directory} is writable by every user (mode {stat.S_IMODE(st.st_mode):o}): another user "
-                f"could swap a run directory for a link to anywhere; chmod o-w (or +t, as /tmp) {directory}, or use another"
+                f"could swap a run directory for a link to anywhere; chmod o-w (or +t, as /tmp) {directory},"
+                " or use another"
             )
         if st.st_mode & stat.S_IWGRP and st.st_uid == me:
             warnings.append(

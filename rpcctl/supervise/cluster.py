@@ -268,7 +268,8 @@ class NodeRendezvous:
                 self.store = TCPStore(master_ip, self.master_port, None, False, timedelta(seconds=self.timeout))
         except OSError as exc:
             raise RendezvousError(
-                f"cannot {'host' if self.node_rank == 0 else 'reach'} the rendezvous at {master_ip}:{self.master_port}: {exc}"
+                f"cannot {'host' if self.node_rank == 0 else 'reach'} the rendezvous"
+                f" at {master_ip}:{self.master_port}: {exc}"
             ) from None
         except RuntimeError as exc:
             raise RendezvousError(
@@ -320,7 +321,10 @@ class NodeRendezvous:
             return self._poll(stale_after)
         except RuntimeError as exc:  # the store (node 0's launcher) is gone
             self._seen_news = True
-            message = f"lost contact with the rendezvous on node 0 ({self.master_addr}:{self.master_port}): {str(exc).splitlines()[0]}"
+            message = (
+                f"lost contact with the rendezvous on node 0 ({self.master_addr}:{self.master_port}):"
+                f" {str(exc).splitlines()[0]}"
+            )
             return ClusterNews(RunStatus.FAILED, 0, {"node": 0, "rank": -1, "message": message, "final": True})
 
     def _poll(self, stale_after: float) -> ClusterNews | None:

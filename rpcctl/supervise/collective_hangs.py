@@ -134,7 +134,8 @@ def verdict(rows: list[StoredGroup], procs: list[Any], now: float, where: Any) -
         op = in_flight(first) or f"collective #{k}"
         label = op.replace(f" #{k} (", f" #{k} (pg {pg}, ") if " (" in op else f"{op} (pg {pg})"
         waited = f" for {human_seconds(now - first.cur_since)}" if first.cur_since else ""
-        # The missing rank to follow: one that waits in no collective of its own (the others wait on it), the furthest behind.
+        # The missing rank to follow: one that waits in no collective of its own (the others wait on it),
+        # the furthest behind.
         suspect_row = min(behind, key=lambda r: (r.proc_id in waiting_somewhere, r.entered))
         suspect = by_proc.get(suspect_row.proc_id)
         at = where(suspect) if suspect is not None else None

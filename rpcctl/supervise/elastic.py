@@ -17,11 +17,12 @@ What rpcctl adds:
 - **When a round ends**, every node's ranks stop and the nodes meet again (``next_round``):
   a node that wants to join (the handler's wait list: ``waiting``), a node of the round that was
   cancelled (``left``: Ctrl-C or SIGTERM there, a spot node's preemption; the host's cancel
-  ends every node instead), a node of the round whose launcher stopped beating (``lost``), a rank that failed anywhere (``report_failure`` / ``poll``,
-  as the static rendezvous tells failures). The next round starts with whoever is there, once
-  at least MIN are (after ``last_call`` for more, torchrun's wait); below MIN within the join
-  timeout the job ends with one reason. A round that ended because membership changed is not a
-  restart (``max_restarts`` counts failures with the same members).
+  ends every node instead), a node of the round whose launcher stopped beating (``lost``), a rank
+  that failed anywhere (``report_failure`` / ``poll``, as the static rendezvous tells failures).
+  The next round starts with whoever is there, once at least MIN are (after ``last_call`` for
+  more, torchrun's wait); below MIN within the join timeout the job ends with one reason. A round
+  that ended because membership changed is not a restart (``max_restarts`` counts failures with
+  the same members).
 - The store's host must stay: it is the rendezvous (torchrun's c10d backend has the same limit).
   The run's id and the telemetry port are the host's (``run``), so its run directory and store
   hold the whole job, every round.

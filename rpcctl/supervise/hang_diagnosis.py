@@ -94,7 +94,8 @@ def diagnose(
     waiting = [c for c in report.pending if c.state == CallState.PENDING]
     for call in waiting:
         details.append(
-            f"{call.caller} → {call.callee}: {call.kind} {call.func} at {call.call_site}, for {human_seconds(call.age_s)}"
+            f"{call.caller} → {call.callee}: {call.kind} {call.func} at {call.call_site},"
+            f" for {human_seconds(call.age_s)}"
         )
     for served in report.serving:
         if served.state == ServingState.RUNNING:
@@ -190,7 +191,8 @@ def _chain(
     caller = by_proc_id.get(first.caller_proc)
     who = caller.describe() if caller is not None else (first.caller or "a process")
     parts = [
-        f"{who} has waited {human_seconds(first.age_s)} on {first.kind} → {first.callee} ({first.func}, {first.call_site})"
+        f"{who} has waited {human_seconds(first.age_s)} on {first.kind} → {first.callee}"
+        f" ({first.func}, {first.call_site})"
     ]
     path = [first.caller or who]
     call, suspect = first, None
@@ -239,7 +241,8 @@ def _chain(
             )
             break
         parts.append(
-            f"{served.worker} runs {served.func}, which waits on {onward.kind} → {onward.callee} ({onward.func}, {onward.call_site})"
+            f"{served.worker} runs {served.func}, which waits on {onward.kind} → {onward.callee}"
+            f" ({onward.func}, {onward.call_site})"
         )
         call = onward
     headline = "; ".join(parts)

@@ -11,9 +11,10 @@ every thread, through ``rpcctl.inspect.dump_stacks``) and their main thread's CP
   never run the user's code, are left out: the telemetry sender cycles on its own), or
 - with no RPC call or collective of its own in flight, its main thread ran for at least
   ``BUSY_SHARE`` of the time between the looks (a twentieth: a loaded machine shares its cores,
-  and a thread that waits on a lock, a condition or a socket uses next to none): a long computation in one C call keeps its Python
-  stack the same. A process waiting in a call or a collective may spin in C while it waits
-  (TensorPipe's busy-polling, a CUDA synchronize): its CPU then says nothing.
+  and a thread that waits on a lock, a condition or a socket uses next to none): a long
+  computation in one C call keeps its Python stack the same. A process waiting in a call or a
+  collective may spin in C while it waits (TensorPipe's busy-polling, a CUDA synchronize): its CPU
+  then says nothing.
 
 A process that moved is not hung, whatever the store says. What the watchdog needs to stop a
 job is positive evidence that nothing moves: processes looked at twice with nothing moved, or

@@ -59,7 +59,8 @@ def console_messages(console: Console):
             match event:
                 case CancelRequested(signal=name, grace=grace):
                     console.info(
-                        f"rpcctl: {name} received: stopping the job (grace {grace:g}s; press Ctrl-C again to kill at once)"
+                        f"rpcctl: {name} received: stopping the job (grace {grace:g}s;"
+                        " press Ctrl-C again to kill at once)"
                     )
                 case Restarting(restart=restart, of=of, after=after, everywhere=everywhere):
                     where = " on every node" if everywhere else ""

@@ -121,7 +121,8 @@ class Supervisor:
             if self._record_error is None:
                 self._record_error = str(exc)
                 self._warn(
-                    f"could not write the run record {self.run_dir / 'run.json'}: {exc.strerror or exc}; the job goes on"
+                    f"could not write the run record {self.run_dir / 'run.json'}: {exc.strerror or exc};"
+                    " the job goes on"
                 )
 
     def _on_log_error(self, rank: int, path: Path, written: int, exc: OSError) -> None:
@@ -550,7 +551,8 @@ class Supervisor:
         parent = f" › pid {first['ppid']}" if type(first.get("ppid")) is int and first["ppid"] != status.pid else ""
         more = f" (and {len(found) - 1} more of its processes raised)" if len(found) > 1 else ""
         message = (
-            f"{name or 'a process'} (pid {pid}, {str(first.get('name'))[:200]}, rank {rank}{parent} › pid {pid}) raised "
+            f"{name or 'a process'} (pid {pid}, {str(first.get('name'))[:200]},"
+            f" rank {rank}{parent} › pid {pid}) raised "
             f"{cap_text(str(first.get('message')), MAX_MESSAGE_CHARS)}{more}; rank {rank} exited 0 all the same: "
             "multiprocessing does not pass a process's exception to its parent"
         )

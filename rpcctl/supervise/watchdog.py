@@ -2,8 +2,9 @@
 
 Progress, precisely: a line of output from any rank, a loss or metrics record (printed or
 ``rpcctl.report``), the end (ok, error or timeout) of any RPC call in any rank or process a
-rank spawned, or a process that starts (connects to telemetry) or enters ``init_rpc``. Not progress: heartbeats and probes (a hung process still sends them), RRef
-bookkeeping, torch's own calls (shutdown's barrier), a call that is still running.
+rank spawned, or a process that starts (connects to telemetry) or enters ``init_rpc``. Not
+progress: heartbeats and probes (a hung process still sends them), RRef bookkeeping, torch's own
+calls (shutdown's barrier), a call that is still running.
 
 The supervisor calls ``check()`` from its loop (at most once a second does work). A silence is
 only a suspicion: telemetry's silence is not the job's. So, in a job that uses RPC or a process

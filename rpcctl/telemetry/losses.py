@@ -76,7 +76,8 @@ _LOSS = _Rule(
     not_after=_NOT_IN_WORD,
 )
 _STEP = _Rule(
-    rf"(?:global[ _]?)?(?:step|iter(?:ation)?|it|batch|update)s?\b{_S}*[:=#]?{_S}*\[?{_S}*(?P<step>{_D}+)(?:{_S}*/{_S}*{_D}+)?",
+    r"(?:global[ _]?)?(?:step|iter(?:ation)?|it|batch|update)s?\b"
+    rf"{_S}*[:=#]?{_S}*\[?{_S}*(?P<step>{_D}+)(?:{_S}*/{_S}*{_D}+)?",
     not_after=_NOT_IN_WORD,
 )
 _EPOCH = _Rule(rf"epoch\b{_S}*[:=#]?{_S}*\[?{_S}*(?P<epoch>{_D}+)(?:{_S}*/{_S}*{_D}+)?", not_after=_NOT_IN_WORD)

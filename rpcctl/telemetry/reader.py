@@ -242,7 +242,8 @@ class StoreReader:
     def last_progress(self, restart: int) -> list[float]:
         """The latest marks of progress the store has: a call counted, a long call ended, a loss."""
         rows = self._rows(
-            "SELECT (SELECT max(updated_at) FROM call_stats WHERE restart = ?) AS a, (SELECT max(ended_at) FROM calls WHERE restart = ?) AS b,"
+            "SELECT (SELECT max(updated_at) FROM call_stats WHERE restart = ?) AS a,"
+            " (SELECT max(ended_at) FROM calls WHERE restart = ?) AS b,"
             " (SELECT time FROM losses WHERE restart = ? ORDER BY id DESC LIMIT 1) AS c",
             (restart,) * 3,
         )
@@ -278,7 +279,8 @@ class StoreReader:
     def collective_spans(self) -> list[sqlite3.Row]:
         """Every sampled collective a rank entered, with its group's name (every restart)."""
         return self._rows(
-            "SELECT c.*, g.name FROM collectives c LEFT JOIN coll_groups g USING (proc_id, pg) WHERE c.entered_at IS NOT NULL"
+            "SELECT c.*, g.name FROM collectives c LEFT JOIN coll_groups g USING (proc_id, pg)"
+            " WHERE c.entered_at IS NOT NULL"
         )
 
     def collectives_in_flight(self) -> list[sqlite3.Row]:
@@ -304,8 +306,8 @@ class StoreReader:
     def recent_loss_times(self, restart: int, recent: int) -> list[sqlite3.Row]:
         """(rank, restart, time, source) of the store's latest ``recent`` losses, of this restart."""
         return self._rows(
-            "SELECT rank, restart, time, source FROM losses WHERE restart = ? AND id > (SELECT coalesce(max(id), 0) - ? FROM losses)"
-            " AND time IS NOT NULL",
+            "SELECT rank, restart, time, source FROM losses WHERE restart = ?"
+            " AND id > (SELECT coalesce(max(id), 0) - ? FROM losses) AND time IS NOT NULL",
             (restart, recent),
         )
 

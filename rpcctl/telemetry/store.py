@@ -131,7 +131,8 @@ class StoreWriter:
     # -- the launcher's view -------------------------------------------------------------------
     def rank_started(self, rank: int, restart: int, pid: int, local_rank: int, device: str, t: float) -> None:
         self._x(
-            "INSERT OR REPLACE INTO ranks (rank, restart, pid, local_rank, device, state, started_at) VALUES (?, ?, ?, ?, ?, 'running', ?)",
+            "INSERT OR REPLACE INTO ranks (rank, restart, pid, local_rank, device, state, started_at)"
+            " VALUES (?, ?, ?, ?, ?, 'running', ?)",
             (rank, restart, pid, local_rank, device, t),
         )
 
@@ -158,7 +159,8 @@ class StoreWriter:
         seq = self._loss_seq.get(key, 0)
         self._loss_seq[key] = seq + 1
         cursor = self._x(
-            "INSERT INTO losses (rank, restart, step, epoch, loss, metrics, time, source, seq, rule) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO losses (rank, restart, step, epoch, loss, metrics, time, source, seq, rule)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (rank, restart, step, epoch, loss, _json(metrics or None), t, source, seq, rule),
         )
         return int(cursor.lastrowid) if cursor is not None else -1  # -1: the store has failed
@@ -180,7 +182,8 @@ class StoreWriter:
     # -- processes -----------------------------------------------------------------------------
     def proc_connected(self, hello: dict[str, Any], restart: int, t: float) -> int:
         cursor = self._x(
-            "INSERT INTO procs (host, pid, ppid, rank, restart, kind, connected_at, last_seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO procs (host, pid, ppid, rank, restart, kind, connected_at, last_seen)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 hello.get("host"),
                 hello.get("pid"),
@@ -211,8 +214,9 @@ class StoreWriter:
 
     def _ev_probe(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         self._x(
-            "UPDATE procs SET last_seen = ?, cpu_percent = ?, rss_bytes = ?, threads = ?, device = ?, cuda_visible_devices = ?,"
-            " gpu_memory_bytes = ?, gpus = ?, dropped = ?, cpu_s = coalesce(?, cpu_s), telemetry_cpu_s = coalesce(?, telemetry_cpu_s)"
+            "UPDATE procs SET last_seen = ?, cpu_percent = ?, rss_bytes = ?, threads = ?, device = ?,"
+            " cuda_visible_devices = ?, gpu_memory_bytes = ?, gpus = ?, dropped = ?, cpu_s = coalesce(?, cpu_s),"
+            " telemetry_cpu_s = coalesce(?, telemetry_cpu_s)"
             " WHERE proc_id = ?",
             (
                 t,
@@ -244,7 +248,8 @@ class StoreWriter:
             **{f"rpc_world.{proc.restart}.{proc.world}": {"rdv": ev.get("rdv"), "world_size": ev.get("world_size")}}
         )
         self._x(
-            "UPDATE procs SET last_seen = ?, name = ?, rpc_rank = ?, world_size = ?, device_maps = ?, devices = ?, world = ? WHERE proc_id = ?",
+            "UPDATE procs SET last_seen = ?, name = ?, rpc_rank = ?, world_size = ?, device_maps = ?, devices = ?,"
+            " world = ? WHERE proc_id = ?",
             (
                 t,
                 proc.name,
@@ -286,17 +291,20 @@ class StoreWriter:
     def _ev_rref(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         value = ev.get("value") or {}
         self._x(
-            "INSERT INTO rrefs (restart, world, rref_id, kind, owner_rank, owner, creator_rank, creator, creator_proc, callee, call_site,"
-            " type, shape, dtype, device, nbytes, created_at, confirmed_at, value_watched, storages)"
+            "INSERT INTO rrefs (restart, world, rref_id, kind, owner_rank, owner, creator_rank, creator, creator_proc,"
+            " callee, call_site, type, shape, dtype, device, nbytes, created_at, confirmed_at, value_watched, storages)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (restart, world, rref_id) DO UPDATE SET kind = excluded.kind, creator_rank = excluded.creator_rank,"
-            " creator = excluded.creator, creator_proc = excluded.creator_proc, callee = coalesce(excluded.callee, callee),"
+            " ON CONFLICT (restart, world, rref_id) DO UPDATE SET kind = excluded.kind,"
+            " creator_rank = excluded.creator_rank,"
+            " creator = excluded.creator, creator_proc = excluded.creator_proc,"
+            " callee = coalesce(excluded.callee, callee),"
             " call_site = coalesce(excluded.call_site, call_site), created_at = min(created_at, excluded.created_at),"
             " owner = coalesce(excluded.owner, owner), owner_rank = coalesce(excluded.owner_rank, owner_rank),"
             " type = coalesce(excluded.type, type), shape = coalesce(excluded.shape, shape),"
             " dtype = coalesce(excluded.dtype, dtype), device = coalesce(excluded.device, device),"
             " nbytes = coalesce(excluded.nbytes, nbytes), confirmed_at = coalesce(confirmed_at, excluded.confirmed_at),"
-            " value_watched = coalesce(excluded.value_watched, value_watched), storages = coalesce(excluded.storages, storages)",
+            " value_watched = coalesce(excluded.value_watched, value_watched),"
+            " storages = coalesce(excluded.storages, storages)",
             (
                 proc.restart,
                 proc.world,
@@ -324,7 +332,8 @@ class StoreWriter:
 
     def _ev_conf(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         self._x(
-            "UPDATE rrefs SET confirmed_at = ? WHERE restart = ? AND world = ? AND rref_id = ? AND confirmed_at IS NULL",
+            "UPDATE rrefs SET confirmed_at = ? WHERE restart = ? AND world = ? AND rref_id = ?"
+            " AND confirmed_at IS NULL",
             (t, proc.restart, proc.world, ev["id"]),
         )
 
@@ -334,16 +343,20 @@ class StoreWriter:
         value = ev.get("value") or {}
         local = ev.get("kind") == "local"
         self._x(
-            "INSERT INTO rrefs (restart, world, rref_id, kind, owner_rank, owner, creator_rank, creator, creator_proc, call_site,"
-            " type, shape, dtype, device, nbytes, created_at, value_watched, storages)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (restart, world, rref_id) DO UPDATE SET"
+            "INSERT INTO rrefs (restart, world, rref_id, kind, owner_rank, owner, creator_rank, creator, creator_proc,"
+            " call_site, type, shape, dtype, device, nbytes, created_at, value_watched, storages)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (restart, world, rref_id) DO UPDATE SET"
             " owner = coalesce(owner, excluded.owner), owner_rank = coalesce(owner_rank, excluded.owner_rank),"
             " kind = CASE WHEN excluded.kind = 'local' THEN 'local' ELSE kind END,"
-            " creator_rank = coalesce(creator_rank, excluded.creator_rank), creator = coalesce(creator, excluded.creator),"
-            " creator_proc = coalesce(creator_proc, excluded.creator_proc), call_site = coalesce(call_site, excluded.call_site),"
+            " creator_rank = coalesce(creator_rank, excluded.creator_rank),"
+            " creator = coalesce(creator, excluded.creator),"
+            " creator_proc = coalesce(creator_proc, excluded.creator_proc),"
+            " call_site = coalesce(call_site, excluded.call_site),"
             # The owner's type wins (a fork carries TorchScript's view: 'Tensor' for a Parameter),
             # but for ScriptModule, where the fork's class name says more.
-            " type = CASE WHEN excluded.type LIKE '%ScriptModule' THEN coalesce(type, excluded.type) ELSE coalesce(excluded.type, type) END,"
+            " type = CASE WHEN excluded.type LIKE '%ScriptModule' THEN coalesce(type, excluded.type)"
+            " ELSE coalesce(excluded.type, type) END,"
             " shape = excluded.shape, dtype = excluded.dtype, device = excluded.device, storages = excluded.storages,"
             " nbytes = excluded.nbytes, value_watched = coalesce(excluded.value_watched, value_watched)",
             (
@@ -378,7 +391,8 @@ class StoreWriter:
         # The creator may be untracked, or have dropped its handle before reporting: the fork
         # alone is enough to list the RRef.
         self._x(
-            "INSERT INTO rrefs (restart, world, rref_id, kind, owner_rank, type, created_at) VALUES (?, ?, ?, 'remote', ?, ?, ?)"
+            "INSERT INTO rrefs (restart, world, rref_id, kind, owner_rank, type, created_at)"
+            " VALUES (?, ?, ?, 'remote', ?, ?, ?)"
             " ON CONFLICT (restart, world, rref_id) DO UPDATE SET type = coalesce(type, excluded.type)",
             (proc.restart, proc.world, ev["id"], ev.get("owner_rank"), ev.get("type"), t),
         )
@@ -386,22 +400,23 @@ class StoreWriter:
 
     def _ev_rel(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         self._x(
-            "UPDATE handles SET released_at = ? WHERE restart = ? AND world = ? AND rref_id = ? AND fork_id = ? AND proc_id = ?"
-            " AND released_at IS NULL",
+            "UPDATE handles SET released_at = ? WHERE restart = ? AND world = ? AND rref_id = ? AND fork_id = ?"
+            " AND proc_id = ? AND released_at IS NULL",
             (t, proc.restart, proc.world, ev["id"], ev.get("fork") or "", proc.proc_id),
         )
 
     def _ev_used(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         self._x(
-            "UPDATE handles SET last_used_at = max(coalesce(last_used_at, 0), ?) WHERE restart = ? AND world = ? AND rref_id = ?"
-            " AND fork_id = ? AND proc_id = ?",
+            "UPDATE handles SET last_used_at = max(coalesce(last_used_at, 0), ?)"
+            " WHERE restart = ? AND world = ? AND rref_id = ? AND fork_id = ? AND proc_id = ?",
             (t, proc.restart, proc.world, ev["id"], ev.get("fork") or "", proc.proc_id),
         )
 
     def _ev_churn(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         self._x(
             "INSERT INTO churn (restart, world, proc_id, owner, callee, call_site, count) VALUES (?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (restart, world, proc_id, owner, callee, call_site) DO UPDATE SET count = count + excluded.count",
+            " ON CONFLICT (restart, world, proc_id, owner, callee, call_site)"
+            " DO UPDATE SET count = count + excluded.count",
             (
                 proc.restart,
                 proc.world,
@@ -435,8 +450,8 @@ class StoreWriter:
 
     def _ev_call(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         self._x(
-            "INSERT OR REPLACE INTO calls (restart, proc_id, call_id, kind, caller, caller_rank, callee, func, call_site, thread,"
-            " started_at, nbytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO calls (restart, proc_id, call_id, kind, caller, caller_rank, callee, func,"
+            " call_site, thread, started_at, nbytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 proc.restart,
                 proc.proc_id,
@@ -473,8 +488,10 @@ class StoreWriter:
             "SELECT hist FROM call_stats WHERE proc_id = ? AND callee = ? AND func = ? AND kind = ?", key, ev
         )
         self._x(
-            "INSERT INTO call_stats (restart, proc_id, caller, caller_rank, callee, func, kind, count, errors, timeouts, total_s,"
-            " max_s, hist, updated_at, request_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (proc_id, callee, func, kind)"
+            "INSERT INTO call_stats (restart, proc_id, caller, caller_rank, callee, func, kind, count, errors,"
+            " timeouts, total_s, max_s, hist, updated_at, request_bytes)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (proc_id, callee, func, kind)"
             " DO UPDATE SET count = count + excluded.count, errors = errors + excluded.errors,"
             " request_bytes = coalesce(request_bytes, 0) + excluded.request_bytes,"
             " timeouts = timeouts + excluded.timeouts, total_s = total_s + excluded.total_s,"
@@ -499,8 +516,8 @@ class StoreWriter:
 
     def _ev_srv(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         self._x(
-            "INSERT OR REPLACE INTO serving (restart, proc_id, serve_id, worker, worker_rank, thread, func, nbytes, started_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO serving (restart, proc_id, serve_id, worker, worker_rank, thread, func, nbytes,"
+            " started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 proc.restart,
                 proc.proc_id,
@@ -538,12 +555,14 @@ class StoreWriter:
     def _ev_coll(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         done = int(ev["done"])
         self._x(
-            "INSERT INTO coll_groups (restart, proc_id, rank, world, pg, name, size, entered, completed, completed_at, cur_seq, cur_op,"
-            " cur_sizes, cur_dtypes, cur_bytes, cur_since, updated_at, ranks) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (proc_id, pg) DO UPDATE SET name = coalesce(excluded.name, name), size = coalesce(excluded.size, size),"
-            " ranks = coalesce(excluded.ranks, ranks),"
+            "INSERT INTO coll_groups (restart, proc_id, rank, world, pg, name, size, entered, completed, completed_at,"
+            " cur_seq, cur_op, cur_sizes, cur_dtypes, cur_bytes, cur_since, updated_at, ranks)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (proc_id, pg) DO UPDATE SET name = coalesce(excluded.name, name),"
+            " size = coalesce(excluded.size, size), ranks = coalesce(excluded.ranks, ranks),"
             " completed_at = CASE WHEN excluded.completed > completed THEN excluded.completed_at ELSE completed_at END,"
-            " entered = excluded.entered, completed = excluded.completed, cur_seq = excluded.cur_seq, cur_op = excluded.cur_op,"
+            " entered = excluded.entered, completed = excluded.completed,"
+            " cur_seq = excluded.cur_seq, cur_op = excluded.cur_op,"
             " cur_sizes = excluded.cur_sizes, cur_dtypes = excluded.cur_dtypes, cur_bytes = excluded.cur_bytes,"
             " cur_since = excluded.cur_since, updated_at = excluded.updated_at",
             (
@@ -571,10 +590,11 @@ class StoreWriter:
         key = (proc.proc_id, pg, str(ev["op"]))
         hist = self._merged_hist("SELECT hist FROM coll_stats WHERE proc_id = ? AND pg = ? AND op = ?", key, ev)
         self._x(
-            "INSERT INTO coll_stats (restart, proc_id, rank, world, pg, op, count, bytes, total_s, max_s, hist, updated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (proc_id, pg, op) DO UPDATE SET count = count + excluded.count,"
-            " bytes = coalesce(bytes, 0) + excluded.bytes, total_s = total_s + excluded.total_s, max_s = max(max_s, excluded.max_s),"
-            " hist = excluded.hist, updated_at = excluded.updated_at",
+            "INSERT INTO coll_stats (restart, proc_id, rank, world, pg, op, count, bytes, total_s, max_s, hist,"
+            " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (proc_id, pg, op) DO UPDATE SET count = count + excluded.count,"
+            " bytes = coalesce(bytes, 0) + excluded.bytes, total_s = total_s + excluded.total_s,"
+            " max_s = max(max_s, excluded.max_s), hist = excluded.hist, updated_at = excluded.updated_at",
             (
                 proc.restart,
                 proc.proc_id,
@@ -592,8 +612,8 @@ class StoreWriter:
 
     def _ev_cent(self, proc: ProcInfo, ev: dict[str, Any], t: float) -> None:
         self._x(
-            "INSERT OR REPLACE INTO collectives (restart, proc_id, rank, world, pg, seq, op, sizes, dtypes, bytes, entered_at,"
-            " completed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO collectives (restart, proc_id, rank, world, pg, seq, op, sizes, dtypes, bytes,"
+            " entered_at, completed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 proc.restart,
                 proc.proc_id,
@@ -629,7 +649,8 @@ class StoreWriter:
         """A process this one started ended: its exit status (minus the signal's number if a
         signal ended it), on the latest row of that pid whose parent this process is."""
         self._x(
-            "UPDATE procs SET exit_code = ? WHERE proc_id = (SELECT max(proc_id) FROM procs WHERE pid = ? AND ppid = ? AND restart = ?)",
+            "UPDATE procs SET exit_code = ?"
+            " WHERE proc_id = (SELECT max(proc_id) FROM procs WHERE pid = ? AND ppid = ? AND restart = ?)",
             (int(ev["code"]), int(ev["pid"]), proc.pid, proc.restart),
         )
 
@@ -638,7 +659,8 @@ class StoreWriter:
 
     def _handle(self, proc: ProcInfo, rref_id: str, fork_id: str, role: str, t: float) -> None:
         self._x(
-            "INSERT OR IGNORE INTO handles (restart, world, rref_id, fork_id, proc_id, holder, role, acquired_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR IGNORE INTO handles (restart, world, rref_id, fork_id, proc_id, holder, role, acquired_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (proc.restart, proc.world, rref_id, fork_id, proc.proc_id, proc.name, role, t),
         )
 

@@ -484,7 +484,10 @@ class _Builder:
                             "pid": 0,
                             "tid": 0,
                             "ts": self.ts(max(at, self.start)),
-                            "name": f"round {rnd.get('round')}: {rnd.get('nnodes')} node(s), world size {rnd.get('world_size')}",
+                            "name": (
+                                f"round {rnd.get('round')}: {rnd.get('nnodes')} node(s),"
+                                f" world size {rnd.get('world_size')}"
+                            ),
                             "args": {"why": rnd.get("why"), "members": rnd.get("members")},
                         }
                     )

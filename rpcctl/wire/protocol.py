@@ -33,7 +33,8 @@ event      fields (``t`` is the wall-clock time of the observation, epoch second
 probe      cpu_percent, rss_bytes, threads, device, cuda_visible_devices, gpus,
            gpu_memory_bytes, dropped, cpu_s, telemetry_cpu_s (a heartbeat with the
            process's vital signs)
-rpc        name, rpc_rank, world_size, workers {rank: name}, device_maps, devices, rdv (the rendezvous: "host:port" or init_method)
+rpc        name, rpc_rank, world_size, workers {rank: name}, device_maps, devices, rdv (the
+           rendezvous: "host:port" or init_method)
 rref       id, fork, owner, owner_rank, kind (remote|local), callee, site, confirmed,
            value (local RRefs: the value's description)
 conf       id (the owner confirmed a pending RRef)

@@ -164,9 +164,9 @@ def set_remote_timer(
 ) -> None:
     """The calls family's part of the ``rpc.remote`` hook (``calls.OBSERVER.activate``; None: off).
     ``timed(func, args)`` says whether this call of ``func`` is timed (its per-function schedule, a
-    helper's per method, as for rpc_sync and rpc_async); ``timer(orig, to, func, args, kwargs, timeout)`` makes one timed call
-    and returns its handle; ``count_failure(to, func, args, exc)`` counts an untimed one that
-    raised (no handle, so no record of it counts it).
+    helper's per method, as for rpc_sync and rpc_async); ``timer(orig, to, func, args, kwargs,
+    timeout)`` makes one timed call and returns its handle; ``count_failure(to, func, args, exc)``
+    counts an untimed one that raised (no handle, so no record of it counts it).
 
     One hook for both families: a second wrapper in the chain (calls' own, until this) cost
     each call ~2 µs of the caller's time in situ, cold caches and all: a third of what the
