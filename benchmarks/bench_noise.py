@@ -108,14 +108,16 @@ def main() -> int:
     print(f"{'set-up':26} {'row noise':>10} {'run-to-run':>11} {'noisy rows':>11} {'time':>7}")
     for name, f in figures.items():
         print(
-            f"{name:26} {f['row_noise'] * 100:>9.0f}% {f['run_to_run'] * 100:>10.0f}% {f['noisy_share'] * 100:>10.0f}% {f['seconds']:>6.0f}s"
+            f"{name:26} {f['row_noise'] * 100:>9.0f}% {f['run_to_run'] * 100:>10.0f}%"
+            f" {f['noisy_share'] * 100:>10.0f}% {f['seconds']:>6.0f}s"
         )
     base = figures["one launch each"]["run_to_run"]
     for name, f in figures.items():
         if name != "one launch each" and base:
             change = f["run_to_run"] / base - 1
             print(
-                f"{name}: run-to-run spread of VS RPC {abs(change) * 100:.0f}% {'smaller' if change < 0 else 'larger'} than one launch each"
+                f"{name}: run-to-run spread of VS RPC {abs(change) * 100:.0f}%"
+                f" {'smaller' if change < 0 else 'larger'} than one launch each"
             )
     return 0
 

@@ -26,7 +26,8 @@ from pathlib import Path
 
 WRAPPER = (
     "import json, resource, subprocess, sys\n"
-    "run = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)\n"
+    "run = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,"
+    " stdin=subprocess.DEVNULL, text=True)\n"
     "lines = run.stderr.strip().splitlines()\n"
     "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024\n"
     "print(json.dumps([run.returncode, peak, lines[0] if lines else '']))\n"
@@ -127,13 +128,15 @@ def main() -> None:
             )
             load_text = f"{load_s:7.3f} s" if load_s is not None else "      -  "
             print(
-                f"{label:44} exit {code}  cli {wall:5.2f} s  load_config {load_text}  {rss / 2**20:4.0f} MB  {message[:90]}",
+                f"{label:44} exit {code}  cli {wall:5.2f} s  load_config {load_text}  {rss / 2**20:4.0f} MB"
+                f"  {message[:90]}",
                 flush=True,
             )
     worst = max(rows[1:], key=lambda r: r["wall_s"])
     slowest_load = max((r for r in rows if r["load_config_s"] is not None), key=lambda r: r["load_config_s"])
     print(
-        f"\nslowest CLI run: {worst['case']}: {worst['wall_s']:.2f} s (the CLI's own start, a valid config: {rows[0]['wall_s']:.2f} s); "
+        f"\nslowest CLI run: {worst['case']}: {worst['wall_s']:.2f} s"
+        f" (the CLI's own start, a valid config: {rows[0]['wall_s']:.2f} s); "
         f"slowest load_config: {slowest_load['case']}: {slowest_load['load_config_s']:.3f} s; "
         f"largest peak RSS: {max(r['peak_rss_bytes'] for r in rows[1:]) / 2**20:.0f} MB"
     )

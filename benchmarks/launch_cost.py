@@ -56,7 +56,8 @@ own CPU, on/off: remote 0.885, sync 0.874, async 0.957, ddp 1.029.
 Measured again (2026-12-06 13:02-13:14 and 14:31-14:51 UTC, a quiet machine, load average 0.3-2.7,
 ``--shapes remote sync async --arms on off --rounds 10 --seconds 2.5``), CPU on/off, median
 (lowest..highest), before and after 15b53a3 (rpc_sync timed per function, first 100 then 1 in 16;
-the sender's share of a sync call 6.2 -> 3.5 µs, the hook's ~4.3 -> ~1.3 µs warm, ~2.2 since it keeps its calls in flight in a table):
+the sender's share of a sync call 6.2 -> 3.5 µs, the hook's ~4.3 -> ~1.3 µs warm, ~2.2 since it
+keeps its calls in flight in a table):
 
 ======  ===================  ===================
 shape   before (1d89a24)     after (15b53a3)
@@ -202,8 +203,8 @@ PROLOGUE = textwrap.dedent(
             return None
         import subprocess
         spy = subprocess.Popen([os.environ["LAUNCH_COST_PYSPY"], "record", "--native", "--threads", "--rate", "200",
-                                "--format", "raw", "--duration", str(int(seconds)), "--pid", str(os.getpid()), "--output",
-                                out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                "--format", "raw", "--duration", str(int(seconds)), "--pid", str(os.getpid()),
+                                "--output", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)  # attached
         return spy
 
@@ -225,7 +226,8 @@ PROLOGUE = textwrap.dedent(
 
     def result(n, wall, work_us, mine_us, sender_us):
         print(f"RESULT rate={n / wall:.3f} cpu_us={work_us / n:.4f} caller_us={mine_us / n:.4f}"
-              f" sender_us={sender_us / n:.4f} n={n} window={WINDOW[0]:.6f},{WINDOW[1]:.6f} pid={os.getpid()}", flush=True)
+              f" sender_us={sender_us / n:.4f} n={n} window={WINDOW[0]:.6f},{WINDOW[1]:.6f} pid={os.getpid()}",
+              flush=True)
     """
 )
 
@@ -387,8 +389,8 @@ def measure(args: argparse.Namespace, folder: Path) -> Runs:
                 one = launch(arm, shape, folder, args)
                 results[shape][arm].append(one)
                 print(
-                    f"round {round_ + 1} {shape} {arm}: {one[0]:.1f}/s, CPU per op {one[1]:.2f} µs (caller {one[2]:.2f},"
-                    f" sender {one[3]:.2f})",
+                    f"round {round_ + 1} {shape} {arm}: {one[0]:.1f}/s, CPU per op {one[1]:.2f} µs"
+                    f" (caller {one[2]:.2f}, sender {one[3]:.2f})",
                     file=sys.stderr,
                 )
     return results
@@ -440,8 +442,8 @@ def summarise(results: Runs) -> dict[str, object]:
 
 def print_summary(summary: dict[str, object]) -> None:
     print(
-        "per arm: median rate, CPU per op (the caller thread's, rpcctl's sender thread's); a/b: a's rate / b's, b's CPU per op / a's "
-        "(1.00: the same; < 1: a costs more), median (lowest..highest)"
+        "per arm: median rate, CPU per op (the caller thread's, rpcctl's sender thread's); "
+        "a/b: a's rate / b's, b's CPU per op / a's (1.00: the same; < 1: a costs more), median (lowest..highest)"
     )
     for shape, s in summary.items():
         medians = ", ".join(

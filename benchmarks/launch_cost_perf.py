@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> None:
             for arm in ("on", "off") if i % 2 == 0 else ("off", "on"):
                 per_op = one(args.shape, arm, args, Path(tmp))
                 print(
-                    f"pair {i + 1} {arm}: main thread {sum(v for (t, _), v in per_op.items() if t == 'main'):.1f} µs per op",
+                    f"pair {i + 1} {arm}: main thread"
+                    f" {sum(v for (t, _), v in per_op.items() if t == 'main'):.1f} µs per op",
                     file=sys.stderr,
                 )
                 for key, us in per_op.items():

@@ -70,7 +70,8 @@ def main() -> None:
             for name in order:
                 samples[name].append(timed(commands[name], env))
             print(
-                f"pair {i + 1}/{args.pairs}: torchrun {samples['torchrun'][-1]:.2f}s  rpcctl {samples['rpcctl'][-1]:.2f}s",
+                f"pair {i + 1}/{args.pairs}: torchrun {samples['torchrun'][-1]:.2f}s"
+                f"  rpcctl {samples['rpcctl'][-1]:.2f}s",
                 file=sys.stderr,
             )
 
@@ -86,10 +87,12 @@ def main() -> None:
     }
     print(f"ranks: {args.nproc}, pairs: {args.pairs}, cpus: {os.cpu_count()}")
     print(
-        f"torchrun --standalone  median {summary['torchrun_median_s']:.2f}s  (min {min(samples['torchrun']):.2f}, max {max(samples['torchrun']):.2f})"
+        f"torchrun --standalone  median {summary['torchrun_median_s']:.2f}s"
+        f"  (min {min(samples['torchrun']):.2f}, max {max(samples['torchrun']):.2f})"
     )
     print(
-        f"rpcctl launch          median {summary['rpcctl_median_s']:.2f}s  (min {min(samples['rpcctl']):.2f}, max {max(samples['rpcctl']):.2f})"
+        f"rpcctl launch          median {summary['rpcctl_median_s']:.2f}s"
+        f"  (min {min(samples['rpcctl']):.2f}, max {max(samples['rpcctl']):.2f})"
     )
     print(f"rpcctl / torchrun      median of paired ratios {summary['ratio_median']:.2f}x  (target <= 0.60x)")
     if args.json:

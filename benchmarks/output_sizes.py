@@ -66,7 +66,10 @@ def output_size(folder: Path, command: list[str], out: Path) -> int | None:
 
 
 def live_view_size(run_dir: Path) -> int:
-    code = f"from pathlib import Path; from rpcctl.web import page; print(len(page.view_json(page.run_view(Path({str(run_dir)!r})))))"
+    code = (
+        "from pathlib import Path; from rpcctl.web import page;"
+        f" print(len(page.view_json(page.run_view(Path({str(run_dir)!r})))))"
+    )
     return int(
         subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=run_dir.parent

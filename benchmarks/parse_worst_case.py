@@ -145,7 +145,10 @@ def main() -> None:
     head = f"{'shape':<16}{'bytes':>7}{'loss parser':>14}{'stack parser':>14}{'splitter':>11}"
     print(head + (f"{args.against + ' loss parser':>26}{'ratio':>9}" if theirs else ""))
     for name, row in ours.items():
-        text = f"{name:<16}{row['bytes']:>7}{row['loss_parser_s'] * 1e3:>11.3f} ms{row['stack_parser_s'] * 1e3:>11.3f} ms{row['splitter_s'] * 1e3:>8.3f} ms"
+        text = (
+            f"{name:<16}{row['bytes']:>7}{row['loss_parser_s'] * 1e3:>11.3f} ms"
+            f"{row['stack_parser_s'] * 1e3:>11.3f} ms{row['splitter_s'] * 1e3:>8.3f} ms"
+        )
         if theirs:
             then = theirs.get(name)
             text += f"{'> %.0f s' % args.limit if then is None else '%.3f ms' % (then * 1e3):>26}"

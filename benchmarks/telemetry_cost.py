@@ -386,7 +386,8 @@ def measure(
 
 def render(report: dict) -> str:
     lines = [
-        f"telemetry on / off in the same ranks: {report['rounds']} rounds of {report['blocks_per_side']} alternating blocks per side",
+        f"telemetry on / off in the same ranks: {report['rounds']} rounds"
+        f" of {report['blocks_per_side']} alternating blocks per side",
         "(speed: ops/s on over off; job CPU: both ranks' CPU per op, off over on; each the median of rounds,",
         " lowest-highest round beside it; CPU µs/op on / off: the calling thread's, and both ranks' all threads')",
         f"  {'shape':14}{'speed':>7}  {'range':>13}  {'job CPU':>7}  {'range':>13}  {'ops/s on':>9}  {'ops/s off':>9}"
@@ -398,7 +399,8 @@ def render(report: dict) -> str:
         cpu = f"{row['caller_cpu_us_per_op_on']:6.1f} / {row['caller_cpu_us_per_op_off']:<6.1f}"
         job = f"{row['job_cpu_us_per_op_on']:6.1f} / {row['job_cpu_us_per_op_off']:<6.1f}"
         lines.append(
-            f"  {shape:14}{r['median']:7.3f}  {r['min']:6.3f}-{r['max']:<6.3f}  {j['median']:7.3f}  {j['min']:6.3f}-{j['max']:<6.3f}"
+            f"  {shape:14}{r['median']:7.3f}  {r['min']:6.3f}-{r['max']:<6.3f}"
+            f"  {j['median']:7.3f}  {j['min']:6.3f}-{j['max']:<6.3f}"
             f"  {row['ops_per_s_on']:9.0f}  {row['ops_per_s_off']:9.0f}  {cpu:>15}  {job:>15}{verdict}"
         )
     for shape, row in report["shapes"].items():
@@ -410,7 +412,8 @@ def render(report: dict) -> str:
             )
             if row.get("gc"):
                 lines.append(
-                    f"{shape}: garbage collections per million operations (n) and µs per operation collecting (s), on / off"
+                    f"{shape}: garbage collections per million operations (n)"
+                    " and µs per operation collecting (s), on / off"
                 )
                 lines.extend(f"  {g:34} {c['on']:8.1f} / {c['off']:<8.1f}" for g, c in row["gc"].items())
     for shape, rows in report.get("profile", {}).items():

@@ -140,12 +140,14 @@ def main() -> None:
             ("this tree", measure(ROOT, args.connections, args.mib)),
         ]
     print(
-        f"{args.connections} connections, each sending {args.mib} MiB of a line that never ends (a MiB to each in turn)\n"
+        f"{args.connections} connections, each sending {args.mib} MiB of a line that never ends"
+        " (a MiB to each in turn)\n"
     )
     print(f"{'server':<22}{'RSS before':>12}{'peak':>10}{'grew':>10}{'cut off':>9}{'LineBuffer: 3 MiB in 4 KiB':>28}")
     for name, row in rows:
         print(
-            f"{name:<22}{row['base']:>9.0f} MB{row['peak']:>7.0f} MB{row['peak'] - row['base']:>7.0f} MB{row['cut']:>9}{row['line_s']:>26.3f} s"
+            f"{name:<22}{row['base']:>9.0f} MB{row['peak']:>7.0f} MB{row['peak'] - row['base']:>7.0f} MB"
+            f"{row['cut']:>9}{row['line_s']:>26.3f} s"
         )
     (_, old), (_, new) = rows
     print(

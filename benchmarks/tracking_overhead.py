@@ -110,7 +110,10 @@ class _StandInRRef:
     """Stands in for the UserRRef that remote() returns, in a process without RPC."""
 
     def __str__(self) -> str:
-        return "UserRRef(RRefId = GloballyUniqueId(created_on=0, local_id=1), ForkId = GloballyUniqueId(created_on=0, local_id=2))"
+        return (
+            "UserRRef(RRefId = GloballyUniqueId(created_on=0, local_id=1),"
+            " ForkId = GloballyUniqueId(created_on=0, local_id=2))"
+        )
 
     def confirmed_by_owner(self) -> bool:
         return False  # stays in the poll list: no describe RPC in a process without RPC
@@ -312,7 +315,8 @@ def main() -> None:
             args.json,
             "Sender thread at work (lists 2000 RRefs, then sees them all released; 4000 events per cycle):",
             [
-                f"  {label:18} sender CPU {w['sender_cpu_ms_per_cycle']:5.1f} ms/cycle;  another thread waits for the GIL"
+                f"  {label:18} sender CPU {w['sender_cpu_ms_per_cycle']:5.1f} ms/cycle;"
+                "  another thread waits for the GIL"
                 f" p50 {w['wait_p50_us']:6.0f} µs  p99 {w['wait_p99_us']:6.0f} µs  max {w['wait_max_us']:6.0f} µs"
                 for label, w in waits.items()
             ],
@@ -412,7 +416,8 @@ def main() -> None:
         print(json.dumps(report, indent=2))
         return
     print(
-        f"\nrpc.remote throughput, median of {args.trials} trials ({args.calls} RRefs per round, {args.window} in flight):"
+        f"\nrpc.remote throughput, median of {args.trials} trials"
+        f" ({args.calls} RRefs per round, {args.window} in flight):"
     )
     print(f"{'':22}{'churn':>12}{'ratio':>8}{'hold':>12}{'ratio':>8}")
     for name, shapes in report["results"].items():
@@ -423,11 +428,13 @@ def main() -> None:
     if "paired_on_off" in report:
         p = report["paired_on_off"]
         print(
-            f"{'paired, on / off':22}{'':12}{p['churn']:8.3f}{'':12}{p['hold']:8.3f}   (same processes, alternating rounds)"
+            f"{'paired, on / off':22}{'':12}{p['churn']:8.3f}{'':12}{p['hold']:8.3f}"
+            "   (same processes, alternating rounds)"
         )
     if "telemetry_cpu_share" in report:
         print(
-            f"\ntelemetry's own threads (ranks' senders + launcher's server) used {report['telemetry_cpu_share']:.2%} of the\n"
+            "\ntelemetry's own threads (ranks' senders + launcher's server) used"
+            f" {report['telemetry_cpu_share']:.2%} of the\n"
             "CPU time the ranks used (median over trials; measured by those threads, so not blurred by load)"
         )
 

@@ -42,17 +42,28 @@ def test_a_gloo_abort_on_mismatched_collectives_is_told_in_glooss_words(mode, tm
 
 
 # The shapes c10d, gloo and NCCL abort with (torch's source: ProcessGroupNCCL.cpp's watchdog,
-# gloo's transport), as libstdc++'s terminate handler and c10's logging print them.
+# gloo's transport), as libstdc++'s terminate handler and c10's logging print them. A line that
+# ends in a backslash goes on in the next: one line of the log.
 NCCL_TIMEOUT = """\
-[rank1]:[E1207 10:00:00.000000000 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1024, NumelOut=1024, Timeout(ms)=600000) ran for 600021 milliseconds before timing out.
-[rank1]:[E1207 10:00:00.000000000 ProcessGroupNCCL.cpp:2197] [PG ID 0 PG GUID 0(default_pg) Rank 1] Process group watchdog thread terminated with exception: [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1024, NumelOut=1024, Timeout(ms)=600000) ran for 600021 milliseconds before timing out.
-Exception raised from checkTimeout at /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:760 (most recent call first):
-frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x9d (0x7f57d0f6afad in /venv/lib/python3.11/site-packages/torch/lib/libc10.so)
+[rank1]:[E1207 10:00:00.000000000 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation timeout: \
+WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1024, NumelOut=1024, Timeout(ms)=600000) ran for 600021 milliseconds \
+before timing out.
+[rank1]:[E1207 10:00:00.000000000 ProcessGroupNCCL.cpp:2197] [PG ID 0 PG GUID 0(default_pg) Rank 1] Process group \
+watchdog thread terminated with exception: [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, \
+OpType=ALLREDUCE, NumelIn=1024, NumelOut=1024, Timeout(ms)=600000) ran for 600021 milliseconds before timing out.
+Exception raised from checkTimeout at /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:760 (most recent call \
+first):
+frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x9d (0x7f57d0f6afad in \
+/venv/lib/python3.11/site-packages/torch/lib/libc10.so)
 
 terminate called after throwing an instance of 'c10::DistBackendError'
-  what():  [PG ID 0 PG GUID 0(default_pg) Rank 1] Process group watchdog thread terminated with exception: [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1024, NumelOut=1024, Timeout(ms)=600000) ran for 600021 milliseconds before timing out.
-Exception raised from checkTimeout at /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:760 (most recent call first):
-frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x9d (0x7f57d0f6afad in /venv/lib/python3.11/site-packages/torch/lib/libc10.so)
+  what():  [PG ID 0 PG GUID 0(default_pg) Rank 1] Process group watchdog thread terminated with exception: [Rank 1] \
+Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1024, NumelOut=1024, \
+Timeout(ms)=600000) ran for 600021 milliseconds before timing out.
+Exception raised from checkTimeout at /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:760 (most recent call \
+first):
+frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x9d (0x7f57d0f6afad in \
+/venv/lib/python3.11/site-packages/torch/lib/libc10.so)
 
 Fatal Python error: Aborted
 
@@ -74,14 +85,18 @@ Fatal Python error: Aborted
 
 CUDA_IN_THE_WATCHDOG = """\
 terminate called after throwing an instance of 'c10::DistBackendError'
-  what():  [PG ID 0 PG GUID 0(default_pg) Rank 0] Process group watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered
+  what():  [PG ID 0 PG GUID 0(default_pg) Rank 0] Process group watchdog thread terminated with exception: CUDA error: \
+an illegal memory access was encountered
 CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.
 For debugging consider passing CUDA_LAUNCH_BLOCKING=1
 """
 
 HEARTBEAT = """\
-[rank0]:[E1207 10:00:00.000 ProcessGroupNCCL.cpp:1500] [PG ID 0 PG GUID 0(default_pg) Rank 0] First PG on this rank that detected no heartbeat of its watchdog.
-[rank0]:[F1207 10:00:00.000 ProcessGroupNCCL.cpp:1530] [PG ID 0 PG GUID 0(default_pg) Rank 0] ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring enqueued collectives. This typically indicates a NCCL/CUDA API (e.g., CudaEventDestroy) hang blocking the watchdog.
+[rank0]:[E1207 10:00:00.000 ProcessGroupNCCL.cpp:1500] [PG ID 0 PG GUID 0(default_pg) Rank 0] First PG on this rank \
+that detected no heartbeat of its watchdog.
+[rank0]:[F1207 10:00:00.000 ProcessGroupNCCL.cpp:1530] [PG ID 0 PG GUID 0(default_pg) Rank 0] ProcessGroupNCCL's \
+watchdog got stuck for 480 seconds without making progress in monitoring enqueued collectives. This typically \
+indicates a NCCL/CUDA API (e.g., CudaEventDestroy) hang blocking the watchdog.
 Fatal Python error: Aborted
 """
 

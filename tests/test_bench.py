@@ -674,7 +674,10 @@ def test_payloads_are_identical_for_every_transport():
     import hashlib
     import subprocess
 
-    code = "import hashlib; from rpcctl.bench.suites import payload; print(hashlib.sha256(payload(4096).numpy().tobytes()).hexdigest())"
+    code = (
+        "import hashlib; from rpcctl.bench.suites import payload;"
+        " print(hashlib.sha256(payload(4096).numpy().tobytes()).hexdigest())"
+    )
     other = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     ).stdout.strip()

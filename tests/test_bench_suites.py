@@ -170,8 +170,8 @@ def test_tuned_rpc_gets_what_it_asks_for(tmp_path):
 
 def test_transport_settings_reach_tensorpipe(tmp_path):
     """rpc-uv asks TensorPipe for TCP only: its ranks must hold no shared-memory segment, while
-    rpc-tuned (TensorPipe's choice: shm on one machine) must. TensorPipe's own default is shm, so a dropped ``_transports``
-    makes rpc-uv fail here."""
+    rpc-tuned (TensorPipe's choice: shm on one machine) must. TensorPipe's own default is shm, so a
+    dropped ``_transports`` makes rpc-uv fail here."""
     document = run_bench(tmp_path, "--suite", "latency", "--transport", "rpc-uv,rpc-tuned")
     observed = document["settings"]["observed"]
     assert observed["rpc-uv@2"]["shm_transport"] is False, observed

@@ -234,8 +234,9 @@ HELD_TO_THE_END = textwrap.dedent(
 
 def test_remote_calls_held_to_a_quick_end_are_all_counted(tmp_path, runs_dir):
     """Past a function's first REMOTE_TIMED_FIRST, only one rpc.remote of it in REMOTE_SAMPLE is
-    timed (another function's first calls are); the others are counted when their RRef goes or, after a second, when it is created. RRefs
-    still held at a sub-second shutdown are counted by the last report."""
+    timed (another function's first calls are); the others are counted when their RRef goes or,
+    after a second, when it is created. RRefs still held at a sub-second shutdown are counted by the
+    last report."""
     _launch_to_end(tmp_path, runs_dir, HELD_TO_THE_END, "held")
     document = json.loads(rpcctl("inspect", "calls", "--json", "--runs-dir", str(runs_dir)).stdout)
     remote = next(

@@ -219,7 +219,8 @@ def test_collectives_are_on_each_ranks_trace_track_linked_across_ranks(slow_run,
     assert all(
         s["args"]["bytes"] == 4096 and s["args"]["state"] == "completed" for s in spans if s["args"]["op"] != "barrier"
     )
-    # One flow per (pg, seq), through every rank that ran it, in order of entry: the straggler last into each all_reduce.
+    # One flow per (pg, seq), through every rank that ran it, in order of entry: the straggler last
+    # into each all_reduce.
     flows = {}
     for e in events:
         if e["ph"] in "stf" and e["cat"] == "collective":

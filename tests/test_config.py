@@ -203,7 +203,8 @@ def test_expanded_values_take_the_field_type(write, monkeypatch):
     monkeypatch.setenv("RPCCTL_T_TIMEOUT", "2.5")
     spec = load_config(
         write(
-            "script: train.py\nnproc_per_node: ${RPCCTL_T_N}\nrpc:\n  init: ${RPCCTL_T_INIT}\n  rpc_timeout: ${RPCCTL_T_TIMEOUT}\n"
+            "script: train.py\nnproc_per_node: ${RPCCTL_T_N}\nrpc:\n"
+            "  init: ${RPCCTL_T_INIT}\n  rpc_timeout: ${RPCCTL_T_TIMEOUT}\n"
         )
     )
     assert (spec.nproc_per_node, spec.rpc.init, spec.rpc.rpc_timeout) == (3, True, 2.5)

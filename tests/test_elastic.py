@@ -224,9 +224,10 @@ def rank_log(run_dir, rank: int) -> str:
 @pytest.fixture(scope="module")
 def elastic_run(tmp_path_factory, hosts):
     """One elastic job told once, as torchrun's users run theirs: node A starts alone (1:2, a config),
-    node B (torchrun's line) joins (the world grows from 2 ranks to 4), B's launcher gets SIGTERM (by its pid) and A goes on
-    alone to the end; the training script resumes from its checkpoint in each round. A and B are
-    emulated hosts (network namespaces joined by a veth pair, as tests/test_multinode.py's)."""
+    node B (torchrun's line) joins (the world grows from 2 ranks to 4), B's launcher gets SIGTERM (by
+    its pid) and A goes on alone to the end; the training script resumes from its checkpoint in each
+    round. A and B are emulated hosts (network namespaces joined by a veth pair, as
+    tests/test_multinode.py's)."""
     tmp = tmp_path_factory.mktemp("elastic_launch")
     env = {**os.environ, "RPCCTL_SECRET": secrets.token_hex(16), "NO_COLOR": "1", "COLUMNS": "200"}
     host_a, host_b = hosts

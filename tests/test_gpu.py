@@ -23,7 +23,8 @@ def test_auto_gives_each_rank_its_own_gpu(tmp_path, runs_dir):
     script.write_text(
         "import os, torch\n"
         "x = torch.ones(1024, device='cuda')\n"
-        "print('GPU', os.environ['RANK'], os.environ['CUDA_VISIBLE_DEVICES'], torch.cuda.device_count(), x.sum().item())\n"
+        "print('GPU', os.environ['RANK'], os.environ['CUDA_VISIBLE_DEVICES'],"
+        " torch.cuda.device_count(), x.sum().item())\n"
     )
     config = write_config(tmp_path, script=str(script), nproc_per_node=nproc, devices="auto", preload=["torch"])
     result = rpcctl("launch", str(config), "--no-live", "--runs-dir", str(runs_dir), timeout=170)

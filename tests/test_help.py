@@ -112,7 +112,8 @@ def test_a_command_loads_only_what_it_needs(tmp_path):
     probe = (
         "import sys\nfrom rpcctl.cli import main\nsys.argv = ['rpcctl', *sys.argv[1:]]\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "print(sorted(m for m in ('rpcctl.config', 'rpcctl.commands.launch', 'rpcctl.commands.bench') if m in sys.modules))\n"
+        "print(sorted(m for m in ('rpcctl.config', 'rpcctl.commands.launch', 'rpcctl.commands.bench')"
+        " if m in sys.modules))\n"
     )
     import subprocess
     import sys

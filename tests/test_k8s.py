@@ -259,7 +259,8 @@ def fake_kubectl(tmp_path: Path, code: int) -> dict:
         "#!/bin/sh\n"
         f'printf "%s\\n" "$@" > {tmp_path}/kubectl.args\n'
         f"cat > {tmp_path}/kubectl.stdin\n"
-        f'[ {code} = 0 ] && echo "job.batch/parameter-server created" || echo "error: the server has asked for the client to provide credentials" >&2\n'
+        f'[ {code} = 0 ] && echo "job.batch/parameter-server created"'
+        ' || echo "error: the server has asked for the client to provide credentials" >&2\n'
         f"exit {code}\n"
     )
     tool.chmod(0o755)
@@ -423,7 +424,8 @@ def test_a_node_waits_for_node_0_to_listen_and_says_so():
         thread.join()
         listener.close()
     assert heard == [
-        f"rpcctl: waiting up to rdzv_timeout (30s) for node 0's rendezvous at localhost (127.0.0.1):{port}: Connection refused"
+        f"rpcctl: waiting up to rdzv_timeout (30s) for node 0's rendezvous at localhost (127.0.0.1):{port}:"
+        " Connection refused"
     ]
 
 
@@ -432,7 +434,10 @@ def test_a_master_that_never_resolves_ends_the_wait_at_rdzv_timeout():
     started = time.monotonic()
     with pytest.raises(
         RendezvousError,
-        match=r"node 1 gave up waiting for master_addr 'rpc-train-0\.rpc-train\.invalid' to resolve .* after rdzv_timeout \(2s\)",
+        match=(
+            r"node 1 gave up waiting for master_addr 'rpc-train-0\.rpc-train\.invalid' to resolve .*"
+            r" after rdzv_timeout \(2s\)"
+        ),
     ):
         wait_for_master("rpc-train-0.rpc-train.invalid", 29500, node_rank=1, timeout=2, say=heard.append)
     assert time.monotonic() - started < 10

@@ -315,7 +315,11 @@ if rank == 1:
 # (a time printed afterwards can lag by however long the rank is descheduled).
 torch_returned = []
 def stamp(frame, event, arg):
-    if event == "return" and frame.f_code.co_name == "shutdown" and frame.f_code.co_filename.endswith(os.path.join("rpc", "api.py")):
+    if (
+        event == "return"
+        and frame.f_code.co_name == "shutdown"
+        and frame.f_code.co_filename.endswith(os.path.join("rpc", "api.py"))
+    ):
         torch_returned.append(time.time())
 sys.setprofile(stamp)
 rpc.shutdown()
@@ -415,7 +419,10 @@ if __name__ == "__main__":
     children.append(mp.get_context("fork").Process(target=lines, args=("forked", start)))
     for child in children:
         child.start()
-    code = "import sys; sys.path.insert(0, sys.argv[1]); from printers import lines; lines('subprocess', float(sys.argv[2]))"
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from printers import lines;"
+        " lines('subprocess', float(sys.argv[2]))"
+    )
     helper = subprocess.Popen([sys.executable, "-c", code, sys.argv[0].rsplit("/", 1)[0], str(start)])
     lines("rank", start)
     for child in children:

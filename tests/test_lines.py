@@ -57,7 +57,10 @@ def test_a_cleared_bar_then_a_message_is_the_message():
 
 def test_terminal_control_sequences_are_removed():
     # Keras 3 into a pipe: bold/colour codes, a bar, backspaces, then \r and the next state.
-    data = b"\r\x1b[1m1/4\x1b[0m \x1b[32m\xe2\x94\x81\x1b[0m - loss: 16.6\x08\x08\x08\r\x1b[1m4/4\x1b[0m - loss: 6.1 \n\x1b]0;title\x07ok\n"
+    data = (
+        b"\r\x1b[1m1/4\x1b[0m \x1b[32m\xe2\x94\x81\x1b[0m - loss: 16.6\x08\x08\x08"
+        b"\r\x1b[1m4/4\x1b[0m - loss: 6.1 \n\x1b]0;title\x07ok\n"
+    )
     assert pieces(data) == [("1/4 ━ - loss: 16.6", True, False), ("4/4 - loss: 6.1 ", True, True), ("ok", True, True)]
 
 

@@ -63,7 +63,8 @@ JOB = textwrap.dedent(
 FAKE_SMI = """#!/bin/sh
 case "$1" in
   --query-gpu=index,uuid,name,memory.used,memory.total,utilization.gpu,utilization.memory)
-    echo "0, GPU-5f1e, NVIDIA H100 80GB HBM3, 3172, 81559, 0, 0"; echo "1, GPU-77aa, NVIDIA H100 80GB HBM3, 5, 81559, [N/A], 0";;
+    echo "0, GPU-5f1e, NVIDIA H100 80GB HBM3, 3172, 81559, 0, 0"
+    echo "1, GPU-77aa, NVIDIA H100 80GB HBM3, 5, 81559, [N/A], 0";;
   --query-compute-apps=pid,gpu_uuid,used_memory) echo "$PPID, GPU-5f1e, 2900";;
   *) exit 9;;
 esac
@@ -139,7 +140,8 @@ def test_a_rank_whose_threads_all_wait_on_a_lock_shows_the_lock_live(live):
     )
     assert '"waiter"' in out, out
     assert re.search(
-        r"── rank 2 › pid \d+: sleep 300 · native ──\n\(no native stack: not a Python process \(py-spy reads Python processes only\)\)",
+        r"── rank 2 › pid \d+: sleep 300 · native ──\n"
+        r"\(no native stack: not a Python process \(py-spy reads Python processes only\)\)",
         out,
     ), out
 

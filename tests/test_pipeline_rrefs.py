@@ -98,7 +98,8 @@ def test_the_parameter_rrefs_list_and_its_parameters_are_listed(run_dir):
 
 
 def test_a_run_without_collectives_says_so_once(run_dir):
-    """RPC only, no process group: the collectives view's empty line, once (it was printed for each of its two tables)."""
+    """RPC only, no process group: the collectives view's empty line, once (it was printed for each
+    of its two tables)."""
     shown = rpcctl("inspect", "collectives", str(run_dir))
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.count("no collectives were recorded") == 1, shown.stdout

@@ -613,7 +613,8 @@ def test_loopback_ifname_and_good_rpc_settings_pass(cli, tmp_path, script):
     (tmp_path / "mymod.py").write_text("")  # the fork server runs in the launcher's cwd (python -m)
     cfg = tmp_path / "job.yaml"
     cfg.write_text(
-        f"script: train.py\nnproc_per_node: 2\nifname: {loopback_interface()}\npreload: [os.path, json.decoder, mymod, torch.distributed.rpc]\n"
+        f"script: train.py\nnproc_per_node: 2\nifname: {loopback_interface()}\n"
+        "preload: [os.path, json.decoder, mymod, torch.distributed.rpc]\n"
         "rpc:\n  init: true\n  name: 'w:{rank}'\n  device_maps: {'w:1': {cpu: cpu}}\n  devices: [cpu]\n"
     )
     result = cli.invoke(app, ["launch", str(cfg), "--dry-run", "--json"])
@@ -648,7 +649,8 @@ def test_the_real_launcher_refuses_before_spawning(tmp_path, script):
     result = rpcctl("launch", str(cfg), "--runs-dir", str(runs), "--no-live", cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip() == (
-        f"error: {cfg}:5: key 'rpc.name': ranks 0 and 1 would both be worker 'trainer': names must be unique (use {{rank}} in it)"
+        f"error: {cfg}:5: key 'rpc.name': ranks 0 and 1 would both be worker 'trainer':"
+        f" names must be unique (use {{rank}} in it)"
     )
     assert result.stdout == ""
     assert not runs.exists()

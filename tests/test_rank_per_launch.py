@@ -4,9 +4,10 @@ program, the rank's work in an ``mp.Process`` its parent joins) (issue 40, item 
 
 Runs that met at one rendezvous are one job: each says so, and shows the job's RRefs whole (the
 ps's run alone saw its 6 RRefs "live": the trainers' runs saw them released; theirs, "remote"
-with no shape or call site: the ps's run knows what they are). A rank whose work waits in ``rpc.shutdown()`` for a worker that is gone is
-diagnosed with that worker's name. One real job of three launches (``job``: trainer_2's process
-raises after its calls) is shared by the tests that read it.
+with no shape or call site: the ps's run knows what they are). A rank whose work waits in
+``rpc.shutdown()`` for a worker that is gone is diagnosed with that worker's name. One real job of
+three launches (``job``: trainer_2's process raises after its calls) is shared by the tests that
+read it.
 
 multiprocessing hides a process's exception from its parent (the parent's ``join`` returns, its
 own exit is 0): a launch whose rank's process raised still fails, naming that process.

@@ -159,7 +159,8 @@ def test_report_of_a_real_run_draws_a_series_per_rank_and_the_ownership_graph(br
         assert placement[0]["meta"] == {"what": "ranks"} and placement[0]["last"] == ["cpu", 3]
         # The call summary: rank 0's rpc.remote to each other worker.
         summary = browser.js(
-            "var t = Array.from(document.querySelectorAll('#calls table')).find(t => t.tHead.innerText.indexOf('CALLS') >= 0);"
+            "var t = Array.from(document.querySelectorAll('#calls table'))"
+            ".find(t => t.tHead.innerText.indexOf('CALLS') >= 0);"
             " return t ? Array.from(t.tBodies[0].rows).map(r => Array.from(r.cells).map(c => c.innerText)) : null;"
         )
         assert sorted((row[0], row[1], row[3], row[4]) for row in summary) == [
@@ -245,7 +246,8 @@ def test_a_restarted_run_shows_every_attempt_on_the_timeline(browser, tmp_path, 
     _open_report(browser, out)
     try:
         bars = browser.js(
-            "return document.getElementById('fig-timeline')._fullData.flatMap(t => t.y.map((y, i) => [y, t.customdata[i], t.marker.color]));"
+            "return document.getElementById('fig-timeline')._fullData"
+            ".flatMap(t => t.y.map((y, i) => [y, t.customdata[i], t.marker.color]));"
         )
         drawn = sorted((y, r) for y, r, _ in bars)
         assert drawn == [
@@ -389,7 +391,8 @@ def _port_closed(port: int) -> bool:
 
 def _last_loss_of_rank0(browser, chart: str):
     return browser.js(
-        "var gd = document.getElementById(arguments[0]); var t = (gd._fullData || []).find(d => d.meta && d.meta.rank === 0);"
+        "var gd = document.getElementById(arguments[0]);"
+        " var t = (gd._fullData || []).find(d => d.meta && d.meta.rank === 0);"
         " return t ? t.y[t.y.length - 1] : null;",
         chart,
     )

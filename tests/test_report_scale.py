@@ -212,7 +212,11 @@ _ROWS = """
 var gd = document.getElementById('fig-timeline');
 var rows = gd._fullLayout.yaxis.categoryarray.slice();
 var bars = {};
-gd._fullData.forEach(function (t) { t.y.forEach(function (y, i) { (bars[y] = bars[y] || []).push({state: t.meta.state, base: t.base[i], x: t.x[i]}); }); });
+gd._fullData.forEach(function (t) {
+  t.y.forEach(function (y, i) {
+    (bars[y] = bars[y] || []).push({state: t.meta.state, base: t.base[i], x: t.x[i]});
+  });
+});
 var drawn = gd.querySelectorAll('.barlayer .point path').length;
 var ticks = Array.from(gd.querySelectorAll('.ytick text')).map(function (e) { return e.textContent; });
 return {rows: rows, bars: bars, drawn: drawn, ticks: ticks, title: gd._fullLayout.title.text};
@@ -275,8 +279,8 @@ def test_a_thousand_spawned_processes_and_owners_stay_readable_and_say_what_shar
     try:
         _no_label_overlaps(browser, "fig-rref-graph", "fig-rref-time", "fig-timeline", "fig-placement")
         graph = browser.js(
-            "var gd = document.getElementById('fig-rref-graph'); return [gd._fullLayout.meta, gd._fullData.map(t => t.meta),"
-            " gd._fullLayout.height];"
+            "var gd = document.getElementById('fig-rref-graph');"
+            " return [gd._fullLayout.meta, gd._fullData.map(t => t.meta), gd._fullLayout.height];"
         )
         assert graph[0]["worlds"] == [None], graph[0]  # 250 worlds merged by worker name
         edges = {tuple(m["edge"]): m["deleted"] for m in graph[1] if "edge" in m}
@@ -322,7 +326,8 @@ def test_a_thousand_ranks_in_one_world_fold_past_the_bound_and_say_so(browser, t
     try:
         _no_label_overlaps(browser, "fig-rref-graph", "fig-rref-time", "fig-timeline", "fig-placement")
         meta = browser.js(
-            "var gd = document.getElementById('fig-rref-graph'); return [gd._fullLayout.meta, gd._fullData.map(t => t.meta)];"
+            "var gd = document.getElementById('fig-rref-graph');"
+            " return [gd._fullLayout.meta, gd._fullData.map(t => t.meta)];"
         )
         owners = next(m for m in meta[1] if m.get("side") == "owner")["nodes"]
         assert owners == [f"worker{i}" for i in range(7)] + [None], owners  # 7 owners drawn, then "+993 more"

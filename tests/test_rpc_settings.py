@@ -17,7 +17,8 @@ MAPPED_BLOCKS = textwrap.dedent(
 
     class MallInfo2(ctypes.Structure):
         _fields_ = [(n, ctypes.c_size_t) for n in
-                    ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+                    ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+                     "fordblks", "keepcost")]
 
     libc = ctypes.CDLL(None)
     libc.mallinfo2.restype = MallInfo2

@@ -409,7 +409,8 @@ SERVER = textwrap.dedent("""
     while sys.stdin.readline().strip() == "health":
         print(json.dumps({"impaired": server.health().impaired, "refused": server.refused_connections}), flush=True)
     server.close()
-    print(json.dumps({"faults": server.faults, "refused": server.refused_connections, "alive": server._thread.is_alive()}), flush=True)
+    print(json.dumps({"faults": server.faults, "refused": server.refused_connections,
+                      "alive": server._thread.is_alive()}), flush=True)
 """)
 FLOODER = textwrap.dedent("""
     import socket, sys, time

@@ -361,7 +361,10 @@ def test_srun_launch_on_two_nodes_with_a_runs_dir_per_node(pair, tmp_path):
     """No flags: nnodes, node_rank and master_addr all come from the srun step. Each node writes
     under its own runs dir."""
     runs = tmp_path / "runs"
-    launch = f"exec {sys.executable} -m rpcctl launch configs/parameter_server.yaml --no-live --set nproc_per_node=2 --runs-dir {runs}/node$SLURM_NODEID"
+    launch = (
+        f"exec {sys.executable} -m rpcctl launch configs/parameter_server.yaml --no-live --set nproc_per_node=2"
+        f" --runs-dir {runs}/node$SLURM_NODEID"
+    )
     result = pair.run(
         "srun",
         "-N2",
@@ -416,7 +419,8 @@ def test_an_sbatch_scripts_torchrun_line_runs_with_the_word_replaced(pair, tmp_p
     runs = tmp_path / "runs"
     line = (
         'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1); '
-        f'exec {sys.executable} -m rpcctl launch --nnodes 2 --nproc-per-node 2 --rdzv-id "$SLURM_JOB_ID" --rdzv-backend c10d '
+        f"exec {sys.executable} -m rpcctl launch --nnodes 2 --nproc-per-node 2 "
+        '--rdzv-id "$SLURM_JOB_ID" --rdzv-backend c10d '
         f'--rdzv-endpoint "$head:29500" --no-live --runs-dir {runs} tests/workers/dist_orders.py pg,ar,destroy'
     )
     result = pair.run(
@@ -495,7 +499,8 @@ def _elastic_config(tmp_path: Path, steps: int, pause: float) -> tuple[Path, Pat
     checkpoint = tmp_path / "checkpoint.json"
     config = tmp_path / "elastic.yaml"
     config.write_text(
-        f"name: elastic\nscript: {ROOT / 'tests/workers/elastic_train.py'}\nargs: [{checkpoint}, '{steps}', '{pause}']\n"
+        f"name: elastic\nscript: {ROOT / 'tests/workers/elastic_train.py'}\n"
+        f"args: [{checkpoint}, '{steps}', '{pause}']\n"
         'nproc_per_node: 1\nnnodes: "1:2"\nrdzv_timeout: 60\nrdzv_last_call: 2\npreload: []\n'
     )
     return config, checkpoint
@@ -542,7 +547,8 @@ def shrunk(pair, tmp_path_factory) -> Shrunk:
             both_train_at = both_train()
             time.sleep(0.2)
         assert both_train_at, (
-            f"the two nodes never trained together: {pair.job(job_id)}\n{(runs / f'slurm-{job_id}.out').read_text()[-3000:]}"
+            f"the two nodes never trained together: {pair.job(job_id)}\n"
+            f"{(runs / f'slurm-{job_id}.out').read_text()[-3000:]}"
         )
         node1 = json.loads(both_train_at.read_text())
         launcher = psutil.Process(node1["launcher_pid"])

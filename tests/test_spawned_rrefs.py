@@ -152,7 +152,7 @@ def test_inspect_workers_says_which_round_each_spawned_worker_belongs_to(spawned
     assert table.splitlines()[0].split()[0] == "WORLD", table
 
 
-# -- the report of this run: readable pictures at 4 rounds of 3 spawned workers (issue 40, item 5) ------------------------------------------------------
+# -- the report of this run: readable pictures at 4 rounds of 3 spawned workers (issue 40, item 5) ---------
 
 
 @pytest.mark.browser
@@ -168,7 +168,8 @@ def test_four_rounds_of_spawned_workers_draw_readable_pictures_and_a_row_per_pro
         _no_label_overlaps(browser, "fig-rref-graph", "fig-rref-time", "fig-timeline", "fig-placement")
         # The graph: one panel per round (world), w0 → w1 in each, every owner of every world drawn.
         graph = browser.js(
-            "var gd = document.getElementById('fig-rref-graph'); return [gd._fullLayout.meta, gd._fullData.map(t => t.meta)];"
+            "var gd = document.getElementById('fig-rref-graph');"
+            " return [gd._fullLayout.meta, gd._fullData.map(t => t.meta)];"
         )
         assert graph[0]["worlds"] == list(range(ROUNDS)) and graph[0]["folded"] is None, graph[0]
         edges = sorted((m["world"], *m["edge"], m["relation"]) for m in graph[1] if "edge" in m)

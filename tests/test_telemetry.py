@@ -477,7 +477,10 @@ def test_sitecustomize_chains_to_the_one_it_shadows(tmp_path):
         os.environ, PYTHONPATH=os.pathsep.join([str(SITE_DIR), str(Path(__file__).resolve().parents[1]), str(other)])
     )
     env[protocol.ENV_SOCKET] = str(tmp_path / "unused.sock")
-    code = "import os, sys; print(os.environ.get('OTHER_SITECUSTOMIZE_RAN'), 'torch' in sys.modules, any(getattr(f, 'module', None) == 'torch' for f in sys.meta_path))"
+    code = (
+        "import os, sys; print(os.environ.get('OTHER_SITECUSTOMIZE_RAN'), 'torch' in sys.modules,"
+        " any(getattr(f, 'module', None) == 'torch' for f in sys.meta_path))"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["1", "False", "True"]  # chained; torch not imported; hook waiting

@@ -450,7 +450,8 @@ def test_pet_variables_are_torchruns_defaults(here):
 
 
 def test_a_c10d_endpoint_on_port_0_is_a_free_port(here):
-    """`--rdzv-backend c10d --rdzv-endpoint localhost:0` (what --standalone means to torchrun): one node, a free port."""
+    """`--rdzv-backend c10d --rdzv-endpoint localhost:0` (what --standalone means to torchrun): one
+    node, a free port."""
     result = _dry("--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", "train.py")
     plan = json.loads(result.stdout[result.stdout.index("{") :])
     assert (

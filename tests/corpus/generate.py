@@ -89,7 +89,8 @@ def main() -> None:
         versions = {lib: importlib.metadata.version(lib) for lib in ["torch", *libraries]}
         manifest[name] = {"script": script, "args": args, "versions": versions}
         print(
-            f"{name}: {len(output)} bytes, {len(truth)} truth records ({', '.join(f'{k} {v}' for k, v in versions.items())})"
+            f"{name}: {len(output)} bytes, {len(truth)} truth records"
+            f" ({', '.join(f'{k} {v}' for k, v in versions.items())})"
         )
     manifest_path.write_text(json.dumps(dict(sorted(manifest.items())), indent=1) + "\n")
 

@@ -4,8 +4,8 @@
 
 Actions: ok | exit:N | raise | sigkill | sigsegv | hang | ignore-term | child (start a
 grandchild that sleeps, then hang) | survive (undo PR_SET_PDEATHSIG, then hang: a rank that
-outlives its rank server) | nap (hang in ``deep_in_named_function``, for stack dumps) | flaky (fail on the first attempt only) | slow:SECONDS |
-fail-after:SECONDS (then exit 2) |
+outlives its rank server) | nap (hang in ``deep_in_named_function``, for stack dumps) |
+flaky (fail on the first attempt only) | slow:SECONDS | fail-after:SECONDS (then exit 2) |
 rpc (init_rpc, rpc_sync to the next rank, shutdown) | flaky-rpc (exit 7 on the first attempt,
 `rpc` on the others).
 Every rank prints "rank R started pid P"; `child` writes the grandchild's pid to

@@ -1,8 +1,8 @@
 """A torch.distributed program that runs the steps named in argv[1] (comma-separated), in order,
 as torchrun would run it: pg = init_process_group("gloo") from env://, rpc = init_rpc from env://,
-ng = new_group([0, last rank]) and an all_reduce in it (across nodes, on several), ar = an all_reduce in the default group,
-call = an rpc_sync to the next rank, destroy = destroy_process_group, shut = rpc.shutdown.
-Prints "ok RANK ORDER" at the end."""
+ng = new_group([0, last rank]) and an all_reduce in it (across nodes, on several), ar = an
+all_reduce in the default group, call = an rpc_sync to the next rank, destroy =
+destroy_process_group, shut = rpc.shutdown. Prints "ok RANK ORDER" at the end."""
 
 import os
 import sys
