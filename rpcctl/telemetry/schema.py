@@ -62,8 +62,6 @@ SCHEMA_VERSION = 9
 # 9: pg in coll_groups, coll_stats, collectives is the group's cross-rank name (was the recorder's per-process
 #    id, which RPC's own group shifts: issue 38); coll_groups.ranks (the group's members)
 
-# A line that ends in a backslash goes on from the first column of the next: Python drops the backslash
-# and the newline, so the SQL is the same as on one long line.
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS ranks (
@@ -109,28 +107,28 @@ CREATE TABLE IF NOT EXISTS calls (
 CREATE TABLE IF NOT EXISTS call_stats (
     restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, caller TEXT, caller_rank INTEGER,
     callee TEXT NOT NULL, func TEXT NOT NULL, kind TEXT NOT NULL, count INTEGER NOT NULL,
-    errors INTEGER NOT NULL, timeouts INTEGER NOT NULL, total_s REAL, max_s REAL, hist TEXT, updated_at REAL, \
-request_bytes INTEGER,
+    errors INTEGER NOT NULL, timeouts INTEGER NOT NULL, total_s REAL, max_s REAL, hist TEXT, updated_at REAL,
+    request_bytes INTEGER,
     PRIMARY KEY (proc_id, callee, func, kind));
 CREATE TABLE IF NOT EXISTS serving (
     restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, serve_id INTEGER NOT NULL, worker TEXT,
     worker_rank INTEGER, thread INTEGER, func TEXT, nbytes INTEGER, started_at REAL, ended_at REAL,
     PRIMARY KEY (proc_id, serve_id));
 CREATE TABLE IF NOT EXISTS coll_groups (
-    restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, rank INTEGER, world INTEGER NOT NULL DEFAULT 0, \
-pg TEXT NOT NULL, name TEXT, size INTEGER,
-    entered INTEGER, completed INTEGER, completed_at REAL, cur_seq INTEGER, cur_op TEXT, cur_sizes TEXT, \
-cur_dtypes TEXT,
+    restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, rank INTEGER, world INTEGER NOT NULL DEFAULT 0,
+    pg TEXT NOT NULL, name TEXT, size INTEGER,
+    entered INTEGER, completed INTEGER, completed_at REAL, cur_seq INTEGER, cur_op TEXT, cur_sizes TEXT,
+    cur_dtypes TEXT,
     cur_bytes INTEGER, cur_since REAL, updated_at REAL, ranks TEXT,
     PRIMARY KEY (proc_id, pg));
 CREATE TABLE IF NOT EXISTS coll_stats (
-    restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, rank INTEGER, world INTEGER NOT NULL DEFAULT 0, \
-pg TEXT NOT NULL, op TEXT NOT NULL,
+    restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, rank INTEGER, world INTEGER NOT NULL DEFAULT 0,
+    pg TEXT NOT NULL, op TEXT NOT NULL,
     count INTEGER NOT NULL, bytes INTEGER, total_s REAL, max_s REAL, hist TEXT, updated_at REAL,
     PRIMARY KEY (proc_id, pg, op));
 CREATE TABLE IF NOT EXISTS collectives (
-    restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, rank INTEGER, world INTEGER NOT NULL DEFAULT 0, \
-pg TEXT NOT NULL, seq INTEGER NOT NULL, op TEXT,
+    restart INTEGER NOT NULL, proc_id INTEGER NOT NULL, rank INTEGER, world INTEGER NOT NULL DEFAULT 0,
+    pg TEXT NOT NULL, seq INTEGER NOT NULL, op TEXT,
     sizes TEXT, dtypes TEXT, bytes INTEGER, entered_at REAL, completed_at REAL,
     PRIMARY KEY (proc_id, pg, seq));
 CREATE TABLE IF NOT EXISTS log_lines (

@@ -135,8 +135,8 @@ header nav a { color: #9cc3ff; margin-right: 12px; text-decoration: none; }
 #live-state { font-size: 12px; padding: 2px 8px; border-radius: 8px; background: #34495e; }
 #live-state.live { background: #1f7a3a; } #live-state.lost { background: #a33; }
 main { padding: 12px 20px; }
-section { background: #fff; border-radius: 6px; padding: 8px 16px 14px; margin-bottom: 14px; \
-box-shadow: 0 1px 2px rgba(0,0,0,.08); }
+section { background: #fff; border-radius: 6px; padding: 8px 16px 14px; margin-bottom: 14px;
+  box-shadow: 0 1px 2px rgba(0,0,0,.08); }
 section h2 { font-size: 16px; margin: 6px 0 8px; }
 section h3 { font-size: 14px; margin: 12px 0 4px; }
 .charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(460px, 1fr)); gap: 10px; }
@@ -147,14 +147,14 @@ th, td { padding: 3px 10px 3px 0; white-space: nowrap; border-bottom: 1px solid 
 th { text-align: left; color: #555; font-weight: 600; } .right { text-align: right; }
 dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: 2px 14px; margin: 4px 0; }
 dl.facts dt { color: #666; } dl.facts dd { margin: 0; word-break: break-all; }
-pre { background: #f6f6f6; padding: 8px; overflow: auto; font-size: 12px; max-height: 360px; \
-white-space: pre-wrap; word-break: break-word; }
-.status { font-weight: 700; display: inline-block; padding: 1px 10px; border-radius: 8px; background: #eee; \
-margin: 0 0 6px; }
-.status-succeeded { background: #d8f0dc; } .status-failed, .status-lost { background: #f8d7d7; } \
+pre { background: #f6f6f6; padding: 8px; overflow: auto; font-size: 12px; max-height: 360px;
+  white-space: pre-wrap; word-break: break-word; }
+.status { font-weight: 700; display: inline-block; padding: 1px 10px; border-radius: 8px; background: #eee;
+  margin: 0 0 6px; }
+.status-succeeded { background: #d8f0dc; } .status-failed, .status-lost { background: #f8d7d7; }
 .status-running { background: #d6e6fb; }
 .bad, .warn { color: #b22; } .empty, .note { color: #777; }
-ol.events { list-style: none; padding: 0; margin: 0; font-size: 13px; } \
+ol.events { list-style: none; padding: 0; margin: 0; font-size: 13px; }
 ol.events .t { color: #777; font-family: monospace; }
 footer { color: #888; font-size: 12px; padding: 0 20px 16px; }
 """
