@@ -11,8 +11,10 @@ What the program makes is in its docstring; the truth each view must show, per r
   MIN_AGE_S (a loaded machine: CI ran it in 0.4 s once).
 - The table's RRef, which w0 holds unused while w2 uses it to the end of the round, is not
   "held unused", and its LAST USED is w2's.
-- Types as the owner has them (Parameter, not the Tensor a fork carries); w1's live bytes count
-  Net once, not again for its parameters' RRefs.
+- Types as the owner has them (Parameter, not the Tensor a fork carries), one type for one
+  kind of value: both DistributedOptimizer's optimizers are _ScriptLocalOptimizer, the class
+  scripted (they read ScriptModule on w0, the fork's _ScriptLocalOptimizerInterface on w1);
+  w1's live bytes count Net once, not again for its parameters' RRefs.
 - In the trace, every RRef lies on the track of its owner's process (a spawned worker), never
   on the rank that spawned them; every spawned process has a lifetime span and an end marker.
 """
@@ -40,9 +42,9 @@ PER_ROUND = Counter(
     {
         ("w1", "Net"): 1,
         ("w1", "Parameter"): 2,
-        ("w1", "_ScriptLocalOptimizerInterface"): 1,
+        ("w1", "_ScriptLocalOptimizer"): 1,
         ("w1", "Tensor"): 1,
-        ("w0", "ScriptModule"): 1,
+        ("w0", "_ScriptLocalOptimizer"): 1,
     }
 )
 
@@ -86,7 +88,7 @@ def test_each_round_is_a_world_of_its_own_and_every_rref_is_listed_once_on_its_o
     assert not [r for r in records if r.kind == "remote" and r.call_site is None and r.callee is None]
     # The optimizer w0 handed itself is listed, alive to the end of its round; w0's own
     # parameters' RRefs lived only through DistributedOptimizer's constructor.
-    own_optimizer = [r for r in records if (r.owner, r.type) == ("w0", "ScriptModule")]
+    own_optimizer = [r for r in records if (r.owner, r.type) == ("w0", "_ScriptLocalOptimizer")]
     assert len(own_optimizer) == ROUNDS and all(r.ending is not None for r in own_optimizer), own_optimizer
     for world in range(ROUNDS):
         # its RRef(value)s were handed out: they lived

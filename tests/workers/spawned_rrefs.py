@@ -8,11 +8,12 @@ owner   kind    type                            what
 w1      remote  Net                             ``rpc.remote("w1", Net)``, held by w0
 w1      local   Parameter (x2)                  ``[RRef(p) for p in net.parameters()]`` on w1,
                                                 handed to w0
-w1      local   _ScriptLocalOptimizerInterface  DistributedOptimizer's, made on w1 for w0
+w1      local   _ScriptLocalOptimizer           DistributedOptimizer's, made on w1 for w0 (the
+                                                fork's type: its interface, the owner's wins)
 w1      remote  Tensor (64,)                    ``rpc.remote("w1", torch.ones)``: w0 makes it and
                                                 never uses it again; w2, handed it, uses it to
                                                 the end of the round
-w0      local   ScriptModule                    DistributedOptimizer's on w0's own parameters:
+w0      local   _ScriptLocalOptimizer           DistributedOptimizer's on w0's own parameters:
                                                 made by an rpc_async to itself
 ======  ======  ==============================  ==============================================
 

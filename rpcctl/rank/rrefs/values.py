@@ -25,6 +25,7 @@ def describe(value: Any) -> dict[str, Any]:
     torch = sys.modules.get("torch")
     if torch is None:
         return out
+    out["type"] = _script_name(value, torch) or out["type"]
     try:
         if isinstance(value, torch.Tensor):
             out.update(
@@ -46,6 +47,20 @@ def describe(value: Any) -> dict[str, Any]:
         out["device"] = devices.pop() if len(devices) == 1 else "mixed"
         out["dtype"] = dtypes.pop() if len(dtypes) == 1 else "mixed"
     return out
+
+
+def _script_name(value: Any, torch: Any) -> str | None:
+    """A TorchScript value's own class: the Python class a module was scripted from
+    (DistributedOptimizer's ``_ScriptLocalOptimizer``), a scripted class's name, not the wrapper
+    (``RecursiveScriptModule``, ``ScriptObject``) every such value shares."""
+    try:
+        if isinstance(value, torch.jit.ScriptModule):
+            return getattr(value, "original_name", None) or None
+        if isinstance(value, torch._C.ScriptObject):
+            return value._type().name().rsplit(".", 1)[-1] or None
+    except Exception:
+        return None
+    return None
 
 
 def _tensors_in(value: Any, torch: Any, depth: int = 0) -> Any:
