@@ -797,3 +797,36 @@ def test_a_method_called_through_a_helper_is_sampled_as_its_own_function(tmp_pat
     assert (hot["count"], hot["timed"]) == (HOT, _timed_of(HOT, tracking.SYNC_TIMED_FIRST, tracking.SYNC_SAMPLE)), hot
     assert (rare["count"], rare["timed"]) == (RARE, RARE), rare
     assert_no_process_left(only_run(runs_dir))
+
+
+def test_a_call_made_by_torchs_rpc_code_alone_is_sited_in_torch_not_question_mark():
+    """On an RPC server thread (a C++ thread that enters Python in torch's RPC code) a call made
+    by torch's own code has no frame of the job's: its site is torch's innermost frame, which
+    says whose call it is, not "?" (issue 40, item 7: call spans of >= 1 s sited "?"). A thread
+    started by ``_thread.start_new_thread`` has the same stack: only the function it runs."""
+    import _thread
+    import os
+    import threading
+
+    import torch.distributed.rpc as rpc
+
+    from rpcctl.rank.rrefs import hooks
+    from rpcctl.rank.rrefs.sender import Tracker
+
+    hooks.skip_frames_of(rpc)
+    torch_file = os.path.join(os.path.dirname(rpc.__file__), "api.py")  # as torch's own code is named
+    space: dict = {"hooks": hooks, "sys": __import__("sys")}
+    exec(
+        compile(
+            "def _broadcast_like(out, done):\n    out.append(hooks.caller(1))\n    done.set()\n", torch_file, "exec"
+        ),
+        space,
+    )
+    out, done = [], threading.Event()
+    _thread.start_new_thread(space["_broadcast_like"], (out, done))
+    assert done.wait(10)
+    code, lasti = out[0]
+    assert code is space["_broadcast_like"].__code__, code
+    assert Tracker()._site(code, lasti) == "torch/distributed/rpc/api.py:2 in _broadcast_like"
+    # A frame of the job's above torch's still wins.
+    assert hooks.caller(1)[0] is test_a_call_made_by_torchs_rpc_code_alone_is_sited_in_torch_not_question_mark.__code__

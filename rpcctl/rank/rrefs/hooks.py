@@ -131,7 +131,10 @@ def caller(depth: int = 2) -> tuple[Any, int]:
 
 def outside(frame: Any) -> tuple[Any, int]:
     """``frame`` or the innermost caller of it outside torch.distributed.rpc and rpcctl's
-    telemetry, as (code, f_lasti); (None, 0) if none."""
+    telemetry, as (code, f_lasti). Where torch's RPC made the call on its own (its shutdown's
+    gather and broadcast, on an RPC thread: no frame of the job's), its innermost frame of
+    torch's, which says so; (None, 0) only for a call of rpcctl's own."""
+    torch_frame = None
     while frame is not None:
         code = frame.f_code
         known = skip_codes.get(id(code))
@@ -143,8 +146,10 @@ def outside(frame: Any) -> tuple[Any, int]:
                 skip_codes[id(code)] = (code, skip)
         if not skip:
             return code, frame.f_lasti
+        if torch_frame is None and _skip_dirs and code.co_filename.startswith(_skip_dirs[0]):
+            torch_frame = frame
         frame = frame.f_back
-    return None, 0
+    return (torch_frame.f_code, torch_frame.f_lasti) if torch_frame is not None else (None, 0)
 
 
 _caller = caller
