@@ -57,11 +57,15 @@ class TelemetryForwarder:
         listener, path, self._private_dir = listen_unix(self.run_dir)
         listener.settimeout(0.2)
         self._listener, self._socket_path = listener, path
-        for target, name in (
-            (self._accept_loop, "rpcctl-telemetry-relay"),
-            (self._send_loop, "rpcctl-telemetry-launcher"),
+        # Its descriptor reserve and cap, here and not on its thread: from the limit as the relay
+        # starts, not as it was whenever the thread first ran (a limit lowered meanwhile made a cap
+        # of 1 under load, and the relay refused by its cap where it was to run out: CI).
+        limits = (Reserve(), max(1, connection_cap(1) // 2))
+        for target, name, args in (
+            (self._accept_loop, "rpcctl-telemetry-relay", limits),
+            (self._send_loop, "rpcctl-telemetry-launcher", ()),
         ):
-            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread = threading.Thread(target=target, name=name, args=args, daemon=True)
             thread.start()
             self._threads.append(thread)
         return worker_env(path)
@@ -111,12 +115,12 @@ class TelemetryForwarder:
                 if self._stopping.is_set() and not self._events:
                     return
 
-    def _accept_loop(self) -> None:
+    def _accept_loop(self, reserve: Reserve, cap: int) -> None:
         """Accept and relay, until closed; no input ends it. A connection over the cap (each costs
         a thread and two descriptors: ``channel.connection_cap``, for half the descriptors) is
-        refused; an accept failing for want of a descriptor sheds the waiting one and rests."""
+        refused; an accept failing for want of a descriptor sheds the waiting one (``reserve``)
+        and rests."""
         assert self._listener is not None
-        reserve, cap = Reserve(), max(1, connection_cap(1) // 2)
         try:
             while not self._stopping.is_set():
                 try:
