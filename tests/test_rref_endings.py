@@ -216,3 +216,43 @@ def test_rrefs_a_peers_call_makes_before_init_rpc_returns_are_their_owners(tmp_p
     assert sorted((r.owner, r.shape) for r in records) == [("worker1", [3]), ("worker1", [4])], records
     owners = inspect.rref_owners(run_dir)
     assert [(o.owner, o.owner_rank, o.short_lived) for o in owners] == [("worker1", 1, 1)], owners
+
+
+OWN_OBJECTS = textwrap.dedent(
+    """
+    import os, time
+
+    import torch
+    import torch.distributed.rpc as rpc
+
+
+    def main():
+        rank = int(os.environ["RANK"])
+        rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
+        if rank == 0:
+            model = torch.nn.Linear(4, 2)
+            handles = [rpc.RRef(p) for p in model.parameters()]  # as DistributedOptimizer takes them
+            time.sleep(0.6)  # listed: older than the sender's 0.2 s
+            del handles
+            time.sleep(1.6)  # released well before the end, while the model (and its parameters) lives on
+            print(f"model of {sum(p.numel() for p in model.parameters())} parameters", flush=True)
+        rpc.shutdown()
+
+
+    main()
+    """
+)
+
+
+def test_rref_of_the_owners_own_object_released_while_the_object_lives_is_not_leaked(tmp_path, runs_dir):
+    """``rpc.RRef(p)`` of a live module's parameters, released long before the end: the parameters
+    outlive their RRefs by design, so no leak is claimed, whenever the owner's end comes."""
+    result, run_dir = _launch_two_workers(OWN_OBJECTS, "own", tmp_path, runs_dir)
+    assert_no_process_left(run_dir)
+    records = inspect.rrefs(run_dir)
+    assert sorted((r.kind, r.type, tuple(r.shape)) for r in records) == [
+        ("local", "Parameter", (2,)),
+        ("local", "Parameter", (2, 4)),
+    ], records
+    assert all((r.state, r.ending) == ("deleted", None) for r in records), records
+    assert inspect.leaked_rrefs(run_dir) == [] and "leaked" not in result.stderr, result.stderr
