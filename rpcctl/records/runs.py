@@ -95,6 +95,11 @@ class Failure:
             self.log_tail = [cap_text(line, MAX_LOG_TAIL_LINE_CHARS) for line in self.log_tail]
 
 
+def describe_round(entry: dict[str, Any]) -> str:
+    """An elastic round as every view says it: "round 1: 2 node(s), world size 4"."""
+    return f"round {entry.get('round')}: {entry.get('nnodes')} node(s), world size {entry.get('world_size')}"
+
+
 @dataclass
 class RunRecord:
     run_id: str

@@ -51,7 +51,7 @@ from rpcctl.wire import protocol
 from rpcctl.planning.plan import LaunchPlan, NodeFacts, free_port, plan_attempt
 from rpcctl.processes.procs import ExitStatus, LogPump, RankProcesses, RankServerLost
 from rpcctl.base import backend_abort, stacks
-from rpcctl.records.runs import Failure, RankState, RunRecord, now_iso, rank_stack_file, save_record
+from rpcctl.records.runs import Failure, RankState, RunRecord, describe_round, now_iso, rank_stack_file, save_record
 from rpcctl.base.states import RankStatus, RunStatus
 
 POLL_S = 0.1
@@ -387,13 +387,12 @@ class Supervisor:
         self.plan = plan
         for rank in plan.ranks:
             self.tails.setdefault(rank.rank, deque(maxlen=LOG_TAIL))
-        self.record.rounds.append(round_entry(rnd, why, now_iso()))
+        entry = round_entry(rnd, why, now_iso())
+        self.record.rounds.append(entry)
         self.record.world_size, self.record.nnodes, self.record.node_rank = plan.world_size, rnd.nnodes, rnd.group_rank
         self.record.master_addr, self.record.master_port = plan.master_addr, plan.master_port
         ranks = f"{rnd.first_rank}-{rnd.first_rank + len(plan.ranks) - 1}"
-        self.events.publish(
-            Notice(f"rpcctl: round {rnd.number}: {rnd.nnodes} node(s), world size {rnd.world_size}; ranks {ranks} here")
-        )
+        self.events.publish(Notice(f"rpcctl: {describe_round(entry)}; ranks {ranks} here"))
         return None
 
     def _watch(self) -> Failure | None:

@@ -60,7 +60,7 @@ from typing import Any
 from rpcctl import inspect
 from rpcctl.console import to_jsonable
 from rpcctl.inspect.calls import pair_served
-from rpcctl.records.runs import RunRecord, epoch_or_none, load_record
+from rpcctl.records.runs import RunRecord, describe_round, epoch_or_none, load_record
 
 MAX_SPANS = 20_000
 MAX_RREFS = 10_000
@@ -484,10 +484,7 @@ class _Builder:
                             "pid": 0,
                             "tid": 0,
                             "ts": self.ts(max(at, self.start)),
-                            "name": (
-                                f"round {rnd.get('round')}: {rnd.get('nnodes')} node(s),"
-                                f" world size {rnd.get('world_size')}"
-                            ),
+                            "name": describe_round(rnd),
                             "args": {"why": rnd.get("why"), "members": rnd.get("members")},
                         }
                     )

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 from rpcctl.console import Column, human_seconds
 from rpcctl.base.states import RankStatus, RRefEnding, RRefState, ServingState
 from rpcctl.web.data import RunSnapshot, name_ranges, parse_time, process_rows, rank_ranges
+from rpcctl.records.runs import describe_round
 
 MAX_TABLE_ROWS = 300
 
@@ -161,10 +162,7 @@ def _rounds_fact(snap: RunSnapshot) -> list[tuple[str, str]]:
     return [
         (
             "rounds",
-            (
-                f"{len(rounds)}; now round {last.get('round')}: {last.get('nnodes')} node(s), "
-                f"world size {last.get('world_size')}"
-            ),
+            f"{len(rounds)}; now {describe_round(last)}",
         )
     ]
 
@@ -187,10 +185,7 @@ def timeline(snap: RunSnapshot) -> str:
                 (
                     at,
                     "",
-                    (
-                        f"round {rnd.get('round')}: {rnd.get('nnodes')} node(s), "
-                        f"world size {rnd.get('world_size')} ({rnd.get('why')})"
-                    ),
+                    f"{describe_round(rnd)} ({rnd.get('why')})",
                 )
             )
     newest = snap.latest_attempt
