@@ -345,36 +345,19 @@ def test_rpc_calls_cross_the_nodes_in_the_grown_world(elastic_run):
     assert alone == {("0", "1"), ("1", "0")}, alone  # a round of one node: the two ranks call each other
 
 
+def on_node_a(elastic_run, *args: str) -> subprocess.CompletedProcess:
+    """``rpcctl ARGS`` on node A's runs, as its user runs it there after the job."""
+    argv = [sys.executable, "-m", "rpcctl", *args, "--runs-dir", str(elastic_run["tmp"] / "a")]
+    return subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=elastic_run["env"], timeout=60)
+
+
 def test_runs_shows_the_round(elastic_run):
-    shown = subprocess.run(
-        [sys.executable, "-m", "rpcctl", "runs", "--runs-dir", str(elastic_run["tmp"] / "a")],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=elastic_run["env"],
-        timeout=60,
-    )
+    shown = on_node_a(elastic_run, "runs")
     assert shown.returncode == 0 and "ROUND" in shown.stdout and "2 (1 node)" in shown.stdout, shown.stdout
 
 
 def test_inspect_workers_shows_the_round(elastic_run):
-    shown = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rpcctl",
-            "inspect",
-            "workers",
-            elastic_run["run_a"].name,
-            "--runs-dir",
-            str(elastic_run["tmp"] / "a"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=elastic_run["env"],
-        timeout=60,
-    )
+    shown = on_node_a(elastic_run, "inspect", "workers", elastic_run["run_a"].name)
     assert shown.returncode == 0, shown.stderr
     assert re.search(
         r"ROUND: 2 \(1 node\(s\), world size 2\), since \S+: \S+ \(pid \d+\) left the job \(cancelled\)", shown.stdout
@@ -389,25 +372,7 @@ def test_inspect_calls_shows_any_rounds_calls_by_its_attempt(elastic_run):
     (they were filed under attempt 0, the first round's). Past its attempts: exit 2."""
 
     def calls(*flags: str) -> set[tuple[str, str]]:
-        shown = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "rpcctl",
-                "inspect",
-                "calls",
-                elastic_run["run_a"].name,
-                "--runs-dir",
-                str(elastic_run["tmp"] / "a"),
-                "--json",
-                *flags,
-            ],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            env=elastic_run["env"],
-            timeout=60,
-        )
+        shown = on_node_a(elastic_run, "inspect", "calls", elastic_run["run_a"].name, "--json", *flags)
         assert shown.returncode == 0, shown.stderr
         return {(row["caller"], row["callee"]) for row in json.loads(shown.stdout)["summary"]}
 
@@ -420,25 +385,7 @@ def test_inspect_calls_shows_any_rounds_calls_by_its_attempt(elastic_run):
     assert {c for c in grown if c[0] in ("worker2", "worker3")} == {("worker2", "worker3"), ("worker3", "worker0")}, (
         grown
     )
-    past = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rpcctl",
-            "inspect",
-            "calls",
-            elastic_run["run_a"].name,
-            "--runs-dir",
-            str(elastic_run["tmp"] / "a"),
-            "--restart",
-            "3",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=elastic_run["env"],
-        timeout=60,
-    )
+    past = on_node_a(elastic_run, "inspect", "calls", elastic_run["run_a"].name, "--restart", "3")
     assert past.returncode == 2 and f"--restart 3: run {elastic_run['run_a'].name} has attempts 0-2" in past.stderr, (
         past.stderr
     )
@@ -448,24 +395,7 @@ def test_the_trace_marks_each_round_and_names_the_tracks_by_round(elastic_run):
     """Every attempt of an elastic job is a round (run.json's restarts stay 0): the trace says
     "round N: M node(s), world size W" with why, never "restart N" (issue 43, item 3)."""
     out = elastic_run["tmp"] / "a.trace.json"
-    shown = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rpcctl",
-            "trace",
-            elastic_run["run_a"].name,
-            "--runs-dir",
-            str(elastic_run["tmp"] / "a"),
-            "-o",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=elastic_run["env"],
-        timeout=60,
-    )
+    shown = on_node_a(elastic_run, "trace", elastic_run["run_a"].name, "-o", str(out))
     assert shown.returncode == 0, shown.stderr
     events = json.loads(out.read_text())["traceEvents"]
     marks = [(e["name"], e["args"].get("why")) for e in events if e["ph"] == "i" and e.get("s") == "g"]
@@ -484,24 +414,7 @@ def test_the_report_lists_each_round_and_names_each_attempt_by_its_round(elastic
     """The report's facts say how many rounds and where membership stands; its events list each
     round with why, and each rank's start by its round, not "restart N" (issue 43, item 3)."""
     out = elastic_run["tmp"] / "a.html"
-    made = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rpcctl",
-            "report",
-            elastic_run["run_a"].name,
-            "--runs-dir",
-            str(elastic_run["tmp"] / "a"),
-            "-o",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=elastic_run["env"],
-        timeout=60,
-    )
+    made = on_node_a(elastic_run, "report", elastic_run["run_a"].name, "-o", str(out))
     assert made.returncode == 0, made.stderr
     view = re.search(r'<script type="application/json" id="rpcctl-view">(.*?)</script>', out.read_text(), re.S)
     page = json.dumps(json.loads(view.group(1)), ensure_ascii=False)  # the page's sections, as it draws them

@@ -19,14 +19,19 @@ saved in the test's tmp dir, and in ``RPCCTL_SCREENS`` (a directory) when it is 
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 from browser import browser  # noqa: F401 - the fixture
-from conftest import rpcctl
+from report_page import (
+    TIMELINE_ROWS,
+    assert_no_label_overlaps,
+    make_report,
+    open_report,
+    placement_ranks,
+    screens,
+)
 from rpcctl import inspect
 
 pytestmark = pytest.mark.timeout(240)
@@ -185,85 +190,6 @@ def thousand_ranks(tmp_path_factory) -> Path:
     return _synthetic_run(tmp_path_factory.mktemp("ranks"), "ranks-1000", ranks=1000, rounds=0, per_round=0)
 
 
-# -- reading what the browser drew -----------------------------------------------------------------
-
-# Every text element of a chart's SVG with its box as laid out (empty ones aside), and the
-# pairs whose boxes meet by more than half a pixel either way.
-_OVERLAPS = """
-var gd = document.getElementById(arguments[0]);
-var boxes = Array.from(gd.querySelectorAll('svg text')).map(function (e) {
-  var r = e.getBoundingClientRect();
-  return {text: e.textContent, l: r.left, r: r.right, t: r.top, b: r.bottom};
-}).filter(function (b) { return b.text.trim() && b.r - b.l > 0 && b.b - b.t > 0; });
-var clashes = [];
-for (var i = 0; i < boxes.length; i++) {
-  for (var j = i + 1; j < boxes.length; j++) {
-    var a = boxes[i], c = boxes[j];
-    if (Math.min(a.r, c.r) - Math.max(a.l, c.l) > 0.5 && Math.min(a.b, c.b) - Math.max(a.t, c.t) > 0.5) {
-      clashes.push([a.text, c.text]);
-    }
-  }
-}
-return {texts: boxes.length, clashes: clashes.slice(0, 10)};
-"""
-
-# The timeline's rows (its y categories, top first) and, per row, the bars drawn on it.
-_ROWS = """
-var gd = document.getElementById('fig-timeline');
-var rows = gd._fullLayout.yaxis.categoryarray.slice();
-var bars = {};
-gd._fullData.forEach(function (t) {
-  t.y.forEach(function (y, i) {
-    (bars[y] = bars[y] || []).push({state: t.meta.state, base: t.base[i], x: t.x[i]});
-  });
-});
-var drawn = gd.querySelectorAll('.barlayer .point path').length;
-var ticks = Array.from(gd.querySelectorAll('.ytick text')).map(function (e) { return e.textContent; });
-return {rows: rows, bars: bars, drawn: drawn, ticks: ticks, title: gd._fullLayout.title.text};
-"""
-
-
-def _report(run_dir: Path, out: Path) -> Path:
-    made = rpcctl("report", str(run_dir), "-o", str(out))
-    assert made.returncode == 0, made.stderr
-    return out
-
-
-def _open(browser, page: Path) -> None:
-    browser.open(page.resolve().as_uri())
-    browser.wait_for("return window.rpcctlView && window.rpcctlView.draws >= 1", 60, "the report's first draw")
-
-
-def _no_label_overlaps(browser, *charts: str) -> None:
-    for chart in charts:
-        found = browser.js(_OVERLAPS, chart)
-        assert found["texts"] > 0, chart
-        assert not found["clashes"], (chart, found)
-
-
-def _screens(browser, tmp_path: Path, name: str) -> None:
-    """The whole page and each picture's section, in tmp_path (and RPCCTL_SCREENS)."""
-    shots = []
-    for section in ("sec-timeline", "sec-rrefs", "sec-placement"):
-        path = tmp_path / f"{name}-{section}.png"
-        browser.driver.find_element("id", section).screenshot(str(path))
-        shots.append(path)
-    shots.append(browser.screenshot(tmp_path / f"{name}.png"))
-    keep = os.environ.get("RPCCTL_SCREENS")
-    if keep:
-        for path in shots:
-            shutil.copy(path, Path(keep) / path.name)
-
-
-def _placement_ranks(browser) -> tuple[list[str], list[str]]:
-    table = browser.js(
-        "var t = document.querySelector('#placement table');"
-        " return [Array.from(t.tHead.rows[0].cells).map(c => c.innerText),"
-        " Array.from(t.tBodies[0].rows).map(r => Array.from(r.cells).map(c => c.innerText))];"
-    )
-    return table[0], table[1]
-
-
 # -- 1,000 spawned processes, 250 worlds, 1,000 owners ----------------------------------------------------
 
 
@@ -275,9 +201,9 @@ def test_a_thousand_spawned_processes_and_owners_stay_readable_and_say_what_shar
     assert len(owners) == 1000 and len({o.world for o in owners}) == 250  # w0-w3 of each world own one RRef each
     workers = inspect.workers(thousand_spawned)
     assert len([w for w in workers if w.kind == "child"]) == 1000
-    _open(browser, _report(thousand_spawned, tmp_path / "report.html"))
+    open_report(browser, make_report(thousand_spawned, tmp_path / "report.html"))
     try:
-        _no_label_overlaps(browser, "fig-rref-graph", "fig-rref-time", "fig-timeline", "fig-placement")
+        assert_no_label_overlaps(browser, "fig-rref-graph", "fig-rref-time", "fig-timeline", "fig-placement")
         graph = browser.js(
             "var gd = document.getElementById('fig-rref-graph');"
             " return [gd._fullLayout.meta, gd._fullData.map(t => t.meta), gd._fullLayout.height];"
@@ -290,7 +216,7 @@ def test_a_thousand_spawned_processes_and_owners_stay_readable_and_say_what_shar
         assert "the 250 RPC worlds are drawn as one" in notes, notes
         # The timeline: at most 60 rows, holding all 1,000 spawned processes and the 5 ranks;
         # the 3 that failed keep their own rows; a line says what shares a row.
-        drawn = browser.js(_ROWS)
+        drawn = browser.js(TIMELINE_ROWS)
         assert len(drawn["rows"]) <= 60 and sorted(drawn["ticks"]) == sorted(drawn["rows"]), drawn["rows"]
         held = 0
         for row in drawn["rows"]:
@@ -311,10 +237,10 @@ def test_a_thousand_spawned_processes_and_owners_stay_readable_and_say_what_shar
             "return document.getElementById('fig-rref-time')._fullData.filter(t => t.showlegend).map(t => t.name)"
         )
         assert series == [f"w{i} (all 250 worlds)" for i in range(4)], series
-        head, rows = _placement_ranks(browser)
+        head, rows = placement_ranks(browser)
         assert rows[0][2] == "ranks 0-4" and "w0-w3" in rows[0][3].split(", "), rows
     finally:
-        _screens(browser, tmp_path, "spawned1000")
+        screens(browser, tmp_path, "spawned1000")
 
 
 # -- 1,000 launched ranks in one world ----------------------------------------------------------------------
@@ -322,9 +248,9 @@ def test_a_thousand_spawned_processes_and_owners_stay_readable_and_say_what_shar
 
 @pytest.mark.browser
 def test_a_thousand_ranks_in_one_world_fold_past_the_bound_and_say_so(browser, thousand_ranks, tmp_path):
-    _open(browser, _report(thousand_ranks, tmp_path / "report.html"))
+    open_report(browser, make_report(thousand_ranks, tmp_path / "report.html"))
     try:
-        _no_label_overlaps(browser, "fig-rref-graph", "fig-rref-time", "fig-timeline", "fig-placement")
+        assert_no_label_overlaps(browser, "fig-rref-graph", "fig-rref-time", "fig-timeline", "fig-placement")
         meta = browser.js(
             "var gd = document.getElementById('fig-rref-graph');"
             " return [gd._fullLayout.meta, gd._fullData.map(t => t.meta)];"
@@ -336,14 +262,14 @@ def test_a_thousand_ranks_in_one_world_fold_past_the_bound_and_say_so(browser, t
             "return Array.from(document.querySelectorAll('#fig-rref-graph .textpoint')).map(e => e.textContent)"
         )
         assert any(text.startswith("+993 more  ·  993 RRefs") for text in labels), labels
-        drawn = browser.js(_ROWS)
+        drawn = browser.js(TIMELINE_ROWS)
         assert len(drawn["rows"]) <= 60 and drawn["rows"][0].startswith("ranks 0-"), drawn["rows"]
         assert drawn["rows"][-1].startswith("ranks ") and drawn["rows"][-1].split(":")[0].endswith("-999"), drawn[
             "rows"
         ]
         held = sum(int(row.split(": ")[1].split(" ")[0]) for row in drawn["rows"])
         assert held == 1000, drawn["rows"]
-        head, rows = _placement_ranks(browser)
+        head, rows = placement_ranks(browser)
         assert rows[0][2] == "ranks 0-999" and rows[0][3] == "worker0-worker999", rows
     finally:
-        _screens(browser, tmp_path, "ranks1000")
+        screens(browser, tmp_path, "ranks1000")

@@ -29,7 +29,7 @@ import pytest
 
 from browser import browser  # noqa: F401 - the fixture
 from conftest import assert_no_process_left, only_run, rpcctl, write_config
-from test_report_scale import _ROWS, _no_label_overlaps, _open, _placement_ranks, _report, _screens
+from report_page import TIMELINE_ROWS, assert_no_label_overlaps, make_report, open_report, placement_ranks, screens
 from rpcctl import inspect
 from rpcctl.base.states import RRefState
 
@@ -165,9 +165,9 @@ def test_four_rounds_of_spawned_workers_draw_readable_pictures_and_a_row_per_pro
     workers = inspect.workers(spawned_run)
     children = [w for w in workers if w.kind == "child"]
     assert len(children) == ROUNDS * SPAWNED, workers
-    _open(browser, _report(spawned_run, tmp_path / "report.html"))
+    open_report(browser, make_report(spawned_run, tmp_path / "report.html"))
     try:
-        _no_label_overlaps(browser, "fig-rref-graph", "fig-rref-time", "fig-timeline", "fig-placement")
+        assert_no_label_overlaps(browser, "fig-rref-graph", "fig-rref-time", "fig-timeline", "fig-placement")
         # The graph: one panel per round (world), w0 → w1 in each, every owner of every world drawn.
         graph = browser.js(
             "var gd = document.getElementById('fig-rref-graph');"
@@ -183,7 +183,7 @@ def test_four_rounds_of_spawned_workers_draw_readable_pictures_and_a_row_per_pro
             truth,
         )
         # The timeline: the rank, then each world's three workers, each a row with its bar.
-        drawn = browser.js(_ROWS)
+        drawn = browser.js(TIMELINE_ROWS)
         expected = ["rank 0: exit code 0"] + [
             f"└ w{i} · world {w}: exit code 0" for w in range(ROUNDS) for i in range(SPAWNED)
         ]
@@ -202,8 +202,8 @@ def test_four_rounds_of_spawned_workers_draw_readable_pictures_and_a_row_per_pro
             ), (row, bar)
         assert drawn["title"] == "Processes over time: 1 rank, 12 spawned (restarts: 0)"
         # Placement: RANKS names rank 0 (not a "0" that reads as none), WORKERS the names as runs.
-        head, rows = _placement_ranks(browser)
+        head, rows = placement_ranks(browser)
         assert head[:4] == ["DEVICE", "NAME", "RANKS", "WORKERS"] and rows[0][2] == "rank 0", (head, rows)
         assert "w0-w2" in rows[0][3].split(", "), rows
     finally:
-        _screens(browser, tmp_path, "spawned4")
+        screens(browser, tmp_path, "spawned4")
