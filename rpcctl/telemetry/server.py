@@ -210,8 +210,11 @@ class TelemetryServer:
         self._guarded("closing the socket", self._remove_socket)
 
     # -- the launcher's calls (any thread; cheap) ----------------------------------------------
-    def rank_started(self, rank: int, pid: int, local_rank: int, device: str, restart: int) -> None:
-        self._post(("started", rank, pid, local_rank, device, restart, time.time()))
+    def rank_started(
+        self, rank: int, pid: int, local_rank: int, device: str, restart: int, remote: bool = False
+    ) -> None:
+        """A rank of this node, or (``remote``) of another, whose launcher relayed it."""
+        self._post(("started", rank, pid, local_rank, device, restart, time.time(), remote))
         self._wake()  # rare, and views read the rank from the store: store it now, not in 0.1 s
 
     def rank_exited(self, rank: int, pid: int, state: str, exit_code: int | None) -> None:
@@ -527,8 +530,7 @@ class TelemetryServer:
             if call is None:
                 self.bad_messages += 1
             elif call[0] == "started":
-                self._post(("started", *call[1], time.time(), True))
-                self._wake()
+                self.rank_started(*call[1], remote=True)
             elif call[0] == "exited":
                 self.rank_exited(*call[1])
             else:
@@ -599,7 +601,7 @@ class TelemetryServer:
         elif kind == "meeting":
             self._attempt = max(self._attempt, item[1])
         elif kind == "started":
-            _, rank, pid, local_rank, device, restart, t, *remote = item
+            _, rank, pid, local_rank, device, restart, t, remote = item
             if remote:  # another node's: in this node's attempt (the node's own count, in a static job)
                 restart = max(restart, self._attempt)
             self._restart_of_rank[rank] = restart
