@@ -9,17 +9,21 @@ KeyboardInterrupt is raised in that time: one raised inside the import machinery
 callbacks or an object's ``__del__`` is printed and swallowed, and the command ran on (a try
 in 20 of ``rpcctl web`` then served for ever). From the command's start, SIGINT is Python's
 KeyboardInterrupt again, for the command to handle (``launch``, ``--watch``, ``web``'s serving
-loop) or for the CLI's boundary (``cli._Boundary``), which says the same line.
+loop) or for the CLI's boundary (``cli._Boundary``), which says the same line; and where Python
+drops the KeyboardInterrupt (a weakref callback while ``web`` imports the page's modules), the
+signal is raised again in the main thread's own code (``_raise_dropped_signal_again``).
 ``rpcctl/__init__`` stays as light as it is and installs no handler: ranks import it.
 """
 
 import _signal  # the signal module's core, loaded when the interpreter starts: importing it runs no import machinery
+import _thread  # built in, as _signal
 import sys  # loaded as well
 
 
 def main() -> None:
     try:
         _signal.signal(_signal.SIGINT, _early_interrupt)
+        sys.unraisablehook = _raise_dropped_signal_again
         from rpcctl.cli import main as cli_main
 
         cli_main(cancelled=cancelled, command_starts=command_starts)
@@ -32,6 +36,37 @@ def _early_interrupt(signum, frame) -> None:
 
 
 _early_interrupt.rpcctl_early = True  # how command_starts knows it
+
+
+_MAIN_THREAD = _thread.get_ident()
+_in_hook = [False]  # while _raise_dropped_signal_again runs: its signal must not land in it
+
+
+def _raise_dropped_signal_again(unraisable) -> None:
+    """``sys.unraisablehook``: Python drops an exception raised in a weakref callback or an
+    object's ``__del__`` (it prints "Exception ignored in" and runs on). Where that exception is
+    a signal's (KeyboardInterrupt, or launch's cancel with its ``signum``) the Ctrl-C was lost:
+    the signal is delivered again to the main thread, once this hook has returned (a signal
+    handled inside the hook is dropped as well, for good). Any other goes to Python's hook."""
+    _in_hook[0] = True
+    exc = unraisable.exc_value
+    signum = _signal.SIGINT if isinstance(exc, KeyboardInterrupt) else getattr(exc, "signum", None)
+    if isinstance(exc, Exception) or not isinstance(signum, int) or _thread.get_ident() != _MAIN_THREAD:
+        _in_hook[0] = False
+        sys.__unraisablehook__(unraisable)
+        return
+    _thread.start_new_thread(_deliver_when_hook_returned, (signum,))
+    _in_hook[0] = False  # the last act: no signal is handled between this store and the return
+
+
+def _deliver_when_hook_returned(signum: int) -> None:
+    import time
+
+    while _in_hook[0]:
+        time.sleep(0.001)
+    # The signal again, to the main thread itself: it ends a wait there (web's serving loop) as the
+    # first did, where _thread.interrupt_main would leave the handler for the wait's end.
+    _signal.pthread_kill(_MAIN_THREAD, signum)
 
 
 def command_starts() -> None:

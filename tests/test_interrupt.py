@@ -124,3 +124,46 @@ def test_the_early_handling_ends_where_the_commands_own_code_begins(tmp_path, ar
     finally:
         _signal.signal(_signal.SIGINT, previous)
         cli._hooks.update(hooks)
+
+
+DROPPED = """
+import os, select, signal, sys, time, weakref
+import rpcctl.__main__ as entry
+from rpcctl.launch import launcher
+
+sys.unraisablehook = entry._raise_dropped_signal_again  # as rpcctl.__main__.main installs it
+signum = signal.{signal}
+
+
+class Held:
+    pass
+
+
+def signalled_inside(ref):  # the signal's handler runs in this callback: Python drops what it raises
+    os.kill(os.getpid(), signum)
+    time.sleep(0.2)
+
+
+with launcher._cancels_raise() if signum != signal.SIGINT else open(os.devnull):
+    held = Held()
+    ref = weakref.ref(held, signalled_inside)
+    try:
+        del held
+        select.select([], [], [])  # a wait only a signal ends, as web's serving loop
+    except (KeyboardInterrupt, launcher._Cancel) as exc:
+        print("landed", type(exc).__name__)
+"""
+
+
+@pytest.mark.parametrize("name,landed", [("SIGINT", "KeyboardInterrupt"), ("SIGTERM", "_Cancel")])
+def test_a_signal_python_drops_in_a_weakref_callback_is_raised_again_in_the_main_threads_code(name, landed):
+    """A real signal handled inside a weakref callback (as one landed in the import machinery's
+    while `rpcctl web` loaded its page: CI, then it served for ever): Python prints "Exception
+    ignored in" and runs on; the entry point's hook raises it again where the program can take
+    it, as KeyboardInterrupt or as launch's cancel, and prints nothing of it. A process that
+    waits on (Python dropped the signal) is killed at the timeout."""
+    result = subprocess.run(
+        [sys.executable, "-c", DROPPED.format(signal=name)], capture_output=True, text=True, timeout=30
+    )
+    assert result.stdout.strip() == f"landed {landed}", (result.stdout, result.stderr)
+    assert "Exception ignored" not in result.stderr, result.stderr
