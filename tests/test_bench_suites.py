@@ -27,7 +27,9 @@ def launches(bench_dir: Path) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
-    """One quick bench of every suite over the point-to-point transports (rpc also trains)."""
+    """One quick bench of every suite over the point-to-point transports (rpc also trains), in
+    one round: rounds interleaved and pooled are test_compare_preset's (the default's 3 rounds
+    made this fixture the suite's longest, 80-130 s)."""
     runs = tmp_path_factory.mktemp("bench-runs")
     out = runs / "quick.json"
     result = CliRunner().invoke(
@@ -36,6 +38,8 @@ def quick(tmp_path_factory):
             "--quick",
             "--repeats",
             str(REPEATS),
+            "--rounds",
+            "1",
             "--transport",
             ",".join(TRANSPORTS),
             "--runs-dir",
@@ -141,6 +145,8 @@ def test_tuned_rpc_gets_what_it_asks_for(tmp_path):
             "--quick",
             "--repeats",
             "2",
+            "--rounds",
+            "1",
             "--suite",
             "latency",
             "--transport",

@@ -179,6 +179,8 @@ RECIPES: dict[tuple[str, str], Recipe] = {
             "--quick",
             "--repeats",
             "2",
+            "--rounds",
+            "1",
             "--runs-dir",
             str(f["tmp"] / "bench-runs"),
             "-o",
