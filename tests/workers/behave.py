@@ -58,8 +58,12 @@ elif action == "ignore-term":
     hang()
 elif action == "child":
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    with open(os.path.join(os.environ["RPCCTL_RUN_DIR"], f"grandchild-{rank}.pid"), "w") as f:
+    # Written whole, then renamed: the tests wait for the file to exist and read it at once (CI
+    # read an empty one, made by open() and not yet written).
+    pid_file = os.path.join(os.environ["RPCCTL_RUN_DIR"], f"grandchild-{rank}.pid")
+    with open(pid_file + ".part", "w") as f:
         f.write(str(child.pid))
+    os.replace(pid_file + ".part", pid_file)
     hang()
 elif action == "flaky":
     attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
