@@ -88,7 +88,11 @@ def _without_own_frames(tb: types.TracebackType | None) -> types.TracebackType |
 _THREAD = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):")
 _FRAME = re.compile(r'^\s+File "(.*)", line \d+ in (.*)$')
 # Threads rpcctl starts in a rank, by the module their loop runs in.
-_THREAD_ROLES = {"rank/reporter.py": "rpcctl's telemetry sender", "telemetry/forward.py": "rpcctl's telemetry relay"}
+_THREAD_ROLES = {
+    "rank/reporter.py": "rpcctl's telemetry sender",
+    "telemetry/forward.py": "rpcctl's telemetry relay",
+    "base/stacks.py": "rpcctl's stack dumper",
+}
 
 
 def hide_own_frames(dump: str) -> str:

@@ -1,5 +1,16 @@
-"""Python stack dumps of live processes: SIGUSR1 -> faulthandler -> a file, read back by
-``rpcctl stack``.
+"""Python stack dumps of live processes, appended to a file and read back by ``rpcctl stack``
+and the hang watchdog's looks.
+
+Two ways in, the safe one first. Each process that registers also serves dumps on a thread of
+its own (``serve_dumps``): a byte written to the FIFO beside its file (``<file>.ask``) wakes it,
+and it writes every thread's stack from ``sys._current_frames()``, under the GIL, in
+faulthandler's format. Only if that brings nothing in time (the GIL is held: a C call that
+never releases it; the thread is gone) is the process sent SIGUSR1, and faulthandler's handler
+dumps without the GIL. That one walks the interpreter's threads while they run, and a thread
+state freed under it is a segfault: a rank serving RPC calls (each torch RPC thread's state
+made and freed per call) died of it under the watchdog's looks (CI, test_server_total; 13
+dumps of a process whose threads come and go were enough here). With the GIL held elsewhere
+no thread state is freed, so the fallback is safe where it is needed.
 
 Ranks register in rpcctl's bootstrap (``runtime.py``) and write ``stacks/rank-N.txt``.
 Python processes that a rank starts itself (``mp.spawn``, ``subprocess``) register when they
@@ -19,6 +30,7 @@ import atexit
 import faulthandler
 import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -56,7 +68,102 @@ def register_child(run_dir: str) -> None:
         f = private_open(path, "a")  # must stay open for faulthandler
         _files.append(f)
         faulthandler.register(signal.SIGUSR1, file=f, all_threads=True, chain=False)
+        serve_dumps(path, f)
     atexit.register(_remove_if_empty, path)
+
+
+ASK_SUFFIX = ".ask"
+MAX_FRAMES = 100  # per thread, as faulthandler
+
+
+def ask_path(stack_file: Path | str) -> Path:
+    return Path(str(stack_file) + ASK_SUFFIX)
+
+
+def serve_dumps(stack_file: Path | str, out) -> None:
+    """Answer dump requests on a daemon thread: each byte written to ``<stack_file>.ask`` (a
+    FIFO, the owner's alone) appends one dump of every other thread to ``out``. Nothing served
+    (no FIFO: a read-only directory) leaves SIGUSR1's faulthandler dump as the only way."""
+    ask = ask_path(stack_file)
+    try:
+        try:
+            os.mkfifo(ask, 0o600)
+        except FileExistsError:  # a restarted rank's, or a process registering twice
+            pass
+        fd = os.open(ask, os.O_RDWR)  # read and write: no EOF when the asker closes its end
+    except OSError:
+        return
+    threading.Thread(target=_answer, args=(fd, out), name="rpcctl-stack-dumps", daemon=True).start()
+    pid = os.getpid()
+    atexit.register(lambda: os.getpid() == pid and _remove_ask(Path(stack_file)))  # not a forked child's exit
+
+
+def _answer(fd: int, out) -> None:
+    while True:
+        try:
+            if not os.read(fd, 64):
+                return
+            out.write(format_stacks())
+            out.flush()
+        except Exception:  # noqa: BLE001 - the file or the FIFO went: SIGUSR1 still dumps
+            return
+
+
+def format_stacks() -> str:
+    """Every thread's Python stack but the caller's, in faulthandler's format (the readers parse
+    that): the main thread first, as ``Current thread``, the one faulthandler's handler runs in."""
+    frames = sys._current_frames()
+    me, main = threading.get_ident(), threading.main_thread().ident
+    order = ([main] if main in frames else []) + [t for t in frames if t != main]
+    out = []
+    for tid in order:
+        if tid == me:
+            continue
+        out.append(f"{'Current thread' if tid == main else 'Thread'} 0x{tid:016x} (most recent call first):\n")
+        frame, depth = frames[tid], 0
+        while frame is not None and depth < MAX_FRAMES:
+            code = frame.f_code
+            out.append(f'  File "{code.co_filename}", line {frame.f_lineno or 0} in {code.co_name}\n')
+            frame, depth = frame.f_back, depth + 1
+        out.append("\n")
+    return "".join(out)
+
+
+def _ask(path: Path) -> bool:
+    """Ask the process serving ``path``'s FIFO for a dump; False when none reads it."""
+    try:
+        fd = os.open(ask_path(path), os.O_WRONLY | os.O_NONBLOCK)  # ENXIO: no reader, ENOENT: no FIFO
+    except OSError:
+        return False
+    try:
+        return os.write(fd, b"?") == 1
+    except OSError:  # full: asked many times already, and not answering
+        return False
+    finally:
+        os.close(fd)
+
+
+def _remove_ask(path: Path) -> None:
+    try:
+        ask_path(path).unlink()
+    except OSError:
+        pass
+
+
+def remove_asks(stacks_dir: Path) -> None:
+    """The FIFOs left in a run's ``stacks/`` once its processes are gone (a killed one never
+    removed its own): a finished run holds plain files only (``grep -r`` or a copy of the run
+    would wait on a FIFO for ever)."""
+    try:
+        entries = list(stacks_dir.iterdir())
+    except OSError:
+        return
+    for path in entries:
+        if path.name.endswith(ASK_SUFFIX):
+            try:
+                path.unlink()
+            except OSError:
+                pass
 
 
 def _remove_if_empty(path: Path) -> None:
@@ -91,12 +198,32 @@ def registered_descendants(run_dir: Path, pid: int) -> list[tuple[int, list[str]
 
 
 def dump(pid: int, path: Path, timeout: float) -> str | None:
-    """Signal ``pid`` and return what it appended to ``path``, or None if nothing came.
+    """Ask ``pid`` for a dump (its FIFO, then SIGUSR1: the module's docstring) and return what
+    it appended to ``path``, or None if nothing came.
 
     Raises ProcessLookupError / PermissionError from the signal."""
-    before = _size(path)
-    os.kill(pid, signal.SIGUSR1)
-    return _collect({pid: (path, before)}, timeout)[pid]
+    return _dump_all({pid: path}, timeout, lambda pid: os.kill(pid, signal.SIGUSR1))[pid]
+
+
+def _dump_all(targets: dict[int, Path], timeout: float, signal_it, stop=lambda: False) -> dict[int, str | None]:
+    """The FIFO first, for up to half of ``timeout`` (2 s at most); who did not answer is
+    signalled (``signal_it(pid)``; OSError from it: not dumped, but ``dump``'s to raise) and
+    waited for in the time left."""
+    deadline = time.monotonic() + timeout
+    asked = {pid: (path, _size(path)) for pid, path in targets.items()}
+    asked = {pid: at for pid, at in asked.items() if _ask(at[0])}
+    texts = _collect(asked, min(timeout / 2, 2.0), stop) if asked else {}
+    if stop():
+        return {pid: texts.get(pid) for pid in targets}
+    signalled: dict[int, tuple[Path, int]] = {}
+    for pid, path in targets.items():
+        if texts.get(pid) is None:
+            before = _size(path)
+            signal_it(pid)
+            signalled[pid] = (path, before)
+    if signalled:
+        texts.update(_collect(signalled, max(deadline - time.monotonic(), 0.5), stop))
+    return texts
 
 
 def dump_many(
@@ -106,7 +233,7 @@ def dump_many(
     can answer, then wait up to ``timeout`` in all for their files. A process that would die of
     SIGUSR1 (no dump handler yet: still starting) or cannot answer (stopped) is not signalled.
     ``header`` is appended to each file first, to say when and why; ``stop()`` cuts the wait."""
-    pending: dict[int, tuple[Path, int]] = {}
+    chosen: dict[int, Path] = {}
     for pid, path in targets:
         if not answers_dump(pid):
             continue
@@ -114,12 +241,19 @@ def dump_many(
             if header:
                 with private_open(path, "a") as f:
                     f.write(header)
-            before = _size(path)
-            os.kill(pid, signal.SIGUSR1)
         except OSError:
             continue
-        pending[pid] = (path, before)
-    return _collect(pending, timeout, stop)
+        chosen[pid] = path
+    gone: set[int] = set()
+
+    def signal_it(pid: int) -> None:
+        try:
+            os.kill(pid, signal.SIGUSR1)
+        except OSError:
+            gone.add(pid)
+
+    texts = _dump_all(chosen, timeout, signal_it, stop)
+    return {pid: text for pid, text in texts.items() if pid not in gone}
 
 
 def _status(pid: int) -> dict[str, str]:

@@ -60,6 +60,7 @@ from typing import Any
 from rpcctl.base.frames import ALL_FRAMES_ENV, drop_own_frames
 from rpcctl.base.lines import MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS, cap_text, write_whole_lines
 from rpcctl.base.private import private_dir, private_open
+from rpcctl.base import stacks
 from rpcctl.base.python_cmd import working_dir_on_path
 from rpcctl.rank import children
 from rpcctl.base.rpc_settings import apply_malloc_env, silence_torch_internal_warnings
@@ -166,6 +167,7 @@ def _install_stack_dumps() -> None:
         private_dir(Path(path).parent)
         _stack_file = private_open(path, "a")  # must stay open for faulthandler
         faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True, chain=False)
+        stacks.serve_dumps(path, _stack_file)  # the safe way, asked first (rpcctl.base.stacks)
 
 
 _RAISED_HEADER = " terminated with the following error:\n"  # torch's ProcessRaisedException text

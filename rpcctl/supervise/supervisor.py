@@ -183,6 +183,7 @@ class Supervisor:
             raise
         finally:
             procs.close()
+            stacks.remove_asks(self.run_dir / "stacks")  # every process of the run is gone now
             pump.drain(timeout=3)
             # It flushes the store: a live view, stopped after this, shows in its final frame the
             # losses and RRefs as they ended, not as of the last commit.
