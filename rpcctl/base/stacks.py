@@ -7,9 +7,9 @@ and it writes every thread's stack from ``sys._current_frames()``, under the GIL
 faulthandler's format. Only if that brings nothing in time (the GIL is held: a C call that
 never releases it; the thread is gone) is the process sent SIGUSR1, and faulthandler's handler
 dumps without the GIL. That one walks the interpreter's threads while they run, and a thread
-state freed under it is a segfault: a rank serving RPC calls (each torch RPC thread's state
-made and freed per call) died of it under the watchdog's looks (CI, test_server_total; 13
-dumps of a process whose threads come and go were enough here). With the GIL held elsewhere
+state freed under it is a segfault: a rank serving RPC calls died of it under the watchdog's
+looks (CI, test_server_total), and 13 dumps of a process whose threads come and go were enough
+here (tests/test_stack_dumps.py). With the GIL held elsewhere
 no thread state is freed, so the fallback is safe where it is needed.
 
 Ranks register in rpcctl's bootstrap (``runtime.py``) and write ``stacks/rank-N.txt``.
