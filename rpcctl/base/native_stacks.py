@@ -1,6 +1,6 @@
 """Native stacks of live processes, read from outside (py-spy): no help from the process.
 
-``rpcctl.base.stacks`` asks a process for its Python stacks (SIGUSR1 → faulthandler): exactly
+``rpcctl.base.stacks`` asks a process for its Python stacks (its own thread, or faulthandler): exactly
 when it matters (the GIL held in a C call, a collective's C++ side, a deadlocked lock) that says
 little. Here ``py-spy dump --native --json`` reads each process's memory through ptrace and gives,
 for every Python thread, its Python frames with the native frames of the C calls they made

@@ -699,11 +699,13 @@ def stack(
     ] = False,
     runs_dir: RunsDirOption = None,
 ) -> None:
-    """Dump the Python stacks of a live rank's threads (SIGUSR1 → faulthandler): for hung jobs.
+    """Dump the Python stacks of a live rank's threads: for hung jobs.
 
-    Python processes a rank started itself (mp.spawn, subprocess) are dumped after it. With
-    --native, py-spy reads them instead (--timeout bounds each process); where that is not
-    allowed, one line says how to allow it and faulthandler's stacks follow.
+    The rank writes them itself, under the GIL (asked through its FIFO); one whose GIL a C call
+    holds is dumped by faulthandler (SIGUSR1) instead. Python processes a rank started itself
+    (mp.spawn, subprocess) are dumped after it. With --native, py-spy reads them instead
+    (--timeout bounds each process); where that is not allowed, one line says how to allow it and
+    the Python stacks follow.
     """
     console = get_console()
     run_dir = resolve_run(run, runs_dir)

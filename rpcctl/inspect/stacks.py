@@ -30,7 +30,7 @@ class StackDump:
 
 
 def dump_stacks(run_dir: Path, rank: int, timeout: float = 5.0) -> list[StackDump]:
-    """Ask a live rank to dump its Python stacks (SIGUSR1 → faulthandler), then every live
+    """Ask a live rank to dump its Python stacks (``rpcctl.base.stacks``: its FIFO, then SIGUSR1), then every live
     process it started that can dump them; return the dumps in that order."""
     state = live_rank(run_dir, rank)
     if stacks.stopped(state.pid):  # it would never answer: say so at once

@@ -3,8 +3,9 @@
 The store's silence (no call ended, no collective completed, no loss, no line) says only that
 telemetry saw nothing move: a job that computes without printing is silent too, and so is a
 healthy job whose telemetry stopped. So before the watchdog calls a silence a hang, it looks at
-the processes twice, some seconds apart (``Look``): their Python stacks (SIGUSR1 → faulthandler,
-every thread, through ``rpcctl.inspect.dump_stacks``) and their main thread's CPU time
+the processes twice, some seconds apart (``Look``): their Python stacks (``base.stacks``:
+written under the GIL, faulthandler's SIGUSR1 dump where that brings nothing; every thread,
+through ``rpcctl.inspect.dump_stacks``) and their main thread's CPU time
 (``/proc/PID/task/PID/stat``). Between two looks, a process *moved* (``motion``) when
 
 - a thread's Python frames changed, or a thread began or ended (rpcctl's own threads, which
