@@ -51,7 +51,12 @@ def _raise_dropped_signal_again(unraisable) -> None:
     _in_hook[0] = True
     exc = unraisable.exc_value
     signum = _signal.SIGINT if isinstance(exc, KeyboardInterrupt) else getattr(exc, "signum", None)
-    if isinstance(exc, Exception) or not isinstance(signum, int) or _thread.get_ident() != _MAIN_THREAD:
+    if (
+        isinstance(exc, Exception)
+        or not isinstance(signum, int)
+        or signum not in _signal.valid_signals()  # a signum of some other meaning
+        or _thread.get_ident() != _MAIN_THREAD
+    ):
         _in_hook[0] = False
         sys.__unraisablehook__(unraisable)
         return
@@ -66,7 +71,10 @@ def _deliver_when_hook_returned(signum: int) -> None:
         time.sleep(0.001)
     # The signal again, to the main thread itself: it ends a wait there (web's serving loop) as the
     # first did, where _thread.interrupt_main would leave the handler for the wait's end.
-    _signal.pthread_kill(_MAIN_THREAD, signum)
+    try:
+        _signal.pthread_kill(_MAIN_THREAD, signum)
+    except OSError:  # the main thread is gone: the process is ending anyway
+        pass
 
 
 def command_starts() -> None:

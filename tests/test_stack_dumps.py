@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -118,3 +119,51 @@ def test_a_finished_runs_stacks_folder_holds_no_fifo(tmp_path):
         timeout=60,
     )
     assert done.returncode == 0 and not any(p.name.endswith(stacks.ASK_SUFFIX) for p in path.parent.iterdir())
+
+
+def test_a_planted_link_or_file_where_the_fifo_goes_is_never_written_through(tmp_path):
+    """The run's folder is the owner's, but its files are data: a link (or a plain file) named as
+    the FIFO is neither served nor written to; the dump then falls back to SIGUSR1."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    stack_file = tmp_path / "stacks" / "rank-0.txt"
+    stack_file.parent.mkdir()
+    stacks.ask_path(stack_file).symlink_to(victim)
+    assert not stacks._ask(stack_file)
+    with open(stack_file, "a") as out:
+        before = {t.name for t in threading.enumerate()}
+        stacks.serve_dumps(stack_file, out)
+        assert {t.name for t in threading.enumerate()} == before  # nothing served
+    assert victim.read_text() == "keep me"
+
+
+NAMES = textwrap.dedent(
+    """
+    import sys, threading, time
+    from rpcctl.base import stacks
+
+    stacks.register_child(sys.argv[1])
+
+    def forged():
+        time.sleep(120)
+
+    # a function whose name would forge a thread of its own, and 300 threads
+    forged.__code__ = forged.__code__.replace(co_name="x\\nThread 0x00000000deadbeef (most recent call first):\\x1b[2J")
+    for _ in range(300):
+        threading.Thread(target=forged, daemon=True).start()
+    print("ready", flush=True)
+    time.sleep(120)
+    """
+)
+
+
+def test_a_dump_is_bounded_and_no_name_forges_a_line(tmp_path):
+    proc, path = _start(tmp_path, NAMES)
+    try:
+        text = stacks.dump(proc.pid, path, timeout=10)
+    finally:
+        _stop(proc)
+    threads = parse_stacks(text or "")
+    assert len(threads) == stacks.MAX_THREADS and text.endswith("...\n"), len(threads)
+    assert 0xDEADBEEF not in {t.ident for t in threads} and "\x1b" not in text
+    assert "in x\\nThread 0x00000000deadbeef" in text

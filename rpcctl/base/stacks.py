@@ -30,6 +30,7 @@ import atexit
 import faulthandler
 import os
 import signal
+import stat
 import sys
 import threading
 import time
@@ -74,6 +75,8 @@ def register_child(run_dir: str) -> None:
 
 ASK_SUFFIX = ".ask"
 MAX_FRAMES = 100  # per thread, as faulthandler
+MAX_THREADS = 100  # as faulthandler
+MAX_NAME = 500  # characters of a file or function name, as faulthandler
 
 
 def ask_path(stack_file: Path | str) -> Path:
@@ -83,56 +86,85 @@ def ask_path(stack_file: Path | str) -> Path:
 def serve_dumps(stack_file: Path | str, out) -> None:
     """Answer dump requests on a daemon thread: each byte written to ``<stack_file>.ask`` (a
     FIFO, the owner's alone) appends one dump of every other thread to ``out``. Nothing served
-    (no FIFO: a read-only directory) leaves SIGUSR1's faulthandler dump as the only way."""
+    (no FIFO, or something else of that name: a read-only directory, a planted link) leaves
+    SIGUSR1's faulthandler dump as the only way."""
     ask = ask_path(stack_file)
     try:
         try:
             os.mkfifo(ask, 0o600)
         except FileExistsError:  # a restarted rank's, or a process registering twice
             pass
-        fd = os.open(ask, os.O_RDWR)  # read and write: no EOF when the asker closes its end
+        fd = _open_fifo(ask, os.O_RDWR)  # read and write: no EOF when the asker closes its end
     except OSError:
         return
-    threading.Thread(target=_answer, args=(fd, out), name="rpcctl-stack-dumps", daemon=True).start()
+    threading.Thread(target=_answer, args=(fd, out.fileno()), name="rpcctl-stack-dumps", daemon=True).start()
     pid = os.getpid()
     atexit.register(lambda: os.getpid() == pid and _remove_ask(Path(stack_file)))  # not a forked child's exit
 
 
-def _answer(fd: int, out) -> None:
+def _open_fifo(path: Path, flags: int) -> int:
+    """``path`` opened if it is a FIFO, never through a link: OSError for anything else."""
+    fd = os.open(path, flags | os.O_NOFOLLOW)
+    if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path} is not a FIFO")
+    return fd
+
+
+def _answer(fd: int, out_fd: int) -> None:
     while True:
         try:
             if not os.read(fd, 64):
                 return
-            out.write(format_stacks())
-            out.flush()
-        except Exception:  # noqa: BLE001 - the file or the FIFO went: SIGUSR1 still dumps
+        except OSError:  # the FIFO went: SIGUSR1 still dumps
             return
+        try:  # straight to the file, as faulthandler writes: nothing of a failed dump stays queued
+            data = format_stacks().encode()
+            while data:
+                data = data[os.write(out_fd, data) :]
+        except Exception:  # noqa: BLE001 - a full disk, a closed file: this dump is lost, the next may land
+            pass
 
 
 def format_stacks() -> str:
-    """Every thread's Python stack but the caller's, in faulthandler's format (the readers parse
-    that): the main thread first, as ``Current thread``, the one faulthandler's handler runs in."""
+    """Every thread's Python stack but the caller's, in faulthandler's format and bounds (the
+    readers parse that; at most 100 threads of 100 frames, names cut at 500 characters and in
+    printable ASCII, so a name cannot forge a line): the main thread first, as ``Current
+    thread``, the one faulthandler's handler runs in."""
     frames = sys._current_frames()
     me, main = threading.get_ident(), threading.main_thread().ident
-    order = ([main] if main in frames else []) + [t for t in frames if t != main]
+    order = ([main] if main in frames else []) + [t for t in frames if t not in (main, me)]
     out = []
-    for tid in order:
-        if tid == me:
-            continue
+    for tid in order[:MAX_THREADS]:
         out.append(f"{'Current thread' if tid == main else 'Thread'} 0x{tid:016x} (most recent call first):\n")
         frame, depth = frames[tid], 0
         while frame is not None and depth < MAX_FRAMES:
             code = frame.f_code
-            out.append(f'  File "{code.co_filename}", line {frame.f_lineno or 0} in {code.co_name}\n')
+            out.append(
+                f'  File "{_printable(code.co_filename)}", line {frame.f_lineno or 0} in {_printable(code.co_name)}\n'
+            )
             frame, depth = frame.f_back, depth + 1
+        if frame is not None:
+            out.append("  ...\n")
         out.append("\n")
+    if len(order) > MAX_THREADS:
+        out.append("...\n")
     return "".join(out)
+
+
+def _printable(text: str) -> str:
+    """faulthandler's way with a name: printable ASCII as it is, anything else escaped."""
+    cut = text[:MAX_NAME]
+    if cut.isascii() and cut.isprintable():
+        return cut + ("..." if len(text) > MAX_NAME else "")
+    escaped = "".join(c if " " <= c <= "~" else c.encode("unicode_escape").decode() for c in cut)
+    return escaped + ("..." if len(text) > MAX_NAME else "")
 
 
 def _ask(path: Path) -> bool:
     """Ask the process serving ``path``'s FIFO for a dump; False when none reads it."""
     try:
-        fd = os.open(ask_path(path), os.O_WRONLY | os.O_NONBLOCK)  # ENXIO: no reader, ENOENT: no FIFO
+        fd = _open_fifo(ask_path(path), os.O_WRONLY | os.O_NONBLOCK)  # ENXIO: no reader, ENOENT: none
     except OSError:
         return False
     try:
