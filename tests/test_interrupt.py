@@ -81,8 +81,9 @@ def _entry_points() -> dict[str, list[str]]:
 @pytest.mark.parametrize("command", ["--help", "web"])
 def test_ctrl_c_at_any_early_moment_is_one_line_and_exit_130(a_run, entry, command):
     """20 tries, 0 to 0.8 s after the start (one each 40 ms; for `--help`, spread over the time it
-    takes, if that is less): `--help` imports every command's module (0.4 s to a second here), `web` loads the page's modules and then serves until Ctrl-C. Each try ends in
-    the one line and 130, or (for --help, late) in its own success, or before our code ran."""
+    takes, if that is less): `--help` imports every command's module (0.4 s to a second here),
+    `web` loads the page's modules and then serves until Ctrl-C. Each try ends in the one line
+    and 130, or (for --help, late) in its own success, or before our code ran."""
     argv = _entry_points()[entry] + (["--help"] if command == "--help" else ["web", str(a_run)])
     # --help ends on its own: its tries are spread over how long it takes here and now (0.4 s on
     # an idle machine, where 40 ms apart left 9 of 20 inside it; under load it takes longer)
