@@ -154,11 +154,10 @@ def format_stacks() -> str:
 
 def _printable(text: str) -> str:
     """faulthandler's way with a name: printable ASCII as it is, anything else escaped."""
-    cut = text[:MAX_NAME]
-    if cut.isascii() and cut.isprintable():
-        return cut + ("..." if len(text) > MAX_NAME else "")
-    escaped = "".join(c if " " <= c <= "~" else c.encode("unicode_escape").decode() for c in cut)
-    return escaped + ("..." if len(text) > MAX_NAME else "")
+    cut, more = text[:MAX_NAME], "..." if len(text) > MAX_NAME else ""
+    if not (cut.isascii() and cut.isprintable()):
+        cut = "".join(c if " " <= c <= "~" else c.encode("unicode_escape").decode() for c in cut)
+    return cut + more
 
 
 def _ask(path: Path) -> bool:
